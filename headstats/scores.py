@@ -1,0 +1,286 @@
+"""The score functions of SPEC §2: one registry, pure tensor math.
+
+A raw score is a *token statistic* (a number per query token of one head, computed from that
+token's attention row, value vector or head output) pooled over the valid tokens of the sequence
+(their mean, or the value at the first or the last valid token). Splitting scores this way is what
+lets the attention function compute all of them in one pass over query-row chunks, with memory
+linear in the sequence length, while each score stays a few lines of readable math.
+
+Normalised scores (``*_ln``, ``*_hn``) are derived from raw ones by one rule (:class:`Ratio`):
+divide by the layer mean (or by another score of the same head). When the denominator is 0, the
+normalised score is defined as 0. Every raw score here is non-negative, so a zero layer mean
+means every numerator in the layer is 0 too (e.g. a one-token sequence has entropy 0 in every
+head); 0 keeps such heads at the "inactive" end for the "below" scores and is the raw value itself.
+
+Adding a score is adding one :func:`register` call (and, if it needs a new token statistic, one
+function taking a :class:`TokenRows`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Literal
+
+import torch
+
+Direction = Literal["above", "below"]
+Pool = Literal["mean", "first", "last"]
+
+
+@dataclass
+class TokenRows:
+    """What one layer's attention exposes for a chunk of query rows ``[start, stop)``.
+
+    Shapes: B sequences, H query heads, C = stop - start query rows, S key positions, D head dim.
+    All tensors are fp32. ``probs`` and ``logits`` are already masked (a masked key has probability
+    exactly 0 and a finite, very negative logit), so sums over keys need no further masking.
+    """
+
+    probs: torch.Tensor  # (B, H, C, S) attention probabilities A[t, s]
+    logits: torch.Tensor  # (B, H, C, S) pre-softmax logits z[t, s] (after mask and softcap)
+    log_normaliser: torch.Tensor  # (B, H, C) logsumexp of the logits of each row
+    kv_values: torch.Tensor  # (B, KVH, C, D) value vectors of the chunk's tokens, per KV head
+    group_size: int  # query heads per KV head (GQA); query head h reads KV head h // group_size
+    outputs: torch.Tensor  # (B, H, C, D) head outputs O[t] = sum_s A[t, s] V[s]
+    first: torch.Tensor  # (B,) index of each sequence's first valid token
+    out_proj_gram: torch.Tensor | None = None  # (H, D, D) W_h^T W_h of each head's W_O slice
+
+    @cached_property
+    def output_norm(self) -> torch.Tensor:
+        return torch.linalg.vector_norm(self.outputs, dim=-1)
+
+
+# --- token statistics: (TokenRows) -> (B, H, C) -------------------------------------------------
+
+
+def first_token_weight(rows: TokenRows) -> torch.Tensor:
+    """A[t, first]: how much of query t's attention lands on the sequence's first token."""
+    b, h, c, _ = rows.probs.shape
+    index = rows.first.view(b, 1, 1, 1).expand(b, h, c, 1)
+    return rows.probs.gather(-1, index).squeeze(-1)
+
+
+def attention_entropy(rows: TokenRows) -> torch.Tensor:
+    """-sum_s A ln A, written as lse(z) - sum_s A z.
+
+    The two are equal for a softmax (ln A = z - lse), and the second needs no logarithm per
+    element and no special case for A = 0 (masked keys have A = 0 exactly, so they add nothing).
+    """
+    return rows.log_normaliser - (rows.probs * rows.logits).sum(-1)
+
+
+def value_norm(rows: TokenRows) -> torch.Tensor:
+    """||V[t]||_2, computed once per KV head and shared by the query heads of its group."""
+    return torch.linalg.vector_norm(rows.kv_values, dim=-1).repeat_interleave(rows.group_size, dim=1)
+
+
+def output_norm(rows: TokenRows) -> torch.Tensor:
+    """||O[t]||_2, the head's output before the output projection."""
+    return rows.output_norm
+
+
+def projected_output_norm(rows: TokenRows) -> torch.Tensor:
+    """||W_O[:, h] O[t]||_2 computed as sqrt(O^T (W_h^T W_h) O): a D x D form per head instead of
+    materialising the d_model-sized vector of every head and token."""
+    if rows.out_proj_gram is None:
+        raise ValueError("projected_output_norm needs the layer's output projection (out_proj_gram)")
+    quad = (torch.matmul(rows.outputs, rows.out_proj_gram) * rows.outputs).sum(-1)
+    return quad.clamp_min(0).sqrt()
+
+
+TokenStat = Callable[[TokenRows], torch.Tensor]
+
+
+# --- the registry -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Score:
+    """One score function and the metadata that plots, thresholds and the CLI read."""
+
+    id: str
+    name: str
+    inactive_when: Direction  # a head is inactive when its score is above / below the threshold
+    stat: TokenStat | None = None  # raw scores: the token statistic ...
+    pool: Pool | None = None  # ... and how it is pooled over the valid tokens
+    ratio: Ratio | None = None  # normalised scores: how they derive from raw ones
+    needs_out_proj: bool = False
+    description: str = ""
+
+    @property
+    def is_random(self) -> bool:
+        return self.stat is None and self.ratio is None
+
+    def dependencies(self) -> tuple[str, ...]:
+        """Ids of the scores this one is computed from (itself for a raw score)."""
+        if self.ratio is None:
+            return (self.id,)
+        return tuple(dict.fromkeys((self.ratio.numerator, self.ratio.denominator)))
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """numerator / denominator, where the denominator is averaged over the heads of the layer
+    (``over="layer"``) or taken from the same head (``over="head"``). 0/0 is defined as 0."""
+
+    numerator: str
+    denominator: str
+    over: Literal["layer", "head"] = "layer"
+
+    def apply(self, raw: dict[str, torch.Tensor]) -> torch.Tensor:
+        num = raw[self.numerator]
+        den = raw[self.denominator]
+        if self.over == "layer":
+            den = den.mean(dim=-1, keepdim=True).expand_as(num)
+        safe = torch.where(den == 0, torch.ones_like(den), den)
+        return torch.where(den == 0, torch.zeros_like(num), num / safe)
+
+
+SCORES: dict[str, Score] = {}
+
+
+def register(score: Score) -> Score:
+    """Add a score to the registry; its id becomes a column name in every table."""
+    if score.id in SCORES:
+        raise ValueError(f"score id {score.id!r} is already registered")
+    if score.ratio is not None:
+        for dep in score.dependencies():
+            if dep not in SCORES or SCORES[dep].ratio is not None:
+                raise ValueError(f"{score.id!r}: normalised scores derive from registered raw scores, not {dep!r}")
+    SCORES[score.id] = score
+    return score
+
+
+def _raw_with_ln(
+    id: str, name: str, inactive_when: Direction, stat: TokenStat, pool: Pool, description: str, **kw: bool
+) -> None:
+    register(Score(id, name, inactive_when, stat=stat, pool=pool, description=description, **kw))
+    register(
+        Score(
+            f"{id}_ln",
+            f"{name}, layer-normalised",
+            inactive_when,
+            ratio=Ratio(id, id, "layer"),
+            needs_out_proj=kw.get("needs_out_proj", False),
+            description=f"{id} divided by its mean over the heads of the same layer and sequence",
+        )
+    )
+
+
+_raw_with_ln(
+    "awft", "avg weight of first token", "above", first_token_weight, "mean",
+    "mean over valid query rows t of A[t, first]; high = an attention sink",
+)  # fmt: skip
+_raw_with_ln(
+    "entropy", "avg attention entropy", "below", attention_entropy, "mean",
+    "mean over valid query rows of -sum_s A[t,s] ln A[t,s]",
+)  # fmt: skip
+_raw_with_ln(
+    "ftvvn", "first-token value-vector norm", "below", value_norm, "first",
+    "||V[first]||_2 of the head's (shared, under GQA) value vectors",
+)  # fmt: skip
+_raw_with_ln(
+    "avvn", "avg value-vector norm", "below", value_norm, "mean",
+    "mean over valid tokens of ||V[t]||_2",
+)  # fmt: skip
+_raw_with_ln(
+    "ahon", "avg head-output norm", "below", output_norm, "mean",
+    "mean over valid tokens of ||O[t]||_2 (ahon_ln is the study's most reliable score)",
+)  # fmt: skip
+register(
+    Score(
+        "lthon", "last-token head-output norm", "below", stat=output_norm, pool="last",
+        description="||O[T]||_2 at the last valid token T",
+    )
+)  # fmt: skip
+register(
+    Score(
+        "lthon_ln", "last-token head-output norm, layer-normalised", "below",
+        ratio=Ratio("lthon", "ahon", "layer"),
+        description="||O[T]|| divided by the layer mean of the token-averaged norm (ahon)",
+    )
+)  # fmt: skip
+register(
+    Score(
+        "lthon_hn", "last-token head-output norm, head-normalised", "below",
+        ratio=Ratio("lthon", "ahon", "head"),
+        description="||O[T]|| divided by the same head's token-averaged norm (ahon)",
+    )
+)  # fmt: skip
+_raw_with_ln(
+    "fhon", "full head-output norm", "below", projected_output_norm, "mean",
+    "mean over valid tokens of ||W_O[:, h] O[t]||_2, the head's contribution to the residual stream",
+    needs_out_proj=True,
+)  # fmt: skip
+register(
+    Score(
+        "random", "random baseline", "below",
+        description="u ~ U(0, 1) in fp32, independent per (sequence, layer, head); zeroes a fraction p when tau = p",
+    )
+)  # fmt: skip
+
+# Column order of every table: the order of SPEC §2.
+SCORE_IDS: tuple[str, ...] = (
+    "awft", "awft_ln", "entropy", "entropy_ln", "ftvvn", "ftvvn_ln", "avvn", "avvn_ln",
+    "lthon", "lthon_ln", "lthon_hn", "ahon", "ahon_ln", "fhon", "fhon_ln", "random",
+)  # fmt: skip
+assert set(SCORE_IDS) == set(SCORES), "SCORE_IDS must list every registered score"
+SCORES = {sid: SCORES[sid] for sid in SCORE_IDS}
+
+
+def get_score(score_id: str) -> Score:
+    try:
+        return SCORES[score_id]
+    except KeyError:
+        raise ValueError(f"unknown score id {score_id!r}: choose from {', '.join(SCORES)}") from None
+
+
+def resolve(score_ids: Iterable[str] | None) -> tuple[str, ...]:
+    """Validate score ids (None = all), keeping the canonical order."""
+    if score_ids is None:
+        return tuple(SCORES)
+    wanted = set()
+    for sid in score_ids:
+        wanted.add(get_score(sid).id)
+    if not wanted:
+        raise ValueError("no score ids given: choose from " + ", ".join(SCORES))
+    return tuple(s for s in SCORES if s in wanted)
+
+
+def raw_closure(score_ids: Iterable[str]) -> tuple[str, ...]:
+    """The raw (non-random) scores that must be computed to produce ``score_ids``."""
+    raw: dict[str, None] = {}
+    for sid in score_ids:
+        score = get_score(sid)
+        if score.is_random:
+            continue
+        for dep in score.dependencies():
+            raw[dep] = None
+    return tuple(raw)
+
+
+def is_inactive(score_id: str, values: torch.Tensor, threshold: float) -> torch.Tensor:
+    """Boolean mask of heads a score calls inactive at ``threshold`` (strict inequality, SPEC §2)."""
+    if get_score(score_id).inactive_when == "above":
+        return values > threshold
+    return values < threshold
+
+
+def pool_rows(
+    stat: torch.Tensor, pool: Pool, rows: range, valid: torch.Tensor, first: torch.Tensor, last: torch.Tensor
+) -> torch.Tensor:
+    """Contribution of one chunk of query rows to a pooled score, as a (B, H) sum.
+
+    ``mean`` returns the sum over the chunk's valid rows (the caller divides by the token count);
+    ``first`` / ``last`` return the statistic at the first / last valid token if it lies in the
+    chunk, and 0 otherwise, so that summing the contributions of all chunks gives the score.
+    """
+    positions = torch.arange(rows.start, rows.stop, device=stat.device)
+    if pool == "mean":
+        weight = valid[:, rows.start : rows.stop].to(stat.dtype)
+    else:
+        target = first if pool == "first" else last
+        weight = (positions.unsqueeze(0) == target.unsqueeze(1)).to(stat.dtype)
+    return torch.einsum("bhc,bc->bh", stat, weight)

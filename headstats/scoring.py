@@ -1,0 +1,127 @@
+"""Scoring token sequences with every head's scores: the public Python entry points."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from headstats import scores as S
+from headstats.attention import ForwardRecord, Probe, _hooked_module
+from headstats.batching import PaddingSide, length_sorted_batches
+
+KEY_COLUMNS = ("sample_id", "layer", "head", "kv_head", "n_tokens")
+
+
+def record_to_table(record: ForwardRecord, sample_ids: Sequence[int], score_ids: Sequence[str], kv_group: int) -> pa.Table:
+    """One forward's scores as rows of (sample, layer, head), the layout of SPEC §6."""
+    first = record.scores[score_ids[0]]
+    b, n_layers, n_heads = first.shape
+    per_sample = n_layers * n_heads
+    heads = np.arange(n_heads, dtype=np.int16)
+    columns: dict[str, np.ndarray] = {
+        "sample_id": np.repeat(np.asarray(sample_ids, dtype=np.int64), per_sample),
+        "layer": np.tile(np.repeat(np.arange(n_layers, dtype=np.int16), n_heads), b),
+        "head": np.tile(heads, b * n_layers),
+        "kv_head": np.tile(heads // kv_group, b * n_layers).astype(np.int16),
+        "n_tokens": np.repeat(record.n_tokens.cpu().numpy().astype(np.int32), per_sample),
+    }
+    for sid in score_ids:
+        columns[sid] = record.scores[sid].float().reshape(-1).cpu().numpy()
+    return pa.table(columns)
+
+
+def kv_group_size(model: PreTrainedModel) -> int:
+    config = model.config.get_text_config()
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    return heads // kv
+
+
+def iter_score_tables(
+    model: PreTrainedModel,
+    sequences: Sequence[Sequence[int]],
+    *,
+    sample_ids: Sequence[int] | None = None,
+    batch_size: int = 8,
+    score_ids: Sequence[str] | None = None,
+    padding_side: PaddingSide = "right",
+    seed: int = 0,
+    progress: bool = True,
+) -> Iterator[pa.Table]:
+    """Yield one Arrow table per batch (rows in batch order); the streaming core of collection."""
+    ids = S.resolve(score_ids)
+    sample_ids = list(range(len(sequences))) if sample_ids is None else list(sample_ids)
+    if len(sample_ids) != len(sequences):
+        raise ValueError("sample_ids must have one entry per sequence")
+    device = next(model.parameters()).device
+    body = _hooked_module(model)
+    group = kv_group_size(model)
+    bar = tqdm(total=len(sequences), desc="scoring", unit="seq", disable=not progress)
+    with Probe(model, ids, seed=seed) as probe, torch.inference_mode():
+        for batch in length_sorted_batches(sequences, batch_size, padding_side=padding_side, device=device):
+            keys = [sample_ids[i] for i in batch.indices]
+            probe.next_sample_keys = torch.as_tensor(keys, dtype=torch.long)
+            probe.last = None
+            body(**batch.model_inputs(), use_cache=False)
+            if probe.last is None:
+                raise RuntimeError(
+                    f"{type(model).__name__}: no attention layer called headstats' attention function; the model "
+                    "must use transformers' AttentionInterface"
+                )
+            yield record_to_table(probe.last, keys, ids, group)
+            bar.update(len(keys))
+    bar.close()
+
+
+def score_sequences(
+    model: PreTrainedModel,
+    sequences: Sequence[Sequence[int]],
+    batch_size: int = 8,
+    *,
+    scores: Sequence[str] | None = None,
+    padding_side: PaddingSide = "right",
+    seed: int = 0,
+    progress: bool = False,
+) -> pd.DataFrame:
+    """Every score of every head for each token-id sequence, in one forward pass per batch.
+
+    Returns one row per (sample_id = index in ``sequences``, layer, head) with the columns
+    ``sample_id, layer, head, kv_head, n_tokens`` and one float32 column per score id. Works on
+    any loaded transformers decoder that uses the AttentionInterface: headstats' attention is
+    selected for the call and the previous implementation restored afterwards. Scores do not
+    depend on the batch size or the padding side.
+    """
+    if len(sequences) == 0:
+        raise ValueError("no sequences to score")
+    tables = list(
+        iter_score_tables(
+            model, sequences, batch_size=batch_size, score_ids=scores, padding_side=padding_side,
+            seed=seed, progress=progress,
+        )  # fmt: skip
+    )
+    frame = pa.concat_tables(tables).to_pandas()
+    return frame.sort_values(["sample_id", "layer", "head"], kind="stable").reset_index(drop=True)
+
+
+def score_texts(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    batch_size: int = 8,
+    *,
+    max_length: int | None = None,
+    add_special_tokens: bool = False,
+    **kwargs: object,
+) -> pd.DataFrame:
+    """:func:`score_sequences` for strings, tokenised with ``tokenizer`` (no special tokens by
+    default, like lm-evaluation-harness for base models; truncated to ``max_length`` tokens)."""
+    encoded = tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]
+    if max_length is not None:
+        encoded = [ids[:max_length] for ids in encoded]
+    return score_sequences(model, encoded, batch_size, **kwargs)  # type: ignore[arg-type]
