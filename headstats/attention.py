@@ -103,6 +103,7 @@ class Probe:
         self.next_sample_keys: torch.Tensor | None = None
         self._sequences_seen = 0
         self._state: _ForwardState | None = None
+        self._token: contextvars.Token | None = None
         self._hooks: list = []
         self._previous_impl: str | None = None
         self._grams: dict[int, tuple[int, torch.Tensor]] = {}
@@ -151,7 +152,9 @@ class Probe:
 
     def _post_forward(self, module: torch.nn.Module, args: tuple, output: object) -> None:
         state, self._state = self._state, None
-        _ACTIVE.reset(self._token)
+        if self._token is not None:
+            _ACTIVE.reset(self._token)
+            self._token = None
         if state is None or not state.layers:
             return
         if len(state.layers) != self.num_layers:
@@ -312,6 +315,10 @@ def attention_with_stats(
         if attention_mask is not None:
             m = attention_mask[:, :, start:stop]
             if m.dtype == torch.bool:
+                # A padded query row may see no key at all; letting every row see itself keeps its
+                # softmax finite (such rows are never scored or read) and changes no valid row,
+                # which always sees itself.
+                m = m | (torch.arange(start, stop, device=m.device)[:, None] == torch.arange(s, device=m.device))
                 logits = logits.masked_fill_(~m, neg)
             else:
                 logits = logits.add_(m.float()).clamp_min_(neg)

@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from headstats import scores as S
-from headstats.attention import ForwardRecord, Probe, _hooked_module
+from headstats.attention import ForwardRecord, Probe, _hooked_module, check_supported
 from headstats.batching import PaddingSide, length_sorted_batches
 
 KEY_COLUMNS = ("sample_id", "layer", "head", "kv_head", "n_tokens")
@@ -55,6 +55,7 @@ def iter_score_tables(
     progress: bool = True,
 ) -> Iterator[pa.Table]:
     """Yield one Arrow table per batch (rows in batch order); the streaming core of collection."""
+    check_supported(model)
     ids = S.resolve(score_ids)
     sample_ids = list(range(len(sequences))) if sample_ids is None else list(sample_ids)
     if len(sample_ids) != len(sequences):

@@ -1,0 +1,187 @@
+"""Zeroing heads inside the forward pass: dynamic, static and random policies (SPEC §3).
+
+All three are policies of one :class:`~headstats.attention.Probe`: the attention function asks the
+policy, in every layer, which heads to zero, and sets those heads' outputs O to 0 at all positions
+of the sequence, before the output projection W_O.
+
+- dynamic (``score`` + ``threshold``): the policy sees the layer's scores, computed on the model as
+  already intervened in the earlier layers, and zeroes every head whose score crosses the
+  threshold in that score's direction (:func:`headstats.scores.is_inactive`);
+- random (``score="random"``, ``threshold=p``): the same rule on fp32 U(0, 1) draws, so each head
+  of each sequence is zeroed with probability p, independently;
+- static (``heads=[(layer, head), ...]``): the same heads for every input; no score is computed.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedModel
+
+from headstats import scores as S
+from headstats.attention import ForwardRecord, Probe
+
+
+def model_shape(model: PreTrainedModel) -> tuple[int, int]:
+    """(layers, query heads per layer) of a decoder model."""
+    config = model.config.get_text_config()
+    return int(config.num_hidden_layers), int(config.num_attention_heads)
+
+
+@dataclass
+class Ablation:
+    """What ran inside :func:`ablate_heads`: the zero mask of every forward pass.
+
+    ``records`` holds one :class:`~headstats.attention.ForwardRecord` per forward pass (its
+    ``zero_mask`` is (batch, layers, heads), True = zeroed). Masks of all passes are concatenated
+    in run order by :meth:`zero_masks`.
+    """
+
+    mode: str  # "dynamic", "random" or "static"
+    score: str | None
+    threshold: float | None
+    heads: tuple[tuple[int, int], ...] | None
+    num_layers: int
+    num_heads: int
+    probe: Probe = field(repr=False)
+
+    @property
+    def records(self) -> list[ForwardRecord]:
+        return self.probe.history
+
+    def zero_masks(self) -> torch.Tensor:
+        """(sequences, layers, heads) bool on the CPU, all forward passes in order."""
+        masks = [r.zero_mask.cpu() for r in self.records if r.zero_mask is not None]
+        if not masks:
+            return torch.zeros(0, self.num_layers, self.num_heads, dtype=torch.bool)
+        return torch.cat(masks)
+
+    def sample_keys(self) -> torch.Tensor:
+        """(sequences,) the sample key of each row of :meth:`zero_masks` (what the random draws used)."""
+        keys = [r.sample_keys.cpu() for r in self.records if r.zero_mask is not None]
+        return torch.cat(keys) if keys else torch.zeros(0, dtype=torch.long)
+
+    def zeroed_per_sequence(self) -> torch.Tensor:
+        """(sequences,) number of heads zeroed in each sequence's forward pass."""
+        return self.zero_masks().sum(dim=(1, 2))
+
+    def realised_fraction(self) -> float:
+        """Mean of the zero mask over (sequence, layer, head): the fraction of heads actually zeroed.
+
+        It can differ a lot from a calibrated target p, because a dynamic score is re-evaluated on
+        the intervened model (zeroing early heads changes later scores)."""
+        masks = self.zero_masks()
+        if masks.numel() == 0:
+            raise ValueError("no forward pass ran inside ablate_heads(...), so nothing was zeroed or measured")
+        return float(masks.float().mean())
+
+    def scores(self) -> dict[str, torch.Tensor]:
+        """The scores each dynamic decision was taken on, (sequences, layers, heads) per score id
+        (only with ``record_scores=True``)."""
+        records = [r for r in self.records if r.scores]
+        if not records:
+            return {}
+        return {sid: torch.cat([r.scores[sid].cpu() for r in records]) for sid in records[0].scores}
+
+    def clear(self) -> None:
+        """Forget the recorded passes (e.g. between the points of a sweep that reuse one context)."""
+        self.probe.history.clear()
+
+
+def _check_threshold(score: str, threshold: object) -> float:
+    if threshold is None:
+        raise ValueError(
+            f"score {score!r} needs a threshold: pass threshold=..., e.g. "
+            "headstats.intervene.threshold_for_fraction(score_table, score, p)"
+        )
+    if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+        raise ValueError(f"threshold must be a real number, not {threshold!r}")
+    value = float(threshold)
+    if not math.isfinite(value):
+        raise ValueError(f"threshold must be finite, not {value}")
+    if S.get_score(score).is_random and not 0.0 <= value <= 1.0:
+        raise ValueError(f"for score 'random' the threshold is the zeroing probability p and must lie in [0, 1], not {value}")
+    return value
+
+
+def _check_heads(heads: Iterable[object], num_layers: int, num_heads: int) -> tuple[tuple[int, int], ...]:
+    checked: dict[tuple[int, int], None] = {}
+    for item in heads:
+        try:
+            layer, head = item  # type: ignore[misc]
+        except (TypeError, ValueError):
+            raise ValueError(f"heads must be (layer, head) pairs, got {item!r}") from None
+        if isinstance(layer, bool) or isinstance(head, bool) or not (
+            isinstance(layer, numbers.Integral) and isinstance(head, numbers.Integral)
+        ):
+            raise ValueError(f"heads must be pairs of integers, got {item!r}")
+        if not (0 <= layer < num_layers and 0 <= head < num_heads):
+            raise ValueError(
+                f"head ({layer}, {head}) is out of range: the model has {num_layers} layers (0..{num_layers - 1}) "
+                f"and {num_heads} heads per layer (0..{num_heads - 1})"
+            )
+        checked[(int(layer), int(head))] = None
+    return tuple(checked)
+
+
+@contextmanager
+def ablate_heads(
+    model: PreTrainedModel,
+    score: str | None = None,
+    threshold: float | None = None,
+    heads: Iterable[tuple[int, int]] | None = None,
+    seed: int = 0,
+    *,
+    record_scores: bool = False,
+) -> Iterator[Ablation]:
+    """Zero attention heads of ``model`` for every forward pass run inside the ``with`` block.
+
+    ``with ablate_heads(model, score="ahon_ln", threshold=t) as ab:`` zeroes, per sequence and layer,
+    every head whose score crosses ``t`` (dynamic); ``score="random", threshold=p, seed=s`` zeroes each
+    head with probability p (draws fixed by seed, sample key, layer, head); ``heads=[(layer, head), ...]``
+    zeroes the same heads for every input (static, no scores computed). The yielded
+    :class:`Ablation` records the zero masks; ``ab.realised_fraction()`` is the fraction zeroed.
+    Leaving the block restores the model's attention implementation, so it computes exactly what it
+    did before. ``record_scores=True`` also keeps the scores each dynamic decision was taken on.
+
+    Run the model with its 2-D ``attention_mask`` (padding must be known) and without a KV cache.
+    """
+    num_layers, num_heads = model_shape(model)
+    if (score is None) == (heads is None):
+        raise ValueError(
+            "give either score= (with threshold=) for dynamic or random zeroing, or heads=[(layer, head), ...] "
+            "for static zeroing" + (", not both" if score is not None else "")
+        )
+    if heads is not None:
+        if threshold is not None:
+            raise ValueError("static zeroing (heads=...) takes no threshold")
+        static = _check_heads(heads, num_layers, num_heads)
+        mask = torch.zeros(num_layers, num_heads, dtype=torch.bool)
+        for layer, head in static:
+            mask[layer, head] = True
+        mask = mask.to(next(model.parameters()).device)
+
+        def static_policy(layer: int, _scores: dict[str, torch.Tensor], keys: torch.Tensor) -> torch.Tensor:
+            return mask[layer].unsqueeze(0).expand(len(keys), num_heads)
+
+        # No score ids: the attention function then computes attention only (the fast path).
+        probe = Probe(model, (), static_policy, seed=seed, keep_history=True, record_scores=False)
+        ablation = Ablation("static", None, None, static, num_layers, num_heads, probe)
+    else:
+        assert score is not None
+        sid = S.get_score(score).id
+        tau = _check_threshold(sid, threshold)
+
+        def dynamic_policy(layer: int, scores: dict[str, torch.Tensor], _keys: torch.Tensor) -> torch.Tensor:
+            return S.is_inactive(sid, scores[sid], tau)
+
+        probe = Probe(model, (sid,), dynamic_policy, seed=seed, keep_history=True, record_scores=record_scores)
+        mode = "random" if S.get_score(sid).is_random else "dynamic"
+        ablation = Ablation(mode, sid, tau, None, num_layers, num_heads, probe)
+    with probe:
+        yield ablation

@@ -1,0 +1,135 @@
+"""Tiny randomly initialised decoders of the families headstats must serve, and an independent
+way to read their attention: eager attention weights (``output_attentions``) plus hooks on the value
+and output projections. Nothing here uses headstats' own attention code."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    Gemma2Config,
+    Gemma3TextConfig,
+    GPT2Config,
+    LlamaConfig,
+    MistralConfig,
+    Olmo2Config,
+    Phi3Config,
+    PretrainedConfig,
+    Qwen2Config,
+    Qwen3Config,
+)
+
+VOCAB = 128
+COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
+
+CONFIGS: dict[str, Callable[[], PretrainedConfig]] = {
+    "llama": lambda: LlamaConfig(**COMMON),
+    "qwen2": lambda: Qwen2Config(**COMMON),
+    "qwen3": lambda: Qwen3Config(**COMMON, head_dim=16),
+    "mistral": lambda: MistralConfig(**COMMON, sliding_window=None),
+    "olmo2": lambda: Olmo2Config(**COMMON, pad_token_id=0, eos_token_id=2),
+    # Gemma-3: a sliding window shorter than the test sequences, so local layers really are local.
+    "gemma3": lambda: Gemma3TextConfig(
+        **{**COMMON, "num_key_value_heads": 1}, head_dim=16, sliding_window=4, query_pre_attn_scalar=16,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+    ),
+    # Gemma-2: attention-logit softcapping.
+    "gemma2": lambda: Gemma2Config(
+        **COMMON, head_dim=16, sliding_window=4, query_pre_attn_scalar=16, attn_logit_softcapping=5.0,
+        layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+    ),
+    "phi3": lambda: Phi3Config(**COMMON, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+    "gpt2": lambda: GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=3, n_head=4, n_positions=256, bos_token_id=1,
+                               eos_token_id=2),
+}  # fmt: skip
+
+
+def tiny_model(family: str, seed: int = 0, attn: str = "eager") -> torch.nn.Module:
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(CONFIGS[family](), attn_implementation=attn)
+    # Random init gives near-uniform attention; sharpen queries so scores differ between heads.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if any(k in name for k in ("q_proj", "k_proj", "c_attn", "qkv_proj")) and p.dim() == 2:
+                p.mul_(4.0)
+    return model.eval()
+
+
+def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    base = model.base_model
+    layers = base.h if hasattr(base, "h") else base.layers
+    return [layer.attn if hasattr(layer, "attn") else layer.self_attn for layer in layers]
+
+
+def _geometry(model: torch.nn.Module) -> tuple[int, int, int]:
+    config = model.config
+    heads = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return heads, kv, head_dim
+
+
+def eager_internals(model: torch.nn.Module, ids: list[int]) -> list[dict[str, torch.Tensor]]:
+    """For one unpadded sequence: per layer A (H, S, S), V (H, S, D) expanded to query heads,
+    O (H, S, D) and W_O as a (H*D, d_model) matrix mapping concatenated head outputs to the residual."""
+    heads, kv, d = _geometry(model)
+    captured: list[dict[str, torch.Tensor]] = [{} for _ in attention_modules(model)]
+    hooks = []
+    for i, attn in enumerate(attention_modules(model)):
+        if hasattr(attn, "v_proj"):
+            hooks.append(attn.v_proj.register_forward_hook(lambda m, a, out, i=i: captured[i].__setitem__("v", out)))
+        elif hasattr(attn, "qkv_proj"):  # Phi-3: [q | k | v]
+            hooks.append(attn.qkv_proj.register_forward_hook(
+                lambda m, a, out, i=i: captured[i].__setitem__("v", out[..., (heads + kv) * d :])))  # fmt: skip
+        else:  # GPT-2: c_attn = [q | k | v], each of width n_embd
+            hooks.append(attn.c_attn.register_forward_hook(
+                lambda m, a, out, i=i: captured[i].__setitem__("v", out[..., 2 * heads * d :])))  # fmt: skip
+        proj = attn.o_proj if hasattr(attn, "o_proj") else attn.c_proj
+        hooks.append(proj.register_forward_pre_hook(lambda m, a, i=i: captured[i].__setitem__("o", a[0])))
+        w = proj.weight.detach().float()
+        captured[i]["w_o"] = w.t() if isinstance(proj, torch.nn.Linear) else w
+    try:
+        with torch.no_grad():
+            out = model(torch.tensor([ids]), output_attentions=True, use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    s = len(ids)
+    for layer, att in zip(captured, out.attentions, strict=True):
+        layer["a"] = att[0].float()
+        layer["v"] = layer["v"][0].float().view(s, kv, d).transpose(0, 1).repeat_interleave(heads // kv, dim=0)
+        layer["o"] = layer["o"][0].float().view(s, heads, d).transpose(0, 1)
+    return captured
+
+
+def reference_scores(model: torch.nn.Module, ids: list[int]) -> dict[str, torch.Tensor]:
+    """Every non-random score id of SPEC §2, (L, H), by the formulas written out literally."""
+    heads, _, d = _geometry(model)
+    per_layer: dict[str, list[torch.Tensor]] = {}
+    for layer in eager_internals(model, ids):
+        a, v, o, w = layer["a"], layer["v"], layer["o"], layer["w_o"]
+        raw = {
+            "awft": a[:, :, 0].mean(-1),
+            "entropy": (-torch.special.xlogy(a, a).sum(-1)).mean(-1),
+            "ftvvn": v[:, 0].norm(dim=-1),
+            "avvn": v.norm(dim=-1).mean(-1),
+            "lthon": o[:, -1].norm(dim=-1),
+            "ahon": o.norm(dim=-1).mean(-1),
+            "fhon": torch.stack([(o[h] @ w[h * d : (h + 1) * d]).norm(dim=-1).mean() for h in range(heads)]),
+        }
+        for name in ("awft", "entropy", "ftvvn", "avvn", "ahon", "fhon"):
+            raw[f"{name}_ln"] = _ratio(raw[name], raw[name].mean())
+        raw["lthon_ln"] = _ratio(raw["lthon"], raw["ahon"].mean())
+        raw["lthon_hn"] = _ratio(raw["lthon"], raw["ahon"])
+        for k, val in raw.items():
+            per_layer.setdefault(k, []).append(val)
+    return {k: torch.stack(v) for k, v in per_layer.items()}
+
+
+def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """SPEC leaves 0/0 to headstats, which defines it as 0 (all raw scores are non-negative)."""
+    den = torch.as_tensor(den).expand_as(num)
+    return torch.where(den == 0, torch.zeros_like(num), num / torch.where(den == 0, 1.0, den))
