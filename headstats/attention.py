@@ -226,10 +226,18 @@ class Probe:
         if any(S.SCORES[r].needs_out_proj for r in self.raw_ids):
             gram = self.out_proj_gram(module, h, d)
         output, raw, n_tokens = attention_with_stats(
-            query, key, value, attention_mask, scaling if scaling is not None else d**-0.5,
-            softcap=softcap, valid=valid, raw_ids=self.raw_ids, out_proj_gram=gram,
-            chunk_bytes=self.chunk_bytes, causal=getattr(module, "is_causal", True),
-        )  # fmt: skip
+            query,
+            key,
+            value,
+            attention_mask,
+            scaling if scaling is not None else d**-0.5,
+            softcap=softcap,
+            valid=valid,
+            raw_ids=self.raw_ids,
+            out_proj_gram=gram,
+            chunk_bytes=self.chunk_bytes,
+            causal=getattr(module, "is_causal", True),
+        )
         layer_scores = derive_scores(raw, self.score_ids, layer, keys, self.seed, h)
         zero = None
         if self.policy is not None:
@@ -329,9 +337,15 @@ def attention_with_stats(
         if not stats:
             continue
         rows = S.TokenRows(
-            probs=probs, logits=logits, log_normaliser=lse, kv_values=v32[:, :, start:stop],
-            group_size=group, outputs=o, first=first, out_proj_gram=out_proj_gram,
-        )  # fmt: skip
+            probs=probs,
+            logits=logits,
+            log_normaliser=lse,
+            kv_values=v32[:, :, start:stop],
+            group_size=group,
+            outputs=o,
+            first=first,
+            out_proj_gram=out_proj_gram,
+        )
         computed: dict[S.TokenStat, torch.Tensor] = {}
         span = range(start, stop)
         for sid, score in stats.items():

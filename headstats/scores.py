@@ -170,62 +170,110 @@ def _raw_with_ln(
 
 
 _raw_with_ln(
-    "awft", "avg weight of first token", "above", first_token_weight, "mean",
+    "awft",
+    "avg weight of first token",
+    "above",
+    first_token_weight,
+    "mean",
     "mean over valid query rows t of A[t, first]; high = an attention sink",
-)  # fmt: skip
+)
 _raw_with_ln(
-    "entropy", "avg attention entropy", "below", attention_entropy, "mean",
+    "entropy",
+    "avg attention entropy",
+    "below",
+    attention_entropy,
+    "mean",
     "mean over valid query rows of -sum_s A[t,s] ln A[t,s]",
-)  # fmt: skip
+)
 _raw_with_ln(
-    "ftvvn", "first-token value-vector norm", "below", value_norm, "first",
+    "ftvvn",
+    "first-token value-vector norm",
+    "below",
+    value_norm,
+    "first",
     "||V[first]||_2 of the head's (shared, under GQA) value vectors",
-)  # fmt: skip
+)
 _raw_with_ln(
-    "avvn", "avg value-vector norm", "below", value_norm, "mean",
+    "avvn",
+    "avg value-vector norm",
+    "below",
+    value_norm,
+    "mean",
     "mean over valid tokens of ||V[t]||_2",
-)  # fmt: skip
+)
 _raw_with_ln(
-    "ahon", "avg head-output norm", "below", output_norm, "mean",
+    "ahon",
+    "avg head-output norm",
+    "below",
+    output_norm,
+    "mean",
     "mean over valid tokens of ||O[t]||_2 (ahon_ln is the study's most reliable score)",
-)  # fmt: skip
+)
 register(
     Score(
-        "lthon", "last-token head-output norm", "below", stat=output_norm, pool="last",
+        "lthon",
+        "last-token head-output norm",
+        "below",
+        stat=output_norm,
+        pool="last",
         description="||O[T]||_2 at the last valid token T",
     )
-)  # fmt: skip
+)
 register(
     Score(
-        "lthon_ln", "last-token head-output norm, layer-normalised", "below",
+        "lthon_ln",
+        "last-token head-output norm, layer-normalised",
+        "below",
         ratio=Ratio("lthon", "ahon", "layer"),
         description="||O[T]|| divided by the layer mean of the token-averaged norm (ahon)",
     )
-)  # fmt: skip
+)
 register(
     Score(
-        "lthon_hn", "last-token head-output norm, head-normalised", "below",
+        "lthon_hn",
+        "last-token head-output norm, head-normalised",
+        "below",
         ratio=Ratio("lthon", "ahon", "head"),
         description="||O[T]|| divided by the same head's token-averaged norm (ahon)",
     )
-)  # fmt: skip
+)
 _raw_with_ln(
-    "fhon", "full head-output norm", "below", projected_output_norm, "mean",
+    "fhon",
+    "full head-output norm",
+    "below",
+    projected_output_norm,
+    "mean",
     "mean over valid tokens of ||W_O[:, h] O[t]||_2, the head's contribution to the residual stream",
     needs_out_proj=True,
-)  # fmt: skip
+)
 register(
     Score(
-        "random", "random baseline", "below",
+        "random",
+        "random baseline",
+        "below",
         description="u ~ U(0, 1) in fp32, independent per (sequence, layer, head); zeroes a fraction p when tau = p",
     )
-)  # fmt: skip
+)
 
 # Column order of every table: the order of SPEC §2.
 SCORE_IDS: tuple[str, ...] = (
-    "awft", "awft_ln", "entropy", "entropy_ln", "ftvvn", "ftvvn_ln", "avvn", "avvn_ln",
-    "lthon", "lthon_ln", "lthon_hn", "ahon", "ahon_ln", "fhon", "fhon_ln", "random",
-)  # fmt: skip
+    "awft",
+    "awft_ln",
+    "entropy",
+    "entropy_ln",
+    "ftvvn",
+    "ftvvn_ln",
+    "avvn",
+    "avvn_ln",
+    "lthon",
+    "lthon_ln",
+    "lthon_hn",
+    "ahon",
+    "ahon_ln",
+    "fhon",
+    "fhon_ln",
+    "random",
+)
 assert set(SCORE_IDS) == set(SCORES), "SCORE_IDS must list every registered score"
 SCORES = {sid: SCORES[sid] for sid in SCORE_IDS}
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -18,7 +19,9 @@ from headstats.batching import PaddingSide, length_sorted_batches
 KEY_COLUMNS = ("sample_id", "layer", "head", "kv_head", "n_tokens")
 
 
-def record_to_table(record: ForwardRecord, sample_ids: Sequence[int], score_ids: Sequence[str], kv_group: int) -> pa.Table:
+def record_to_table(
+    record: ForwardRecord, sample_ids: Sequence[int], score_ids: Sequence[str], kv_group: int
+) -> pa.Table:
     """One forward's scores as rows of (sample, layer, head), the layout of SPEC §6."""
     first = record.scores[score_ids[0]]
     b, n_layers, n_heads = first.shape
@@ -45,39 +48,51 @@ def kv_group_size(model: PreTrainedModel) -> int:
 
 def iter_score_tables(
     model: PreTrainedModel,
-    sequences: Sequence[Sequence[int]],
+    items: Iterable[tuple[int, Sequence[int]]],
     *,
-    sample_ids: Sequence[int] | None = None,
     batch_size: int = 8,
+    window: int | None = None,
     score_ids: Sequence[str] | None = None,
     padding_side: PaddingSide = "right",
     seed: int = 0,
-    progress: bool = True,
+    progress: bool | tqdm = True,
+    total: int | None = None,
 ) -> Iterator[pa.Table]:
-    """Yield one Arrow table per batch (rows in batch order); the streaming core of collection."""
+    """Score a stream of (sample_id, token ids); yield one Arrow table per batch.
+
+    The stream is read ``window`` sequences at a time (default 16 batches) and each window is
+    batched by length, so padding stays small while memory stays flat however long the stream is.
+    This is the streaming core of collection; :func:`score_sequences` wraps it for in-memory lists.
+    """
     check_supported(model)
     ids = S.resolve(score_ids)
-    sample_ids = list(range(len(sequences))) if sample_ids is None else list(sample_ids)
-    if len(sample_ids) != len(sequences):
-        raise ValueError("sample_ids must have one entry per sequence")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    window = window or 16 * batch_size
     device = next(model.parameters()).device
     body = _hooked_module(model)
     group = kv_group_size(model)
-    bar = tqdm(total=len(sequences), desc="scoring", unit="seq", disable=not progress)
+    bar = (
+        progress if isinstance(progress, tqdm) else tqdm(total=total, desc="scoring", unit="seq", disable=not progress)
+    )
+    iterator = iter(items)
     with Probe(model, ids, seed=seed) as probe, torch.inference_mode():
-        for batch in length_sorted_batches(sequences, batch_size, padding_side=padding_side, device=device):
-            keys = [sample_ids[i] for i in batch.indices]
-            probe.next_sample_keys = torch.as_tensor(keys, dtype=torch.long)
-            probe.last = None
-            body(**batch.model_inputs(), use_cache=False)
-            if probe.last is None:
-                raise RuntimeError(
-                    f"{type(model).__name__}: no attention layer called headstats' attention function; the model "
-                    "must use transformers' AttentionInterface"
-                )
-            yield record_to_table(probe.last, keys, ids, group)
-            bar.update(len(keys))
-    bar.close()
+        while chunk := list(itertools.islice(iterator, window)):
+            keys, sequences = zip(*chunk, strict=True)
+            for batch in length_sorted_batches(sequences, batch_size, padding_side=padding_side, device=device):
+                batch_keys = [keys[i] for i in batch.indices]
+                probe.next_sample_keys = torch.as_tensor(batch_keys, dtype=torch.long)
+                probe.last = None
+                body(**batch.model_inputs(), use_cache=False)
+                if probe.last is None:
+                    raise RuntimeError(
+                        f"{type(model).__name__}: no attention layer called headstats' attention function; the "
+                        "model must use transformers' AttentionInterface"
+                    )
+                yield record_to_table(probe.last, batch_keys, ids, group)
+                bar.update(len(batch_keys))
+    if bar is not progress:
+        bar.close()
 
 
 def score_sequences(
@@ -102,9 +117,16 @@ def score_sequences(
         raise ValueError("no sequences to score")
     tables = list(
         iter_score_tables(
-            model, sequences, batch_size=batch_size, score_ids=scores, padding_side=padding_side,
-            seed=seed, progress=progress,
-        )  # fmt: skip
+            model,
+            enumerate(sequences),
+            batch_size=batch_size,
+            window=len(sequences),
+            score_ids=scores,
+            padding_side=padding_side,
+            seed=seed,
+            progress=progress,
+            total=len(sequences),
+        )
     )
     frame = pa.concat_tables(tables).to_pandas()
     return frame.sort_values(["sample_id", "layer", "head"], kind="stable").reset_index(drop=True)

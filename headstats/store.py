@@ -87,7 +87,9 @@ def ensure_writable(root: str | os.PathLike) -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as err:
-        raise StoreError(f"output directory {str(path)!r} is not writable ({err.strerror or err}); choose another --out")
+        raise StoreError(
+            f"output directory {str(path)!r} is not writable ({err.strerror or err}); choose another --out"
+        ) from err
     return path
 
 
@@ -139,9 +141,11 @@ def _dataset(root: str | os.PathLike, what: str) -> pads.Dataset:
         raise StoreError(f"no {what} tables under {str(path)!r}: run `headstats collect` / `headstats ablate` first")
     try:
         return pads.dataset(
-            [str(f) for f in sorted(files)], format="parquet", partitioning=pads.partitioning(flavor="hive"),
+            [str(f) for f in sorted(files)],
+            format="parquet",
+            partitioning=pads.partitioning(flavor="hive"),
             partition_base_dir=str(path),
-        )  # fmt: skip
+        )
     except (pa.ArrowInvalid, OSError) as err:
         raise StoreError(f"cannot read the {what} tables under {str(path)!r}: {err}") from err
 

@@ -22,8 +22,15 @@ from transformers import (
 )
 
 VOCAB = 128
-COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=256)  # fmt: skip
+COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 
 CONFIGS: dict[str, Callable[[], PretrainedConfig]] = {
     "llama": lambda: LlamaConfig(**COMMON),
@@ -33,18 +40,26 @@ CONFIGS: dict[str, Callable[[], PretrainedConfig]] = {
     "olmo2": lambda: Olmo2Config(**COMMON, pad_token_id=0, eos_token_id=2),
     # Gemma-3: a sliding window shorter than the test sequences, so local layers really are local.
     "gemma3": lambda: Gemma3TextConfig(
-        **{**COMMON, "num_key_value_heads": 1}, head_dim=16, sliding_window=4, query_pre_attn_scalar=16,
+        **{**COMMON, "num_key_value_heads": 1},
+        head_dim=16,
+        sliding_window=4,
+        query_pre_attn_scalar=16,
         layer_types=["sliding_attention", "full_attention", "sliding_attention"],
     ),
     # Gemma-2: attention-logit softcapping.
     "gemma2": lambda: Gemma2Config(
-        **COMMON, head_dim=16, sliding_window=4, query_pre_attn_scalar=16, attn_logit_softcapping=5.0,
+        **COMMON,
+        head_dim=16,
+        sliding_window=4,
+        query_pre_attn_scalar=16,
+        attn_logit_softcapping=5.0,
         layer_types=["sliding_attention", "full_attention", "sliding_attention"],
     ),
     "phi3": lambda: Phi3Config(**COMMON, pad_token_id=0, bos_token_id=1, eos_token_id=2),
-    "gpt2": lambda: GPT2Config(vocab_size=VOCAB, n_embd=64, n_layer=3, n_head=4, n_positions=256, bos_token_id=1,
-                               eos_token_id=2),
-}  # fmt: skip
+    "gpt2": lambda: GPT2Config(
+        vocab_size=VOCAB, n_embd=64, n_layer=3, n_head=4, n_positions=256, bos_token_id=1, eos_token_id=2
+    ),
+}
 
 
 def tiny_model(family: str, seed: int = 0, attn: str = "eager") -> torch.nn.Module:
@@ -82,11 +97,17 @@ def eager_internals(model: torch.nn.Module, ids: list[int]) -> list[dict[str, to
         if hasattr(attn, "v_proj"):
             hooks.append(attn.v_proj.register_forward_hook(lambda m, a, out, i=i: captured[i].__setitem__("v", out)))
         elif hasattr(attn, "qkv_proj"):  # Phi-3: [q | k | v]
-            hooks.append(attn.qkv_proj.register_forward_hook(
-                lambda m, a, out, i=i: captured[i].__setitem__("v", out[..., (heads + kv) * d :])))  # fmt: skip
+            hooks.append(
+                attn.qkv_proj.register_forward_hook(
+                    lambda m, a, out, i=i: captured[i].__setitem__("v", out[..., (heads + kv) * d :])
+                )
+            )
         else:  # GPT-2: c_attn = [q | k | v], each of width n_embd
-            hooks.append(attn.c_attn.register_forward_hook(
-                lambda m, a, out, i=i: captured[i].__setitem__("v", out[..., 2 * heads * d :])))  # fmt: skip
+            hooks.append(
+                attn.c_attn.register_forward_hook(
+                    lambda m, a, out, i=i: captured[i].__setitem__("v", out[..., 2 * heads * d :])
+                )
+            )
         proj = attn.o_proj if hasattr(attn, "o_proj") else attn.c_proj
         hooks.append(proj.register_forward_pre_hook(lambda m, a, i=i: captured[i].__setitem__("o", a[0])))
         w = proj.weight.detach().float()
