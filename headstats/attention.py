@@ -66,6 +66,7 @@ class _ForwardState:
     sample_keys: torch.Tensor | None
     layers: dict[int, tuple[dict[str, torch.Tensor], torch.Tensor | None]] = field(default_factory=dict)
     calls: int = 0
+    masks: dict = field(default_factory=dict)  # per-forward cache of blocked-key masks (see _blocked)
 
 
 class Probe:
@@ -237,6 +238,7 @@ class Probe:
             out_proj_gram=gram,
             chunk_bytes=self.chunk_bytes,
             causal=getattr(module, "is_causal", True),
+            mask_cache=state.masks,
         )
         layer_scores = derive_scores(raw, self.score_ids, layer, keys, self.seed, h)
         zero = None
@@ -288,6 +290,7 @@ def attention_with_stats(
     out_proj_gram: torch.Tensor | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     causal: bool = True,
+    mask_cache: dict | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
     """Exact attention plus the pooled raw scores of every head, in one pass over query chunks.
 
@@ -313,25 +316,21 @@ def attention_with_stats(
     sums = {sid: torch.zeros(b, h, dtype=torch.float32, device=query.device) for sid in raw_ids}
     chunk = max(1, min(s, chunk_bytes // max(1, b * h * s * 4)))
     neg = torch.finfo(torch.float32).min
+    cache = {} if mask_cache is None else mask_cache
     for start in range(0, s, chunk):
         stop = min(s, start + chunk)
         c = stop - start
-        q = query[:, :, start:stop].float().reshape(b, kvh, group * c, d)
-        logits = torch.matmul(q, k32).mul_(scaling).view(b, h, c, s)
+        # Scaling q before the product saves a pass over the (rows x keys) logits.
+        q = (query[:, :, start:stop].float() * scaling).reshape(b, kvh, group * c, d)
+        logits = torch.matmul(q, k32).view(b, h, c, s)
         if softcap is not None:
             logits = torch.tanh(logits / softcap) * softcap
         if attention_mask is not None:
-            m = attention_mask[:, :, start:stop]
-            if m.dtype == torch.bool:
-                # A padded query row may see no key at all; letting every row see itself keeps its
-                # softmax finite (such rows are never scored or read) and changes no valid row,
-                # which always sees itself.
-                m = m | (torch.arange(start, stop, device=m.device)[:, None] == torch.arange(s, device=m.device))
-                logits = logits.masked_fill_(~m, neg)
+            if attention_mask.dtype == torch.bool:
+                logits = logits.masked_fill_(_blocked(attention_mask, start, stop, cache), neg)
             else:
-                logits = logits.add_(m.float()).clamp_min_(neg)
-        lse = torch.logsumexp(logits, dim=-1)
-        probs = torch.exp(logits - lse.unsqueeze(-1))
+                logits = logits.add_(attention_mask[:, :, start:stop].float()).clamp_min_(neg)
+        probs = torch.softmax(logits, dim=-1)
         o = torch.matmul(probs.view(b, kvh, group * c, s), v32).view(b, h, c, d)
         out[:, start:stop] = o.transpose(1, 2).to(out.dtype)
         if not stats:
@@ -339,7 +338,7 @@ def attention_with_stats(
         rows = S.TokenRows(
             probs=probs,
             logits=logits,
-            log_normaliser=lse,
+            start=start,
             kv_values=v32[:, :, start:stop],
             group_size=group,
             outputs=o,
@@ -358,6 +357,19 @@ def attention_with_stats(
     for sid, score in stats.items():
         raw[sid] = sums[sid] / count if score.pool == "mean" else sums[sid]
     return out, raw, n_tokens
+
+
+def _blocked(mask: torch.Tensor, start: int, stop: int, cache: dict) -> torch.Tensor:
+    """Keys a chunk of query rows must not see, computed once per mask and chunk per forward pass
+    (layers of one type share their mask). Every row may see itself: a padded query row may
+    otherwise see no key at all, and its softmax would be 0/0. Such rows are never scored or read,
+    and a valid row always sees itself, so this changes no number that matters."""
+    key = (id(mask), start, stop)
+    if key not in cache:
+        rows = torch.arange(start, stop, device=mask.device)[:, None]
+        diagonal = rows == torch.arange(mask.shape[-1], device=mask.device)
+        cache[key] = ~(mask[:, :, start:stop] | diagonal)
+    return cache[key]
 
 
 # -- registration with transformers ----------------------------------------------------------------

@@ -31,16 +31,17 @@ Pool = Literal["mean", "first", "last"]
 
 @dataclass
 class TokenRows:
-    """What one layer's attention exposes for a chunk of query rows ``[start, stop)``.
+    """What one layer's attention exposes for a chunk of query rows ``[start, start + C)``.
 
-    Shapes: B sequences, H query heads, C = stop - start query rows, S key positions, D head dim.
-    All tensors are fp32. ``probs`` and ``logits`` are already masked (a masked key has probability
-    exactly 0 and a finite, very negative logit), so sums over keys need no further masking.
+    Shapes: B sequences, H query heads, C query rows, S key positions, D head dim. All tensors are
+    fp32. ``probs`` and ``logits`` are already masked (a masked key has probability exactly 0 and a
+    finite, very negative logit), so sums over keys need no further masking; every row, padded
+    ones included, sees at least itself.
     """
 
     probs: torch.Tensor  # (B, H, C, S) attention probabilities A[t, s]
     logits: torch.Tensor  # (B, H, C, S) pre-softmax logits z[t, s] (after mask and softcap)
-    log_normaliser: torch.Tensor  # (B, H, C) logsumexp of the logits of each row
+    start: int  # position of the chunk's first query row
     kv_values: torch.Tensor  # (B, KVH, C, D) value vectors of the chunk's tokens, per KV head
     group_size: int  # query heads per KV head (GQA); query head h reads KV head h // group_size
     outputs: torch.Tensor  # (B, H, C, D) head outputs O[t] = sum_s A[t, s] V[s]
@@ -50,6 +51,20 @@ class TokenRows:
     @cached_property
     def output_norm(self) -> torch.Tensor:
         return torch.linalg.vector_norm(self.outputs, dim=-1)
+
+    @cached_property
+    def log_normaliser(self) -> torch.Tensor:
+        """(B, H, C) logsumexp of each row's logits, read off the softmax at the diagonal
+        (ln A[t, t] = z[t, t] - lse[t]; the diagonal is never masked) instead of another pass over
+        the row; rows whose diagonal probability underflows are recomputed exactly."""
+        b, h, c, s = self.probs.shape
+        diag = torch.arange(self.start, self.start + c, device=self.probs.device).view(1, 1, c, 1).expand(b, h, c, 1)
+        p_tt = self.probs.gather(-1, diag).squeeze(-1)
+        lse = self.logits.gather(-1, diag).squeeze(-1) - torch.log(p_tt)
+        tiny = p_tt < 1e-30
+        if tiny.any():
+            lse[tiny] = torch.logsumexp(self.logits[tiny], dim=-1)
+        return lse
 
 
 # --- token statistics: (TokenRows) -> (B, H, C) -------------------------------------------------
@@ -68,7 +83,7 @@ def attention_entropy(rows: TokenRows) -> torch.Tensor:
     The two are equal for a softmax (ln A = z - lse), and the second needs no logarithm per
     element and no special case for A = 0 (masked keys have A = 0 exactly, so they add nothing).
     """
-    return rows.log_normaliser - (rows.probs * rows.logits).sum(-1)
+    return rows.log_normaliser - torch.einsum("bhcs,bhcs->bhc", rows.probs, rows.logits)
 
 
 def value_norm(rows: TokenRows) -> torch.Tensor:
