@@ -57,7 +57,7 @@ class TokenRows:
         """(B, H, C) logsumexp of each row's logits, read off the softmax at the diagonal
         (ln A[t, t] = z[t, t] - lse[t]; the diagonal is never masked) instead of another pass over
         the row; rows whose diagonal probability underflows are recomputed exactly."""
-        b, h, c, s = self.probs.shape
+        b, h, c, _ = self.probs.shape
         diag = torch.arange(self.start, self.start + c, device=self.probs.device).view(1, 1, c, 1).expand(b, h, c, 1)
         p_tt = self.probs.gather(-1, diag).squeeze(-1)
         lse = self.logits.gather(-1, diag).squeeze(-1) - torch.log(p_tt)
