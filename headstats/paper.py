@@ -1,0 +1,204 @@
+"""``headstats paper``: the study's Table 2 and MMLU figures, rebuilt from its published numbers.
+
+The study (Sandoval-Segura et al., ICLR 2026) published every MMLU intervention point in the saved
+outputs of its notebook; headstats bundles them (``headstats/data/paper_mmlu_curves.json``, MIT
+licence, see ``headstats/data/README.md``). :func:`paper_points` turns them into the per-point table
+that :func:`headstats.intervene.summarize_interventions` returns for headstats' own results, so the
+same code (:func:`headstats.intervene.summarize_curves`, :mod:`headstats.stats.ranking`,
+:mod:`headstats.plots`, :func:`headstats.report.add_curve_sections`) produces both the paper's
+figures and those of a new run.
+
+Choices, each checked against the notebook ``plot-accuracy-vs-percent-of-heads-zeroed.ipynb``:
+
+- baseline = the ``Random`` curve's first point (p = 0), the notebook's ``RandomHeads:0.0`` run;
+- Table 2's "best other" is the best within-1-point value over every curve except ``awft``
+  (``Dormant``): the notebook's cell sets apart only ``Dormant``, so ``random`` counts among the
+  others (it never wins on the published curves: at most 1.85% against at least 5.76%);
+- ranks by the normalised AUC (``norm_auc``), as the notebook's Figures 3, 5 and 6;
+- top-3 panels: ``random`` plus the three best non-random curves (the notebook drew random plus
+  the top three, which would show only two scores if random ranked in the top three; it does not
+  for the three models shown).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+from headstats import store
+from headstats.intervene.summary import BASELINE, POINT_COLUMNS, summarize_curves
+from headstats.scores import get_score
+from headstats.stats import ranking
+
+DATA_FILE = "paper_mmlu_curves.json"
+TASK = "mmlu"
+
+# Class names of the study's code -> headstats score ids (SPEC §7).
+PAPER_SCORE_IDS: dict[str, str] = {
+    "Random": "random",
+    "Dormant": "awft",
+    "NormalizedDormant": "awft_ln",
+    "Entropy": "entropy",
+    "NormalizedEntropy": "entropy_ln",
+    "ValueVectorMagnitudeFirstToken": "ftvvn",
+    "ValueVectorMagnitudeNormalizedFirstToken": "ftvvn_ln",
+    "ValueVectorAvgMagnitude": "avvn",
+    "ValueVectorAvgNormalizedMagnitude": "avvn_ln",
+    "HeadOutputMagnitudeLastToken": "lthon",
+    "HeadOutputMagnitudeNormalizedLastToken": "lthon_ln",
+    "HeadOutputMagnitudeNormalizedHeadLastToken": "lthon_hn",
+    "UnnormalizedHONOR": "ahon",
+    "HONOR": "ahon_ln",
+}
+# The models of the study's Figure 4 (random + top-3 curves).
+TOP_CURVE_MODELS = ("Llama-3.1-8B-Instruct", "OLMo-2-1124-7B-Instruct", "Qwen2.5-3B")
+TARGETS = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
+
+
+def load_published() -> dict[str, dict[str, list[list[float]]]]:
+    """The bundled JSON: model -> class name -> [[threshold, realised %, accuracy %], ...]."""
+    text = resources.files("headstats").joinpath("data", DATA_FILE).read_text()
+    return json.loads(text)
+
+
+def _targets(score_id: str, thresholds: list[float]) -> list[float]:
+    """Recover each point's target p: the study calibrated one threshold per p in :data:`TARGETS`,
+    monotone in the score's direction (larger p = smaller threshold for "above" scores)."""
+    if get_score(score_id).is_random:
+        return [float(t) for t in thresholds]  # random's threshold is p itself
+    if len(thresholds) != len(TARGETS) or len(set(thresholds)) != len(thresholds):
+        raise ValueError(f"{score_id}: expected {len(TARGETS)} distinct thresholds, got {thresholds}")
+    descending = get_score(score_id).inactive_when == "above"
+    order = sorted(range(len(thresholds)), key=lambda i: thresholds[i], reverse=descending)
+    targets = [0.0] * len(thresholds)
+    for rank, i in enumerate(order):
+        targets[i] = TARGETS[rank]
+    return targets
+
+
+def paper_points() -> pd.DataFrame:
+    """The published points in the layout of :func:`headstats.intervene.summarize_interventions`
+    (``model, task, score, target, threshold, realised_pct, accuracy``; per-question columns NaN),
+    with one ``baseline`` row per model."""
+    rows = []
+    for model, curves in load_published().items():
+        baseline = float(curves["Random"][0][2])
+        rows.append(
+            {"model": model, "task": TASK, "score": BASELINE, "target": 0.0, "realised_pct": 0.0, "accuracy": baseline}
+        )
+        for class_name, points in curves.items():
+            sid = PAPER_SCORE_IDS[class_name]
+            targets = _targets(sid, [p[0] for p in points])
+            for (threshold, realised, accuracy), target in zip(points, targets, strict=True):
+                rows.append(
+                    {
+                        "model": model,
+                        "task": TASK,
+                        "score": sid,
+                        "target": target,
+                        "threshold": threshold,
+                        "realised_pct": realised,
+                        "accuracy": accuracy,
+                    }
+                )
+    return pd.DataFrame(rows).reindex(columns=list(POINT_COLUMNS))
+
+
+def paper_curves(points: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per-curve summaries of the published points (:func:`headstats.intervene.summarize_curves`),
+    in the study's model order. The per-question columns (certified bracket) are meaningless for
+    published aggregates and are dropped."""
+    points = paper_points() if points is None else points
+    curves = summarize_curves(None, points)  # type: ignore[arg-type]
+    curves = curves.drop(columns=["within_1pt_certified", "certified_open", "within_1pt_not_excluded"])
+    order = {m: i for i, m in enumerate(load_published())}
+    return curves.sort_values("model", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
+
+
+def table2(curves: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The study's Table 2: ``model, awft, best_other, best_overall_score`` + an ``Average`` row."""
+    curves = paper_curves() if curves is None else curves
+    table = ranking.compare_with_reference(curves, "awft")
+    return table[["model", "awft", "best_other", "best_overall_score"]]
+
+
+def write_paper(out: str | Path, *, dpi: int = 80, progress: bool = True) -> Path:
+    """Write Table 2, the per-model tables and the figures under ``out``; returns ``out/index.html``."""
+    from headstats.report import ReportWriter, add_curve_sections
+
+    out_dir = store.ensure_writable(out)
+    points = paper_points()
+    curves = paper_curves(points)
+    writer = ReportWriter(out_dir, "The study's MMLU results, rebuilt from its published numbers", dpi=dpi)
+    writer.text(
+        "Source: the saved outputs of `plot-accuracy-vs-percent-of-heads-zeroed.ipynb` of "
+        "github.com/psandovalsegura/inactive-heads (MIT licence, Copyright (c) 2026 Pedro Sandoval), bundled as "
+        f"`headstats/data/{DATA_FILE}`: {curves['model'].nunique()} models x {curves['score'].nunique()} curves x "
+        f"{len(TARGETS)} points. Rebuild with `headstats paper --out DIR`."
+    )
+    t2 = table2(curves)
+    writer.heading("Table 2: % of heads zeroed within 1 accuracy point of the baseline")
+    writer.text(
+        "`awft` (average weight of the first token, the attention-sink score) against the best of every other "
+        "curve (`random` included, as in the study's notebook), per model; the last row averages over models. "
+        "Study: 4.61 vs 12.18."
+    )
+    writer.table(t2, "table2", floatfmt=".2f", csv="table2.csv")
+    add_curve_sections(
+        writer,
+        points,
+        curves,
+        rank_by="norm_auc",
+        top_models=TOP_CURVE_MODELS,
+        key_tables_at_root=True,
+        progress=progress,
+    )
+    writer.provenance(
+        [
+            {
+                "partition": f"headstats/data/{DATA_FILE}",
+                "source": "published (see headstats/data/README.md)",
+                "models": int(curves["model"].nunique()),
+                "curves": len(curves),
+            }
+        ]
+    )
+    return writer.write()
+
+
+def add_command(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "paper",
+        help="the study's Table 2 and MMLU figures from its published numbers (bundled; no model needed)",
+        description="Write OUT/table2.csv, per-model tables, figures and an HTML/markdown report of the study's "
+        "published MMLU intervention results.",
+    )
+    p.add_argument("--out", required=True, help="output directory, e.g. reports/paper")
+    p.add_argument("--dpi", type=int, default=80, help="PNG resolution (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    index = write_paper(args.out, dpi=args.dpi, progress=not args.no_progress)
+    t2 = pd.read_csv(Path(args.out) / "table2.csv")
+    with pd.option_context("display.width", 160):
+        print(t2.to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep=""))
+    print(f"report: {index}")
+    return 0
+
+
+__all__ = [
+    "PAPER_SCORE_IDS",
+    "TOP_CURVE_MODELS",
+    "add_command",
+    "load_published",
+    "paper_curves",
+    "paper_points",
+    "table2",
+    "write_paper",
+]

@@ -1,0 +1,355 @@
+"""Figures of the study and of headstats' analyses (seaborn/matplotlib; written as PNG and SVG).
+
+Every function takes tables (intervention points and curve summaries, score tables, distance and
+overlap matrices) and returns a :class:`matplotlib.figure.Figure` built without pyplot, so plotting
+works headless and leaves no global state behind; :func:`save_figure` writes it atomically. Score
+names, directions and line styles come from :data:`headstats.scores.SCORES`: one colour per score
+family, solid for raw scores, dashed for layer-normalised (LN), dotted for head-normalised (HN).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from headstats.intervene.summary import BASELINE
+from headstats.scores import SCORE_IDS, SCORES
+from headstats.stats import ranking
+from headstats.stats.distances import DistanceMatrix, model_rows
+
+X_LABEL = "heads zeroed (realised %)"
+# One colour per score family (Okabe-Ito-like, distinguishable in colour-blind vision); the study's
+# best score (ahon) gets the most salient one.
+_FAMILY_COLORS = {
+    "awft": "#0173b2", "entropy": "#029e73", "ftvvn": "#cc78bc", "avvn": "#ca9161",
+    "lthon": "#de8f05", "ahon": "#d55e00", "fhon": "#56b4e9",
+}  # fmt: skip
+
+
+def score_style(score_id: str) -> dict[str, object]:
+    """Colour, line style, marker and legend label of a score's curves."""
+    if score_id == "random":
+        return {"color": "black", "linestyle": "-", "marker": "o", "label": "random"}
+    family, _, suffix = score_id.partition("_")
+    color = _FAMILY_COLORS.get(family, "grey")
+    linestyle, marker = {"": ("-", "o"), "ln": ("--", "^"), "hn": (":", "*")}.get(suffix, ("-.", "s"))
+    return {"color": color, "linestyle": linestyle, "marker": marker, "label": score_label(score_id)}
+
+
+def score_label(score_id: str) -> str:
+    """``id (name)`` from the registry; unknown ids (e.g. from a newer run) stay as they are."""
+    score = SCORES.get(score_id)
+    return f"{score_id} ({score.name})" if score is not None else score_id
+
+
+def _ordered_scores(scores: Iterable[str]) -> list[str]:
+    canonical = {sid: i for i, sid in enumerate(SCORE_IDS)}
+    return sorted(set(scores), key=lambda s: (canonical.get(s, len(canonical)), s))
+
+
+def save_figure(
+    fig: Figure, directory: str | os.PathLike, name: str, formats: Sequence[str] = ("png", "svg"), dpi: int = 100
+) -> dict[str, Path]:
+    """Write ``directory/name.{png,svg}`` atomically (temporary file + rename); returns the paths.
+
+    SVG text stays text (smaller files) and no creation date is embedded, so re-rendering the same
+    data gives the same files.
+    """
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for fmt in formats:
+        path = out / f"{name}.{fmt}"
+        tmp = out / f".{path.name}.{uuid.uuid4().hex}.tmp"
+        metadata = {"Date": None} if fmt == "svg" else {"Software": None} if fmt == "png" else None
+        try:
+            with mpl.rc_context({"svg.fonttype": "none", "svg.hashsalt": "headstats"}):
+                fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata)
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        paths[fmt] = path
+    return paths
+
+
+# --- accuracy vs % of heads zeroed ---------------------------------------------------------------
+
+
+def _check_points(points: pd.DataFrame) -> pd.DataFrame:
+    needed = {"model", "score", "realised_pct", "accuracy"}
+    if not isinstance(points, pd.DataFrame) or not needed <= set(points.columns):
+        raise ValueError(
+            "accuracy curves need a table with columns model, score, realised_pct, accuracy "
+            "(headstats.intervene.summarize_interventions or headstats.paper.paper_points)"
+        )
+    if "task" in points.columns and points["task"].nunique() > 1:
+        raise ValueError("points of several tasks: plot one task at a time")
+    return points
+
+
+def _baseline_of(points: pd.DataFrame, model: str) -> float:
+    base = points[(points["model"] == model) & (points["score"] == BASELINE)]
+    if base.empty:
+        raise ValueError(f"no baseline point for model {model!r}: the curves need the un-intervened run")
+    return float(base["accuracy"].iloc[0])
+
+
+def _draw_curves(ax: object, points: pd.DataFrame, model: str, scores: Sequence[str], linewidth: float) -> None:
+    rows = points[points["model"] == model]
+    baseline = _baseline_of(points, model)
+    ax.axhline(baseline, color="grey", linestyle="--", linewidth=1, label="baseline")
+    ax.axhline(baseline - 1, color="grey", linestyle=":", linewidth=1, label="baseline - 1 point")
+    for sid in scores:
+        curve = rows[rows["score"] == sid].sort_values("realised_pct", kind="stable")
+        if curve.empty:
+            continue
+        style = score_style(sid)
+        ax.plot(curve["realised_pct"], curve["accuracy"], linewidth=linewidth, markersize=3.5, **style)
+    ax.set_title(model, fontsize=10)
+    ax.set_xlabel(X_LABEL, fontsize=8)
+    ax.set_ylabel("accuracy (%)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, alpha=0.3)
+
+
+def _model_list(points: pd.DataFrame, models: Sequence[str] | None) -> list[str]:
+    have = list(dict.fromkeys(points["model"].astype(str)))
+    if models is None:
+        return have
+    missing = [m for m in models if m not in have]
+    if missing:
+        raise ValueError(f"no points for model(s) {', '.join(missing)}; the table has {', '.join(have)}")
+    return list(models)
+
+
+def accuracy_grid(
+    points: pd.DataFrame,
+    *,
+    models: Sequence[str] | None = None,
+    scores: Sequence[str] | None = None,
+    cols: int = 3,
+    title: str | None = None,
+) -> Figure:
+    """Accuracy vs realised % of heads zeroed: one panel per model, every curve, with the baseline and
+    the baseline - 1 point lines (the study's Figure 2 layout)."""
+    points = _check_points(points)
+    models = _model_list(points, models)
+    scores = _ordered_scores(points.loc[points["score"] != BASELINE, "score"]) if scores is None else list(scores)
+    cols = max(1, min(cols, len(models)))
+    rows = math.ceil(len(models) / cols)
+    fig = Figure(figsize=(4.2 * cols, 3.4 * rows + 1.2), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, model in zip(axes.flat, models, strict=False):
+        _draw_curves(ax, points, model, scores, linewidth=1.3)
+    for ax in list(axes.flat)[len(models) :]:
+        ax.set_axis_off()
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=8, frameon=False)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def top_curves(
+    points: pd.DataFrame,
+    curves: pd.DataFrame,
+    models: Sequence[str],
+    *,
+    k: int = 3,
+    by: str = "norm_auc",
+) -> Figure:
+    """Random plus each model's ``k`` best curves by ``by`` (the study's Figure 4), one panel per model."""
+    points = _check_points(points)
+    models = _model_list(points, models)
+    ranks = ranking.rank_scores(curves, by)
+    fig = Figure(figsize=(4.6 * len(models), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(models), squeeze=False)[0]
+    for ax, model in zip(axes, models, strict=True):
+        if model not in ranks.index:
+            raise ValueError(f"no curve summaries for model {model!r}")
+        order = ranks.loc[model].dropna().astype(int).sort_values(kind="stable").index
+        best = [s for s in order if s != "random"][:k]
+        _draw_curves(ax, points, model, ["random", *best], linewidth=1.8)
+        ax.legend(fontsize=7, loc="lower left")
+    return fig
+
+
+# --- matrices -------------------------------------------------------------------------------------
+
+
+def matrix_heatmap(
+    matrix: pd.DataFrame,
+    *,
+    title: str,
+    cmap: str = "viridis",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    fmt: str = ".2f",
+    colorbar_label: str | None = None,
+    xlabel: str | None = None,
+    ylabel: str | None = None,
+    annotate: bool | None = None,
+) -> Figure:
+    """A heatmap of any labelled matrix (ranks, correlations, IoU, distances), its cells annotated
+    with their values when ``annotate`` (default: up to 100 cells; the numbers are in the CSV)."""
+    if matrix.empty:
+        raise ValueError(f"nothing to draw for {title!r}: the matrix is empty")
+    n_rows, n_cols = matrix.shape
+    fig = Figure(figsize=(max(4.5, 0.55 * n_cols + 2.8), max(3.2, 0.42 * n_rows + 1.8)), layout="constrained")
+    ax = fig.subplots()
+    values = matrix.astype(float)
+    annotate = n_rows * n_cols <= 100 if annotate is None else annotate
+    sns.heatmap(
+        values,
+        ax=ax,
+        cmap=cmap,
+        vmin=vmin,
+        vmax=vmax,
+        annot=annotate,
+        fmt=fmt,
+        linewidths=0.5,
+        annot_kws={"fontsize": 7},
+        cbar_kws={"label": colorbar_label} if colorbar_label else None,
+    )
+    ax.set_title(title, fontsize=10)
+    ax.set_xticklabels(ax.get_xticklabels(), rotation=45, ha="right", fontsize=8)
+    ax.set_yticklabels(ax.get_yticklabels(), rotation=0, fontsize=8)
+    ax.set_xlabel(xlabel or "")
+    ax.set_ylabel(ylabel or "")
+    return fig
+
+
+def rank_heatmap(ranks: pd.DataFrame, *, title: str = "Rank of score functions (1 = best)") -> Figure:
+    """Models x score functions, annotated with ranks (the study's Figure 3)."""
+    return matrix_heatmap(
+        ranks.astype(float), title=title, cmap="Blues_r", fmt=".0f", xlabel="score function", ylabel="model",
+        annotate=True,
+    )  # fmt: skip
+
+
+def wasserstein_heatmap(result: DistanceMatrix, *, title: str | None = None) -> Figure:
+    """W1 between models; cells whose distance does not exceed the pair's noise floor (the larger of
+    the two models' split-half floors) are hatched: there the models cannot be told apart from
+    re-drawing the texts."""
+    fig = matrix_heatmap(
+        result.w1,
+        title=title or f"W1 of {result.score} ({result.depth} depth); hatched: within noise floor",
+        cmap="magma_r",
+        vmin=0.0,
+        fmt=".3g",
+        colorbar_label="Wasserstein-1",
+    )
+    ax = fig.axes[0]
+    floor = result.pair_floor()
+    for i, a in enumerate(result.w1.index):
+        for j, b in enumerate(result.w1.columns):
+            if a != b and np.isfinite(floor.loc[a, b]) and result.w1.loc[a, b] <= floor.loc[a, b]:
+                ax.add_patch(Rectangle((j, i), 1, 1, fill=False, hatch="///", edgecolor="grey", linewidth=0))
+    return fig
+
+
+def overlap_heatmap(matrix: pd.DataFrame, *, title: str, annotate: bool | None = None) -> Figure:
+    """IoU between score functions' selections, or models' top-k sets (0 = disjoint, 1 = identical)."""
+    return matrix_heatmap(
+        matrix, title=title, cmap="plasma", vmin=0.0, vmax=1.0, colorbar_label="IoU", annotate=annotate
+    )
+
+
+# --- score distributions --------------------------------------------------------------------------
+
+
+def _one_dataset(rows: pd.DataFrame, model: str, dataset: str | None) -> pd.DataFrame:
+    if "dataset" not in rows.columns:
+        return rows
+    have = sorted(rows["dataset"].astype(str).unique())
+    if dataset is None:
+        if len(have) > 1:
+            raise ValueError(f"model {model!r} has several datasets ({', '.join(have)}): pick one with dataset=")
+        return rows
+    if dataset not in have:
+        raise ValueError(f"model {model!r} has no dataset {dataset!r}; it has {', '.join(have)}")
+    return rows[rows["dataset"].astype(str) == dataset]
+
+
+def _score_list(score_ids: str | Sequence[str]) -> list[str]:
+    ids = [score_ids] if isinstance(score_ids, str) else list(score_ids)
+    for sid in ids:
+        if sid not in SCORES:
+            raise ValueError(f"unknown score id {sid!r}: choose from {', '.join(SCORES)}")
+    if not ids:
+        raise ValueError("no score ids to plot")
+    return ids
+
+
+def _values(rows: pd.DataFrame, model: str, score_id: str) -> np.ndarray:
+    if score_id not in rows.columns or rows[score_id].isna().all():
+        raise ValueError(f"model {model!r} has no values of {score_id!r}")
+    values = rows[score_id].to_numpy(np.float64)
+    return values[np.isfinite(values)]
+
+
+def ecdf(
+    scores: pd.DataFrame,
+    score_ids: str | Sequence[str],
+    models: Sequence[str],
+    *,
+    dataset: str | None = None,
+    quantiles: int = 512,
+) -> Figure:
+    """Empirical CDFs of a score for several models (pooled over sequences, layers and heads); one
+    panel per score id.
+
+    Drawn from ``quantiles`` quantiles per model, so a table of millions of rows plots as fast as a
+    small one and the figure stays small.
+    """
+    ids = _score_list(score_ids)
+    fig = Figure(figsize=(5.0 * len(ids), 3.8), layout="constrained")
+    axes = fig.subplots(1, len(ids), squeeze=False)[0]
+    levels = np.linspace(0.0, 1.0, quantiles)
+    palette = sns.color_palette("tab10", max(len(models), 1))
+    rows = {m: _one_dataset(model_rows(scores, m), m, dataset) for m in models}
+    for ax, sid in zip(axes, ids, strict=True):
+        for color, model in zip(palette, models, strict=False):
+            ax.plot(np.quantile(_values(rows[model], model, sid), levels), levels, color=color, linewidth=1.5,
+                    label=model)  # fmt: skip
+        ax.set_xlabel(f"{score_label(sid)}\ninactive when {SCORES[sid].inactive_when} the threshold", fontsize=8)
+        ax.set_ylabel("fraction of (sequence, layer, head)", fontsize=8)
+        ax.set_title(f"ECDF of {sid}" + (f" on {dataset}" if dataset else ""), fontsize=10)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    return fig
+
+
+def layer_head_heatmap(
+    scores: pd.DataFrame, score_ids: str | Sequence[str], model: str, *, dataset: str | None = None
+) -> Figure:
+    """Mean of a score over sequences for every (layer, head) of one model; one panel per score id."""
+    ids = _score_list(score_ids)
+    rows = _one_dataset(model_rows(scores, model), model, dataset)
+    for sid in ids:
+        _values(rows, model, sid)
+    grids = rows.groupby(["layer", "head"], observed=True)[ids].mean()
+    n_layers, n_heads = grids.index.levshape
+    fig = Figure(
+        figsize=(len(ids) * max(3.2, 0.3 * n_heads + 2.0), max(3.0, 0.2 * n_layers + 1.4)), layout="constrained"
+    )
+    axes = fig.subplots(1, len(ids), squeeze=False)[0]
+    for ax, sid in zip(axes, ids, strict=True):
+        grid = grids[sid].unstack("head").astype(float)
+        sns.heatmap(grid, ax=ax, cmap="viridis", cbar_kws={"label": f"mean {sid}"}, annot=grid.size <= 64,
+                    fmt=".2g", annot_kws={"fontsize": 6})  # fmt: skip
+        ax.set_title(f"{score_label(sid)}\n{model}" + (f" on {dataset}" if dataset else ""), fontsize=9)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+    return fig

@@ -1,0 +1,166 @@
+"""Which score function finds inactive heads best? Ranks and their agreement across models.
+
+Input: per-curve summaries, one row per (model, score) of one task, as
+:func:`headstats.intervene.summarize_curves` returns them (columns ``model, task, score,
+within_1pt, crosses, norm_auc, grid_auc, ...``), whether the curves come from headstats' own
+intervention results or from the study's published points (:func:`headstats.paper.paper_points`).
+
+- ``norm_auc`` (the study's ranking): trapezoid area under accuracy vs realised % divided by the
+  curve's own x-range. Reproduced for the paper's figures.
+- ``grid_auc`` (the sound default): mean accuracy over the same realised-% range for every curve of
+  a model.
+
+Ranks follow the study: 1 = largest area; a missing or NaN area ranks last (the study set NaN areas
+to 0, which is below every real accuracy area, so the order is the same); ties keep the canonical
+score order of :data:`headstats.scores.SCORE_IDS` (the order the study's notebook iterated in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats as _st
+
+from headstats.scores import SCORE_IDS
+
+RANK_METRICS = ("norm_auc", "grid_auc")
+
+
+def _one_task(curves: pd.DataFrame, needed: Sequence[str]) -> pd.DataFrame:
+    if not isinstance(curves, pd.DataFrame) or curves.empty:
+        raise ValueError("no curve summaries: summarise intervention results with headstats.intervene.summarize_curves")
+    missing = [c for c in ("model", "score", *needed) if c not in curves.columns]
+    if missing:
+        raise ValueError(f"curve summaries lack the column(s) {', '.join(missing)} (summarize_curves layout expected)")
+    if "task" in curves.columns and curves["task"].nunique() > 1:
+        tasks = ", ".join(sorted(map(str, curves["task"].unique())))
+        raise ValueError(
+            f"curve summaries of several tasks ({tasks}): rank one task at a time, e.g. curves[curves.task == 'mmlu']"
+        )
+    if curves.duplicated(["model", "score"]).any():
+        raise ValueError("curve summaries hold a (model, score) pair twice: mixed runs?")
+    return curves
+
+
+def _score_order(scores: Sequence[str]) -> list[str]:
+    canonical = {sid: i for i, sid in enumerate(SCORE_IDS)}
+    return sorted(dict.fromkeys(scores), key=lambda s: (canonical.get(s, len(canonical)), s))
+
+
+def _model_order(curves: pd.DataFrame) -> list[str]:
+    return list(dict.fromkeys(curves["model"].astype(str)))
+
+
+def metric_table(curves: pd.DataFrame, column: str) -> pd.DataFrame:
+    """models x scores table of one summary column (models in order of appearance, scores canonical)."""
+    curves = _one_task(curves, [column])
+    table = curves.pivot(index="model", columns="score", values=column)
+    return table.reindex(index=_model_order(curves), columns=_score_order(table.columns))
+
+
+def _check_metric(by: str) -> None:
+    if by not in RANK_METRICS:
+        raise ValueError(f"rank by one of {', '.join(RANK_METRICS)}, not {by!r}")
+
+
+def _ranks_of(values: pd.Series) -> pd.Series:
+    """1 = largest; NaN last; ties in canonical order (a stable sort of the canonical order)."""
+    order = _score_order(values.index.tolist())
+    keyed = values.reindex(order).fillna(-np.inf).astype(float)
+    ranked = keyed.sort_values(ascending=False, kind="stable").index
+    return pd.Series(np.arange(1, len(ranked) + 1), index=ranked).reindex(order)
+
+
+def rank_scores(curves: pd.DataFrame, by: str = "norm_auc") -> pd.DataFrame:
+    """models x scores table of ranks (1 = best curve of that model by ``by``)."""
+    _check_metric(by)
+    values = metric_table(curves, by)
+    ranks = pd.DataFrame(index=values.index, columns=values.columns, dtype="Int64")
+    for model in values.index:
+        present = values.loc[model, _score_order(_present(curves, model))]
+        ranks.loc[model, present.index] = _ranks_of(present).astype("int64")
+    return ranks
+
+
+def rank_correlation(curves: pd.DataFrame, by: str = "norm_auc") -> pd.DataFrame:
+    """Spearman correlation between every two models' orderings of the score functions (over the
+    scores both have), as the study's Figure 5 (pandas' Spearman there: tied areas share their
+    average rank). NaN areas rank last, as in :func:`rank_scores`."""
+    _check_metric(by)
+    values = metric_table(curves, by)
+    models = list(values.index)
+    present = np.array([[s in _present(curves, m) for s in values.columns] for m in models])
+    areas = values.to_numpy(dtype=float)
+    areas = np.where(np.isnan(areas), -np.inf, areas)
+    out = np.full((len(models), len(models)), np.nan)
+    for i in range(len(models)):
+        for j in range(i, len(models)):
+            both = present[i] & present[j]
+            if both.sum() < 2:
+                continue
+            ra, rb = _st.rankdata(areas[i, both]), _st.rankdata(areas[j, both])
+            if np.ptp(ra) > 0 and np.ptp(rb) > 0:
+                out[i, j] = out[j, i] = np.corrcoef(ra, rb)[0, 1]
+    return pd.DataFrame(out, index=models, columns=models)
+
+
+def _present(curves: pd.DataFrame, model: str) -> set[str]:
+    return set(curves.loc[curves["model"] == model, "score"])
+
+
+def top_k(curves: pd.DataFrame, k: int = 5, by: str = "norm_auc") -> dict[str, list[str]]:
+    """Each model's ``k`` best score functions, best first."""
+    if k < 1:
+        raise ValueError(f"k must be at least 1, not {k}")
+    ranks = rank_scores(curves, by)
+    out = {}
+    for model in ranks.index:
+        r = ranks.loc[model].dropna().astype(int).sort_values(kind="stable")
+        out[model] = list(r.index[:k])
+    return out
+
+
+def top_k_iou(curves: pd.DataFrame, k: int = 5, by: str = "norm_auc") -> pd.DataFrame:
+    """IoU of every two models' top-``k`` sets of score functions (the study's Figure 6)."""
+    tops = {m: set(v) for m, v in top_k(curves, k, by).items()}
+    models = list(tops)
+    out = pd.DataFrame(np.nan, index=models, columns=models)
+    for a in models:
+        for b in models:
+            union = tops[a] | tops[b]
+            out.loc[a, b] = len(tops[a] & tops[b]) / len(union) if union else np.nan
+    return out
+
+
+def within_one_point_table(curves: pd.DataFrame) -> pd.DataFrame:
+    """models x scores table of the study's "within 1 point" number (% of heads zeroed)."""
+    return metric_table(curves, "within_1pt")
+
+
+def compare_with_reference(curves: pd.DataFrame, reference: str = "awft") -> pd.DataFrame:
+    """The study's Table 2 for any set of curves: per model, the reference score's within-1-point
+    value, the best value of every *other* curve (``random`` included: the study's notebook set
+    apart only ``Dormant`` = awft), which curve that was, and which curve is best overall; then an
+    ``Average`` row (means over models). Ties go to the first score in canonical order, as the
+    notebook's strict ``>`` over its fixed iteration order did.
+    """
+    table = within_one_point_table(curves)
+    if reference not in table.columns:
+        raise ValueError(f"no {reference!r} curves to compare with; the curves have {', '.join(table.columns)}")
+    rows = []
+    for model in table.index:
+        values = table.loc[model].dropna().astype(float)
+        if reference not in values.index:
+            raise ValueError(f"model {model!r} has no {reference!r} curve")
+        others = values.drop(reference)
+        if others.empty:
+            raise ValueError(f"model {model!r} has no curve besides {reference!r} to compare with")
+        rows.append({
+            "model": model, reference: values[reference], "best_other": others.max(),
+            "best_other_score": others.idxmax(), "best_overall_score": values.idxmax(),
+        })  # fmt: skip
+    out = pd.DataFrame(rows)
+    average = {"model": "Average", reference: out[reference].mean(), "best_other": out["best_other"].mean()}
+    return pd.concat([out, pd.DataFrame([average])], ignore_index=True)
