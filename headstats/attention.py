@@ -85,6 +85,7 @@ class Probe:
         policy: ZeroingPolicy | None = None,
         *,
         seed: int = 0,
+        salt: int = 0,
         keep_history: bool = False,
         record_scores: bool = True,
         chunk_bytes: int | None = None,
@@ -95,6 +96,7 @@ class Probe:
         self.raw_ids = S.raw_closure(self.score_ids)
         self.policy = policy
         self.seed = seed
+        self.salt = salt
         self.keep_history = keep_history
         self.record_scores = record_scores
         self.chunk_bytes = chunk_bytes or DEFAULT_CHUNK_BYTES
@@ -240,7 +242,7 @@ class Probe:
             causal=getattr(module, "is_causal", True),
             mask_cache=state.masks,
         )
-        layer_scores = derive_scores(raw, self.score_ids, layer, keys, self.seed, h)
+        layer_scores = derive_scores(raw, self.score_ids, layer, keys, (self.seed, self.salt), h)
         zero = None
         if self.policy is not None:
             zero = self.policy(layer, layer_scores, keys)
@@ -254,7 +256,12 @@ class Probe:
 
 
 def derive_scores(
-    raw: dict[str, torch.Tensor], score_ids: Sequence[str], layer: int, keys: torch.Tensor, seed: int, heads: int
+    raw: dict[str, torch.Tensor],
+    score_ids: Sequence[str],
+    layer: int,
+    keys: torch.Tensor,
+    seed: tuple[int, int],
+    heads: int,
 ) -> dict[str, torch.Tensor]:
     """Raw pooled scores -> every requested score id, (B, H) fp32 each."""
     out: dict[str, torch.Tensor] = {}
@@ -270,10 +277,11 @@ def derive_scores(
     return out
 
 
-def random_draws(seed: int, keys: torch.Tensor, layer: int, heads: int) -> torch.Tensor:
-    """U(0, 1) fp32 draws that depend only on (seed, sample key, layer), never on the batch, so a
-    sequence gets the same draws whatever it is batched with."""
-    rows = [np.random.default_rng([seed, int(k), layer]).random(heads, dtype=np.float32) for k in keys.tolist()]
+def random_draws(seed: tuple[int, int], keys: torch.Tensor, layer: int, heads: int) -> torch.Tensor:
+    """U(0, 1) fp32 draws that depend only on (seed, salt, sample key, layer), never on the batch, so
+    a sequence gets the same draws whatever it is batched with. The salt separates streams that
+    share sample keys (collection salts with the model and dataset, so their baselines are independent)."""
+    rows = [np.random.default_rng([*seed, int(k), layer]).random(heads, dtype=np.float32) for k in keys.tolist()]
     return torch.from_numpy(np.stack(rows)) if rows else torch.zeros(0, heads)
 
 

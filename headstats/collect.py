@@ -14,6 +14,7 @@ import json
 import os
 import time
 import uuid
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,7 +128,7 @@ def collect_scores(
     progress: bool = True,
 ) -> CollectResult:
     """Score ``dataset`` with ``model`` into ``out/model=<slug>/dataset=<name>/``; resume if present."""
-    from headstats.tasks import collection_source
+    from headstats.tasks import collection_source, resolve_format
 
     ids = S.resolve(score_ids)
     if limit is not None and limit < 1:
@@ -139,15 +140,16 @@ def collect_scores(
         raise ValueError(f"dataset {dataset!r} has no documents to score")
     wanted = available if limit is None else min(limit, available)
     identity = model_identity(model)
+    fmt = resolve_format(prompt_format, tokenizer, model_name=identity["model"], model_type=identity["model_type"])
     param = next(model.parameters())
     provenance = store.make_provenance(
+        **fmt.provenance(),
         kind="scores",
         **identity,
         dataset=source.name,
         dataset_source=str(dataset),
         dtype=str(param.dtype),
         device=str(param.device),
-        prompt_format=prompt_format,
         max_length=max_length,
         score_ids=list(ids),
         seed=seed,
@@ -187,6 +189,7 @@ def collect_scores(
             score_ids=ids,
             padding_side=padding_side,
             seed=seed,
+            salt=zlib.crc32(f"{identity['model']}/{source.name}".encode()),
             progress=bar,
         ):
             writer.write(table)

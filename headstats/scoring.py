@@ -55,6 +55,7 @@ def iter_score_tables(
     score_ids: Sequence[str] | None = None,
     padding_side: PaddingSide = "right",
     seed: int = 0,
+    salt: int = 0,
     progress: bool | tqdm = True,
     total: int | None = None,
 ) -> Iterator[pa.Table]:
@@ -76,7 +77,7 @@ def iter_score_tables(
         progress if isinstance(progress, tqdm) else tqdm(total=total, desc="scoring", unit="seq", disable=not progress)
     )
     iterator = iter(items)
-    with Probe(model, ids, seed=seed) as probe, torch.inference_mode():
+    with Probe(model, ids, seed=seed, salt=salt) as probe, torch.inference_mode():
         while chunk := list(itertools.islice(iterator, window)):
             keys, sequences = zip(*chunk, strict=True)
             for batch in length_sorted_batches(sequences, batch_size, padding_side=padding_side, device=device):
