@@ -114,7 +114,7 @@ def test_an_interrupted_collection_resumes_without_duplicates_or_partial_files(
 def test_resuming_with_other_settings_is_refused(model_dir: Path, corpus: Path, tmp_path: Path) -> None:
     model, tokenizer = _load(model_dir)
     collect_module.collect_scores(model, tokenizer, str(corpus), tmp_path, limit=2)
-    with pytest.raises(store.StoreError, match="other settings.*max_length"):
+    with pytest.raises(store.StoreError, match=r"other settings.*max_length"):
         collect_module.collect_scores(model, tokenizer, str(corpus), tmp_path, limit=2, max_length=5)
 
 
