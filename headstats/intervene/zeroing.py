@@ -105,7 +105,9 @@ def _check_threshold(score: str, threshold: object) -> float:
     if not math.isfinite(value):
         raise ValueError(f"threshold must be finite, not {value}")
     if S.get_score(score).is_random and not 0.0 <= value <= 1.0:
-        raise ValueError(f"for score 'random' the threshold is the zeroing probability p and must lie in [0, 1], not {value}")
+        raise ValueError(
+            f"for score 'random' the threshold is the zeroing probability p and must lie in [0, 1], not {value}"
+        )
     return value
 
 
@@ -116,8 +118,10 @@ def _check_heads(heads: Iterable[object], num_layers: int, num_heads: int) -> tu
             layer, head = item  # type: ignore[misc]
         except (TypeError, ValueError):
             raise ValueError(f"heads must be (layer, head) pairs, got {item!r}") from None
-        if isinstance(layer, bool) or isinstance(head, bool) or not (
-            isinstance(layer, numbers.Integral) and isinstance(head, numbers.Integral)
+        if (
+            isinstance(layer, bool)
+            or isinstance(head, bool)
+            or not (isinstance(layer, numbers.Integral) and isinstance(head, numbers.Integral))
         ):
             raise ValueError(f"heads must be pairs of integers, got {item!r}")
         if not (0 <= layer < num_layers and 0 <= head < num_heads):

@@ -1,0 +1,92 @@
+"""Cost of head zeroing against the plain forward pass, measured side by side in one run.
+
+    python benchmarks/bench_intervene.py [--model smollm2-135m] [--questions 16] [--batch-size 8]
+                                         [--repeats 5] [--device cpu] [--dtype float32]
+
+Inputs are real: the 5-shot MMLU contexts the evaluator feeds the embedded model (one sequence per
+question, logits of the last position only, as :func:`headstats.evaluate.evaluate` computes them).
+Modes, each timed over the same batches, interleaved repeat by repeat so that machine load affects
+all of them alike (the median repeat is reported):
+
+- plain: the model outside any probe (headstats' attention then delegates to PyTorch SDPA);
+- static: ``ablate_heads(heads=...)``, no score computed (attention through headstats' kernel);
+- dynamic ahon_ln / awft: the study's intervention, threshold calibrated for p = 0.1;
+- random: ``score="random", threshold=0.1``.
+
+Target (issue 3): dynamic zeroing costs at most 1.3x the plain forward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+
+import headstats
+from headstats.batching import length_sorted_batches
+from headstats.intervene import ablate_heads, threshold_for_fraction
+from headstats.tasks import collection_source
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--questions", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device")
+    parser.add_argument("--dtype")
+    args = parser.parse_args()
+
+    model, tokenizer = headstats.load_model(args.model, dtype=args.dtype, device=args.device)
+    device = next(model.parameters()).device
+    sequences = [ids for _, ids in collection_source("mmlu").iter_sequences(tokenizer, limit=args.questions)]
+    batches = list(length_sorted_batches(sequences, args.batch_size, device=device))
+    tokens = sum(len(s) for s in sequences)
+
+    calibration = headstats.score_sequences(model, sequences, args.batch_size, scores=["ahon_ln", "awft"])
+    tau = {sid: threshold_for_fraction(calibration, sid, 0.1) for sid in ("ahon_ln", "awft")}
+    modes: dict[str, Callable[[], AbstractContextManager]] = {
+        "plain": nullcontext,
+        "static (3 heads)": lambda: ablate_heads(model, heads=[(0, 0), (10, 3), (20, 5)]),
+        "dynamic ahon_ln p=0.1": lambda: ablate_heads(model, score="ahon_ln", threshold=tau["ahon_ln"]),
+        "dynamic awft p=0.1": lambda: ablate_heads(model, score="awft", threshold=tau["awft"]),
+        "random p=0.1": lambda: ablate_heads(model, score="random", threshold=0.1),
+    }
+
+    def run(mode: str) -> float:
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        with torch.inference_mode(), modes[mode]():
+            sync()
+            start = time.perf_counter()
+            for batch in batches:
+                model(**batch.model_inputs(), use_cache=False, logits_to_keep=1)
+            sync()
+            return time.perf_counter() - start
+
+    for mode in modes:  # warm-up: kernels, allocator, caches
+        run(mode)
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
+    for _ in range(args.repeats):
+        for mode in modes:
+            times[mode].append(run(mode))
+
+    plain = statistics.median(times["plain"])
+    print(
+        f"{args.model} on {device} ({next(model.parameters()).dtype}), {len(sequences)} MMLU 5-shot contexts "
+        f"({tokens} tokens, mean {tokens / len(sequences):.0f}), batch {args.batch_size}, median of {args.repeats}"
+    )
+    print(f"{'mode':<24}{'seconds':>10}{'seq/s':>10}{'x plain':>10}")
+    for mode, values in times.items():
+        t = statistics.median(values)
+        print(f"{mode:<24}{t:>10.3f}{len(sequences) / t:>10.2f}{t / plain:>10.2f}")
+    worst = max(statistics.median(times[m]) for m in modes if m.startswith("dynamic")) / plain
+    print(f"dynamic zeroing costs {worst:.2f}x the plain forward (target <= 1.3x)")
+
+
+if __name__ == "__main__":
+    main()

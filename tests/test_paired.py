@@ -1,0 +1,84 @@
+"""Paired statistics against scipy / statsmodels and against a naive bootstrap."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import binomtest
+from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
+from statsmodels.stats.proportion import proportion_confint
+
+from headstats.stats.paired import (
+    clopper_pearson_interval,
+    mcnemar_exact,
+    paired_bootstrap,
+    wilson_interval,
+)
+
+
+@pytest.mark.parametrize("n, p_flip, seed", [(40, 0.1, 0), (200, 0.05, 1), (1000, 0.02, 2), (15, 0.4, 3), (7, 0.0, 4)])
+def test_mcnemar_exact_matches_statsmodels_and_scipy(n: int, p_flip: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    a = rng.random(n) < 0.6
+    b = np.where(rng.random(n) < p_flip, ~a, a)
+    got = mcnemar_exact(a, b)
+    table = [[int((a & b).sum()), int((a & ~b).sum())], [int((~a & b).sum()), int((~a & ~b).sum())]]
+    assert (got.only_a, got.only_b) == (table[0][1], table[1][0])
+    assert got.pvalue == pytest.approx(sm_mcnemar(table, exact=True).pvalue, rel=1e-12)
+    discordant = got.only_a + got.only_b
+    if discordant:
+        assert got.pvalue == pytest.approx(binomtest(got.only_b, discordant, 0.5).pvalue, rel=1e-9)
+    else:
+        assert got.pvalue == 1.0
+
+
+def test_mcnemar_accepts_0_1_integers_and_refuses_bad_input() -> None:
+    assert mcnemar_exact([1, 1, 0, 1], [0, 0, 0, 1]) == mcnemar_exact([True, True, False, True], [False] * 3 + [True])
+    with pytest.raises(ValueError, match="one entry per question"):
+        mcnemar_exact([1, 0], [1, 0, 1])
+    with pytest.raises(ValueError, match="0/1"):
+        mcnemar_exact([1, 2], [1, 0])
+
+
+def test_paired_bootstrap_agrees_with_naive_index_resampling() -> None:
+    rng = np.random.default_rng(5)
+    n = 150
+    a = rng.random(n) < 0.55
+    b = np.where(rng.random(n) < 0.15, ~a, a)
+    got = paired_bootstrap(a, b, n_resamples=40_000, seed=1)
+    diff = b.astype(float) - a.astype(float)
+    idx = np.random.default_rng(2).integers(0, n, size=(40_000, n))
+    naive = diff[idx].mean(axis=1)
+    low, high = np.quantile(naive, [0.025, 0.975])
+    assert got.estimate == pytest.approx(diff.mean())
+    # Both are Monte Carlo estimates of the same quantiles; they agree to well within one question (1/150).
+    assert abs(got.low - low) < 0.4 / n and abs(got.high - high) < 0.4 / n
+    assert got.low <= got.estimate <= got.high and got.confidence == 0.95
+    same = paired_bootstrap(a, a)
+    assert (same.estimate, same.low, same.high) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="no paired questions"):
+        paired_bootstrap([], [])
+    with pytest.raises(ValueError, match="confidence"):
+        paired_bootstrap(a, b, confidence=1.0)
+
+
+@pytest.mark.parametrize("k, n", [(0, 10), (3, 10), (10, 10), (17, 40), (512, 1000), (1, 2)])
+def test_accuracy_intervals_match_statsmodels(k: int, n: int) -> None:
+    for confidence in (0.95, 0.9):
+        alpha = 1 - confidence
+        assert wilson_interval(k, n, confidence) == pytest.approx(
+            proportion_confint(k, n, alpha=alpha, method="wilson"), abs=1e-12
+        )
+        assert clopper_pearson_interval(k, n, confidence) == pytest.approx(
+            proportion_confint(k, n, alpha=alpha, method="beta"), abs=1e-12
+        )
+    lo_w, hi_w = wilson_interval(k, n)
+    lo_c, hi_c = clopper_pearson_interval(k, n)
+    assert 0 <= lo_c <= lo_w <= k / n <= hi_w <= hi_c <= 1 or k in (0, n)
+
+
+def test_accuracy_intervals_refuse_empty_or_impossible_counts() -> None:
+    with pytest.raises(ValueError, match="at least one question"):
+        wilson_interval(0, 0)
+    with pytest.raises(ValueError, match=r"\[0, n\]"):
+        clopper_pearson_interval(5, 4)
