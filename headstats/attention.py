@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -309,37 +309,26 @@ def attention_with_stats(
     score id, and the token count (B,).
     """
     b, h, s, d = query.shape
-    kvh = key.shape[1]
-    group = h // kvh
-    out = torch.empty(b, s, h, d, dtype=query.dtype, device=query.device)
+    group = h // key.shape[1]
     valid = valid.bool()
     n_tokens = valid.sum(-1)
     first = valid.int().argmax(-1)
     last = s - 1 - valid.flip(-1).int().argmax(-1)
-    k32 = key.float().transpose(-1, -2)
     v32 = value.float()
     if attention_mask is None and causal:
         attention_mask = torch.ones(s, s, dtype=torch.bool, device=query.device).tril()[None, None]
-    stats = {sid: S.SCORES[sid] for sid in raw_ids}
-    sums = {sid: torch.zeros(b, h, dtype=torch.float32, device=query.device) for sid in raw_ids}
-    chunk = max(1, min(s, chunk_bytes // max(1, b * h * s * 4)))
-    neg = torch.finfo(torch.float32).min
     cache = {} if mask_cache is None else mask_cache
-    for start in range(0, s, chunk):
-        stop = min(s, start + chunk)
-        c = stop - start
-        # Scaling q before the product saves a pass over the (rows x keys) logits.
-        q = (query[:, :, start:stop].float() * scaling).reshape(b, kvh, group * c, d)
-        logits = torch.matmul(q, k32).view(b, h, c, s)
-        if softcap is not None:
-            logits = torch.tanh(logits / softcap) * softcap
-        if attention_mask is not None:
-            if attention_mask.dtype == torch.bool:
-                logits = logits.masked_fill_(_blocked(attention_mask, start, stop, cache), neg)
-            else:
-                logits = logits.add_(attention_mask[:, :, start:stop].float()).clamp_min_(neg)
-        probs = torch.softmax(logits, dim=-1)
-        o = torch.matmul(probs.view(b, kvh, group * c, s), v32).view(b, h, c, d)
+    stats = {sid: S.SCORES[sid] for sid in raw_ids}
+    needs_weights = any(score.needs_weights for score in stats.values())
+    fused = not needs_weights and softcap is None and (attention_mask is None or attention_mask.dtype == torch.bool)
+    if fused:
+        chunks = _fused_rows(query, key, v32, attention_mask, scaling, cache)
+    else:
+        chunks = _explicit_rows(query, key, v32, attention_mask, scaling, softcap, chunk_bytes, cache)
+    out = torch.empty(b, s, h, d, dtype=query.dtype, device=query.device)
+    sums = {sid: torch.zeros(b, h, dtype=torch.float32, device=query.device) for sid in raw_ids}
+    for start, probs, logits, o in chunks:
+        stop = start + o.shape[2]
         out[:, start:stop] = o.transpose(1, 2).to(out.dtype)
         if not stats:
             continue
@@ -365,6 +354,64 @@ def attention_with_stats(
     for sid, score in stats.items():
         raw[sid] = sums[sid] / count if score.pool == "mean" else sums[sid]
     return out, raw, n_tokens
+
+
+RowChunk = tuple[int, torch.Tensor | None, torch.Tensor | None, torch.Tensor]
+"""(first query row, probabilities (B, H, C, S) or None, logits or None, head outputs (B, H, C, D) fp32)"""
+
+
+def _explicit_rows(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    v32: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    softcap: float | None,
+    chunk_bytes: int,
+    cache: dict,
+) -> Iterator[RowChunk]:
+    """Attention with the probabilities materialised, a chunk of query rows at a time."""
+    b, h, s, d = query.shape
+    kvh = key.shape[1]
+    group = h // kvh
+    k32 = key.float().transpose(-1, -2)
+    chunk = max(1, min(s, chunk_bytes // max(1, b * h * s * 4)))
+    neg = torch.finfo(torch.float32).min
+    for start in range(0, s, chunk):
+        stop = min(s, start + chunk)
+        c = stop - start
+        # Scaling q before the product saves a pass over the (rows x keys) logits.
+        q = (query[:, :, start:stop].float() * scaling).reshape(b, kvh, group * c, d)
+        logits = torch.matmul(q, k32).view(b, h, c, s)
+        if softcap is not None:
+            logits = torch.tanh(logits / softcap) * softcap
+        if attention_mask is not None:
+            if attention_mask.dtype == torch.bool:
+                logits = logits.masked_fill_(_blocked(attention_mask, start, stop, cache), neg)
+            else:
+                logits = logits.add_(attention_mask[:, :, start:stop].float()).clamp_min_(neg)
+        probs = torch.softmax(logits, dim=-1)
+        o = torch.matmul(probs.view(b, kvh, group * c, s), v32).view(b, h, c, d)
+        yield start, probs, logits, o
+
+
+def _fused_rows(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    v32: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    cache: dict,
+) -> Iterator[RowChunk]:
+    """When no requested score reads the attention probabilities (head-output and value scores,
+    static and random zeroing), PyTorch's fused SDPA kernel computes the same fp32 head outputs
+    without materialising the (rows x keys) matrix."""
+    s = query.shape[2]
+    allowed = None if attention_mask is None else ~_blocked(attention_mask, 0, s, cache)
+    o = torch.nn.functional.scaled_dot_product_attention(
+        query.float(), key.float(), v32, attn_mask=allowed, scale=scaling, enable_gqa=True
+    )
+    yield 0, None, None, o
 
 
 def _blocked(mask: torch.Tensor, start: int, stop: int, cache: dict) -> torch.Tensor:

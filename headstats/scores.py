@@ -39,8 +39,8 @@ class TokenRows:
     ones included, sees at least itself.
     """
 
-    probs: torch.Tensor  # (B, H, C, S) attention probabilities A[t, s]
-    logits: torch.Tensor  # (B, H, C, S) pre-softmax logits z[t, s] (after mask and softcap)
+    probs: torch.Tensor | None  # (B, H, C, S) attention probabilities A[t, s]; None when no score needs them
+    logits: torch.Tensor | None  # (B, H, C, S) pre-softmax logits z[t, s] (after mask and softcap)
     start: int  # position of the chunk's first query row
     kv_values: torch.Tensor  # (B, KVH, C, D) value vectors of the chunk's tokens, per KV head
     group_size: int  # query heads per KV head (GQA); query head h reads KV head h // group_size
@@ -122,6 +122,7 @@ class Score:
     pool: Pool | None = None  # ... and how it is pooled over the valid tokens
     ratio: Ratio | None = None  # normalised scores: how they derive from raw ones
     needs_out_proj: bool = False
+    needs_weights: bool = False  # reads the (rows x keys) attention probabilities / logits
     description: str = ""
 
     @property
@@ -179,6 +180,7 @@ def _raw_with_ln(
             inactive_when,
             ratio=Ratio(id, id, "layer"),
             needs_out_proj=kw.get("needs_out_proj", False),
+            needs_weights=kw.get("needs_weights", False),
             description=f"{id} divided by its mean over the heads of the same layer and sequence",
         )
     )
@@ -191,6 +193,7 @@ _raw_with_ln(
     first_token_weight,
     "mean",
     "mean over valid query rows t of A[t, first]; high = an attention sink",
+    needs_weights=True,
 )
 _raw_with_ln(
     "entropy",
@@ -199,6 +202,7 @@ _raw_with_ln(
     attention_entropy,
     "mean",
     "mean over valid query rows of -sum_s A[t,s] ln A[t,s]",
+    needs_weights=True,
 )
 _raw_with_ln(
     "ftvvn",

@@ -180,3 +180,26 @@ def test_full_head_output_norm_uses_each_heads_slice_of_w_o() -> None:
     assert abs(ratio[changed.to_numpy()][0] - 3.0) < 1e-4
     same_input = ((after["layer"] <= 1) & ~changed).to_numpy()  # layer 2 reads the changed output
     assert abs(ratio[same_input] - 1.0).max() < 1e-5
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma3"])
+def test_scores_without_attention_weights_take_the_fused_path_with_the_same_numbers(family: str) -> None:
+    # No awft/entropy requested: outputs come from PyTorch's fused SDPA kernel instead of explicit
+    # probabilities. Numbers and model outputs must not change.
+    model = tiny_model(family)
+    fused_ids = ["ftvvn", "avvn_ln", "lthon", "lthon_ln", "lthon_hn", "ahon_ln", "fhon", "fhon_ln"]
+    assert not any(headstats.SCORES[s].needs_weights for s in fused_ids)
+    full = headstats.score_sequences(model, SEQUENCES, batch_size=4, padding_side="left")
+    fused = headstats.score_sequences(model, SEQUENCES, batch_size=4, padding_side="left", scores=fused_ids)
+    for score in fused_ids:
+        torch.testing.assert_close(
+            torch.tensor(fused[score].to_numpy()), torch.tensor(full[score].to_numpy()), rtol=1e-5, atol=1e-6
+        )
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10], [0, 0, 4, 5, 6, 7]])
+    mask = torch.tensor([[1] * 6, [0, 0, 1, 1, 1, 1]])
+    positions = (mask.cumsum(-1) - 1).clamp_min(0)
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask, position_ids=positions).logits
+        with Probe(model, ["ahon_ln"]):
+            observed = model(ids, attention_mask=mask, position_ids=positions).logits
+    torch.testing.assert_close(observed[mask.bool()], expected[mask.bool()], rtol=1e-4, atol=1e-5)
