@@ -414,11 +414,31 @@ class _Runner:
                     self._write(point, math.nan, self._baseline_pass()[0])
             else:
                 tau = thresholds[point.score][point.target]
-                with ablate_heads(self.model, score=point.score, threshold=tau, seed=self.seed):
-                    frame = self._evaluate()
+                frame = self._zeroes_nothing(point)
+                if frame is None:
+                    with ablate_heads(self.model, score=point.score, threshold=tau, seed=self.seed):
+                        frame = self._evaluate()
                 self._write(point, tau, frame)
             bar.update(1)
         bar.close()
+
+    def _zeroes_nothing(self, point: Point) -> pd.DataFrame | None:
+        """The baseline's answers for a p = 0 point that provably zeroes nothing, saving a pass.
+
+        Random zeroing at p = 0 never fires (u < 0). A dynamic score calibrated on the evaluation
+        prompts gets the pooled minimum (maximum for "above" scores) as its p = 0 threshold, which no
+        head of those same prompts crosses strictly, and with nothing zeroed every layer sees what the
+        baseline saw. A held-out calibration set gives no such guarantee, so that point is run."""
+        if point.target != 0.0:
+            return None
+        if not (S.get_score(point.score).is_random or self.plan.calibration == "eval"):
+            return None
+        path = self.plan.partition / Point(BASELINE, 0.0).file_name
+        if not path.is_file():
+            return None
+        frame = pd.read_parquet(path)
+        frame["n_zeroed"] = 0.0
+        return frame
 
     def _baseline_pass(self, record_scores: Sequence[str] = ()) -> tuple[pd.DataFrame, Probe]:
         """The task on the un-intervened model, through headstats' attention with an all-False zero
