@@ -148,14 +148,17 @@ def accuracy_grid(
     scores = _ordered_scores(points.loc[points["score"] != BASELINE, "score"]) if scores is None else list(scores)
     cols = max(1, min(cols, len(models)))
     rows = math.ceil(len(models) / cols)
-    fig = Figure(figsize=(4.2 * cols, 3.4 * rows + 1.2), layout="constrained")
+    # Score labels are long: one legend column per panel column keeps the legend inside the figure.
+    legend_cols = max(1, min(cols, len(scores) + 2))
+    legend_rows = math.ceil((len(scores) + 2) / legend_cols)
+    fig = Figure(figsize=(4.2 * cols, 3.4 * rows + 0.6 + 0.22 * legend_rows), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax, model in zip(axes.flat, models, strict=False):
         _draw_curves(ax, points, model, scores, linewidth=1.3)
     for ax in list(axes.flat)[len(models) :]:
         ax.set_axis_off()
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)), fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="outside lower center", ncols=legend_cols, fontsize=8, frameon=False)
     if title:
         fig.suptitle(title)
     return fig
