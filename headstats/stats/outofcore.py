@@ -14,8 +14,10 @@ relative-depth bin (the bins of :func:`headstats.stats.distances.depth_bin`):
   the integral of the difference of their quantile functions, ``W1 = ∫_0^1 |Q_a(u) - Q_b(u)| du``:
   for equal sizes the mean of ``|a_(i) - b_(i)|`` (O(n)); for unequal sizes an exact merge of the
   quantile functions' breakpoints ``i/n`` and ``j/m``, done in integer units of ``1/lcm(n, m)`` so no
-  breakpoint is misplaced by round-off (O(n + m), in bounded chunks). The value equals
-  ``scipy.stats.wasserstein_distance`` on the same rows, to float64 round-off.
+  breakpoint is misplaced by round-off (O(n + m), in bounded chunks). Two models scored on the same
+  sequences have n = sequences x heads_a and m = sequences x heads_b, so the breakpoint pattern
+  repeats every ``1/gcd(n, m)``: it is merged once and read off every period, with no per-element
+  sort. The value equals ``scipy.stats.wasserstein_distance`` on the same rows, to float64 round-off.
 - ``summary``: when all models' sorted columns would not fit in ``memory_gb``, each chunk of at
   most ``chunk_rows`` rows (about one Parquet part) is sorted and cut into ``summary_size``
   equal-count quantile blocks, each kept as (mean, count); a model's summary is the union of its
@@ -64,6 +66,7 @@ Method = Literal["auto", "exact", "summary"]
 
 PARTITIONING = pads.partitioning(pa.schema([("model", pa.string()), ("dataset", pa.string())]), flavor="hive")
 _CHUNK = 1 << 21  # elements per step of the O(n) W1 loops: bounded temporaries, still vectorised
+_PERIOD_MAX = 1 << 12  # longest repeating breakpoint pattern read off per period (see _w1_periodic)
 
 
 # --- reading ---------------------------------------------------------------------------------------
@@ -204,6 +207,8 @@ def wasserstein1_sorted(a: np.ndarray, b: np.ndarray) -> float:
     g = math.gcd(n, m)
     step_a, step_b = m // g, n // g  # breakpoint spacing of a and of b, in units of 1/lcm
     lcm = n * step_a
+    if step_a + step_b <= _PERIOD_MAX:
+        return _w1_periodic(a, b, g, step_a, step_b)
     if lcm >= 2**62:  # beyond int64 headroom: the (slower) merged-CDF formulation, still exact
         return wasserstein1(a, b)
     total = 0.0
@@ -220,6 +225,30 @@ def wasserstein1_sorted(a: np.ndarray, b: np.ndarray) -> float:
         index_b = -(-ticks // step_b) - 1
         total += float(widths @ np.abs(a[index_a].astype(np.float64) - b[index_b]))
     return total / lcm
+
+
+def _w1_periodic(a: np.ndarray, b: np.ndarray, g: int, step_a: int, step_b: int) -> float:
+    """The same integral when the breakpoint pattern repeats: with g = gcd(n, m), n = g * step_b and
+    m = g * step_a, so [0, 1] splits into g periods, each holding ``step_b`` steps of Q_a and
+    ``step_a`` steps of Q_b laid out identically. Score tables of one dataset have n = sequences x
+    heads, so g is at least the number of sequences and a period is short: the pattern (which index
+    of a and of b, over what width) is merged once, and every period reads it off the two samples
+    viewed as (g, step_b) and (g, step_a) arrays. No per-element sort or division."""
+    ticks_a = np.arange(1, step_b + 1, dtype=np.int64) * step_a
+    ticks_b = np.arange(1, step_a + 1, dtype=np.int64) * step_b
+    ticks = np.sort(np.concatenate([ticks_a, ticks_b]), kind="stable")
+    widths = np.diff(ticks, prepend=0).astype(np.float64)
+    keep = widths > 0  # a tick shared by both (the period's end) leaves a zero-width interval
+    ticks, widths = ticks[keep], widths[keep]
+    index_a, index_b = -(-ticks // step_a) - 1, -(-ticks // step_b) - 1
+    rows_a, rows_b = a.reshape(g, step_b), b.reshape(g, step_a)
+    per_chunk = max(1, _CHUNK // len(ticks))
+    total = 0.0
+    for p in range(0, g, per_chunk):
+        block_a = rows_a[p : p + per_chunk][:, index_a].astype(np.float64)
+        block_a -= rows_b[p : p + per_chunk][:, index_b]
+        total += float((np.abs(block_a, out=block_a) @ widths).sum())
+    return total / (g * step_a * step_b)
 
 
 # --- per-model summaries of one score ------------------------------------------------------------
@@ -545,11 +574,11 @@ def score_overlap(
     for m, d in tqdm(jobs, desc=f"overlap {a_id} vs {b_id}", unit="table", disable=not progress):
         n = int(inv.loc[(inv["model"] == m) & (inv["dataset"] == d), "rows"].sum())
         cols = read_columns(dataset, m, [a_id, b_id, "layer", "head"], [d], rows=n)
-        va, vb = cols[a_id].astype(np.float64), cols[b_id].astype(np.float64)
+        va, vb = cols[a_id], cols[b_id]  # float32: compared with float64 thresholds, as float64 values would be
         keep = ~(np.isnan(va) | np.isnan(vb))
         if not keep.all():
-            va, vb = va[keep], vb[keep]
             cols = {k: v[keep] for k, v in cols.items()}
+            va, vb = cols[a_id], cols[b_id]
         if len(va) == 0:
             raise ValueError(f"model {m!r} has no values for {a_id} and {b_id} on {d!r}: collect them first")
         for sid, v in ((a_id, va), (b_id, vb)):
@@ -560,14 +589,16 @@ def score_overlap(
         n_heads = int(heads.max()) + 1
         per_head = np.maximum(np.bincount(heads, minlength=n_heads), 1)
         del cols
-        ta = _thresholds(va, a_id, np.asarray(rate_list))
-        tb = _thresholds(vb, b_id, np.asarray(rate_list))
+        # Quantiles on a float64 copy, one score at a time, exactly as the calibration computes them.
+        ta = _thresholds(va.astype(np.float64), a_id, np.asarray(rate_list))
+        tb = _thresholds(vb.astype(np.float64), b_id, np.asarray(rate_list))
         above_a, above_b = get_score(a_id).inactive_when == "above", get_score(b_id).inactive_when == "above"
         for rate, tau_a, tau_b in zip(rate_list, ta, tb, strict=True):
+            tau_a, tau_b = np.float64(tau_a), np.float64(tau_b)  # a float64 scalar makes the comparison float64
             sa = va > tau_a if above_a else va < tau_a
             sb = vb > tau_b if above_b else vb < tau_b
-            ua = np.bincount(heads, weights=sa, minlength=n_heads) / per_head >= usually
-            ub = np.bincount(heads, weights=sb, minlength=n_heads) / per_head >= usually
+            ua = np.bincount(heads[sa], minlength=n_heads) / per_head >= usually
+            ub = np.bincount(heads[sb], minlength=n_heads) / per_head >= usually
             out.append({
                 "model": m, "dataset": d, "rate": rate, "score_a": a_id, "score_b": b_id,
                 "selected_a": float(sa.mean()), "selected_b": float(sb.mean()),
