@@ -56,7 +56,7 @@ def by_hand_scores(model: torch.nn.Module, batch: Batch) -> dict[str, torch.Tens
         w = layer.self_attn.o_proj.weight.float()  # (d_model, H*D)
         full = torch.einsum("bshd,ehd->bshe", o, w.view(-1, heads, d)).norm(dim=-1)
         raw = {
-            "awft": (a[rows, :, :, first].transpose(1, 2) * vf[:, None]).sum(-1) / n,
+            "awft": (a[rows, :, :, first] * vf[:, None]).sum(-1) / n,
             "entropy": ((-torch.special.xlogy(a, a).sum(-1)) * vf[:, None]).sum(-1) / n,
             "ftvvn": v[rows, first].norm(dim=-1),
             "avvn": (v.norm(dim=-1) * vf[..., None]).sum(1) / n,

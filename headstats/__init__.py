@@ -4,12 +4,11 @@ Data flows one way: model -> per-head scores (:mod:`headstats.attention`, :mod:`
 -> Parquet tables (:mod:`headstats.collect`, :mod:`headstats.store`) -> statistics
 (:mod:`headstats.stats`) -> figures and reports (:mod:`headstats.plots`, :mod:`headstats.report`).
 Interventions (:mod:`headstats.intervene`) zero heads inside the same attention function and
-measure task accuracy (:mod:`headstats.tasks`, :mod:`headstats.evaluate`).
+measure task accuracy (:mod:`headstats.tasks`, :func:`headstats.evaluate.evaluate`).
 """
 
 from headstats.attention import ATTN_IMPLEMENTATION, Probe, UnsupportedModelError, register
 from headstats.collect import collect_scores
-from headstats.evaluate import evaluate
 from headstats.intervene import (
     ablate_heads,
     run_sweep,
@@ -37,7 +36,6 @@ __all__ = [
     "__version__",
     "ablate_heads",
     "collect_scores",
-    "evaluate",
     "get_score",
     "load_model",
     "load_task",

@@ -36,6 +36,7 @@ from typing import Any
 
 from headstats import scores as S
 from headstats import store
+from headstats.launch import add_launcher_arguments, launcher_options
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,8 +44,19 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 COLLECT_KEYS = {"datasets", "limit", "batch_size", "max_length", "prompt_format", "scores", "seed", "padding_side"}
-ABLATE_KEYS = {"task", "scores", "targets", "limit", "limit_per_subject", "subjects", "batch_size", "prompt_format",
-               "seed", "calibration", "calibration_limit"}  # fmt: skip
+ABLATE_KEYS = {
+    "task",
+    "scores",
+    "targets",
+    "limit",
+    "limit_per_subject",
+    "subjects",
+    "batch_size",
+    "prompt_format",
+    "seed",
+    "calibration",
+    "calibration_limit",
+}
 
 
 @dataclass
@@ -103,8 +115,12 @@ def load_analysis(path: str | Path) -> AnalysisSpec:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: not valid TOML ({err})") from err
-    _unknown_keys("top level", raw, {"name", "description", "results", "report", "models", "collect", "ablate",
-                                     "report_options"}, path)  # fmt: skip
+    _unknown_keys(
+        "top level",
+        raw,
+        {"name", "description", "results", "report", "models", "collect", "ablate", "report_options"},
+        path,
+    )
     name = str(raw.get("name") or path.stem)
     models_section = raw.get("models") or {}
     _unknown_keys("models", models_section, {"names", "optional", "dtype", "device"}, path)
@@ -157,39 +173,89 @@ def run_analysis(
     stages: Sequence[str] = ("collect", "ablate", "report"),
     device: str | None = None,
     progress: bool = True,
+    launcher: str | None = None,
+    grid_options: dict[str, Any] | None = None,
 ) -> Path | None:
-    """Run the stages of ``spec`` in order, resuming finished work; returns the report's index.html."""
-    from headstats.collect import collect_scores
-    from headstats.intervene import run_sweep
-    from headstats.models import load_model
+    """Run the stages of ``spec`` in order, resuming finished work; returns the report's index.html.
+
+    With a ``launcher`` (``local``, ``slurm``, ``debug``; see :mod:`headstats.launch`) each model's
+    collection and sweeps run as one grid job, and the report is built here once all have finished."""
     from headstats.report import build_report
 
     models = spec.selected_models(all_models, only_models)
     store.ensure_writable(spec.results)
     started = time.monotonic()
+    model_stages = [s for s in stages if s in ("collect", "ablate")]
     needs_model = ("collect" in stages and spec.collect_datasets) or ("ablate" in stages and spec.ablate)
-    for name in models if needs_model else []:
-        _say(f"[{name}] loading")
-        model, tokenizer = load_model(name, dtype=spec.dtype, device=device or spec.device)
-        if "collect" in stages:
-            for dataset in spec.collect_datasets:
-                _say(f"[{name}] collecting scores on {dataset}")
-                result = collect_scores(model, tokenizer, dataset, spec.results, progress=progress,
-                                        **spec.collect_options)  # fmt: skip
-                _say(f"[{name}] {dataset}: {result.n_samples} sequences ({result.n_new} new)")
-        if "ablate" in stages:
-            for ablation in spec.ablate:
-                _say(f"[{name}] ablation sweep on {ablation.task}: {', '.join(ablation.scores)}")
-                run_sweep(model, ablation.task, tokenizer=tokenizer, scores=ablation.scores, targets=ablation.targets,
-                          out=spec.results, progress=progress, **ablation.options)  # fmt: skip
-        del model
+    if needs_model and launcher is not None:
+        from headstats.launch import FunctionJob, run_grid
+        from headstats.models import model_slug
+
+        jobs = [
+            FunctionJob(
+                f"{spec.name} {name}",
+                run_model_stages,
+                {
+                    "analysis": str(spec.path),
+                    "model": name,
+                    "stages": model_stages,
+                    "device": device,
+                    "progress": False,
+                },
+                output_paths=(str(store.partition_dir(spec.results, model=model_slug(name))),),
+            )
+            for name in models
+        ]
+        grid = dict(grid_options or {})
+        folder = grid.pop("folder", None) or spec.results / "_grid"
+        print(run_grid(jobs, launcher, folder=folder, progress=progress, **grid).summary())
+    elif needs_model:
+        for name in models:
+            run_model_stages(spec, name, model_stages, device=device, progress=progress)
     index = None
     if "report" in stages:
         _say(f"building the report into {spec.report}")
-        index = build_report(spec.results, spec.report, title=spec.description or spec.name, progress=progress,
-                             **spec.report_options)  # fmt: skip
+        index = build_report(
+            spec.results, spec.report, title=spec.description or spec.name, progress=progress, **spec.report_options
+        )
     _say(f"done in {time.monotonic() - started:.0f} s")
     return index
+
+
+def run_model_stages(
+    analysis: AnalysisSpec | str,
+    model: str,
+    stages: Sequence[str],
+    *,
+    device: str | None = None,
+    progress: bool = True,
+) -> None:
+    """Collection and sweeps of one model of an analysis (also the unit of a grid job)."""
+    from headstats.collect import collect_scores
+    from headstats.intervene import run_sweep
+    from headstats.models import load_model
+
+    spec = analysis if isinstance(analysis, AnalysisSpec) else load_analysis(analysis)
+    _say(f"[{model}] loading")
+    loaded, tokenizer = load_model(model, dtype=spec.dtype, device=device or spec.device)
+    if "collect" in stages:
+        for dataset in spec.collect_datasets:
+            _say(f"[{model}] collecting scores on {dataset}")
+            result = collect_scores(loaded, tokenizer, dataset, spec.results, progress=progress, **spec.collect_options)
+            _say(f"[{model}] {dataset}: {result.n_samples} sequences ({result.n_new} new)")
+    if "ablate" in stages:
+        for ablation in spec.ablate:
+            _say(f"[{model}] ablation sweep on {ablation.task}: {', '.join(ablation.scores)}")
+            run_sweep(
+                loaded,
+                ablation.task,
+                tokenizer=tokenizer,
+                scores=ablation.scores,
+                targets=ablation.targets,
+                out=spec.results,
+                progress=progress,
+                **ablation.options,
+            )
 
 
 def _say(message: str) -> None:
@@ -207,6 +273,7 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--models", default=None, help="comma-separated subset of the file's models")
     parser.add_argument("--stages", default="collect,ablate,report", help="comma-separated stages to run")
     parser.add_argument("--device", default=None, help="override the device (cpu, cuda, ...)")
+    add_launcher_arguments(parser)
     parser.set_defaults(func=_main)
 
 
@@ -217,7 +284,19 @@ def _main(args: argparse.Namespace) -> int:
     if unknown:
         raise ValueError(f"unknown stage(s) {', '.join(unknown)}: choose from collect, ablate, report")
     only = [m for m in args.models.split(",") if m] if args.models else None
-    index = run_analysis(spec, all_models=args.all_models, only_models=only, stages=stages, device=args.device)
+    grid = None
+    if args.launcher is not None:
+        grid = launcher_options(args)
+        grid.pop("launcher")
+    index = run_analysis(
+        spec,
+        all_models=args.all_models,
+        only_models=only,
+        stages=stages,
+        device=args.device,
+        launcher=args.launcher,
+        grid_options=grid,
+    )
     if index is not None:
         print(index)
     return 0

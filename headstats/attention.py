@@ -331,6 +331,7 @@ def attention_with_stats(
         stop = start + o.shape[2]
         out[:, start:stop] = o.transpose(1, 2).to(out.dtype)
         if not stats:
+            del probs, logits, o
             continue
         rows = S.TokenRows(
             probs=probs,
@@ -349,6 +350,7 @@ def attention_with_stats(
             if score.stat not in computed:
                 computed[score.stat] = score.stat(rows)
             sums[sid] += S.pool_rows(computed[score.stat], score.pool, span, valid, first, last)
+        del probs, logits, o, rows, computed
     raw = {}
     count = n_tokens.clamp_min(1).float().unsqueeze(-1)
     for sid, score in stats.items():
@@ -393,6 +395,8 @@ def _explicit_rows(
         probs = torch.softmax(logits, dim=-1)
         o = torch.matmul(probs.view(b, kvh, group * c, s), v32).view(b, h, c, d)
         yield start, probs, logits, o
+        # Drop this chunk before computing the next, so one chunk is alive at a time.
+        del q, logits, probs, o
 
 
 def _fused_rows(
@@ -420,11 +424,16 @@ def _blocked(mask: torch.Tensor, start: int, stop: int, cache: dict) -> torch.Te
     otherwise see no key at all, and its softmax would be 0/0. Such rows are never scored or read,
     and a valid row always sees itself, so this changes no number that matters."""
     key = (id(mask), start, stop)
-    if key not in cache:
-        rows = torch.arange(start, stop, device=mask.device)[:, None]
-        diagonal = rows == torch.arange(mask.shape[-1], device=mask.device)
-        cache[key] = ~(mask[:, :, start:stop] | diagonal)
-    return cache[key]
+    if key in cache:
+        return cache[key]
+    rows = torch.arange(start, stop, device=mask.device)[:, None]
+    diagonal = rows == torch.arange(mask.shape[-1], device=mask.device)
+    blocked = ~(mask[:, :, start:stop] | diagonal)
+    # Keep it for the other layers only when the rows are not chunked: the chunks of a long
+    # sequence together would be another (rows x keys) mask, and memory must stay linear there.
+    if start == 0 and stop == mask.shape[-2]:
+        cache[key] = blocked
+    return blocked
 
 
 # -- registration with transformers ----------------------------------------------------------------

