@@ -128,6 +128,7 @@ def _publish(build: Callable[[Path], None], final: Path) -> Path:
     """Run ``build`` into a temporary sibling of ``final`` and rename it into place atomically."""
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
+    tmp.chmod(0o755)  # mkdtemp makes it private; a shared cache must stay readable by others
     try:
         build(tmp)
         if final.exists():  # another process finished first
