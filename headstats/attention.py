@@ -205,7 +205,7 @@ class Probe:
         query: torch.Tensor,
         key: torch.Tensor,
         value: torch.Tensor,
-        attention_mask: torch.Tensor | None,
+        attention_mask: torch.Tensor | RowMask | None,
         scaling: float | None,
         softcap: float | None,
     ) -> torch.Tensor:
@@ -289,7 +289,7 @@ def attention_with_stats(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
+    attention_mask: torch.Tensor | RowMask | None,
     scaling: float,
     *,
     valid: torch.Tensor,
@@ -320,11 +320,12 @@ def attention_with_stats(
     cache = {} if mask_cache is None else mask_cache
     stats = {sid: S.SCORES[sid] for sid in raw_ids}
     needs_weights = any(score.needs_weights for score in stats.values())
-    fused = not needs_weights and softcap is None and (attention_mask is None or attention_mask.dtype == torch.bool)
-    if fused:
-        chunks = _fused_rows(query, key, v32, attention_mask, scaling, cache)
+    boolean = attention_mask is None or isinstance(attention_mask, RowMask) or attention_mask.dtype == torch.bool
+    chunk = max(1, min(s, chunk_bytes // max(1, b * h * s * 4)))
+    if not needs_weights and softcap is None and boolean:
+        chunks = _fused_rows(query, key, v32, attention_mask, scaling, chunk, cache)
     else:
-        chunks = _explicit_rows(query, key, v32, attention_mask, scaling, softcap, chunk_bytes, cache)
+        chunks = _explicit_rows(query, key, v32, attention_mask, scaling, softcap, chunk, cache)
     out = torch.empty(b, s, h, d, dtype=query.dtype, device=query.device)
     sums = {sid: torch.zeros(b, h, dtype=torch.float32, device=query.device) for sid in raw_ids}
     for start, probs, logits, o in chunks:
@@ -366,18 +367,17 @@ def _explicit_rows(
     query: torch.Tensor,
     key: torch.Tensor,
     v32: torch.Tensor,
-    attention_mask: torch.Tensor | None,
+    attention_mask: torch.Tensor | RowMask | None,
     scaling: float,
     softcap: float | None,
-    chunk_bytes: int,
+    chunk: int,
     cache: dict,
 ) -> Iterator[RowChunk]:
-    """Attention with the probabilities materialised, a chunk of query rows at a time."""
+    """Attention with the probabilities materialised, ``chunk`` query rows at a time."""
     b, h, s, d = query.shape
     kvh = key.shape[1]
     group = h // kvh
     k32 = key.float().transpose(-1, -2)
-    chunk = max(1, min(s, chunk_bytes // max(1, b * h * s * 4)))
     neg = torch.finfo(torch.float32).min
     for start in range(0, s, chunk):
         stop = min(s, start + chunk)
@@ -388,7 +388,7 @@ def _explicit_rows(
         if softcap is not None:
             logits = torch.tanh(logits / softcap) * softcap
         if attention_mask is not None:
-            if attention_mask.dtype == torch.bool:
+            if isinstance(attention_mask, RowMask) or attention_mask.dtype == torch.bool:
                 logits = logits.masked_fill_(_blocked(attention_mask, start, stop, cache), neg)
             else:
                 logits = logits.add_(attention_mask[:, :, start:stop].float()).clamp_min_(neg)
@@ -403,22 +403,28 @@ def _fused_rows(
     query: torch.Tensor,
     key: torch.Tensor,
     v32: torch.Tensor,
-    attention_mask: torch.Tensor | None,
+    attention_mask: torch.Tensor | RowMask | None,
     scaling: float,
+    chunk: int,
     cache: dict,
 ) -> Iterator[RowChunk]:
     """When no requested score reads the attention probabilities (head-output and value scores,
     static and random zeroing), PyTorch's fused SDPA kernel computes the same fp32 head outputs
-    without materialising the (rows x keys) matrix."""
+    without materialising the (rows x keys) matrix. Rows are still taken ``chunk`` at a time so that
+    the boolean mask of a long sequence is never whole."""
     s = query.shape[2]
-    allowed = None if attention_mask is None else ~_blocked(attention_mask, 0, s, cache)
-    o = torch.nn.functional.scaled_dot_product_attention(
-        query.float(), key.float(), v32, attn_mask=allowed, scale=scaling, enable_gqa=True
-    )
-    yield 0, None, None, o
+    k32 = key.float()
+    for start in range(0, s, chunk):
+        stop = min(s, start + chunk)
+        allowed = None if attention_mask is None else ~_blocked(attention_mask, start, stop, cache)
+        o = torch.nn.functional.scaled_dot_product_attention(
+            query[:, :, start:stop].float(), k32, v32, attn_mask=allowed, scale=scaling, enable_gqa=True
+        )
+        yield start, None, None, o
+        del allowed, o
 
 
-def _blocked(mask: torch.Tensor, start: int, stop: int, cache: dict) -> torch.Tensor:
+def _blocked(mask: torch.Tensor | RowMask, start: int, stop: int, cache: dict) -> torch.Tensor:
     """Keys a chunk of query rows must not see, computed once per mask and chunk per forward pass
     (layers of one type share their mask). Every row may see itself: a padded query row may
     otherwise see no key at all, and its softmax would be 0/0. Such rows are never scored or read,
@@ -426,14 +432,41 @@ def _blocked(mask: torch.Tensor, start: int, stop: int, cache: dict) -> torch.Te
     key = (id(mask), start, stop)
     if key in cache:
         return cache[key]
-    rows = torch.arange(start, stop, device=mask.device)[:, None]
-    diagonal = rows == torch.arange(mask.shape[-1], device=mask.device)
-    blocked = ~(mask[:, :, start:stop] | diagonal)
+    allowed = mask.rows(start, stop) if isinstance(mask, RowMask) else mask[:, :, start:stop]
+    rows = torch.arange(start, stop, device=allowed.device)[:, None]
+    diagonal = rows == torch.arange(allowed.shape[-1], device=allowed.device)
+    blocked = ~(allowed | diagonal)
     # Keep it for the other layers only when the rows are not chunked: the chunks of a long
     # sequence together would be another (rows x keys) mask, and memory must stay linear there.
     if start == 0 and stop == mask.shape[-2]:
         cache[key] = blocked
     return blocked
+
+
+@dataclass(frozen=True, eq=False)
+class RowMask:
+    """A boolean attention mask that is never materialised whole: :meth:`rows` builds the
+    (B, 1, rows, keys) block of a chunk of query rows with transformers' own ``sdpa_mask`` (so
+    padding, causality, sliding windows and chunked attention follow the model's mask function).
+
+    headstats' mask function returns one instead of a (B, 1, S, S) tensor when the attention of a
+    forward pass will be computed in row chunks, which is what keeps memory linear in S for long
+    sequences: the whole mask would be S^2 bytes per sequence, a chunk's block is rows x S."""
+
+    arguments: dict
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        a = self.arguments
+        return (a["batch_size"], 1, a["q_length"], a["kv_length"])
+
+    def rows(self, start: int, stop: int) -> torch.Tensor:
+        q_offset = self.arguments.get("q_offset", 0)
+        arguments = {**self.arguments, "q_length": stop - start, "q_offset": q_offset + start}
+        return sdpa_mask(**arguments)
+
+    def materialise(self) -> torch.Tensor:
+        return self.rows(0, self.shape[2])
 
 
 # -- registration with transformers ----------------------------------------------------------------
@@ -444,7 +477,7 @@ def headstats_attention(
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
+    attention_mask: torch.Tensor | RowMask | None,
     scaling: float | None = None,
     dropout: float = 0.0,
     **kwargs: object,
@@ -452,6 +485,8 @@ def headstats_attention(
     """The function transformers calls for ``attn_implementation="headstats"``."""
     probe = _ACTIVE.get()
     if probe is None or probe._state is None:
+        if isinstance(attention_mask, RowMask):
+            attention_mask = attention_mask.materialise()
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     if kwargs.get("s_aux") is not None:
         raise UnsupportedModelError("attention sinks (s_aux, e.g. gpt-oss) are not supported by headstats yet")
@@ -460,11 +495,25 @@ def headstats_attention(
     return out, None
 
 
-def _headstats_mask(*args: object, **kwargs: object) -> torch.Tensor | None:
-    # Always a materialised boolean mask (never "skip, use is_causal"): the attention function
-    # applies it row chunk by row chunk, sliding windows included.
+def _headstats_mask(*args: object, **kwargs: object) -> torch.Tensor | RowMask | None:
+    # Always a boolean mask (never "skip, use is_causal"): the attention function applies it row
+    # chunk by row chunk, sliding windows included. Under a probe, when the attention of this
+    # forward pass will be chunked, a lazy RowMask instead of the quadratic tensor.
     kwargs["allow_is_causal_skip"] = False
+    probe = _ACTIVE.get()
+    if probe is not None and probe._state is not None and not args and _chunked(probe, kwargs):
+        return RowMask(dict(kwargs))
     return sdpa_mask(*args, **kwargs)
+
+
+def _chunked(probe: Probe, arguments: dict) -> bool:
+    """Whether ``attention_with_stats`` will split these query rows into chunks (its own rule)."""
+    try:
+        b, q, kv = int(arguments["batch_size"]), int(arguments["q_length"]), int(arguments["kv_length"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    heads = getattr(probe.model.config.get_text_config(), "num_attention_heads", 1)
+    return q > 1 and b * heads * kv * 4 * q > probe.chunk_bytes
 
 
 def register() -> None:

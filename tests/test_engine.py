@@ -8,6 +8,7 @@ from families import CONFIGS, VOCAB, attention_modules, reference_scores, tiny_m
 from transformers import AutoModelForCausalLM, BloomConfig
 
 import headstats
+from headstats import attention as attention_module
 from headstats.attention import Probe, UnsupportedModelError
 from headstats.scores import SCORE_IDS
 
@@ -201,5 +202,35 @@ def test_scores_without_attention_weights_take_the_fused_path_with_the_same_numb
     with torch.no_grad():
         expected = model(ids, attention_mask=mask, position_ids=positions).logits
         with Probe(model, ["ahon_ln"]):
+            observed = model(ids, attention_mask=mask, position_ids=positions).logits
+    torch.testing.assert_close(observed[mask.bool()], expected[mask.bool()], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["gemma3", "llama", "gpt2"])
+@pytest.mark.parametrize("scores", [SCORE_IDS, ["ahon_ln", "fhon", "avvn"]], ids=["explicit", "fused"])
+def test_long_sequence_mode_builds_mask_rows_lazily_with_the_same_numbers(
+    family: str, scores: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # When attention is chunked (long sequences), the mask function hands the attention a RowMask
+    # and each chunk builds only its own rows: the S x S mask never exists. Forced here with a
+    # tiny chunk budget; padding, sliding windows and every score must come out unchanged.
+    model = tiny_model(family)
+    whole = headstats.score_sequences(model, SEQUENCES, batch_size=4, padding_side="left", scores=scores)
+    built: list[int] = []
+    rows = attention_module.RowMask.rows
+    monkeypatch.setattr(attention_module.RowMask, "rows", lambda m, a, b: built.append(b - a) or rows(m, a, b))
+    monkeypatch.setattr(attention_module, "DEFAULT_CHUNK_BYTES", 64)
+    chunked = headstats.score_sequences(model, SEQUENCES, batch_size=4, padding_side="left", scores=scores)
+    assert built and max(built) < max(map(len, SEQUENCES))  # row blocks, never the whole mask
+    for score in [s for s in scores if s != "random"]:
+        torch.testing.assert_close(
+            torch.tensor(chunked[score].to_numpy()), torch.tensor(whole[score].to_numpy()), rtol=1e-5, atol=1e-6
+        )
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 13], [0, 0, 0, 4, 5, 6, 7, 8, 9]])
+    mask = torch.tensor([[1] * 9, [0, 0, 0, 1, 1, 1, 1, 1, 1]])
+    positions = (mask.cumsum(-1) - 1).clamp_min(0)
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask, position_ids=positions).logits
+        with Probe(model, scores):
             observed = model(ids, attention_mask=mask, position_ids=positions).logits
     torch.testing.assert_close(observed[mask.bool()], expected[mask.bool()], rtol=1e-4, atol=1e-5)
