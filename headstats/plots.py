@@ -176,7 +176,7 @@ def top_curves(
     points = _check_points(points)
     models = _model_list(points, models)
     ranks = ranking.rank_scores(curves, by)
-    fig = Figure(figsize=(4.6 * len(models), 4.2), layout="constrained")
+    fig = Figure(figsize=(4.6 * len(models), 5.2), layout="constrained")
     axes = fig.subplots(1, len(models), squeeze=False)[0]
     for ax, model in zip(axes, models, strict=True):
         if model not in ranks.index:
@@ -184,7 +184,8 @@ def top_curves(
         order = ranks.loc[model].dropna().astype(int).sort_values(kind="stable").index
         best = [s for s in order if s != "random"][:k]
         _draw_curves(ax, points, model, ["random", *best], linewidth=1.8)
-        ax.legend(fontsize=7, loc="lower left")
+        # Below the panel: inside it, the legend would hide the curves' low-accuracy end.
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     return fig
 
 

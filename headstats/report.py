@@ -32,6 +32,7 @@ import html
 import json
 import os
 import re
+import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -638,10 +639,11 @@ def build_report(
     out_dir = store.ensure_writable(out)
     writer = ReportWriter(out_dir, title or f"headstats report: {results.name}", dpi=dpi)
     kinds = {p.kind for p in partitions}
+    rebuild = f"headstats report {results} --out {out}" + (f" --title {shlex.quote(title)}" if title else "")
     writer.text(
         f"Built from `{results}` only (no model loaded): {sum(p.kind == 'scores' for p in partitions)} score "
         f"table(s), {sum(p.kind == 'interventions' for p in partitions)} intervention table(s). Rebuild with "
-        f"`headstats report {results} --out {out}`."
+        f"`{rebuild}`."
     )
     if stray:
         writer.text(f"{len(stray)} Parquet file(s) outside the results layout were ignored, e.g. `{stray[0]}`.")
