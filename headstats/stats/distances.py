@@ -161,6 +161,22 @@ def score_columns(frame: pd.DataFrame) -> list[str]:
     return [sid for sid in SCORE_IDS if sid in frame.columns and frame[sid].notna().any()]
 
 
+def scores_of(rows: pd.DataFrame, model: str, score_ids: Sequence[str] | None) -> list[str]:
+    """The score ids to analyse for one model's ``rows``: all it has, or the requested ones (canonical
+    ids), with an error naming what is missing and what is there."""
+    have = score_columns(rows)
+    if score_ids is None:
+        return have
+    wanted = [get_score(s).id for s in dict.fromkeys(score_ids)]
+    missing = [s for s in wanted if s not in have]
+    if missing:
+        raise ValueError(
+            f"model {model!r} has no values for {', '.join(missing)} (it has {', '.join(have) or 'none'}): "
+            "collect them first"
+        )
+    return wanted
+
+
 def model_rows(scores: pd.DataFrame, model: str) -> pd.DataFrame:
     """The rows of one model, with a clear error when it is not in the table."""
     if "model" not in scores.columns:
@@ -445,10 +461,7 @@ def noise_floor(
     ``floor`` (its ``quantile`` over ``n_split`` splits). A distance between two models below the
     floor cannot be told apart from re-drawing the texts."""
     rows_m = model_rows(scores, model)
-    sids = score_columns(rows_m) if score_ids is None else [get_score(s).id for s in score_ids]
-    missing = [s for s in sids if s not in score_columns(rows_m)]
-    if missing:
-        raise ValueError(f"model {model!r} has no values for score ids {', '.join(missing)}")
+    sids = scores_of(rows_m, model, score_ids)
     codes, uniques = sequence_keys(rows_m).factorize()
     masks = _depth_masks(rows_m, depth_bins)
     out = []

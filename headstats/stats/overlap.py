@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike
 
 from headstats.intervene.calibration import thresholds_for_fractions
 from headstats.scores import get_score
-from headstats.stats.distances import model_rows, score_columns
+from headstats.stats.distances import model_rows, scores_of
 
 
 def _pair(a: ArrayLike | set, b: ArrayLike | set) -> tuple[set, set] | tuple[np.ndarray, np.ndarray]:
@@ -112,9 +112,7 @@ def score_overlap(
     out = []
     for model in models:
         rows = model_rows(scores, model)
-        missing = [s for s in (a_id, b_id) if s not in score_columns(rows)]
-        if missing:
-            raise ValueError(f"model {model!r} has no values for {', '.join(missing)}: collect them first")
+        scores_of(rows, model, [a_id, b_id])
         for dataset, group in _groups(rows):
             group = group[group[a_id].notna() & group[b_id].notna()]
             heads, head_keys = pd.MultiIndex.from_arrays(
@@ -164,11 +162,7 @@ def overlap_matrix(
         if dataset not in datasets:
             raise ValueError(f"model {model!r} has no dataset {dataset!r}; it has {', '.join(datasets)}")
         rows = rows[rows["dataset"].astype(str) == dataset]
-    have = score_columns(rows)
-    sids = have if score_ids is None else [get_score(s).id for s in score_ids]
-    missing = [s for s in sids if s not in have]
-    if missing:
-        raise ValueError(f"model {model!r} has no values for {', '.join(missing)}")
+    sids = scores_of(rows, model, score_ids)
     heads, head_keys = pd.MultiIndex.from_arrays([rows["layer"].to_numpy(), rows["head"].to_numpy()]).factorize()
     masks = {}
     for sid in sids:

@@ -21,8 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as _st
 
-from headstats.scores import get_score
-from headstats.stats.distances import SequenceBlocks, model_rows, score_columns, split_half_distances
+from headstats.stats.distances import SequenceBlocks, model_rows, scores_of, split_half_distances
 
 
 def _datasets(rows: pd.DataFrame, model: str) -> list[str]:
@@ -35,17 +34,6 @@ def _datasets(rows: pd.DataFrame, model: str) -> list[str]:
             "stability needs at least two: collect it on another dataset"
         )
     return datasets
-
-
-def _scores_of(rows: pd.DataFrame, model: str, score_ids: Sequence[str] | None) -> list[str]:
-    have = score_columns(rows)
-    if score_ids is None:
-        return have
-    wanted = [get_score(s).id for s in score_ids]
-    missing = [s for s in wanted if s not in have]
-    if missing:
-        raise ValueError(f"model {model!r} has no values for {', '.join(missing)}; it has {', '.join(have)}")
-    return wanted
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
@@ -73,7 +61,7 @@ def _grouped_mean(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
 def head_means(scores: pd.DataFrame, model: str, score_ids: Sequence[str] | None = None) -> pd.DataFrame:
     """Per-head mean of each score over a dataset's sequences: index (dataset, layer, head)."""
     rows = model_rows(scores, model)
-    sids = _scores_of(rows, model, score_ids)
+    sids = scores_of(rows, model, score_ids)
     keys = ["dataset", "layer", "head"] if "dataset" in rows.columns else ["layer", "head"]
     return rows.groupby(keys, observed=True, sort=True)[sids].mean()
 
@@ -94,7 +82,7 @@ def rank_stability(
     """
     rows = model_rows(scores, model)
     datasets = _datasets(rows, model)
-    sids = _scores_of(rows, model, score_ids)
+    sids = scores_of(rows, model, score_ids)
     heads, head_keys = _head_index(rows)
     n_heads = len(head_keys)
     per_dataset = {d: np.flatnonzero(rows["dataset"].astype(str).to_numpy() == d) for d in datasets}
@@ -150,7 +138,7 @@ def layer_distances(
     """
     rows = model_rows(scores, model)
     datasets = _datasets(rows, model)
-    sids = _scores_of(rows, model, score_ids)
+    sids = scores_of(rows, model, score_ids)
     dataset = rows["dataset"].astype(str).to_numpy()
     codes, uniques = pd.MultiIndex.from_arrays([dataset, rows["sample_id"].to_numpy()]).factorize()
     n_blocks = len(uniques)
