@@ -321,7 +321,7 @@ def attention_with_stats(
     stats = {sid: S.SCORES[sid] for sid in raw_ids}
     needs_weights = any(score.needs_weights for score in stats.values())
     boolean = attention_mask is None or isinstance(attention_mask, RowMask) or attention_mask.dtype == torch.bool
-    chunk = max(1, min(s, chunk_bytes // max(1, b * h * s * 4)))
+    chunk = rows_per_chunk(b, h, s, chunk_bytes)
     if not needs_weights and softcap is None and boolean:
         chunks = _fused_rows(query, key, v32, attention_mask, scaling, chunk, cache)
     else:
@@ -357,6 +357,11 @@ def attention_with_stats(
     for sid, score in stats.items():
         raw[sid] = sums[sid] / count if score.pool == "mean" else sums[sid]
     return out, raw, n_tokens
+
+
+def rows_per_chunk(batch: int, heads: int, length: int, chunk_bytes: int) -> int:
+    """Query rows per chunk: as many as keep one (B, H, rows, S) fp32 block within ``chunk_bytes``."""
+    return max(1, min(length, chunk_bytes // max(1, batch * heads * length * 4)))
 
 
 RowChunk = tuple[int, torch.Tensor | None, torch.Tensor | None, torch.Tensor]
@@ -512,8 +517,10 @@ def _chunked(probe: Probe, arguments: dict) -> bool:
         b, q, kv = int(arguments["batch_size"]), int(arguments["q_length"]), int(arguments["kv_length"])
     except (KeyError, TypeError, ValueError):
         return False
+    if q != kv:
+        return False  # not a whole-sequence pass; the probe refuses it anyway
     heads = getattr(probe.model.config.get_text_config(), "num_attention_heads", 1)
-    return q > 1 and b * heads * kv * 4 * q > probe.chunk_bytes
+    return rows_per_chunk(b, heads, q, probe.chunk_bytes) < q
 
 
 def register() -> None:
