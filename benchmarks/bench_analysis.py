@@ -1,15 +1,15 @@
-"""Analysis of a large score table: out-of-core (headstats.stats.outofcore) vs plain pandas, side by side.
+"""Analysis of a large score table: out-of-core (headstats.stats.large) vs plain pandas, side by side.
 
     python benchmarks/bench_analysis.py                       # 50M rows (writes ~4 GB once, then reuses it)
     python benchmarks/bench_analysis.py --rows 2000000        # a quick run
     python benchmarks/bench_analysis.py --variants ours,summary,pandas --depth-bins 5
 
-On a synthetic table (:mod:`headstats.synthetic`: 5 models of different shapes, all 16 score columns)
+On a synthetic table (:mod:`headstats.io.synthetic`: 5 models of different shapes, all 16 score columns)
 it computes the W1 matrix of the 5 models for every score and the overlap (IoU) of ``awft`` and
 ``ahon_ln`` at 3 selection rates for every model, with
 
-- ``ours``: :func:`~headstats.stats.outofcore.distance_matrices` (exact) and
-  :func:`~headstats.stats.outofcore.score_overlap`, reading one column of one model at a time;
+- ``ours``: :func:`~headstats.stats.large.distance_matrices` (exact) and
+  :func:`~headstats.stats.large.score_overlap`, reading one column of one model at a time;
 - ``summary``: the same with the quantile-summary W1 (bounded memory; prints its largest error);
 - ``pandas``: what one writes without them: ``pd.read_parquet`` of the whole table, ``groupby``,
   ``scipy.stats.wasserstein_distance`` per pair, numpy thresholds and masks for the overlap.
@@ -49,7 +49,7 @@ def peak_rss_gib() -> float:
 
 
 def run_ours(root: Path, method: str, depth_bins: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, float]]:
-    from headstats.stats import outofcore
+    from headstats.stats import large as outofcore
 
     t0 = time.perf_counter()
     w1 = outofcore.distance_matrices(root, depth_bins=depth_bins, method=method, progress=False)  # type: ignore[arg-type]
@@ -62,16 +62,17 @@ def run_ours(root: Path, method: str, depth_bins: int) -> tuple[pd.DataFrame, pd
 def run_pandas(root: Path, depth_bins: int) -> tuple[pd.DataFrame, pd.DataFrame, dict[str, float]]:
     import scipy.stats
 
-    from headstats.intervene.calibration import QUANTILE_METHOD
-    from headstats.scores import SCORE_IDS, get_score
+    from headstats.engine.scores import get_score
+    from headstats.engine.scores import score_ids as registered_score_ids
     from headstats.stats.distances import depth_bin, depth_labels
+    from headstats.stats.thresholds import QUANTILE_METHOD
 
     t0 = time.perf_counter()
     frame = pd.read_parquet(root)
     t_read = time.perf_counter() - t0
     rows = []
     layers = {m: g.to_numpy() for m, g in frame.groupby("model", observed=True)["layer"]} if depth_bins else {}
-    for sid in SCORE_IDS:
+    for sid in registered_score_ids():
         # One score column per model at a time (not a copy of every column of every model).
         values = {m: g.to_numpy() for m, g in frame.groupby("model", observed=True)[sid]}
         for a, b in combinations(sorted(values), 2):
@@ -110,7 +111,7 @@ def child(args: argparse.Namespace) -> None:
     """One variant, in this (fresh) process; writes its results and measurements as JSON."""
     import scipy.stats  # noqa: F401  (imports are not part of the measured time)
 
-    import headstats.stats.outofcore  # noqa: F401
+    import headstats.stats.large  # noqa: F401
 
     start = time.perf_counter()
     if args.run == "pandas":
@@ -152,7 +153,7 @@ def main() -> None:
         child(args)
         return
 
-    from headstats.synthetic import write_synthetic_scores
+    from headstats.io.synthetic import write_synthetic_scores
 
     if args.dir is None:
         args.dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"headstats-bench-table-{args.rows}"

@@ -20,9 +20,10 @@ from collections.abc import Callable
 import torch
 
 import headstats
-from headstats.attention import Probe, _hooked_module
-from headstats.batching import Batch, length_sorted_batches
-from headstats.tasks import collection_source
+from headstats.engine.attention import hooked_module
+from headstats.engine.batching import Batch, length_sorted_batches
+from headstats.engine.probe import Probe
+from headstats.io.tasks import collection_source
 
 
 def by_hand_scores(model: torch.nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
@@ -85,7 +86,7 @@ def main() -> None:
     prompts = [ids for _, ids in collection_source("mmlu").iter_sequences(tokenizer, limit=args.n)]
     batches = list(length_sorted_batches(prompts, args.batch_size))
     tokens = sum(len(p) for p in prompts)
-    body = _hooked_module(model)
+    body = hooked_module(model)
 
     def plain(impl: str) -> Callable[[], None]:
         def run() -> None:
@@ -104,7 +105,7 @@ def main() -> None:
         return run
 
     def one_pass_per_score() -> None:
-        for sid in headstats.SCORE_IDS:
+        for sid in headstats.score_ids():
             probed((sid,))()
 
     def by_hand() -> None:
@@ -115,7 +116,7 @@ def main() -> None:
     variants: dict[str, Callable[[], None]] = {
         "plain eager forward": plain("eager"),
         "plain sdpa forward": plain("sdpa"),
-        "headstats, all 16 scores, one pass": probed(headstats.SCORE_IDS),
+        "headstats, all 16 scores, one pass": probed(headstats.score_ids()),
         "one pass per score (16 passes)": one_pass_per_score,
         "by hand: output_attentions + hooks": by_hand,
     }

@@ -3,13 +3,13 @@
     python benchmarks/bench_intervene.py [--model smollm2-135m] [--questions 16] [--batch-size 8]
                                          [--repeats 5] [--device cpu] [--dtype float32]
 
-First, MMLU questions per second through :func:`headstats.evaluate.score_questions` with one forward
+First, MMLU questions per second through :func:`headstats.jobs.evaluate.question_logliks` with one forward
 pass per question (the context serves " A".." D"; only the last position's logits are computed)
 against one pass per (question, choice), as a harness that scores each choice separately does; both
 give the same log-likelihoods (checked). Target (issue 3): at least 3x.
 
 Then zeroing. Inputs are real: the 5-shot MMLU contexts the evaluator feeds the embedded model (one sequence per
-question, logits of the last position only, as :func:`headstats.evaluate.evaluate` computes them).
+question, logits of the last position only, as :func:`headstats.jobs.evaluate.evaluate` computes them).
 Modes, each timed over the same batches, interleaved repeat by repeat so that machine load affects
 all of them alike (the median repeat is reported):
 
@@ -32,10 +32,10 @@ from contextlib import AbstractContextManager, nullcontext
 import torch
 
 import headstats
-from headstats.batching import length_sorted_batches
-from headstats.evaluate import score_questions
-from headstats.intervene import ablate_heads, threshold_for_fraction
-from headstats.tasks import collection_source, load_task
+from headstats import ablate_heads, threshold_for_fraction
+from headstats.engine.batching import length_sorted_batches
+from headstats.io.tasks import collection_source, load_task
+from headstats.jobs.evaluate import question_logliks
 
 
 def bench_questions(model, tokenizer, n: int, batch_size: int, repeats: int) -> None:
@@ -47,7 +47,7 @@ def bench_questions(model, tokenizer, n: int, batch_size: int, repeats: int) -> 
     for repeat in range(repeats + 1):  # the first round warms up
         for name, one_pass in variants.items():
             start = time.perf_counter()
-            scored = score_questions(
+            scored = question_logliks(
                 model, tokenizer, questions, batch_size=batch_size, one_pass_per_question=one_pass, progress=False
             )
             if repeat:

@@ -4,7 +4,7 @@
                                       [--batch-size 8] [--device cpu]
 
 For each size N, a fresh subprocess loads the model, then runs
-:func:`headstats.collect.collect_scores` on the first N documents of the dataset into an empty
+:func:`headstats.jobs.collect.collect_scores` on the first N documents of the dataset into an empty
 directory. Scores stream to Parquet part by part, so nothing should accumulate with N: the peak
 resident memory of the collection itself (above what the loaded model already holds; on CUDA, the
 peak of allocated GPU memory) should not grow with N beyond what the longest sequence seen needs
@@ -48,7 +48,7 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     import headstats
-    from headstats.collect import collect_scores
+    from headstats.jobs.collect import collect_scores
 
     t0 = time.perf_counter()
     model, tokenizer = headstats.load_model(args.model, dtype=args.dtype, device=args.device)

@@ -34,7 +34,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 import headstats
-from headstats.attention import Probe, _hooked_module
+from headstats.engine.attention import hooked_module
+from headstats.engine.probe import Probe
 
 # Architectures of real checkpoints, as in their config.json (no weights needed).
 CONFIGS: dict[str, dict] = {
@@ -133,9 +134,9 @@ def main() -> None:
         # in the heap: a run after a larger one would then look free. A fixed threshold returns every
         # large block to the system when it is freed, so each run's peak RSS is its own.
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"})
-    dtype = headstats.models.resolve_dtype(args.dtype, device)
+    dtype = headstats.io.models.resolve_dtype(args.dtype, device)
     model = build_model(args.config, args.layers, device, dtype)
-    body = _hooked_module(model)
+    body = hooked_module(model)
     config = model.config
     chunk = args.chunk_mib * 2**20 if args.chunk_mib else None
     lengths = [int(s) for s in args.lengths.split(",") if s]
@@ -148,7 +149,7 @@ def main() -> None:
         def run() -> None:
             with torch.inference_mode():
                 if variant == "headstats":
-                    with Probe(model, headstats.SCORE_IDS, chunk_bytes=chunk):
+                    with Probe(model, headstats.score_ids(), chunk_bytes=chunk):
                         body(input_ids=ids, attention_mask=mask, use_cache=False)
                 else:
                     model.set_attn_implementation(variant)
@@ -171,7 +172,7 @@ def main() -> None:
     heads = config.num_attention_heads
     print(f"\n{args.config} (random weights), {config.num_hidden_layers} layers, {heads} heads, batch 1, {dtype}, "
           f"{device}{'' if device.type == 'cuda' else f', {torch.get_num_threads()} threads'}, "
-          f"headstats chunk {(chunk or headstats.attention.DEFAULT_CHUNK_BYTES) / 2**20:.0f} MiB, "
+          f"headstats chunk {(chunk or headstats.engine.attention.DEFAULT_CHUNK_BYTES) / 2**20:.0f} MiB, "
           f"median of {args.repeats}")  # fmt: skip
     head = f"  {'S':>6}" + "".join(f" {v + ' s':>12} {v + ' GiB':>14}" for v in variants)
     if "eager" in variants and "headstats" in variants:

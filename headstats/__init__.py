@@ -1,27 +1,24 @@
 """headstats: find and evaluate inactive attention heads in pretrained decoder LLMs.
 
-Data flows one way: model -> per-head scores (:mod:`headstats.attention`, :mod:`headstats.scores`)
--> Parquet tables (:mod:`headstats.collect`, :mod:`headstats.store`) -> statistics
-(:mod:`headstats.stats`) -> figures and reports (:mod:`headstats.plots`, :mod:`headstats.report`).
-Interventions (:mod:`headstats.intervene`) zero heads inside the same attention function and
-measure task accuracy (:mod:`headstats.tasks`, :func:`headstats.evaluate.evaluate`).
+Data flows one way: model -> per-head scores (:mod:`headstats.engine`) -> Parquet tables
+(:mod:`headstats.jobs.collect`, :mod:`headstats.io.store`) -> statistics (:mod:`headstats.stats`)
+-> figures and reports (:mod:`headstats.report`). Interventions zero heads inside the same attention
+function (:mod:`headstats.engine.zeroing`) and measure task accuracy (:mod:`headstats.jobs.sweep`).
 """
 
-from headstats.attention import ATTN_IMPLEMENTATION, Probe, UnsupportedModelError, register
-from headstats.collect import collect_scores
-from headstats.intervene import (
-    ablate_heads,
-    run_sweep,
-    summarize_curves,
-    summarize_interventions,
-    threshold_for_fraction,
-    thresholds_for_fractions,
-)
-from headstats.models import load_model
-from headstats.scores import SCORE_IDS, SCORES, get_score
-from headstats.scoring import score_sequences, score_texts
-from headstats.store import read_interventions, read_scores
-from headstats.tasks import load_task
+from headstats.engine import scores
+from headstats.engine.attention import ATTN_IMPLEMENTATION, UnsupportedModelError, register
+from headstats.engine.probe import Probe
+from headstats.engine.scores import SCORES, get_score, score_ids
+from headstats.engine.scoring import score_sequences, score_texts
+from headstats.engine.zeroing import ablate_heads
+from headstats.io.models import load_model
+from headstats.io.store import read_interventions, read_scores
+from headstats.io.tasks import load_task
+from headstats.jobs.collect import collect_scores
+from headstats.jobs.sweep import run_sweep
+from headstats.stats.summary import summarize_curves, summarize_interventions
+from headstats.stats.thresholds import threshold_for_fraction, thresholds_for_fractions
 
 __version__ = "0.1.0"
 
@@ -30,7 +27,6 @@ register()
 __all__ = [
     "ATTN_IMPLEMENTATION",
     "SCORES",
-    "SCORE_IDS",
     "Probe",
     "UnsupportedModelError",
     "__version__",
@@ -43,8 +39,10 @@ __all__ = [
     "read_scores",
     "register",
     "run_sweep",
+    "score_ids",
     "score_sequences",
     "score_texts",
+    "scores",
     "summarize_curves",
     "summarize_interventions",
     "threshold_for_fraction",

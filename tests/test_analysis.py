@@ -9,8 +9,8 @@ import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 import headstats
-from headstats.analysis import load_analysis, run_analysis
 from headstats.cli import main
+from headstats.jobs.analysis import load_analysis, run_analysis
 
 ANALYSES = Path(__file__).parent.parent / "analyses"
 
@@ -58,7 +58,7 @@ def test_missing_analysis_file_is_a_clear_cli_error(capsys: pytest.CaptureFixtur
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Llama with the embedded model's tokenizer, saved like any checkpoint."""
     path = tmp_path_factory.mktemp("tiny-analysis-model")
-    tokenizer = AutoTokenizer.from_pretrained(headstats.assets.embedded_model("smollm2-135m"))
+    tokenizer = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)  # fmt: skip
     torch.manual_seed(0)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from headstats import assets
-from headstats.models import ModelNotFoundError, resolve_model_path
+from headstats.io import assets
+from headstats.io.models import ModelNotFoundError, resolve_model_path
 
 
 @pytest.fixture()

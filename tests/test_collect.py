@@ -11,10 +11,12 @@ import torch
 from families import tiny_model
 
 import headstats
-from headstats import collect as collect_module
-from headstats import store
 from headstats.cli import main
-from headstats.scores import SCORE_IDS
+from headstats.engine.scores import score_ids
+from headstats.io import store
+from headstats.jobs import collect as collect_module
+
+SCORE_IDS = score_ids()
 
 try:
     from test_tasks import make_tokenizer

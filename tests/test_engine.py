@@ -8,9 +8,12 @@ from families import CONFIGS, VOCAB, attention_modules, reference_scores, tiny_m
 from transformers import AutoModelForCausalLM, BloomConfig
 
 import headstats
-from headstats import attention as attention_module
-from headstats.attention import Probe, UnsupportedModelError
-from headstats.scores import SCORE_IDS
+from headstats.engine import attention as attention_module
+from headstats.engine.attention import UnsupportedModelError
+from headstats.engine.probe import Probe
+from headstats.engine.scores import score_ids
+
+SCORE_IDS = score_ids()
 
 SEQUENCES = [
     [3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37],

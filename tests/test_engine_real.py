@@ -7,8 +7,10 @@ import torch
 from families import reference_scores
 
 import headstats
-from headstats.scores import SCORE_IDS
-from headstats.tasks import collection_source
+from headstats.engine.scores import score_ids
+from headstats.io.tasks import collection_source
+
+SCORE_IDS = score_ids()
 
 pytestmark = pytest.mark.integration
 NON_RANDOM = [s for s in SCORE_IDS if s != "random"]

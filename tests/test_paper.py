@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headstats import cli, paper
+from headstats import cli
+from headstats.report import paper
 from headstats.stats import ranking
 
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from matplotlib.patches import Rectangle
 
-from headstats import paper, plots
+from headstats.report import paper, plots
 from headstats.stats import distances, overlap, ranking
 
 MODELS = ["Llama-3.1-8B-Instruct", "Qwen2.5-3B"]

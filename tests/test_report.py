@@ -15,7 +15,9 @@ from families import tiny_model
 from scipy import stats as st
 
 import headstats
-from headstats import cli, report, score_sequences, store
+from headstats import cli, score_sequences
+from headstats.io import store
+from headstats.report import writer as report
 
 
 def write_score_table(root: Path, model: str, dataset: str, frame: pd.DataFrame, **prov: object) -> Path:
@@ -89,7 +91,7 @@ def built(results: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     # The contract: a report is built from the tables alone.
     mp.setattr(headstats, "load_model", no_model)
-    mp.setattr("headstats.models.load_model", no_model)
+    mp.setattr("headstats.io.models.load_model", no_model)
     mp.setattr("transformers.AutoModelForCausalLM.from_pretrained", no_model)
     try:
         report.build_report(results, out, n_boot=20, n_perm=20, n_split=4, dpi=40, progress=False)

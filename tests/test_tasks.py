@@ -19,7 +19,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from headstats.tasks import (
+from headstats.io.tasks import (
     COLLECTION_DATASETS,
     PROMPT_FORMATS,
     TASKS,
@@ -28,7 +28,7 @@ from headstats.tasks import (
     load_task,
     resolve_format,
 )
-from headstats.tasks.benchmarks import fewshot_indices
+from headstats.io.tasks.benchmarks import fewshot_indices
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
@@ -579,7 +579,7 @@ def test_real_collection_sources(tokenizer) -> None:
 
 @pytest.mark.parametrize("fmt", ["plain", "bos", "tokenizer", "chat"])
 def test_mmlu_collection_sequences_are_the_evaluators_inputs(data_dir: Path, bos_tokenizer, fmt: str) -> None:
-    from headstats.evaluate import plan_sequences
+    from headstats.jobs.evaluate import plan_sequences
 
     questions = load_task("mmlu", data_dir=data_dir).questions
     inputs = [s.input_ids for s in plan_sequences(renderer(fmt, bos_tokenizer), questions)]
@@ -594,7 +594,7 @@ def test_real_tokenizers_first_token_per_format() -> None:
     """Gemma-3's tokenizer adds BOS by itself, SmolLM2's does not; 'bos' and 'plain' override both."""
     from transformers import AutoTokenizer
 
-    from headstats import assets
+    from headstats.io import assets
 
     question = load_task("mmlu", subjects=["world_religions"], limit_per_subject=1).questions[0]
     expected = {("gemma3-270m", "tokenizer"): True, ("smollm2-135m", "tokenizer"): False}

@@ -55,7 +55,8 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
-from headstats.scores import SCORE_IDS, get_score
+from headstats.engine.scores import get_score
+from headstats.engine.scores import score_ids as registered_score_ids
 
 Design = Literal["auto", "paired", "unpaired"]
 ALL_DEPTHS = "all"
@@ -158,7 +159,7 @@ def depth_labels(bins: int) -> list[str]:
 
 def score_columns(frame: pd.DataFrame) -> list[str]:
     """The score ids with at least one value in ``frame`` (a column of NaN means "not collected")."""
-    return [sid for sid in SCORE_IDS if sid in frame.columns and frame[sid].notna().any()]
+    return [sid for sid in registered_score_ids() if sid in frame.columns and frame[sid].notna().any()]
 
 
 def scores_of(rows: pd.DataFrame, model: str, score_ids: Sequence[str] | None) -> list[str]:

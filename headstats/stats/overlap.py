@@ -1,7 +1,7 @@
 """Do two score functions find the same inactive heads?
 
 At a matched selection rate p (5%, 10%, 20%), each score is thresholded at its own quantile in its
-own direction, exactly as an intervention calibrates it (:mod:`headstats.intervene.calibration`,
+own direction, exactly as an intervention calibrates it (:mod:`headstats.stats.thresholds`,
 pooled over the rows of one model on one dataset), and selects the (sequence, layer, head) triples
 it would zero. Two levels of agreement:
 
@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from headstats.intervene.calibration import thresholds_for_fractions
-from headstats.scores import get_score
+from headstats.engine.scores import get_score
 from headstats.stats.distances import model_rows, scores_of
+from headstats.stats.thresholds import thresholds_for_fractions
 
 
 def _pair(a: ArrayLike | set, b: ArrayLike | set) -> tuple[set, set] | tuple[np.ndarray, np.ndarray]:

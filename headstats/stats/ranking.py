@@ -1,9 +1,9 @@
 """Which score function finds inactive heads best? Ranks and their agreement across models.
 
 Input: per-curve summaries, one row per (model, score) of one task, as
-:func:`headstats.intervene.summarize_curves` returns them (columns ``model, task, score,
+:func:`headstats.summarize_curves` returns them (columns ``model, task, score,
 within_1pt, crosses, norm_auc, grid_auc, ...``), whether the curves come from headstats' own
-intervention results or from the study's published points (:func:`headstats.paper.paper_points`).
+intervention results or from the study's published points (:func:`headstats.report.paper.paper_points`).
 
 - ``norm_auc`` (the study's ranking): trapezoid area under accuracy vs realised % divided by the
   curve's own x-range. Reproduced for the paper's figures.
@@ -12,7 +12,7 @@ intervention results or from the study's published points (:func:`headstats.pape
 
 Ranks follow the study: 1 = largest area; a missing or NaN area ranks last (the study set NaN areas
 to 0, which is below every real accuracy area, so the order is the same); ties keep the canonical
-score order of :data:`headstats.scores.SCORE_IDS` (the order the study's notebook iterated in).
+score order of :func:`headstats.engine.scores.score_ids` (the order the study's notebook iterated in).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ import numpy as np
 import pandas as pd
 from scipy import stats as _st
 
-from headstats.scores import SCORE_IDS
+from headstats.engine.scores import score_ids as registered_score_ids
 
 RANK_METRICS = ("norm_auc", "grid_auc")
 
 
 def _one_task(curves: pd.DataFrame, needed: Sequence[str]) -> pd.DataFrame:
     if not isinstance(curves, pd.DataFrame) or curves.empty:
-        raise ValueError("no curve summaries: summarise intervention results with headstats.intervene.summarize_curves")
+        raise ValueError("no curve summaries: summarise intervention results with headstats.summarize_curves")
     missing = [c for c in ("model", "score", *needed) if c not in curves.columns]
     if missing:
         raise ValueError(f"curve summaries lack the column(s) {', '.join(missing)} (summarize_curves layout expected)")
@@ -45,7 +45,7 @@ def _one_task(curves: pd.DataFrame, needed: Sequence[str]) -> pd.DataFrame:
 
 
 def _score_order(scores: Sequence[str]) -> list[str]:
-    canonical = {sid: i for i, sid in enumerate(SCORE_IDS)}
+    canonical = {sid: i for i, sid in enumerate(registered_score_ids())}
     return sorted(dict.fromkeys(scores), key=lambda s: (canonical.get(s, len(canonical)), s))
 
 

@@ -9,11 +9,11 @@ import sys
 from collections.abc import Sequence
 
 COMMAND_MODULES = (
-    "headstats.collect",
-    "headstats.intervene",
-    "headstats.report",
-    "headstats.paper",
-    "headstats.analysis",
+    "headstats.jobs.collect",
+    "headstats.jobs.sweep",
+    "headstats.report.writer",
+    "headstats.report.paper",
+    "headstats.jobs.analysis",
 )
 
 
@@ -37,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from headstats.assets import AssetError
-    from headstats.store import StoreError
+    from headstats.io.assets import AssetError
+    from headstats.io.store import StoreError
 
     args = build_parser().parse_args(argv)
     try:

@@ -44,9 +44,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
-from headstats import plots, store
-from headstats.intervene.summary import summarize_curves, summarize_interventions
+from headstats.io import store
+from headstats.report import plots
 from headstats.stats import distances, overlap, ranking, stability
+from headstats.stats.summary import summarize_curves, summarize_interventions
 
 Kind = Literal["scores", "interventions"]
 HEADLINE_SCORES = ("awft", "ahon_ln")  # the study's contrast: attention sink vs output norm

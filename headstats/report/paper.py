@@ -3,9 +3,9 @@
 The study (Sandoval-Segura et al., ICLR 2026) published every MMLU intervention point in the saved
 outputs of its notebook; headstats bundles them (``headstats/data/paper_mmlu_curves.json``, MIT
 licence, see ``headstats/data/README.md``). :func:`paper_points` turns them into the per-point table
-that :func:`headstats.intervene.summarize_interventions` returns for headstats' own results, so the
-same code (:func:`headstats.intervene.summarize_curves`, :mod:`headstats.stats.ranking`,
-:mod:`headstats.plots`, :func:`headstats.report.add_curve_sections`) produces both the paper's
+that :func:`headstats.summarize_interventions` returns for headstats' own results, so the
+same code (:func:`headstats.summarize_curves`, :mod:`headstats.stats.ranking`,
+:mod:`headstats.report.plots`, :func:`headstats.report.writer.add_curve_sections`) produces both the paper's
 figures and those of a new run.
 
 Choices, each checked against the notebook ``plot-accuracy-vs-percent-of-heads-zeroed.ipynb``:
@@ -29,10 +29,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from headstats import store
-from headstats.intervene.summary import BASELINE, POINT_COLUMNS, summarize_curves
-from headstats.scores import get_score
+from headstats.engine.scores import get_score
+from headstats.io import store
 from headstats.stats import ranking
+from headstats.stats.summary import BASELINE, POINT_COLUMNS, summarize_curves
 
 DATA_FILE = "paper_mmlu_curves.json"
 TASK = "mmlu"
@@ -81,7 +81,7 @@ def _targets(score_id: str, thresholds: list[float]) -> list[float]:
 
 
 def paper_points() -> pd.DataFrame:
-    """The published points in the layout of :func:`headstats.intervene.summarize_interventions`
+    """The published points in the layout of :func:`headstats.summarize_interventions`
     (``model, task, score, target, threshold, realised_pct, accuracy``; per-question columns NaN),
     with one ``baseline`` row per model."""
     rows = []
@@ -109,7 +109,7 @@ def paper_points() -> pd.DataFrame:
 
 
 def paper_curves(points: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per-curve summaries of the published points (:func:`headstats.intervene.summarize_curves`),
+    """Per-curve summaries of the published points (:func:`headstats.summarize_curves`),
     in the study's model order. The per-question columns (certified bracket) are meaningless for
     published aggregates and are dropped."""
     points = paper_points() if points is None else points
@@ -128,7 +128,7 @@ def table2(curves: pd.DataFrame | None = None) -> pd.DataFrame:
 
 def write_paper(out: str | Path, *, dpi: int = 80, progress: bool = True) -> Path:
     """Write Table 2, the per-model tables and the figures under ``out``; returns ``out/index.html``."""
-    from headstats.report import ReportWriter, add_curve_sections
+    from headstats.report.writer import ReportWriter, add_curve_sections
 
     out_dir = store.ensure_writable(out)
     points = paper_points()

@@ -1,12 +1,12 @@
 """Zeroing heads inside the forward pass: dynamic, static and random policies (SPEC §3).
 
-All three are policies of one :class:`~headstats.attention.Probe`: the attention function asks the
+All three are policies of one :class:`~headstats.engine.probe.Probe`: the attention function asks the
 policy, in every layer, which heads to zero, and sets those heads' outputs O to 0 at all positions
 of the sequence, before the output projection W_O.
 
 - dynamic (``score`` + ``threshold``): the policy sees the layer's scores, computed on the model as
   already intervened in the earlier layers, and zeroes every head whose score crosses the
-  threshold in that score's direction (:func:`headstats.scores.is_inactive`);
+  threshold in that score's direction (:func:`headstats.engine.scores.is_inactive`);
 - random (``score="random"``, ``threshold=p``): the same rule on fp32 U(0, 1) draws, so each head
   of each sequence is zeroed with probability p, independently;
 - static (``heads=[(layer, head), ...]``): the same heads for every input; no score is computed.
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedModel
 
-from headstats import scores as S
-from headstats.attention import ForwardRecord, Probe
+from headstats.engine import scores as S
+from headstats.engine.probe import ForwardRecord, Probe
 
 
 def model_shape(model: PreTrainedModel) -> tuple[int, int]:
@@ -37,7 +37,7 @@ def model_shape(model: PreTrainedModel) -> tuple[int, int]:
 class Ablation:
     """What ran inside :func:`ablate_heads`: the zero mask of every forward pass.
 
-    ``records`` holds one :class:`~headstats.attention.ForwardRecord` per forward pass (its
+    ``records`` holds one :class:`~headstats.engine.probe.ForwardRecord` per forward pass (its
     ``zero_mask`` is (batch, layers, heads), True = zeroed). Masks of all passes are concatenated
     in run order by :meth:`zero_masks`.
     """
@@ -97,7 +97,7 @@ def _check_threshold(score: str, threshold: object) -> float:
     if threshold is None:
         raise ValueError(
             f"score {score!r} needs a threshold: pass threshold=..., e.g. "
-            "headstats.intervene.threshold_for_fraction(score_table, score, p)"
+            "headstats.threshold_for_fraction(score_table, score, p)"
         )
     if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
         raise ValueError(f"threshold must be a real number, not {threshold!r}")

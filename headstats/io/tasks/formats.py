@@ -37,7 +37,7 @@ from typing import Literal
 
 from transformers import PreTrainedTokenizerBase
 
-from headstats.tasks.base import Question
+from headstats.io.tasks.base import Question
 
 PROMPT_FORMATS: dict[str, str] = {
     "tokenizer": "the tokenizer's own special tokens, no chat template (lm-eval's default today)",

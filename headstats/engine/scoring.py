@@ -12,9 +12,10 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from headstats import scores as S
-from headstats.attention import ForwardRecord, Probe, _hooked_module, check_supported
-from headstats.batching import PaddingSide, length_sorted_batches
+from headstats.engine import scores as S
+from headstats.engine.attention import check_supported
+from headstats.engine.batching import PaddingSide, length_sorted_batches
+from headstats.engine.probe import ForwardRecord, Probe
 
 KEY_COLUMNS = ("sample_id", "layer", "head", "kv_head", "n_tokens")
 
@@ -71,7 +72,6 @@ def iter_score_tables(
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
     window = window or 16 * batch_size
     device = next(model.parameters()).device
-    body = _hooked_module(model)
     group = kv_group_size(model)
     bar = (
         progress if isinstance(progress, tqdm) else tqdm(total=total, desc="scoring", unit="seq", disable=not progress)
@@ -82,15 +82,8 @@ def iter_score_tables(
             keys, sequences = zip(*chunk, strict=True)
             for batch in length_sorted_batches(sequences, batch_size, padding_side=padding_side, device=device):
                 batch_keys = [keys[i] for i in batch.indices]
-                probe.next_sample_keys = torch.as_tensor(batch_keys, dtype=torch.long)
-                probe.last = None
-                body(**batch.model_inputs(), use_cache=False)
-                if probe.last is None:
-                    raise RuntimeError(
-                        f"{type(model).__name__}: no attention layer called headstats' attention function; the "
-                        "model must use transformers' AttentionInterface"
-                    )
-                yield record_to_table(probe.last, batch_keys, ids, group)
+                _, record = probe.forward(batch.model_inputs(), batch_keys, body=True)
+                yield record_to_table(record, batch_keys, ids, group)
                 bar.update(len(batch_keys))
     if bar is not progress:
         bar.close()

@@ -3,23 +3,22 @@
 Every model family that looks its attention up in ``AttentionInterface`` (Llama, Qwen, Mistral,
 OLMo-2, Gemma, Phi-3, GPT-2, ...) calls :func:`headstats_attention` with the layer's queries, keys
 and values once headstats' implementation is selected. That function computes attention exactly
-(softmax in fp32), feeds the score registry of :mod:`headstats.scores` for every head in the same
+(softmax in fp32), feeds the score registry of :mod:`headstats.engine.scores` for every head in the same
 pass, and lets a zeroing policy set whole head outputs to 0 before the output projection. No model
 file is patched and nothing here names a model family.
 
-A :class:`Probe` is the per-model state of one observation or intervention: which scores to
-compute, which policy to apply, the valid-token mask of the current batch, and what was recorded.
-Outside a probe the function is plain attention (delegating to PyTorch's SDPA), so a model loaded
-with ``attn_implementation="headstats"`` also generates normally.
+The per-model state of one observation or intervention lives in :mod:`headstats.engine.probe`.
+Outside a probed forward pass the function is plain attention (delegating to PyTorch's SDPA), so a
+model loaded with ``attn_implementation="headstats"`` also generates normally.
 """
 
 from __future__ import annotations
 
 import contextvars
-import inspect
 import os
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,7 +27,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from transformers.pytorch_utils import Conv1D
 
-from headstats import scores as S
+from headstats.engine import scores as S
 
 ATTN_IMPLEMENTATION = "headstats"
 
@@ -39,220 +38,14 @@ OUT_PROJ_NAMES = ("o_proj", "out_proj", "c_proj", "dense", "o")
 # Chunking keeps score memory linear in S; it does not change any number.
 DEFAULT_CHUNK_BYTES = int(os.environ.get("HEADSTATS_CHUNK_BYTES", 256 * 2**20))
 
-ZeroingPolicy = Callable[[int, dict[str, torch.Tensor], torch.Tensor], torch.Tensor | None]
-"""(layer, scores of this layer as (B, H) fp32 tensors, sample keys (B,)) -> (B, H) bool mask of
-heads to zero, or None. Called inside the forward pass, after the layer's scores are computed."""
-
-_ACTIVE: contextvars.ContextVar[Probe | None] = contextvars.ContextVar("headstats_probe", default=None)
+# The observer of the forward pass in progress (a :class:`headstats.engine.probe.Probe`), set by its
+# pre-forward hook and reset by its post-forward hook; None outside a probed forward pass, where the
+# registered function is plain SDPA. It needs ``attend(...)``, ``num_heads`` and ``chunk_bytes``.
+ACTIVE: contextvars.ContextVar[Any] = contextvars.ContextVar("headstats_probe", default=None)
 
 
 class UnsupportedModelError(ValueError):
     """The model does not route attention through transformers' AttentionInterface."""
-
-
-@dataclass
-class ForwardRecord:
-    """What one forward pass under a probe produced. Shapes: (B, L, H)."""
-
-    scores: dict[str, torch.Tensor]
-    zero_mask: torch.Tensor | None
-    n_tokens: torch.Tensor  # (B,)
-    sample_keys: torch.Tensor  # (B,)
-
-
-@dataclass
-class _ForwardState:
-    valid: torch.Tensor | None
-    sample_keys: torch.Tensor | None
-    layers: dict[int, tuple[dict[str, torch.Tensor], torch.Tensor | None]] = field(default_factory=dict)
-    calls: int = 0
-    masks: dict = field(default_factory=dict)  # per-forward cache of blocked-key masks (see _blocked)
-
-
-class Probe:
-    """Observe (and optionally intervene on) every attention head of ``model``.
-
-    Use as a context manager: entering selects headstats' attention implementation and installs a
-    pre-forward hook that reads the batch's 2-D ``attention_mask`` (so padding is known exactly, never
-    inferred); leaving restores the previous implementation. Each forward pass run inside leaves a
-    :class:`ForwardRecord` in :attr:`last`; ``keep_history`` also appends it to :attr:`history`.
-    """
-
-    def __init__(
-        self,
-        model: PreTrainedModel,
-        score_ids: Sequence[str] = (),
-        policy: ZeroingPolicy | None = None,
-        *,
-        seed: int = 0,
-        salt: int = 0,
-        keep_history: bool = False,
-        record_scores: bool = True,
-        chunk_bytes: int | None = None,
-    ) -> None:
-        check_supported(model)
-        self.model = model
-        self.score_ids = S.resolve(score_ids) if score_ids else ()
-        self.raw_ids = S.raw_closure(self.score_ids)
-        self.policy = policy
-        self.seed = seed
-        self.salt = salt
-        self.keep_history = keep_history
-        self.record_scores = record_scores
-        self.chunk_bytes = chunk_bytes or DEFAULT_CHUNK_BYTES
-        self.num_layers = model.config.get_text_config().num_hidden_layers
-        self.last: ForwardRecord | None = None
-        self.history: list[ForwardRecord] = []
-        self.next_sample_keys: torch.Tensor | None = None
-        self._sequences_seen = 0
-        self._state: _ForwardState | None = None
-        self._token: contextvars.Token | None = None
-        self._hooks: list = []
-        self._previous_impl: str | None = None
-        self._grams: dict[int, tuple[int, torch.Tensor]] = {}
-        self._forward_signature = inspect.signature(_hooked_module(model).forward)
-
-    # -- context management ---------------------------------------------------------------------
-
-    def __enter__(self) -> Probe:
-        if getattr(self.model, "_headstats_probe", None) is not None:
-            raise RuntimeError("a headstats probe is already active on this model; leave it first")
-        register()
-        self._previous_impl = self.model.config._attn_implementation
-        if self._previous_impl != ATTN_IMPLEMENTATION:
-            self.model.set_attn_implementation(ATTN_IMPLEMENTATION)
-        target = _hooked_module(self.model)
-        self._hooks = [
-            target.register_forward_pre_hook(self._pre_forward, with_kwargs=True),
-            target.register_forward_hook(self._post_forward, always_call=True),
-        ]
-        self.model._headstats_probe = self
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for hook in self._hooks:
-            hook.remove()
-        self._hooks = []
-        self.model._headstats_probe = None
-        if self._previous_impl is not None and self._previous_impl != ATTN_IMPLEMENTATION:
-            self.model.set_attn_implementation(self._previous_impl)
-
-    def _pre_forward(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        bound = self._forward_signature.bind_partial(*args, **kwargs).arguments
-        mask = bound.get("attention_mask")
-        if mask is not None and mask.dim() != 2:
-            raise ValueError(
-                "headstats needs the 2-D (batch, seq) attention_mask to know which tokens are padding; "
-                f"got a {mask.dim()}-D mask"
-            )
-        if bound.get("past_key_values") is not None:
-            raise ValueError("headstats scores whole sequences: call the model without past_key_values")
-        valid = mask.bool() if mask is not None else None
-        keys = self.next_sample_keys
-        self.next_sample_keys = None
-        self._state = _ForwardState(valid=valid, sample_keys=keys)
-        self._token = _ACTIVE.set(self)
-
-    def _post_forward(self, module: torch.nn.Module, args: tuple, output: object) -> None:
-        state, self._state = self._state, None
-        if self._token is not None:
-            _ACTIVE.reset(self._token)
-            self._token = None
-        if state is None or not state.layers:
-            return
-        if len(state.layers) != self.num_layers:
-            raise UnsupportedModelError(
-                f"{type(self.model).__name__}: headstats saw {len(state.layers)} of {self.num_layers} attention "
-                "layers; every layer must call transformers' AttentionInterface"
-            )
-        order = sorted(state.layers)
-        scores = {}
-        if self.record_scores:
-            scores = {sid: torch.stack([state.layers[i][0][sid] for i in order], dim=1) for sid in self.score_ids}
-        masks = [state.layers[i][1] for i in order]
-        zero_mask = torch.stack(masks, dim=1) if all(m is not None for m in masks) else None
-        first = next(iter(state.layers.values()))
-        record = ForwardRecord(scores, zero_mask, first[0]["__n_tokens__"], first[0]["__keys__"])
-        self.last = record
-        if self.keep_history:
-            self.history.append(record)
-
-    # -- the work done in each attention layer ---------------------------------------------------
-
-    def _sample_keys(self, state: _ForwardState, batch: int) -> torch.Tensor:
-        if state.sample_keys is None:
-            state.sample_keys = torch.arange(self._sequences_seen, self._sequences_seen + batch)
-            self._sequences_seen += batch
-        return state.sample_keys
-
-    def out_proj_gram(self, module: torch.nn.Module, num_heads: int, head_dim: int) -> torch.Tensor:
-        """W_h^T W_h (fp32, (H, D, D)) for each head's slice of the layer's output projection."""
-        proj = find_out_proj(module)
-        weight = proj.weight
-        cached = self._grams.get(id(proj))
-        if cached is not None and cached[0] == weight._version:
-            return cached[1]
-        # Rows of m are the inputs of the projection (the concatenated head outputs).
-        m = weight.detach().float() if isinstance(proj, Conv1D) else weight.detach().float().t()
-        m = m.reshape(num_heads, head_dim, -1)
-        gram = torch.matmul(m, m.transpose(1, 2))
-        self._grams[id(proj)] = (weight._version, gram)
-        return gram
-
-    def attend(
-        self,
-        module: torch.nn.Module,
-        query: torch.Tensor,
-        key: torch.Tensor,
-        value: torch.Tensor,
-        attention_mask: torch.Tensor | RowMask | None,
-        scaling: float | None,
-        softcap: float | None,
-    ) -> torch.Tensor:
-        state = self._state
-        assert state is not None
-        b, h, s, d = query.shape
-        if key.shape[2] != s:
-            raise ValueError(
-                "headstats scores whole sequences (query length == key length); "
-                "call the model with use_cache=False and no past_key_values"
-            )
-        layer = getattr(module, "layer_idx", None)
-        layer = state.calls if layer is None else int(layer)
-        state.calls += 1
-        valid = state.valid
-        if valid is None:
-            valid = torch.ones(b, s, dtype=torch.bool, device=query.device)
-        valid = valid.to(query.device)
-        keys = self._sample_keys(state, b)
-        gram = None
-        if any(S.SCORES[r].needs_out_proj for r in self.raw_ids):
-            gram = self.out_proj_gram(module, h, d)
-        output, raw, n_tokens = attention_with_stats(
-            query,
-            key,
-            value,
-            attention_mask,
-            scaling if scaling is not None else d**-0.5,
-            softcap=softcap,
-            valid=valid,
-            raw_ids=self.raw_ids,
-            out_proj_gram=gram,
-            chunk_bytes=self.chunk_bytes,
-            causal=getattr(module, "is_causal", True),
-            mask_cache=state.masks,
-        )
-        layer_scores = derive_scores(raw, self.score_ids, layer, keys, (self.seed, self.salt), h)
-        zero = None
-        if self.policy is not None:
-            zero = self.policy(layer, layer_scores, keys)
-            if zero is not None:
-                zero = zero.to(device=output.device, dtype=torch.bool)
-                output = output * (~zero).to(output.dtype)[:, None, :, None]
-        layer_scores["__n_tokens__"] = n_tokens
-        layer_scores["__keys__"] = keys
-        state.layers[layer] = (layer_scores, zero)
-        return output
 
 
 def derive_scores(
@@ -488,8 +281,8 @@ def headstats_attention(
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
     """The function transformers calls for ``attn_implementation="headstats"``."""
-    probe = _ACTIVE.get()
-    if probe is None or probe._state is None:
+    probe = ACTIVE.get()
+    if probe is None:
         if isinstance(attention_mask, RowMask):
             attention_mask = attention_mask.materialise()
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
@@ -505,13 +298,13 @@ def _headstats_mask(*args: object, **kwargs: object) -> torch.Tensor | RowMask |
     # chunk by row chunk, sliding windows included. Under a probe, when the attention of this
     # forward pass will be chunked, a lazy RowMask instead of the quadratic tensor.
     kwargs["allow_is_causal_skip"] = False
-    probe = _ACTIVE.get()
-    if probe is not None and probe._state is not None and not args and _chunked(probe, kwargs):
+    probe = ACTIVE.get()
+    if probe is not None and not args and _chunked(probe, kwargs):
         return RowMask(dict(kwargs))
     return sdpa_mask(*args, **kwargs)
 
 
-def _chunked(probe: Probe, arguments: dict) -> bool:
+def _chunked(probe: Any, arguments: dict) -> bool:
     """Whether ``attention_with_stats`` will split these query rows into chunks (its own rule)."""
     try:
         b, q, kv = int(arguments["batch_size"]), int(arguments["q_length"]), int(arguments["kv_length"])
@@ -519,8 +312,7 @@ def _chunked(probe: Probe, arguments: dict) -> bool:
         return False
     if q != kv:
         return False  # not a whole-sequence pass; the probe refuses it anyway
-    heads = getattr(probe.model.config.get_text_config(), "num_attention_heads", 1)
-    return rows_per_chunk(b, heads, q, probe.chunk_bytes) < q
+    return rows_per_chunk(b, probe.num_heads, q, probe.chunk_bytes) < q
 
 
 def register() -> None:
@@ -554,7 +346,7 @@ def find_out_proj(module: torch.nn.Module) -> torch.nn.Module:
     )
 
 
-def _hooked_module(model: PreTrainedModel) -> torch.nn.Module:
+def hooked_module(model: PreTrainedModel) -> torch.nn.Module:
     # The base model receives the attention mask whether the user calls the LM head model or the
     # base model itself.
     base = getattr(model, "base_model", None)

@@ -6,7 +6,7 @@ to task objects, so ``evaluate(model, tok, "piqa")``, the CLI and a user's own t
 way. Adding a task is adding one :func:`register` call.
 
 A :class:`Question` is independent of the prompt format: it holds the texts (header, few-shot
-examples, the question's prompt, the continuations to score) and :mod:`headstats.tasks.formats`
+examples, the question's prompt, the continuations to score) and :mod:`headstats.io.tasks.formats`
 renders them as plain text or through a chat template and tokenises them the way lm-eval does.
 """
 
@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from headstats.tasks.data import DataRoot, data_root
+from headstats.io.tasks.data import DataRoot, data_root
 
 
 @dataclass(frozen=True)

@@ -25,12 +25,12 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from headstats import scores as S
-from headstats import store
-from headstats.batching import PaddingSide
-from headstats.launch import add_launcher_arguments
-from headstats.models import load_model, model_identity, model_slug
-from headstats.scoring import iter_score_tables
+from headstats.engine import scores as S
+from headstats.engine.batching import PaddingSide
+from headstats.engine.scoring import iter_score_tables
+from headstats.io import store
+from headstats.io.models import load_model, model_identity, model_slug
+from headstats.jobs.grid import add_launcher_arguments
 
 # Settings that change the numbers in a table: a resumed run must match them exactly.
 SETTINGS_KEYS = ("model", "revision", "dataset", "dtype", "prompt_format", "max_length", "score_ids", "seed")
@@ -129,7 +129,7 @@ def collect_scores(
     progress: bool = True,
 ) -> CollectResult:
     """Score ``dataset`` with ``model`` into ``out/model=<slug>/dataset=<name>/``; resume if present."""
-    from headstats.tasks import collection_source, resolve_format
+    from headstats.io.tasks import collection_source, resolve_format
 
     ids = S.resolve(score_ids)
     if limit is not None and limit < 1:
@@ -259,7 +259,7 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from headstats.tasks import collection_source
+    from headstats.io.tasks import collection_source
 
     models = [m for m in args.model.split(",") if m]
     datasets = [d for d in args.dataset.split(",") if d]
@@ -278,7 +278,7 @@ def _run(args: argparse.Namespace) -> int:
         text_column=args.text_column,
     )  # fmt: skip
     if args.launcher is not None:
-        from headstats.launch import collect_grid, launcher_options
+        from headstats.jobs.grid import collect_grid, launcher_options
 
         result = collect_grid(
             models, datasets, args.out, dtype=args.dtype, device=args.device, **launcher_options(args), **options

@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from headstats import scores as S
-from headstats import store
-from headstats.launch import add_launcher_arguments, launcher_options
+from headstats.engine import scores as S
+from headstats.io import store
+from headstats.jobs.grid import add_launcher_arguments, launcher_options
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -106,7 +106,7 @@ def _unknown_keys(section: str, given: dict, allowed: set[str], path: Path) -> N
 
 def load_analysis(path: str | Path) -> AnalysisSpec:
     """Parse and validate an analysis file (everything is checked before any work starts)."""
-    from headstats.tasks import COLLECTION_DATASETS, collection_source, get_task
+    from headstats.io.tasks import COLLECTION_DATASETS, collection_source, get_task
 
     path = Path(path)
     if not path.is_file():
@@ -178,9 +178,9 @@ def run_analysis(
 ) -> Path | None:
     """Run the stages of ``spec`` in order, resuming finished work; returns the report's index.html.
 
-    With a ``launcher`` (``local``, ``slurm``, ``debug``; see :mod:`headstats.launch`) each model's
+    With a ``launcher`` (``local``, ``slurm``, ``debug``; see :mod:`headstats.jobs.grid`) each model's
     collection and sweeps run as one grid job, and the report is built here once all have finished."""
-    from headstats.report import build_report
+    from headstats.report.writer import build_report
 
     models = spec.selected_models(all_models, only_models)
     store.ensure_writable(spec.results)
@@ -188,8 +188,8 @@ def run_analysis(
     model_stages = [s for s in stages if s in ("collect", "ablate")]
     needs_model = ("collect" in stages and spec.collect_datasets) or ("ablate" in stages and spec.ablate)
     if needs_model and launcher is not None:
-        from headstats.launch import FunctionJob, run_grid
-        from headstats.models import model_slug
+        from headstats.io.models import model_slug
+        from headstats.jobs.grid import FunctionJob, run_grid
 
         jobs = [
             FunctionJob(
@@ -231,9 +231,9 @@ def run_model_stages(
     progress: bool = True,
 ) -> None:
     """Collection and sweeps of one model of an analysis (also the unit of a grid job)."""
-    from headstats.collect import collect_scores
-    from headstats.intervene import run_sweep
-    from headstats.models import load_model
+    from headstats.io.models import load_model
+    from headstats.jobs.collect import collect_scores
+    from headstats.jobs.sweep import run_sweep
 
     spec = analysis if isinstance(analysis, AnalysisSpec) else load_analysis(analysis)
     _say(f"[{model}] loading")

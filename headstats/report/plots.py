@@ -3,7 +3,7 @@
 Every function takes tables (intervention points and curve summaries, score tables, distance and
 overlap matrices) and returns a :class:`matplotlib.figure.Figure` built without pyplot, so plotting
 works headless and leaves no global state behind; :func:`save_figure` writes it atomically. Score
-names, directions and line styles come from :data:`headstats.scores.SCORES`: one colour per score
+names, directions and line styles come from :data:`headstats.engine.scores.SCORES`: one colour per score
 family, solid for raw scores, dashed for layer-normalised (LN), dotted for head-normalised (HN).
 """
 
@@ -22,10 +22,11 @@ import seaborn as sns
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from headstats.intervene.summary import BASELINE
-from headstats.scores import SCORE_IDS, SCORES
+from headstats.engine.scores import SCORES
+from headstats.engine.scores import score_ids as registered_score_ids
 from headstats.stats import ranking
 from headstats.stats.distances import DistanceMatrix, model_rows
+from headstats.stats.summary import BASELINE
 
 X_LABEL = "heads zeroed (realised %)"
 # One colour per score family (Okabe-Ito-like, distinguishable in colour-blind vision); the study's
@@ -53,7 +54,7 @@ def score_label(score_id: str) -> str:
 
 
 def _ordered_scores(scores: Iterable[str]) -> list[str]:
-    canonical = {sid: i for i, sid in enumerate(SCORE_IDS)}
+    canonical = {sid: i for i, sid in enumerate(registered_score_ids())}
     return sorted(set(scores), key=lambda s: (canonical.get(s, len(canonical)), s))
 
 
@@ -91,7 +92,7 @@ def _check_points(points: pd.DataFrame) -> pd.DataFrame:
     if not isinstance(points, pd.DataFrame) or not needed <= set(points.columns):
         raise ValueError(
             "accuracy curves need a table with columns model, score, realised_pct, accuracy "
-            "(headstats.intervene.summarize_interventions or headstats.paper.paper_points)"
+            "(headstats.summarize_interventions or headstats.report.paper.paper_points)"
         )
     if "task" in points.columns and points["task"].nunique() > 1:
         raise ValueError("points of several tasks: plot one task at a time")

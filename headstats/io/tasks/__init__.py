@@ -1,16 +1,16 @@
 """Benchmark tasks, prompt formats and collection sources.
 
 - :func:`load_task` selects a registered task's questions (:data:`TASKS`: mmlu, mmlu_cloze, piqa,
-  winogrande, hellaswag, arc_easy, arc_challenge); :func:`headstats.evaluate.evaluate` scores them.
+  winogrande, hellaswag, arc_easy, arc_challenge); :func:`headstats.jobs.evaluate.evaluate` scores them.
 - :data:`PROMPT_FORMATS` (tokenizer, plain, bos, chat, paper) decide the first token and the chat
   template; :func:`resolve_format` fixes them for a model.
 - :func:`collection_source` gives what ``headstats collect --dataset NAME`` scores.
 """
 
-from headstats.tasks import benchmarks as _benchmarks  # noqa: F401  (registers the built-in tasks)
-from headstats.tasks.base import TASKS, Question, Task, TaskSlice, get_task, load_task, register
-from headstats.tasks.collection import COLLECTION_DATASETS, CollectionSource, collection_source
-from headstats.tasks.formats import PROMPT_FORMATS, PromptFormat, PromptRenderer, resolve_format
+from headstats.io.tasks import benchmarks as _benchmarks  # noqa: F401  (registers the built-in tasks)
+from headstats.io.tasks.base import TASKS, Question, Task, TaskSlice, get_task, load_task, register
+from headstats.io.tasks.collection import COLLECTION_DATASETS, CollectionSource, collection_source
+from headstats.io.tasks.formats import PROMPT_FORMATS, PromptFormat, PromptRenderer, resolve_format
 
 TASK_NAMES: tuple[str, ...] = tuple(TASKS)
 

@@ -12,7 +12,7 @@ The numbers are not real scores, but they have the structure the statistics look
   are correlated across sequences, and the raw scores of one row are correlated with each other
   the way the study found: a head that puts much weight on the first token (high ``awft``) has a
   small output norm (low ``ahon``), low entropy and a small first-token value vector;
-- normalised scores are derived from the raw ones exactly as :mod:`headstats.scores` defines them
+- normalised scores are derived from the raw ones exactly as :mod:`headstats.engine.scores` defines them
   (divided by the layer mean of the same sequence, 0/0 = 0), so they are consistent with them;
 - models differ in shape (layers x heads, hence in row counts) and in distribution (sink strength,
   its depth profile, overall norm scale), so distances between models are not trivial. The default
@@ -37,8 +37,8 @@ import pandas as pd
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from headstats import store
-from headstats.scores import SCORE_IDS
+from headstats.engine.scores import score_ids as registered_score_ids
+from headstats.io import store
 
 GENERATOR_VERSION = "1"
 
@@ -172,9 +172,9 @@ def synthetic_part(
         "kv_head": np.tile(heads // (model.n_heads // model.n_kv_heads), n_seq * model.n_layers).astype(np.int16),
         "n_tokens": np.repeat(n_tokens, per_seq),
     }
-    for sid in SCORE_IDS:
+    for sid in registered_score_ids():
         columns[sid] = scores[sid].reshape(-1).astype(np.float32, copy=False)
-    return pa.table(columns, schema=store.score_schema(SCORE_IDS))
+    return pa.table(columns, schema=store.score_schema(registered_score_ids()))
 
 
 def _settings(model: SyntheticModel, dataset: str, n_sequences: int, rows_per_part: int, seed: int) -> dict:
@@ -263,7 +263,7 @@ def write_synthetic_scores(
                 device="none",
                 prompt_format="none",
                 max_length=None,
-                score_ids=list(SCORE_IDS),
+                score_ids=list(registered_score_ids()),
                 seed=seed,
                 synthetic=settings,
             )
@@ -291,7 +291,7 @@ def write_synthetic_scores(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m headstats.synthetic OUT --rows N``: write a synthetic table from the shell."""
+    """``python -m headstats.io.synthetic OUT --rows N``: write a synthetic table from the shell."""
     import argparse
 
     parser = argparse.ArgumentParser(description=write_synthetic_scores.__doc__)

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from headstats.scores import SCORE_IDS
+from headstats.engine.scores import score_ids as registered_score_ids
 
 SCHEMA_VERSION = "1"
 PROVENANCE_KEY = b"headstats.provenance"
@@ -44,7 +44,8 @@ class StoreError(ValueError):
     """A results directory is missing, empty, corrupt or inconsistent."""
 
 
-def score_schema(score_ids: Sequence[str] = SCORE_IDS) -> pa.Schema:
+def score_schema(score_ids: Sequence[str] | None = None) -> pa.Schema:
+    score_ids = registered_score_ids() if score_ids is None else score_ids
     fields = [pa.field(name, dtype) for name, dtype in SCORE_KEY_TYPES.items()]
     fields += [pa.field(sid, pa.float32()) for sid in score_ids]
     return pa.schema(fields)

@@ -2,7 +2,7 @@
 
 The numbers are lm-evaluation-harness's: each choice's log-likelihood is the sum of the log-softmax
 (fp32) of its continuation tokens after the context, contexts and continuations tokenised by
-lm-eval's rule (:mod:`headstats.tasks.formats`), too-long inputs cut from the left as lm-eval does.
+lm-eval's rule (:mod:`headstats.io.tasks.formats`), too-long inputs cut from the left as lm-eval does.
 
 Work is organised in *sequences*. When every choice of a question shares the context and differs
 only in its last continuation token (MMLU's " A".." D"), one sequence (the context, plus whatever
@@ -13,9 +13,9 @@ sequence, and only the logits of its continuation positions are computed. Sequen
 length with explicit position ids and attention masks, so results do not depend on the batch size
 or the padding side.
 
-Under an intervention (a :class:`headstats.attention.Probe` active on the model, e.g. inside
-``headstats.ablate_heads``) each forward pass gets the questions' ``sample_key`` as sample keys (the
-question id; for MMLU the index in the all-subjects test set, so subjects do not share draws), so
+Under an intervention, pass its probe (``probe=ablation.probe`` inside ``headstats.ablate_heads``):
+each forward pass then runs through ``probe.forward`` with the questions' ``sample_key`` as sample keys
+(the question id; for MMLU the index in the all-subjects test set, so subjects do not share draws), so
 random zeroing draws depend on the question, never on the batch; ``n_zeroed`` is the number of
 zeroed (layer, head) pairs of the question (the mean over its sequences when it has several).
 """
@@ -23,7 +23,7 @@ zeroed (layer, head) pairs of the question (the mean over its sequences when it 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,8 +33,9 @@ import transformers.modeling_utils
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from headstats.batching import PaddingSide, length_sorted_batches
-from headstats.tasks import PromptFormat, PromptRenderer, Question, TaskSlice, load_task, resolve_format
+from headstats.engine.batching import PaddingSide, length_sorted_batches
+from headstats.engine.probe import ForwardRecord, Probe
+from headstats.io.tasks import PromptFormat, PromptRenderer, Question, TaskSlice, load_task, resolve_format
 
 RESULT_COLUMNS = (
     "task", "subject", "question_id", "correct", "correct_norm", "gold_loglik", "pred", "n_choices", "n_zeroed",
@@ -56,7 +57,7 @@ class ScoringSequence:
 
 
 @dataclass
-class QuestionScore:
+class QuestionLogliks:
     """Every choice's log-likelihood of one question, and what the intervention did to it."""
 
     question: Question
@@ -128,30 +129,30 @@ def _accepts_logits_to_keep(model: PreTrainedModel) -> bool:
 
 
 def _position_logprobs(
-    model: PreTrainedModel, inputs: dict[str, torch.Tensor], positions: torch.Tensor
+    model: PreTrainedModel, call: Callable[..., object], inputs: dict[str, torch.Tensor], positions: torch.Tensor
 ) -> torch.Tensor:
     """fp32 log-softmax at ``positions`` ((B, P) column indices) -> (B, P, V), computing as few
-    logits as the model allows."""
+    logits as the model allows. ``call(inputs, **kwargs)`` runs the model (plainly or through a probe)."""
     b, p = positions.shape
     logits = None
     if _keeps_2d_positions(model):
-        out = model(**inputs, use_cache=False, logits_to_keep=positions)
+        out = call(inputs, logits_to_keep=positions)
         if out.logits.shape[:2] == (b, p):
             logits = out.logits
     if logits is None and _accepts_logits_to_keep(model):
         columns = positions.unique(sorted=True)
-        out = model(**inputs, use_cache=False, logits_to_keep=columns)
+        out = call(inputs, logits_to_keep=columns)
         if out.logits.shape[:2] == (b, columns.numel()):
             logits = out.logits.gather(
                 1, torch.searchsorted(columns, positions)[..., None].expand(b, p, out.logits.shape[-1])
             )
     if logits is None:
-        out = model(**inputs, use_cache=False)
+        out = call(inputs)
         logits = out.logits.gather(1, positions[..., None].expand(b, p, out.logits.shape[-1]))
     return torch.log_softmax(logits.float(), dim=-1)
 
 
-def score_questions(
+def question_logliks(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     questions: Sequence[Question],
@@ -160,9 +161,10 @@ def score_questions(
     prompt_format: str | PromptFormat = "tokenizer",
     padding_side: PaddingSide = "right",
     one_pass_per_question: bool = True,
+    probe: Probe | None = None,
     progress: bool = True,
     desc: str = "evaluating",
-) -> list[QuestionScore]:
+) -> list[QuestionLogliks]:
     """Each question's per-choice log-likelihoods (see :func:`evaluate` for the table)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
@@ -176,7 +178,6 @@ def score_questions(
     logliks = [np.zeros(q.n_choices, dtype=np.float64) for q in questions]
     zeroed = np.zeros(len(questions), dtype=np.float64)
     counts = np.zeros(len(questions), dtype=np.int64)
-    probe = getattr(model, "_headstats_probe", None)
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -187,9 +188,11 @@ def score_questions(
                 [s.input_ids for s in sequences], batch_size, padding_side=padding_side, device=device
             ):
                 rows = [sequences[i] for i in batch.indices]
-                if probe is not None:
-                    probe.next_sample_keys = torch.tensor([questions[s.question].sample_key for s in rows])
-                    probe.last = None
+                records: list[ForwardRecord] = []
+                if probe is None:
+                    call = _plain_call(model)
+                else:
+                    call = _probed_call(probe, [questions[s.question].sample_key for s in rows], records)
                 lengths = batch.attention_mask.sum(-1)
                 width = batch.input_ids.shape[1]
                 last = (lengths - 1) if padding_side == "right" else torch.full_like(lengths, width - 1)
@@ -200,8 +203,8 @@ def score_questions(
                 positions = (last[:, None] - offsets[None, :]).clamp_min(0)
                 for r, s in enumerate(rows):
                     positions[r, : n_read - s.n_read] = positions[r, n_read - s.n_read]
-                logprobs = _position_logprobs(model, batch.model_inputs(), positions)
-                zero_counts = _zero_counts(probe, len(rows))
+                logprobs = _position_logprobs(model, call, batch.model_inputs(), positions)
+                zero_counts = _zero_counts(records[-1] if records else None, len(rows))
                 for r, s in enumerate(rows):
                     row = logprobs[r, n_read - s.n_read :]  # (n_read, V)
                     for choice, target in zip(s.choices, s.targets, strict=True):
@@ -213,20 +216,27 @@ def score_questions(
     finally:
         bar.close()
         model.train(was_training)
-    return [QuestionScore(q, logliks[i], float(zeroed[i] / counts[i]), int(counts[i])) for i, q in enumerate(questions)]
+    return [
+        QuestionLogliks(q, logliks[i], float(zeroed[i] / counts[i]), int(counts[i])) for i, q in enumerate(questions)
+    ]
 
 
-def _zero_counts(probe: object, rows: int) -> np.ndarray:
-    """Zeroed (layer, head) pairs per row of the last forward pass, 0 without an intervention."""
-    if probe is None:
-        return np.zeros(rows)
-    record = getattr(probe, "last", None)
-    if record is None:
-        raise RuntimeError(
-            "a headstats probe is active on the model but recorded no forward pass; the model must route attention "
-            "through transformers' AttentionInterface"
-        )
-    mask = record.zero_mask
+def _plain_call(model: PreTrainedModel) -> Callable[..., object]:
+    return lambda inputs, **kwargs: model(**inputs, use_cache=False, **kwargs)
+
+
+def _probed_call(probe: Probe, keys: list[int], records: list[ForwardRecord]) -> Callable[..., object]:
+    def call(inputs: dict[str, torch.Tensor], **kwargs: object) -> object:
+        output, record = probe.forward(inputs, keys, **kwargs)
+        records.append(record)
+        return output
+
+    return call
+
+
+def _zero_counts(record: ForwardRecord | None, rows: int) -> np.ndarray:
+    """Zeroed (layer, head) pairs per row of a forward pass, 0 without an intervention."""
+    mask = None if record is None else record.zero_mask
     if mask is None:
         return np.zeros(rows)
     return mask.reshape(mask.shape[0], -1).sum(-1).cpu().numpy().astype(np.float64)
@@ -252,22 +262,24 @@ def evaluate(
     batch_size: int = 8,
     prompt_format: str = "tokenizer",
     padding_side: PaddingSide = "right",
+    probe: Probe | None = None,
     progress: bool = True,
 ) -> pd.DataFrame:
-    """Evaluate ``model`` on a task (a registered name, or a :func:`headstats.tasks.load_task` slice).
+    """Evaluate ``model`` on a task (a registered name, or a :func:`headstats.io.tasks.load_task` slice).
 
     One row per question: ``task, subject`` (None without subjects), ``question_id`` (int64, index
     in the source split; MMLU: within the subject's test split), ``correct`` (bool), ``correct_norm``
     (pandas nullable boolean: length-normalised accuracy as lm-eval's acc_norm, NA where the task
     does not report it), ``gold_loglik`` (float64), ``pred`` (int16, chosen answer), ``n_choices``
-    (int16), ``n_zeroed`` (float64, zeroed (layer, head) pairs; 0 without an intervention).
+    (int16), ``n_zeroed`` (float64, zeroed (layer, head) pairs; 0 without a ``probe``). With
+    ``probe`` (e.g. ``ablation.probe`` of :func:`headstats.ablate_heads`) every pass runs through it.
     ``DataFrame.attrs["headstats"]`` records the task options and the resolved prompt format.
     """
     selected = task if isinstance(task, TaskSlice) else load_task(task)
     fmt = format_for_model(prompt_format, model, tokenizer)
-    scores = score_questions(
+    scores = question_logliks(
         model, tokenizer, selected.questions, batch_size=batch_size, prompt_format=fmt,
-        padding_side=padding_side, progress=progress, desc=selected.name,
+        padding_side=padding_side, probe=probe, progress=progress, desc=selected.name,
     )  # fmt: skip
     frame = results_frame(scores, reports_norm=selected.task.reports_norm)
     renderer = PromptRenderer(fmt, tokenizer)
@@ -282,7 +294,7 @@ def evaluate(
     return frame
 
 
-def results_frame(scores: Sequence[QuestionScore], *, reports_norm: bool) -> pd.DataFrame:
+def results_frame(scores: Sequence[QuestionLogliks], *, reports_norm: bool) -> pd.DataFrame:
     """The per-question table of :func:`evaluate` from scored questions."""
     preds = np.array([s.pred for s in scores], dtype=np.int16)
     gold = np.array([s.question.gold for s in scores], dtype=np.int16)

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import datasets
 import numpy as np
 
-from headstats.tasks.base import Question, Task, register
-from headstats.tasks.data import DataRoot
+from headstats.io.tasks.base import Question, Task, register
+from headstats.io.tasks.data import DataRoot
 
 FEWSHOT_SEED = 1234
 LETTERS = ("A", "B", "C", "D")

@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 from tqdm.auto import tqdm
 
-from headstats import store
+from headstats.io import store
 
 Launcher = Literal["local", "slurm", "debug"]
 LAUNCHERS: tuple[str, ...] = ("local", "slurm", "debug")
@@ -180,9 +180,9 @@ class CollectJob(Job):
         **options: object,
     ) -> CollectJob:
         """Check the options and the dataset here, before anything is submitted."""
-        from headstats.collect import collect_scores
-        from headstats.models import model_slug, resolve_model_path
-        from headstats.tasks import collection_source
+        from headstats.io.models import model_slug, resolve_model_path
+        from headstats.io.tasks import collection_source
+        from headstats.jobs.collect import collect_scores
 
         allowed = set(inspect.signature(collect_scores).parameters) - {"model", "tokenizer", "dataset", "out"}
         unknown = sorted(set(options) - allowed)
@@ -207,8 +207,8 @@ class CollectJob(Job):
         return {"kind": "collect", "model": self.model, "dataset": self.dataset, "dtype": self.dtype, **settings}
 
     def work(self) -> object:
-        from headstats.collect import collect_scores
-        from headstats.models import load_model
+        from headstats.io.models import load_model
+        from headstats.jobs.collect import collect_scores
 
         model, tokenizer = load_model(self.model, dtype=self.dtype, device=self.device)
         return collect_scores(model, tokenizer, self.dataset, self.out, **self.options)  # type: ignore[arg-type]
@@ -588,7 +588,7 @@ def collect_grid(
     """Collect every (model, dataset) pair as its own job; the table under ``out`` is their union.
 
     Each job loads its model with :func:`headstats.load_model` (``dtype``, ``device``) and runs
-    :func:`headstats.collect.collect_scores` with ``collect_kwargs`` into its own partition.
+    :func:`headstats.jobs.collect.collect_scores` with ``collect_kwargs`` into its own partition.
     ``folder`` defaults to ``out/_grid`` (ignored by every table reader). See :func:`run_grid`.
     """
     jobs = collect_jobs(models, datasets, out, dtype=dtype, device=device, **collect_kwargs)

@@ -35,13 +35,13 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from headstats import scores as S
-from headstats import store
-from headstats.attention import Probe
-from headstats.intervene.calibration import QUANTILE_METHOD, _check_fractions, pooled_scores, thresholds_for_fractions
-from headstats.intervene.summary import BASELINE, summarize_curves, summarize_interventions
-from headstats.intervene.zeroing import ablate_heads, model_shape
-from headstats.launch import add_launcher_arguments
+from headstats.engine import scores as S
+from headstats.engine.probe import Probe
+from headstats.engine.zeroing import ablate_heads, model_shape
+from headstats.io import store
+from headstats.jobs.grid import add_launcher_arguments
+from headstats.stats.summary import BASELINE, summarize_curves, summarize_interventions
+from headstats.stats.thresholds import QUANTILE_METHOD, _check_fractions, pooled_scores, thresholds_for_fractions
 
 DEFAULT_SCORES = ("ahon_ln", "awft", "random")
 DEFAULT_TARGETS = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
@@ -191,8 +191,8 @@ def plan_sweep(
     calibration_limit: int | None = None,
 ) -> SweepPlan:
     """Validate a sweep's inputs (task, scores, targets, output, calibration data) without a model."""
-    from headstats.models import model_identity, model_slug, resolve_dtype, resolve_model_path
-    from headstats.tasks import PROMPT_FORMATS, load_task
+    from headstats.io.models import model_identity, model_slug, resolve_dtype, resolve_model_path
+    from headstats.io.tasks import PROMPT_FORMATS, load_task
 
     score_ids = check_scores(scores)
     fractions = check_targets(targets)
@@ -238,7 +238,7 @@ def plan_sweep(
         table = _calibration_table(Path(calibration).expanduser(), slug, dynamic)
         table_thresholds = {sid: thresholds_for_fractions(table, sid, fractions) for sid in dynamic}
     else:
-        from headstats.tasks import collection_source
+        from headstats.io.tasks import collection_source
 
         source = collection_source(calibration, data_dir=data_dir)  # raises for an unknown name or bad file
         calibration_source = f"dataset: {source.name} (first {cal_limit} sequences)"
@@ -349,7 +349,7 @@ def run_sweep(
         _say(progress, f"all {len(plan.points)} points of this sweep are done in {plan.partition}")
         return plan.partition
     if isinstance(model, str):
-        from headstats.models import load_model
+        from headstats.io.models import load_model
 
         lm, tok = load_model(model, dtype=dtype, device=device)
     else:
@@ -377,7 +377,7 @@ class _Runner:
         seed: int,
         progress: bool,
     ) -> None:
-        from headstats.models import model_identity
+        from headstats.io.models import model_identity
 
         self.plan = plan
         self.model = model
@@ -396,13 +396,13 @@ class _Runner:
             num_layers=self.num_layers, num_heads=self.num_heads, batch_size=batch_size,
         )  # fmt: skip
 
-    # One evaluation of the task under whatever probe is active on the model.
-    def _evaluate(self) -> pd.DataFrame:
-        from headstats.evaluate import evaluate
+    # One evaluation of the task through ``probe`` (zeroing, or recording the baseline's scores).
+    def _evaluate(self, probe: Probe) -> pd.DataFrame:
+        from headstats.jobs.evaluate import evaluate
 
         return evaluate(
             self.model, self.tokenizer, self.plan.task, batch_size=self.batch_size,
-            prompt_format=self.prompt_format, progress=self.progress,
+            prompt_format=self.prompt_format, probe=probe, progress=self.progress,
         )  # fmt: skip
 
     def run(self, pending: list[Point]) -> None:
@@ -417,8 +417,8 @@ class _Runner:
                 tau = thresholds[point.score][point.target]
                 frame = self._zeroes_nothing(point)
                 if frame is None:
-                    with ablate_heads(self.model, score=point.score, threshold=tau, seed=self.seed):
-                        frame = self._evaluate()
+                    with ablate_heads(self.model, score=point.score, threshold=tau, seed=self.seed) as ablation:
+                        frame = self._evaluate(ablation.probe)
                 self._write(point, tau, frame)
             bar.update(1)
         bar.close()
@@ -450,7 +450,7 @@ class _Runner:
             return torch.zeros(len(keys), heads, dtype=torch.bool)
 
         with Probe(self.model, record_scores, never, seed=self.seed, keep_history=True) as probe:
-            frame = self._evaluate()
+            frame = self._evaluate(probe)
         return frame, probe
 
     def _thresholds(self, pending: list[Point]) -> dict[str, dict[float, float]]:
@@ -490,8 +490,8 @@ class _Runner:
         return out
 
     def _dataset_table(self, score_ids: Sequence[str]) -> pd.DataFrame:
-        from headstats.scoring import score_sequences
-        from headstats.tasks import collection_source
+        from headstats.engine.scoring import score_sequences
+        from headstats.io.tasks import collection_source
 
         source = collection_source(self.plan.calibration, data_dir=self.plan.data_dir)
         seqs = [
@@ -663,8 +663,8 @@ def _main(args: argparse.Namespace) -> int:
         calibration=args.calibration, calibration_limit=args.calibration_limit,
     )  # fmt: skip
     if args.launcher is not None:
-        from headstats.launch import FunctionJob, launcher_options, run_grid
-        from headstats.models import model_slug
+        from headstats.io.models import model_slug
+        from headstats.jobs.grid import FunctionJob, launcher_options, run_grid
 
         grid = launcher_options(args)
         launcher = grid.pop("launcher")

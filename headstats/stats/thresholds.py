@@ -10,7 +10,7 @@ Quantile definition: the study's (github.com/psandovalsegura/inactive-heads, ``c
 the empirical CDF through the points (x_(k), k/N) of the N sorted values, inverted by linear
 interpolation and clamped to [x_(1), x_(N)]. That is Hyndman & Fan's type 4, numpy's
 ``method="interpolated_inverted_cdf"``. So p = 0 gives the minimum (the maximum for "above" scores),
-and the strict inequality of :func:`headstats.scores.is_inactive` then selects nothing; the fraction
+and the strict inequality of :func:`headstats.engine.scores.is_inactive` then selects nothing; the fraction
 selected on the calibration data itself is within 1/N of p.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from headstats import scores as S
+from headstats.engine import scores as S
 
 QUANTILE_METHOD = "interpolated_inverted_cdf"
 

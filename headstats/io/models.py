@@ -10,8 +10,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from headstats import assets
-from headstats.attention import ATTN_IMPLEMENTATION, check_supported, register
+from headstats.engine.attention import ATTN_IMPLEMENTATION, check_supported, register
+from headstats.io import assets
 
 
 class ModelNotFoundError(ValueError):

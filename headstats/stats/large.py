@@ -32,7 +32,7 @@ weight; within one model every sequence has the same number of rows, so that is 
 distribution used here: the two agree whenever no score value is missing (rows with a missing value
 are dropped here; the in-memory version also re-weights the rest of that sequence). Intervals,
 permutation tests and noise floors need the sequence blocks and stay in the in-memory module, which
-can be run on a subset read with :func:`headstats.store.read_scores` and a filter.
+can be run on a subset read with :func:`headstats.io.store.read_scores` and a filter.
 
 **Overlap of two scores** (:func:`score_overlap`): the same rows, thresholds and columns as
 :func:`headstats.stats.overlap.score_overlap`, reading only the two score columns plus ``layer`` and
@@ -56,11 +56,12 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from headstats import store
-from headstats.intervene.calibration import QUANTILE_METHOD
-from headstats.scores import SCORE_IDS, get_score
+from headstats.engine.scores import get_score
+from headstats.engine.scores import score_ids as registered_score_ids
+from headstats.io import store
 from headstats.stats.distances import ALL_DEPTHS, depth_bin, depth_labels, wasserstein1
 from headstats.stats.overlap import jaccard, missed_share
+from headstats.stats.thresholds import QUANTILE_METHOD
 
 Method = Literal["auto", "exact", "summary"]
 
@@ -163,7 +164,7 @@ def read_columns(
     missing = [c for c in columns if c not in schema.names]
     if missing:
         raise ValueError(f"the score table has no column(s) {', '.join(missing)}; it has {', '.join(schema.names)}")
-    dtypes = {c: np.float32 if c in SCORE_IDS else schema.field(c).type.to_pandas_dtype() for c in columns}
+    dtypes = {c: np.float32 if c in registered_score_ids() else schema.field(c).type.to_pandas_dtype() for c in columns}
     out = {c: np.empty(rows, dtype=dtypes[c]) for c in columns}
     filled = 0
     for batch in _iter_batches(dataset, model, datasets, columns, 1 << 20):
@@ -407,7 +408,7 @@ def _select_datasets(inv: pd.DataFrame, models: Sequence[str], datasets: Sequenc
 
 
 def _select_scores(dataset: pads.Dataset, score_ids: Sequence[str] | None) -> list[str]:
-    present = [s for s in SCORE_IDS if s in dataset.schema.names]
+    present = [s for s in registered_score_ids() if s in dataset.schema.names]
     if score_ids is None:
         if not present:
             raise ValueError("the score table has no score columns")
@@ -525,7 +526,7 @@ def as_matrix(table: pd.DataFrame, score: str, depth: str = ALL_DEPTHS) -> pd.Da
 
 
 def _thresholds(values: np.ndarray, score_id: str, rates: np.ndarray) -> np.ndarray:
-    """The calibration rule of :mod:`headstats.intervene.calibration` (type-4 quantile; ``random``
+    """The calibration rule of :mod:`headstats.stats.thresholds` (type-4 quantile; ``random``
     is thresholded at p itself), on a float64 column."""
     score = get_score(score_id)
     if score.is_random:

@@ -35,9 +35,9 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from headstats.tasks.base import get_task
-from headstats.tasks.data import LAMBADA_REQUESTS, DataRoot, data_root
-from headstats.tasks.formats import PromptRenderer, resolve_format, starts_with_bos
+from headstats.io.tasks.base import get_task
+from headstats.io.tasks.data import LAMBADA_REQUESTS, DataRoot, data_root
+from headstats.io.tasks.formats import PromptRenderer, resolve_format, starts_with_bos
 
 TASK_DATASETS = {
     "mmlu": "mmlu",
