@@ -8,8 +8,8 @@ On a synthetic table (:mod:`headstats.io.synthetic`: 5 models of different shape
 it computes the W1 matrix of the 5 models for every score and the overlap (IoU) of ``awft`` and
 ``ahon_ln`` at 3 selection rates for every model, with
 
-- ``ours``: :func:`~headstats.stats.large.distance_matrices` (exact) and
-  :func:`~headstats.stats.large.score_overlap`, reading one column of one model at a time;
+- ``ours``: :func:`~headstats.stats.large.distance_matrices_from_dataset` (exact) and
+  :func:`~headstats.stats.large.score_overlap_from_dataset`, reading one column of one model at a time;
 - ``summary``: the same with the quantile-summary W1 (bounded memory; prints its largest error);
 - ``pandas``: what one writes without them: ``pd.read_parquet`` of the whole table, ``groupby``,
   ``scipy.stats.wasserstein_distance`` per pair, numpy thresholds and masks for the overlap.
@@ -52,9 +52,9 @@ def run_ours(root: Path, method: str, depth_bins: int) -> tuple[pd.DataFrame, pd
     from headstats.stats import large as outofcore
 
     t0 = time.perf_counter()
-    w1 = outofcore.distance_matrices(root, depth_bins=depth_bins, method=method, progress=False)  # type: ignore[arg-type]
+    w1 = outofcore.distance_matrices_from_dataset(root, depth_bins=depth_bins, method=method, progress=False)  # type: ignore[arg-type]
     t1 = time.perf_counter()
-    overlap = outofcore.score_overlap(root, *PAIR, rates=RATES, progress=False)
+    overlap = outofcore.score_overlap_from_dataset(root, *PAIR, rates=RATES, progress=False)
     t2 = time.perf_counter()
     return w1, overlap, {"w1_s": t1 - t0, "overlap_s": t2 - t1}
 

@@ -6,6 +6,8 @@ Data flows one way: model -> per-head scores (:mod:`headstats.engine`) -> Parque
 function (:mod:`headstats.engine.zeroing`) and measure task accuracy (:mod:`headstats.jobs.sweep`).
 """
 
+import sys
+
 from headstats.engine import scores
 from headstats.engine.attention import ATTN_IMPLEMENTATION, UnsupportedModelError, register
 from headstats.engine.probe import Probe
@@ -22,6 +24,19 @@ from headstats.stats.thresholds import threshold_for_fraction, thresholds_for_fr
 
 __version__ = "0.1.0"
 
+
+def connect(root: str) -> object:
+    """A DuckDB connection with views ``scores`` and ``interventions`` over a results folder
+    (:func:`headstats.io.sql.connect`; needs ``pip install 'headstats[sql]'``)."""
+    from headstats.io.sql import connect as _connect
+
+    return _connect(root)
+
+
+# ``headstats.scores`` is the public name of the score registry (``headstats.scores.register(Score(...))``,
+# ``from headstats.scores import Score``); the module lives in the engine.
+sys.modules.setdefault("headstats.scores", scores)
+
 register()
 
 __all__ = [
@@ -32,6 +47,7 @@ __all__ = [
     "__version__",
     "ablate_heads",
     "collect_scores",
+    "connect",
     "get_score",
     "load_model",
     "load_task",

@@ -11,6 +11,7 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 import headstats
 from headstats.cli import main
 from headstats.jobs.analysis import load_analysis, run_analysis
+from headstats.jobs.specs import Resources
 
 ANALYSES = Path(__file__).parent.parent / "analyses"
 
@@ -36,7 +37,10 @@ def test_the_embedded_analysis_runs_the_real_embedded_model_on_bundled_data() ->
         ('name = "x"\n', "needs names"),
         ('[models]\nnames = ["m"]\n[collect]\ndatasets = ["mmlu"]\nlimt = 3\n', "unknown key.*limt"),
         ('[models]\nnames = ["m"]\n[[ablate]]\ntask = "nope"\n', "unknown task 'nope'"),
-        ('[models]\nnames = ["m"]\n[[ablate]]\ntask = "mmlu"\ntargets = [0, 2]\n', "targets must lie in"),
+        (
+            '[models]\nnames = ["m"]\n[[ablate]]\ntask = "mmlu"\ntargets = [0, 2]\n',
+            r"target fraction 2 is outside \[0, 1\]",
+        ),
         ('[models]\nnames = ["m"]\n[[ablate]]\ntask = "mmlu"\nscores = ["bogus"]\n', "unknown score id"),
         ('[models]\nnames = ["m"]\n[collect]\ndatasets = ["no-such.jsonl"]\n', "no-such.jsonl"),
         ("[models\n", "not valid TOML"),
@@ -95,14 +99,15 @@ n_perm = 20
 """
     )
     spec = load_analysis(spec_path)
-    grid = {"folder": str(tmp_path / "grid")} if launcher else None
-    index = run_analysis(spec, progress=False, launcher=launcher, grid_options=grid)
+    grid = Resources(launcher=launcher, folder=str(tmp_path / "grid")) if launcher else None
+    index = run_analysis(spec, progress=False, resources=grid)
     assert index is not None and index.is_file() and (tmp_path / "report" / "summary.md").is_file()
     scores = headstats.read_scores(tmp_path / "results")
-    assert set(scores["dataset"]) == {"notes", "piqa"} and scores.groupby("dataset")["sample_id"].nunique().max() == 3
+    datasets = {d.split("-")[0] for d in scores["dataset"]}  # a user file's name carries its content hash
+    assert datasets == {"notes", "piqa"} and scores.groupby("dataset")["sample_id"].nunique().max() == 3
     rows = headstats.read_interventions(tmp_path / "results")
     assert set(rows["score"]) == {"baseline", "ahon_ln", "random"} and rows["question_id"].nunique() == 4
     # Running again redoes nothing: every part and point file is left as it was.
     files = {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*.parquet")}
-    run_analysis(spec, progress=False, stages=("collect", "ablate"), launcher=launcher, grid_options=grid)
+    run_analysis(spec, progress=False, stages=("collect", "ablate"), resources=grid)
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*.parquet")} == files

@@ -13,7 +13,7 @@ from families import tiny_model
 import headstats
 from headstats.cli import main
 from headstats.engine.scores import score_ids
-from headstats.io import store
+from headstats.io import fingerprint, store
 from headstats.jobs import collect as collect_module
 
 SCORE_IDS = score_ids()
@@ -63,9 +63,11 @@ def _load(model_dir: Path):
 def test_collected_table_equals_scoring_the_same_sequences(model_dir: Path, corpus: Path, tmp_path: Path) -> None:
     model, tokenizer = _load(model_dir)
     result = collect_module.collect_scores(model, tokenizer, str(corpus), tmp_path / "out", batch_size=3)
-    assert result.n_samples == len(TEXTS) and result.partition.name == "dataset=notes"
+    # A user file's partition is named by its stem and the first 8 hex digits of its content hash.
+    digest = fingerprint.file_digest(corpus).removeprefix("sha256:")
+    assert result.n_samples == len(TEXTS) and result.partition.name == f"dataset=notes-{digest[:8]}"
     table = headstats.read_scores(tmp_path / "out")
-    assert set(table["model"]) == {model_dir.name} and set(table["dataset"]) == {"notes"}
+    assert set(table["model"]) == {model_dir.name} and set(table["dataset"]) == {f"notes-{digest[:8]}"}
     assert len(table) == len(TEXTS) * 3 * 4 and not table.duplicated(["sample_id", "layer", "head"]).any()
     assert [str(table[c].dtype) for c in ("sample_id", "layer", "head", "kv_head", "n_tokens")] == [
         "int64", "int16", "int16", "int16", "int32"
@@ -76,8 +78,9 @@ def test_collected_table_equals_scoring_the_same_sequences(model_dir: Path, corp
     non_random = [s for s in SCORE_IDS if s != "random"]
     pd.testing.assert_frame_equal(got[non_random], expected[non_random], rtol=1e-5, atol=1e-6)
     provenance = store.read_provenance(result.partition)
-    assert provenance["prompt_format"] == "tokenizer" and provenance["dataset"] == "notes"
-    assert provenance["dtype"] == "torch.float32" and "torch" in provenance["versions"]
+    assert provenance["prompt_format"] == "tokenizer" and provenance["dataset"] == f"notes-{digest[:8]}"
+    assert provenance["dataset_identity"]["sha256"] == digest
+    assert provenance["dtype"] == "float32" and "torch" in provenance["versions"]  # as --dtype spells it
     assert (result.partition / store.DONE_FILE).is_file()
 
 
@@ -99,7 +102,7 @@ def test_an_interrupted_collection_resumes_without_duplicates_or_partial_files(
     with pytest.raises(KeyboardInterrupt):
         # rows_per_part=1 closes a part after every batch, so two whole parts survive the interruption.
         collect_module.collect_scores(model, tokenizer, str(corpus), out, batch_size=2, rows_per_part=1)
-    partition = next(out.glob("model=*/dataset=notes"))
+    partition = next(out.glob("model=*/dataset=notes-*"))
     assert len(store.part_files(partition)) == 2
     assert not list(partition.glob(".*tmp")) and not (partition / store.DONE_FILE).exists()
     monkeypatch.setattr(collect_module, "iter_score_tables", real)
@@ -122,14 +125,16 @@ def test_resuming_with_other_settings_is_refused(model_dir: Path, corpus: Path, 
 
 def test_random_baselines_of_different_datasets_are_independent(model_dir: Path, tmp_path: Path) -> None:
     model, tokenizer = _load(model_dir)
+    names = []
     for name in ("first", "second"):
         (tmp_path / f"{name}.txt").write_text("\n\n".join(TEXTS))
-        collect_module.collect_scores(model, tokenizer, str(tmp_path / f"{name}.txt"), tmp_path / "out")
+        result = collect_module.collect_scores(model, tokenizer, str(tmp_path / f"{name}.txt"), tmp_path / "out")
+        names.append(result.partition.name.removeprefix("dataset="))
     table = headstats.read_scores(tmp_path / "out").sort_values(["dataset", "sample_id", "layer", "head"])
-    first, second = (table[table.dataset == d]["random"].to_numpy() for d in ("first", "second"))
+    first, second = (table[table.dataset == d]["random"].to_numpy() for d in names)
     assert (first != second).mean() > 0.99
     assert (
-        table[table.dataset == "first"]["ahon"].to_numpy() == table[table.dataset == "second"]["ahon"].to_numpy()
+        table[table.dataset == names[0]]["ahon"].to_numpy() == table[table.dataset == names[1]]["ahon"].to_numpy()
     ).all()
 
 
@@ -175,8 +180,10 @@ def test_unsupported_architecture_is_a_clear_cli_error(tmp_path: Path, tokenizer
 
 @pytest.mark.integration
 def test_collect_command_on_the_embedded_model_and_real_mmlu(tmp_path: Path) -> None:
-    argv = ["collect", "--model", "smollm2-135m", "--dataset", "mmlu", "--limit", "8", "--batch-size", "4",
-            "--out", str(tmp_path)]  # fmt: skip
+    # The first 8 questions in file order (one subject's short prompts) keep this real-model run quick;
+    # the random, stratified default is tested in test_robustness on a tiny model.
+    argv = ["collect", "--model", "smollm2-135m", "--dataset", "mmlu", "--limit", "8", "--sample", "first",
+            "--batch-size", "4", "--out", str(tmp_path)]  # fmt: skip
     assert main(argv) == 0
     table = headstats.read_scores(tmp_path)
     assert len(table) == 8 * 30 * 9 and set(table["dataset"]) == {"mmlu"} and set(table["model"]) == {"smollm2-135m"}

@@ -295,14 +295,21 @@ def test_within_one_point_and_areas_on_hand_made_curves() -> None:
     assert c.crosses and c.value == pytest.approx(10 + 10 / 3)
     assert C.normalised_auc(x, y) == pytest.approx((497.5 + 487.5 + 475) / 30)
     assert C.grid_auc(x, y, 20) == pytest.approx((497.5 + 487.5) / 20)
-    # Goes back up: the *last* crossing counts; the order of the points does not matter.
+    # Goes back up: the first drop counts and the curve is flagged non-monotone (SPEC §3, default
+    # reading); the study's reading takes the *last* crossing. The order of the points does not matter.
     c = C.within_one_point([20, 0, 30, 10], [50, 50, 48.5, 48], 50)
+    assert c == C.Crossing(5.0, True, censored=False, non_monotone=True)
+    c = C.within_one_point([20, 0, 30, 10], [50, 50, 48.5, 48], 50, reading="study")
     assert c.crosses and c.value == pytest.approx(20 + 10 / 1.5)
-    # Never drops a point inside the swept range: 0, flagged.
+    # Never drops a point inside the swept range: censored at the largest realised % (a lower bound);
+    # the study's reading gives 0.
     c = C.within_one_point([0, 10, 20], [50, 49.8, 49.5], 50)
-    assert (c.value, c.crosses) == (0.0, False)
-    # A point exactly on the level is a crossing.
+    assert (c.value, c.crosses, c.censored) == (20.0, False, True)
+    c = C.within_one_point([0, 10, 20], [50, 49.8, 49.5], 50, reading="study")
+    assert (c.value, c.crosses, c.censored) == (0.0, False, False)
+    # A point exactly on the level is a crossing, in both readings.
     assert C.within_one_point([0, 10], [50, 49], 50) == C.Crossing(10.0, True)
+    assert C.within_one_point([0, 10], [50, 49], 50, reading="study") == C.Crossing(10.0, True)
     # A curve that does not reach the grid's range has no grid area; a zero-width curve no normalised area.
     assert math.isnan(C.grid_auc([0, 5], [50, 49], 10))
     assert math.isnan(C.normalised_auc([3, 3], [50, 49]))
@@ -382,14 +389,22 @@ def test_curve_summary_reproduces_the_hand_computed_numbers() -> None:
     assert ahon["grid_auc"] == pytest.approx((497.5 + 487.5) / 20)
     assert curves.loc["random", "grid_auc"] == pytest.approx((500 + (50 + 40) / 2 * 10) / 20)
     awft = curves.loc["awft"]
-    assert (awft["within_1pt"], awft["crosses"], awft["n_points"]) == (0.0, False, 2)
-    # Honest bracket. random: identical answers at 10% certify it (interval [0, 0]); 20% is 10 points
-    # worse, significantly more than 1, so it is excluded too.
+    # awft never drops a point: censored at its largest realised % (25), not 0.
+    assert (awft["within_1pt"], awft["crosses"], awft["censored"], awft["n_points"]) == (25.0, False, True, 2)
+    assert not ahon["censored"] and not ahon["non_monotone"] and (curves["reading"] == "first").all()
+    study = summarize_curves(df, reading="study").set_index("score")
+    assert (study.loc["awft", "within_1pt"], study.loc["awft", "censored"]) == (0.0, False)
+    assert study.loc["ahon_ln", "within_1pt"] == pytest.approx(10 + 10 / 3)
+    # Honest bracket. random: identical answers at 10% do not certify it with 200 questions (the
+    # score bound of a drop with no changed answer is z^2 / (n + z^2) = 1.3 points); 20% is 10 points
+    # worse, significantly more than 1, so it is excluded.
     rnd = curves.loc["random"]
-    assert (rnd["within_1pt_certified"], rnd["certified_open"], rnd["within_1pt_not_excluded"]) == (10.0, False, 10.0)
+    assert (rnd["within_1pt_certified"], rnd["certified_open"], rnd["within_1pt_not_excluded"]) == (0.0, False, 10.0)
     # ahon_ln at 10%: one question lost of 200 (-0.5 point) cannot be certified within 1 point with
-    # 200 questions, nor excluded; 20% (-2) and 30% (-2.5) are not significantly worse than -1 either.
-    assert ahon["within_1pt_certified"] == 0.0 and ahon["within_1pt_not_excluded"] == pytest.approx(30.0)
+    # 200 questions, nor excluded; 20% (-2, 4 lost, none gained) is not significantly worse than -1,
+    # 30% (-2.5, 5 lost) is: its one-sided 95% lower bound is 1.13 points.
+    assert ahon["within_1pt_certified"] == 0.0 and ahon["within_1pt_not_excluded"] == pytest.approx(20.0)
+    assert ahon["n_questions"] == 200 and 0 < ahon["mdd_80"] < 10
 
 
 def test_summaries_refuse_bad_input() -> None:
@@ -461,7 +476,8 @@ def test_sweep_writes_per_question_rows_one_file_per_point_and_resumes(tiny_mmlu
         )
     # Calibration on the evaluation prompts: the type-4 quantile of the un-intervened scores of exactly
     # those prompts, computed here independently from the collection source of the same questions.
-    prompts = [ids for _, ids in collection_source("mmlu").iter_sequences(tokenizer, limit=2)]
+    # (limit=2 draws the same seeded, subject-stratified sample in the sweep and in the source)
+    prompts = [ids for _, ids in collection_source("mmlu").iter_sequences(tokenizer, limit=2, sample="random")]
     table = headstats.score_sequences(model, prompts, scores=["ahon_ln"])
     tau = df.loc[(df.score == "ahon_ln") & (df.target == 0.5), "threshold"].unique()
     assert len(tau) == 1 and tau[0] == pytest.approx(type4_quantile(table["ahon_ln"].to_numpy(np.float64), 0.5))
@@ -638,7 +654,9 @@ def test_a_tiny_real_sweep_on_the_embedded_model(tmp_path) -> None:
     df = headstats.io.store.read_interventions(tmp_path)
     assert set(df["n_heads"]) == {30 * 9} and len(df) == 3 * 2
     base = df[df.score == "baseline"].sort_values("question_id")
-    plain = evaluate(model, tokenizer, load_task("mmlu", limit=2), progress=False).sort_values("question_id")
+    plain = evaluate(model, tokenizer, load_task("mmlu", limit=2, sample="random"), progress=False).sort_values(
+        "question_id"
+    )
     # The baseline runs through headstats' attention; it agrees with the plain (SDPA) model.
     np.testing.assert_allclose(base["gold_loglik"], plain["gold_loglik"], rtol=1e-4, atol=1e-4)
     assert base["pred"].tolist() == plain["pred"].astype("int64").tolist()

@@ -10,7 +10,6 @@ environment are exercised end to end.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -27,9 +26,12 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import headstats
+from headstats.cli import build_parser
+from headstats.cli.options import spec_from_args
 from headstats.io import store
 from headstats.jobs import grid as launch
 from headstats.jobs.collect import collect_scores
+from headstats.jobs.specs import Resources, SpecError
 
 pytest.importorskip("submitit")
 
@@ -100,8 +102,8 @@ def test_jobs_that_would_write_the_same_partition_are_refused_before_submission(
         launch.run_grid(jobs, "debug", folder=tmp_path / "grid")
     with pytest.raises(ValueError, match=r"unknown collection option.*batchsize"):
         launch.collect_jobs([model], [grid_inputs["web"]], tmp_path / "out", batchsize=4)
-    with pytest.raises(ValueError, match="model 'no-such-model' not found"):
-        launch.collect_jobs(["no-such-model"], [grid_inputs["web"]], tmp_path / "out")
+    with pytest.raises(ValueError, match=r"model '\./no-such-model' not found"):  # a bare name may be a Hub id
+        launch.collect_jobs(["./no-such-model"], [grid_inputs["web"]], tmp_path / "out")
     with pytest.raises(ValueError, match="unknown launcher 'pbs'"):
         launch.run_grid(jobs[:1], "pbs", folder=tmp_path / "grid")  # type: ignore[arg-type]
 
@@ -114,7 +116,8 @@ def test_debug_grid_merges_into_the_single_process_table_and_reruns_skip_finishe
     assert len(result.finished) == 4 and not result.failed
     merged = _sorted(store.read_scores(out))
     pd.testing.assert_frame_equal(merged, expected)
-    assert {p.parent.name for p in out.rglob(f"{launch.MARKER_PREFIX}.json")} == {"dataset=web", "dataset=notes"}
+    partitions = {Path(job.partition) for job in launch.collect_jobs(models, datasets, out)}
+    assert len(partitions) == 4 and {p.parent for p in out.rglob(f"{launch.MARKER_PREFIX}.json")} == partitions
     again = launch.collect_grid(models, datasets, out, launcher="debug", device="cpu", batch_size=4, progress=False)
     assert len(again.skipped) == 4 and not again.finished  # batch size does not change what a job produces
     changed = launch.collect_grid(models[:1], datasets[:1], out, launcher="debug", limit=5, progress=False)
@@ -149,8 +152,10 @@ def test_local_grid_resumes_a_killed_job_without_duplicates(grid_inputs, tmp_pat
     jobs = launch.collect_jobs(models, datasets, out, device="cpu", batch_size=2, rows_per_part=1, progress=False)
     victim = next(i for i, j in enumerate(jobs) if j.model == models[1] and j.dataset == grid_inputs["big"])
     partition = Path(jobs[victim].partition)
-    run = dict(folder=folder, array_parallelism=4, cpus=1, poll_s=0.05, progress=False)
-    submission = launch.submit_grid(jobs, "local", **run)
+    resources = Resources(
+        launcher="local", folder=str(folder), array_parallelism=4, executor_params={"cpus_per_task": 1}, poll_s=0.05
+    )
+    submission = launch.submit_grid(jobs, resources, progress=False)
     with ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(submission.wait)
         deadline = time.monotonic() + 120
@@ -168,7 +173,7 @@ def test_local_grid_resumes_a_killed_job_without_duplicates(grid_inputs, tmp_pat
     partial = len(pd.read_parquet(partition, columns=["sample_id"])["sample_id"].unique())
     assert 0 < partial < 160
 
-    rerun = launch.run_grid(jobs, "local", **run)
+    rerun = launch.run_grid(jobs, resources, progress=False)
     assert len(rerun.skipped) == 3 and len(rerun.finished) == 1
     resumed = rerun.finished[0].result
     assert resumed.n_samples == 160 and resumed.n_new == 160 - partial  # resumed, not restarted
@@ -248,14 +253,20 @@ def test_slurm_array_runs_every_job_and_reports_a_failure_with_its_traceback(gri
         launch.run_grid(
             [good, bad],
             "slurm",
-            folder=tmp_path / "grid-logs",
-            partition="gpu-small",
-            gpus=1,
-            time_min=30,
-            mem_gb=12,
-            cpus=3,
+            folder=str(tmp_path / "grid-logs"),
             array_parallelism=1,
-            setup=["echo setting up"],
+            # submitit's own parameter names, passed through unchanged
+            executor_params={
+                "slurm_partition": "gpu-small",
+                "gpus_per_node": 1,
+                "timeout_min": 30,
+                "mem_gb": 12,
+                "cpus_per_task": 3,
+                "slurm_setup": ["echo setting up"],
+                "slurm_account": "proj-7",
+                "slurm_qos": "high",
+                "slurm_constraint": "a100",
+            },
             poll_s=0.2,
             progress=False,
         )
@@ -265,26 +276,57 @@ def test_slurm_array_runs_every_job_and_reports_a_failure_with_its_traceback(gri
     assert [o.status for o in caught.value.result.outcomes] == ["finished", "failed"]
     assert good.is_complete() and not bad.is_complete()
     table = store.read_scores(out)
-    assert table["sample_id"].nunique() == 9 and set(table["dataset"]) == {"notes"}
+    dataset = Path(good.partition).name.split("=", 1)[1]  # notes-<content hash>
+    assert table["sample_id"].nunique() == 9 and set(table["dataset"]) == {dataset} and dataset.startswith("notes")
     script = fake_slurm.read_text()
     for line in ("--array=0-1%1", "--partition=gpu-small", "--gpus-per-node=1", "--mem=12GB", "--time=30"):
         assert f"#SBATCH {line}" in script
     assert "#SBATCH --cpus-per-task=3" in script and "echo setting up" in script
+    for line in ("--account=proj-7", "--qos=high", "--constraint=a100"):  # options headstats never renamed
+        assert f"#SBATCH {line}" in script
 
 
-def test_launcher_arguments_map_to_run_grid_options() -> None:
-    parser = argparse.ArgumentParser()
-    launch.add_launcher_arguments(parser)
+def test_launcher_flags_map_to_submitit_parameters_unchanged() -> None:
+    parser = build_parser()
+    base = ["collect", "--model", "m", "--dataset", "mmlu", "--out", "o"]
     options = "--launcher slurm --partition a100 --gpus 2 --time 90 --mem 64 --array-parallelism 3 --grid-folder logs"
-    setup = ["--slurm-setup", "module load cuda", "--slurm-setup", "source .venv/bin/activate"]
-    args = parser.parse_args([*options.split(), *setup])
-    options = launch.launcher_options(args)
-    assert options["launcher"] == "slurm" and options["partition"] == "a100" and options["gpus"] == 2
-    assert options["time_min"] == 90 and options["mem_gb"] == 64 and options["array_parallelism"] == 3
-    assert options["folder"] == "logs" and len(options["setup"]) == 2
-    default = launch.launcher_options(parser.parse_args(["--launcher", "local"]))
-    assert default["gpus"] is None and default["time_min"] is None and default["folder"] is None
-    with pytest.raises(ValueError, match="no --launcher given"):
-        launch.launcher_options(parser.parse_args([]))
-    with pytest.raises(ValueError, match="--array-parallelism must be at least 1"):
-        launch.launcher_options(parser.parse_args(["--launcher", "local", "--array-parallelism", "0"]))
+    extra = ["--slurm-setup", "module load cuda", "--slurm-setup", "source .venv/bin/activate"]
+    extra += ["--executor-param", "slurm_account=abc", "--executor-param", 'slurm_additional_parameters={"x": 1}']
+    resources = spec_from_args(parser.parse_args([*base, *options.split(), *extra]), Resources)
+    assert resources.launcher == "slurm" and resources.folder == "logs" and resources.array_parallelism == 3
+    assert resources.executor_params == {
+        "slurm_partition": "a100",
+        "gpus_per_node": 2,
+        "timeout_min": 90,
+        "mem_gb": 64.0,
+        "slurm_setup": ["module load cuda", "source .venv/bin/activate"],
+        "slurm_account": "abc",
+        "slurm_additional_parameters": {"x": 1},
+    }
+    params = launch.executor_parameters(resources)
+    assert params["slurm_array_parallelism"] == 3 and params["timeout_min"] == 90 and params["mem_gb"] == 64.0
+    # Defaults where nothing was given: slurm 60 minutes, 32 GB; local: no time limit.
+    slurm = launch.executor_parameters(Resources(launcher="slurm"))
+    assert slurm["timeout_min"] == 60 and slurm["mem_gb"] == 32 and slurm["gpus_per_node"] == 0
+    local = spec_from_args(parser.parse_args([*base, "--launcher", "local", "--cpus", "2"]), Resources)
+    assert local.folder is None and local.executor_params == {"cpus_per_task": 2}
+    local_params = launch.executor_parameters(local)
+    assert local_params["timeout_min"] == launch.LOCAL_NO_LIMIT_MIN
+    assert "export OMP_NUM_THREADS=2" in local_params["local_setup"]
+    assert spec_from_args(parser.parse_args(base), Resources).launcher is None
+    with pytest.raises(SpecError, match="--array-parallelism must be at least 1"):
+        spec_from_args(parser.parse_args([*base, "--launcher", "local", "--array-parallelism", "0"]), Resources)
+    with pytest.raises(ValueError, match="no launcher given"):
+        launch.make_executor(Resources(), "logs")
+
+
+def test_a_grid_job_is_requeued_by_submitit_as_itself(tmp_path) -> None:
+    """On a time limit or preemption submitit calls the job's checkpoint(): the same job (settings,
+    outputs) is submitted again, and collections and sweeps resume from what they wrote."""
+    import submitit
+
+    job = launch.FunctionJob("remove", os.remove, {"path": str(tmp_path / "x")}, output_paths=(str(tmp_path / "o"),))
+    assert isinstance(job, submitit.helpers.Checkpointable)
+    again = job.checkpoint()
+    assert isinstance(again, submitit.helpers.DelayedSubmission) and again.function == job
+    assert again.function.settings() == job.settings()

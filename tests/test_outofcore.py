@@ -45,40 +45,6 @@ def frame(table: Path) -> pd.DataFrame:
     return store.read_scores(table)
 
 
-# --- exact W1 on sorted samples ------------------------------------------------------------------
-
-
-SIZES = [(1, 1), (7, 7), (1, 9), (9, 1), (6, 4), (1000, 333), (24 * 61, 35 * 61), (4097, 4096), (12345, 6789)]
-
-
-@pytest.mark.parametrize("periodic", [True, False], ids=["periodic-pattern", "chunked-merge"])
-@pytest.mark.parametrize("n, m", SIZES)
-def test_sorted_w1_equals_scipy_for_equal_and_unequal_sizes(
-    n: int, m: int, periodic: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    if not periodic:  # the general merge, used when the breakpoint pattern does not repeat shortly
-        monkeypatch.setattr(outofcore, "_PERIOD_MAX", 0)
-    rng = np.random.default_rng([n, m])
-    a = rng.standard_normal(n).astype(np.float32)
-    b = (1.3 * rng.standard_normal(m) + 0.2).astype(np.float32)
-    expected = scipy.stats.wasserstein_distance(a, b)
-    assert outofcore.wasserstein1_sorted(np.sort(a), np.sort(b)) == pytest.approx(expected, rel=1e-12, abs=1e-15)
-
-
-@pytest.mark.parametrize("period_max", [0, 4096])
-def test_sorted_w1_handles_ties_and_chunk_boundaries(period_max: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = np.random.default_rng(3)
-    a = np.sort(rng.integers(0, 5, 1001).astype(np.float32))  # heavy ties
-    b = np.sort(rng.integers(1, 4, 390).astype(np.float32))
-    expected = scipy.stats.wasserstein_distance(a, b)
-    monkeypatch.setattr(outofcore, "_PERIOD_MAX", period_max)
-    monkeypatch.setattr(outofcore, "_CHUNK", 17)  # many chunks, ticks shared across chunk edges
-    assert outofcore.wasserstein1_sorted(a, b) == pytest.approx(expected, rel=1e-12)
-    assert outofcore.wasserstein1_sorted(b, a) == pytest.approx(expected, rel=1e-12)
-    with pytest.raises(ValueError, match="at least one value"):
-        outofcore.wasserstein1_sorted(a, a[:0])
-
-
 # --- reading with pushdown -----------------------------------------------------------------------
 
 
@@ -102,7 +68,9 @@ def test_read_columns_returns_exactly_one_models_rows(table: Path, frame: pd.Dat
 
 def test_exact_distance_matrix_equals_scipy_and_the_in_memory_version(table: Path, frame: pd.DataFrame) -> None:
     models = ["base", "base-ft", "wide"]
-    result = outofcore.distance_matrices(table, models, ["awft", "ahon_ln", "entropy"], depth_bins=3, progress=False)
+    result = outofcore.distance_matrices_from_dataset(
+        table, models, ["awft", "ahon_ln", "entropy"], depth_bins=3, progress=False
+    )
     assert set(result["method"]) == {"exact"} and (result["error_bound"] == 0).all()
     assert len(result) == 3 * 3 * (1 + 3)  # pairs x scores x (all + 3 bins)
     for row in result.itertuples():
@@ -126,7 +94,7 @@ def test_exact_distance_matrix_equals_scipy_and_the_in_memory_version(table: Pat
 
 
 def test_distances_pool_only_the_datasets_every_model_shares(table: Path, frame: pd.DataFrame) -> None:
-    result = outofcore.distance_matrices(table, ["base", "solo"], ["avvn"], depth_bins=0, progress=False)
+    result = outofcore.distance_matrices_from_dataset(table, ["base", "solo"], ["avvn"], depth_bins=0, progress=False)
     web = frame[frame["dataset"] == "web"]
     expected = scipy.stats.wasserstein_distance(
         web[web["model"] == "base"]["avvn"], web[web["model"] == "solo"]["avvn"]
@@ -134,13 +102,13 @@ def test_distances_pool_only_the_datasets_every_model_shares(table: Path, frame:
     assert result["w1"].item() == pytest.approx(expected, rel=1e-10)
     assert result["n_a"].item() == 61 * 24
     with pytest.raises(ValueError, match="model 'solo' has no dataset mmlu"):
-        outofcore.distance_matrices(table, ["base", "solo"], ["avvn"], datasets=["mmlu"], progress=False)
+        outofcore.distance_matrices_from_dataset(table, ["base", "solo"], ["avvn"], datasets=["mmlu"], progress=False)
 
 
 def test_summary_mode_stays_within_its_stated_error_bound(table: Path) -> None:
     kwargs = dict(score_ids=["awft", "ftvvn", "random"], depth_bins=2, progress=False)
-    exact = outofcore.distance_matrices(table, MODELS_NAMES, method="exact", **kwargs)
-    summary = outofcore.distance_matrices(
+    exact = outofcore.distance_matrices_from_dataset(table, MODELS_NAMES, method="exact", **kwargs)
+    summary = outofcore.distance_matrices_from_dataset(
         table, MODELS_NAMES, method="summary", summary_size=8, chunk_rows=500, **kwargs
     )
     assert set(summary["method"]) == {"summary"}
@@ -149,7 +117,9 @@ def test_summary_mode_stays_within_its_stated_error_bound(table: Path) -> None:
     assert (summary["error_bound"] > 0).all() and gap.max() > 0  # an approximation, and it says so
     assert (summary[["n_a", "n_b"]].to_numpy() == exact[["n_a", "n_b"]].to_numpy()).all()
     # Larger summaries are tighter.
-    fine = outofcore.distance_matrices(table, MODELS_NAMES, method="summary", summary_size=64, chunk_rows=500, **kwargs)
+    fine = outofcore.distance_matrices_from_dataset(
+        table, MODELS_NAMES, method="summary", summary_size=64, chunk_rows=500, **kwargs
+    )
     assert fine["error_bound"].mean() < summary["error_bound"].mean()
 
 
@@ -157,8 +127,12 @@ MODELS_NAMES = [m.name for m in MODELS]
 
 
 def test_auto_method_switches_to_the_summary_when_sorting_everything_would_not_fit(table: Path) -> None:
-    small = outofcore.distance_matrices(table, MODELS_NAMES, ["awft"], depth_bins=0, memory_gb=1e-6, progress=False)
-    large = outofcore.distance_matrices(table, MODELS_NAMES, ["awft"], depth_bins=0, memory_gb=1.0, progress=False)
+    small = outofcore.distance_matrices_from_dataset(
+        table, MODELS_NAMES, ["awft"], depth_bins=0, memory_gb=1e-6, progress=False
+    )
+    large = outofcore.distance_matrices_from_dataset(
+        table, MODELS_NAMES, ["awft"], depth_bins=0, memory_gb=1.0, progress=False
+    )
     assert set(small["method"]) == {"summary"} and set(large["method"]) == {"exact"}
 
 
@@ -171,14 +145,14 @@ def test_missing_values_are_dropped_and_unknown_names_are_clear_errors(tmp_path:
         t = pq.read_table(part)
         pq.write_table(t.drop_columns(["fhon"]), part)
     with pytest.raises(ValueError, match="model 'base-ft' has no values for 'fhon'"):
-        outofcore.distance_matrices(root, score_ids=["fhon"], progress=False)
-    result = outofcore.distance_matrices(root, depth_bins=0, progress=False)
+        outofcore.distance_matrices_from_dataset(root, score_ids=["fhon"], progress=False)
+    result = outofcore.distance_matrices_from_dataset(root, depth_bins=0, progress=False)
     assert np.isnan(result.loc[result["score"] == "fhon", "w1"]).all()
     assert np.isfinite(result.loc[result["score"] == "ahon", "w1"]).all()
     with pytest.raises(ValueError, match=r"model\(s\) 'nope' not in the score table; it holds: base, base-ft, solo"):
-        outofcore.distance_matrices(table, ["base", "nope"], progress=False)
+        outofcore.distance_matrices_from_dataset(table, ["base", "nope"], progress=False)
     with pytest.raises(ValueError, match="unknown score id 'ahonn'"):
-        outofcore.distance_matrices(table, ["base", "wide"], ["ahonn"], progress=False)
+        outofcore.distance_matrices_from_dataset(table, ["base", "wide"], ["ahonn"], progress=False)
     with pytest.raises(store.StoreError, match="does not exist"):
         outofcore.open_scores(tmp_path / "absent")
 
@@ -188,7 +162,7 @@ def test_missing_values_are_dropped_and_unknown_names_are_clear_errors(tmp_path:
 
 @pytest.mark.parametrize("pair", [("awft", "ahon_ln"), ("entropy", "random"), ("lthon_hn", "fhon")])
 def test_overlap_equals_the_in_memory_version(table: Path, frame: pd.DataFrame, pair: tuple[str, str]) -> None:
-    ours = outofcore.score_overlap(table, *pair, rates=(0.0, 0.05, 0.3), progress=False)
+    ours = outofcore.score_overlap_from_dataset(table, *pair, rates=(0.0, 0.05, 0.3), progress=False)
     theirs = overlap.score_overlap(frame, *pair, rates=(0.0, 0.05, 0.3))
     key = ["model", "dataset", "rate"]
     pd.testing.assert_frame_equal(

@@ -82,3 +82,22 @@ def test_accuracy_intervals_refuse_empty_or_impossible_counts() -> None:
         wilson_interval(0, 0)
     with pytest.raises(ValueError, match=r"\[0, n\]"):
         clopper_pearson_interval(5, 4)
+
+
+def test_cluster_bootstrap_resamples_whole_clusters() -> None:
+    """Changed answers concentrated in 2 of 10 subjects: resampling subjects sees that the drop hangs
+    on two clusters and gives a wider interval than resampling questions; one question per cluster
+    is the question bootstrap itself."""
+    n = 200
+    a = np.ones(n, dtype=bool)
+    b = a.copy()
+    b[:16] = False  # 16 lost answers, all in subjects 0 and 1
+    subjects = np.repeat(np.arange(10), 20)
+    by_question = paired_bootstrap(a, b, n_resamples=4000, seed=3)
+    by_subject = paired_bootstrap(a, b, n_resamples=4000, seed=3, clusters=subjects)
+    assert by_subject.estimate == by_question.estimate == pytest.approx(-0.08)
+    assert by_subject.high - by_subject.low > 1.5 * (by_question.high - by_question.low)
+    own = paired_bootstrap(a, b, n_resamples=4000, seed=3, clusters=np.arange(n))
+    assert (own.low, own.high) == (by_question.low, by_question.high)
+    with pytest.raises(ValueError, match="one label per question"):
+        paired_bootstrap(a, b, clusters=subjects[:-1])

@@ -101,3 +101,28 @@ def test_styles_come_from_the_score_registry() -> None:
     assert raw["color"] == ln["color"] and raw["linestyle"] == "-" and ln["linestyle"] == "--"
     assert plots.score_style("lthon_hn")["linestyle"] == ":"
     assert plots.score_label("awft") == "awft (avg weight of first token)"
+
+
+def test_curves_carry_95_percent_bands_and_the_baseline_band(published) -> None:
+    points, _ = published
+    one = points[points["model"] == MODELS[0]].assign(
+        acc_low=lambda f: f["accuracy"] - 2.0, acc_high=lambda f: f["accuracy"] + 3.0
+    )
+    fig = plots.accuracy_grid(one, labels={MODELS[0]: "Llama 3.1 8B Instruct, bf16"})
+    ax = fig.axes[0]
+    assert len(ax.lines) == 16  # the curves and baseline lines, as without bands
+    bands = list(ax.collections)
+    assert len(bands) == 14  # one shaded interval per curve
+    awft = one[one["score"] == "awft"].sort_values("realised_pct")
+    band = next(c for c, line in zip(bands, ax.lines[2:], strict=True) if line.get_label().startswith("awft ("))
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.min() == pytest.approx(awft["acc_low"].min()) and ys.max() == pytest.approx(awft["acc_high"].max())
+    base = one[one["score"] == "baseline"].iloc[0]
+    spans = [p for p in ax.patches if p.get_label() == "baseline 95% interval"]
+    assert len(spans) == 1
+    low, high = spans[0].get_y(), spans[0].get_y() + spans[0].get_height()
+    assert (low, high) == pytest.approx((base["accuracy"] - 2.0, base["accuracy"] + 3.0))
+    assert ax.get_title() == f"{MODELS[0]}\nLlama 3.1 8B Instruct, bf16"
+    # The published points have no intervals: no bands are drawn.
+    plain = plots.accuracy_grid(points[points["model"] == MODELS[0]]).axes[0]
+    assert not plain.collections and not plain.patches and plain.get_title() == MODELS[0]

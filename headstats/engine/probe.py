@@ -5,6 +5,11 @@ into one :class:`ForwardRecord`: ``output, record = probe.forward(inputs, keys)`
 ``with`` block a model the user calls directly is observed too (its record is :attr:`Probe.last`),
 because the probe's hooks read the 2-D ``attention_mask`` of every call; the hooks and the attention
 implementation are restored when the block is left.
+
+A probe also runs the two halves of shared-prefix reuse (:mod:`headstats.engine.prefix`):
+:meth:`Probe.forward_prefix` pools the rows of a prefix once, and ``forward(..., prefix=stats)`` runs
+only the rest of each sequence against the prefix's cached keys and values, combining the pooled sums.
+A user's own call with ``past_key_values`` is still refused: headstats scores whole sequences.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import contextvars
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from transformers import PreTrainedModel
@@ -52,12 +58,33 @@ class ForwardRecord:
 
 
 @dataclass
+class PrefixStats:
+    """What a probe keeps of a shared prefix's own pass: per layer, the pooled sums of the prefix's
+    rows (mean pools as sums, first pools as the value at the prefix's first token; ``last`` pools
+    belong to the suffix) and the heads the policy zeroed in the prefix, (1, H) each."""
+
+    n_tokens: int
+    sums: dict[int, dict[str, torch.Tensor]]
+    zero: dict[int, torch.Tensor | None]
+
+
+class PrefixMismatch(RuntimeError):
+    """Prefix reuse cannot give the whole-sequence result for this probe (its zeroing policy decides
+    heads from the whole sequence); run full forward passes instead."""
+
+
+PassMode = Literal["whole", "prefix", "suffix"]
+
+
+@dataclass
 class _ForwardState:
     valid: torch.Tensor | None
     sample_keys: torch.Tensor | None
     layers: dict[int, tuple[dict[str, torch.Tensor], torch.Tensor | None]] = field(default_factory=dict)
     calls: int = 0
     masks: dict = field(default_factory=dict)  # per-forward cache of blocked-key masks (see _blocked)
+    mode: PassMode = "whole"
+    prefix: PrefixStats | None = None
 
 
 class Probe:
@@ -97,6 +124,9 @@ class Probe:
         self.last: ForwardRecord | None = None
         self.history: list[ForwardRecord] = []
         self._keys: torch.Tensor | None = None  # sample keys of the pass forward() is running
+        self._mode: PassMode = "whole"  # and its kind (see _ForwardState.mode)
+        self._prefix: PrefixStats | None = None
+        self._prefix_result: PrefixStats | None = None
         self._sequences_seen = 0
         self._state: _ForwardState | None = None
         self._token: contextvars.Token | None = None
@@ -139,23 +169,75 @@ class Probe:
         ``keys`` (one int per row) identify the sequences: the random score's draws depend on them, so
         a sequence gets the same draws in any batch; by default rows are numbered in call order.
         ``kwargs`` go to the model call (e.g. ``logits_to_keep``); ``body=True`` calls the base model
-        without its LM head (all that scoring needs)."""
+        without its LM head (all that scoring needs).
+
+        ``prefix`` (the :class:`PrefixStats` of :meth:`forward_prefix`) runs the sequences' remaining
+        tokens only: ``inputs`` then carry the prefix's key/value cache and a 2-D mask over prefix
+        and suffix (built by :func:`headstats.engine.prefix.continue_inputs`), and the record holds
+        the whole sequences' scores. It raises :class:`PrefixMismatch` when the zeroing policy decides
+        differently for a sequence than it did for the prefix alone."""
         if id(self.model) not in _PROBED:
             raise RuntimeError("Probe.forward runs inside the probe's with-block: `with Probe(model, ...) as probe:`")
         body = bool(kwargs.pop("body", False))
+        prefix = kwargs.pop("prefix", None)
+        if prefix is not None and not isinstance(prefix, PrefixStats):
+            raise TypeError(f"prefix must be the PrefixStats of Probe.forward_prefix, not {type(prefix).__name__}")
         module = hooked_module(self.model) if body else self.model
         self._keys = None if keys is None else torch.as_tensor(keys, dtype=torch.long)
+        self._mode, self._prefix = ("suffix", prefix) if prefix is not None else ("whole", None)
         self.last = None
         try:
-            output = module(**inputs, use_cache=False, **kwargs)
+            output = module(**inputs, use_cache=prefix is not None, **kwargs)
         finally:
-            self._keys = None
+            self._keys, self._mode, self._prefix = None, "whole", None
         if self.last is None:
             raise UnsupportedModelError(
                 f"{type(self.model).__name__}: no attention layer called headstats' attention function; the model "
                 "must route attention through transformers' AttentionInterface"
             )
         return output, self.last
+
+    def prefix_refusal(self) -> str | None:
+        """Why prefix reuse cannot serve this probe, or None. Random zeroing draws its heads per
+        sequence, so a prefix shared by several sequences has no single zeroed set; other policies
+        are checked layer by layer while they run (:class:`PrefixMismatch`)."""
+        if self.policy is not None and any(S.SCORES[sid].is_random for sid in self.score_ids):
+            return "random zeroing draws heads per sequence, so sequences cannot share a prefix's pass"
+        return None
+
+    def forward_prefix(
+        self, inputs: Mapping[str, torch.Tensor], keys: torch.Tensor | Sequence[int], **kwargs: object
+    ) -> tuple[object, PrefixStats]:
+        """Run one shared prefix (a single unpadded row) and pool its rows for every score; ``kwargs``
+        must carry the (empty) cache that keeps its keys and values (``cache``/``past_key_values``).
+        ``keys`` are the sample keys of the sequences that share it: the zeroing policy, if any, is
+        asked for each of them, on the prefix's scores, and must zero the same heads for all
+        (else :class:`PrefixMismatch`)."""
+        if id(self.model) not in _PROBED:
+            raise RuntimeError("Probe.forward_prefix runs inside the probe's with-block")
+        reason = self.prefix_refusal()
+        if reason is not None:
+            raise PrefixMismatch(reason)
+        ids = inputs["input_ids"]
+        if ids.shape[0] != 1 or ("attention_mask" in inputs and not bool(inputs["attention_mask"].all())):
+            raise ValueError("a shared prefix is one row without padding")
+        self._keys = torch.as_tensor(keys, dtype=torch.long)
+        if self._keys.numel() == 0:
+            raise ValueError("forward_prefix needs the sample keys of the sequences sharing the prefix")
+        self._mode = "prefix"
+        self._prefix_result = None
+        body = bool(kwargs.pop("body", True))
+        module = hooked_module(self.model) if body else self.model
+        try:
+            output = module(**inputs, use_cache=True, **kwargs)
+        finally:
+            self._keys, self._mode = None, "whole"
+        stats, self._prefix_result = self._prefix_result, None
+        if stats is None:
+            raise UnsupportedModelError(
+                f"{type(self.model).__name__}: no attention layer called headstats' attention function"
+            )
+        return output, stats
 
     def _pre_forward(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         bound = self._forward_signature.bind_partial(*args, **kwargs).arguments
@@ -165,11 +247,14 @@ class Probe:
                 "headstats needs the 2-D (batch, seq) attention_mask to know which tokens are padding; "
                 f"got a {mask.dim()}-D mask"
             )
-        if bound.get("past_key_values") is not None:
+        mode, prefix = self._mode, self._prefix
+        if _passed_cache(bound) and mode == "whole":
             raise ValueError("headstats scores whole sequences: call the model without past_key_values")
+        if mode == "suffix" and mask is None:
+            raise ValueError("a pass continuing a shared prefix needs the 2-D attention_mask over prefix and suffix")
         valid = mask.bool() if mask is not None else None
         keys, self._keys = self._keys, None
-        self._state = _ForwardState(valid=valid, sample_keys=keys)
+        self._state = _ForwardState(valid=valid, sample_keys=keys, mode=mode, prefix=prefix)
         self._token = ACTIVE.set(self)
 
     def _post_forward(self, module: torch.nn.Module, args: tuple, output: object) -> None:
@@ -177,7 +262,8 @@ class Probe:
         if self._token is not None:
             ACTIVE.reset(self._token)
             self._token = None
-        if state is None or not state.layers:
+        # No output: the forward pass raised (e.g. PrefixMismatch) and its error is what the caller sees.
+        if state is None or not state.layers or output is None:
             return
         if len(state.layers) != self.num_layers:
             raise UnsupportedModelError(
@@ -185,6 +271,14 @@ class Probe:
                 "layers; every layer must call transformers' AttentionInterface"
             )
         order = sorted(state.layers)
+        if state.mode == "prefix":
+            first = state.layers[order[0]][0]
+            self._prefix_result = PrefixStats(
+                n_tokens=int(first["__n_tokens__"][0]),
+                sums={i: {sid: state.layers[i][0][sid] for sid in self.raw_ids} for i in order},
+                zero={i: state.layers[i][1] for i in order},
+            )
+            return
         scores = {}
         if self.record_scores:
             scores = {sid: torch.stack([state.layers[i][0][sid] for i in order], dim=1) for sid in self.score_ids}
@@ -231,7 +325,7 @@ class Probe:
         state = self._state
         assert state is not None
         b, h, s, d = query.shape
-        if key.shape[2] != s:
+        if key.shape[2] != s and state.mode != "suffix":
             raise ValueError(
                 "headstats scores whole sequences (query length == key length); "
                 "call the model with use_cache=False and no past_key_values"
@@ -260,15 +354,96 @@ class Probe:
             chunk_bytes=self.chunk_bytes,
             causal=getattr(module, "is_causal", True),
             mask_cache=state.masks,
+            pool_sums=state.mode != "whole",
         )
-        layer_scores = derive_scores(raw, self.score_ids, layer, keys, (self.seed, self.salt), h)
+        if state.mode == "prefix":
+            pooled = raw
+            raw = {sid: _mean_if_pooled(sid, value, n_tokens) for sid, value in raw.items()}
+        elif state.mode == "suffix":
+            assert state.prefix is not None
+            raw, n_tokens = _combine_with_prefix(raw, n_tokens, state.prefix.sums[layer], state.prefix.n_tokens)
+        layer_scores = {}
+        if self.policy is not None or state.mode != "prefix":
+            layer_scores = derive_scores(raw, self.score_ids, layer, keys, (self.seed, self.salt), h)
+        if state.mode == "prefix":
+            # The policy is asked for every sequence sharing the prefix, on the prefix's scores.
+            layer_scores = {sid: value.expand(len(keys), -1) for sid, value in layer_scores.items()}
         zero = None
         if self.policy is not None:
             zero = self.policy(layer, layer_scores, keys)
             if zero is not None:
                 zero = zero.to(device=output.device, dtype=torch.bool)
+                if state.mode == "prefix":
+                    zero = _one_zeroing_for_prefix(layer, zero)
                 output = output * (~zero).to(output.dtype)[:, None, :, None]
+        if state.mode == "suffix":
+            assert state.prefix is not None
+            _check_same_zeroing(layer, zero, state.prefix.zero[layer])
+        if state.mode == "prefix":
+            layer_scores = pooled
         layer_scores["__n_tokens__"] = n_tokens
         layer_scores["__keys__"] = keys
         state.layers[layer] = (layer_scores, zero)
         return output
+
+
+def _mean_if_pooled(sid: str, value: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
+    if S.SCORES[sid].pool != "mean":
+        return value
+    return value / n_tokens.clamp_min(1).float().unsqueeze(-1)
+
+
+def _combine_with_prefix(
+    suffix: dict[str, torch.Tensor], n_suffix: torch.Tensor, prefix: dict[str, torch.Tensor], n_prefix: int
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Whole-sequence raw scores from the prefix's pooled rows and the suffix's. Under causal
+    attention a prefix row is the same in every sequence that starts with the prefix, so a mean is
+    (prefix sum + suffix sum) / all tokens, a ``first`` pool is the prefix's value and a ``last``
+    pool the suffix's."""
+    total = n_suffix + n_prefix
+    count = total.clamp_min(1).float().unsqueeze(-1)
+    out = {}
+    for sid, value in suffix.items():
+        pool = S.SCORES[sid].pool
+        if pool == "mean":
+            out[sid] = (prefix[sid].to(value.device) + value) / count
+        elif pool == "first":
+            out[sid] = prefix[sid].to(value.device).expand_as(value).clone()
+        else:
+            out[sid] = value
+    return out, total
+
+
+def _one_zeroing_for_prefix(layer: int, zero: torch.Tensor) -> torch.Tensor:
+    if not bool((zero == zero[:1]).all()):
+        raise PrefixMismatch(
+            f"layer {layer}: the zeroing policy zeroes different heads for sequences that share a prefix; "
+            "run full forward passes"
+        )
+    return zero[:1]
+
+
+def _check_same_zeroing(layer: int, zero: torch.Tensor | None, prefix_zero: torch.Tensor | None) -> None:
+    """Prefix reuse is exact when every sequence zeroes, layer by layer, the heads the prefix's own
+    pass zeroed (by induction over layers the prefix's rows are then what the whole pass computes).
+    A policy that decides from the whole sequence (dynamic zeroing) generally does not."""
+    same = (zero is None and prefix_zero is None) or (
+        zero is not None
+        and prefix_zero is not None
+        and bool((zero == prefix_zero.to(zero.device).expand_as(zero)).all())
+    )
+    if not same:
+        raise PrefixMismatch(
+            f"layer {layer}: the zeroing policy chose other heads for a whole sequence than for its shared prefix "
+            "(it decides from the whole sequence); run full forward passes"
+        )
+
+
+# transformers 5.x renamed the cache argument from past_key_values to cache (the old name is still
+# accepted, through the model's **kwargs); either one given means a cached continuation.
+CACHE_ARGUMENTS = ("cache", "past_key_values")
+
+
+def _passed_cache(bound: dict) -> bool:
+    extra = bound.get("kwargs") if isinstance(bound.get("kwargs"), dict) else {}
+    return any(bound.get(name) is not None or extra.get(name) is not None for name in CACHE_ARGUMENTS)

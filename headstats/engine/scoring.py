@@ -14,7 +14,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from headstats.engine import scores as S
 from headstats.engine.attention import check_supported
-from headstats.engine.batching import PaddingSide, length_sorted_batches
+from headstats.engine.batching import PaddingSide
+from headstats.engine.prefix import PrefixRunner, continue_inputs
 from headstats.engine.probe import ForwardRecord, Probe
 
 KEY_COLUMNS = ("sample_id", "layer", "head", "kv_head", "n_tokens")
@@ -59,12 +60,15 @@ def iter_score_tables(
     salt: int = 0,
     progress: bool | tqdm = True,
     total: int | None = None,
+    share_prefix: bool = True,
 ) -> Iterator[pa.Table]:
     """Score a stream of (sample_id, token ids); yield one Arrow table per batch.
 
     The stream is read ``window`` sequences at a time (default 16 batches) and each window is
     batched by length, so padding stays small while memory stays flat however long the stream is.
     This is the streaming core of collection; :func:`score_sequences` wraps it for in-memory lists.
+    With ``share_prefix``, sequences of a window that share a long prefix (few-shot prompts) run it
+    once and pool its rows once (:mod:`headstats.engine.prefix`); the scores are the same.
     """
     check_supported(model)
     ids = S.resolve(score_ids)
@@ -73,20 +77,45 @@ def iter_score_tables(
     window = window or 16 * batch_size
     device = next(model.parameters()).device
     group = kv_group_size(model)
+    vocab = model.get_input_embeddings().num_embeddings
     bar = (
         progress if isinstance(progress, tqdm) else tqdm(total=total, desc="scoring", unit="seq", disable=not progress)
     )
     iterator = iter(items)
     with Probe(model, ids, seed=seed, salt=salt) as probe, torch.inference_mode():
+        runner = PrefixRunner(model, probe, enabled=share_prefix)
         while chunk := list(itertools.islice(iterator, window)):
             keys, sequences = zip(*chunk, strict=True)
-            for batch in length_sorted_batches(sequences, batch_size, padding_side=padding_side, device=device):
+            for key, seq in zip(keys, sequences, strict=True):
+                check_token_ids(seq, vocab, key)
+            batches = runner.batches(sequences, batch_size, padding_side=padding_side, device=device, keys=keys)
+            for batch, prefix in batches:
                 batch_keys = [keys[i] for i in batch.indices]
-                _, record = probe.forward(batch.model_inputs(), batch_keys, body=True)
+                if prefix is None:
+                    _, record = probe.forward(batch.model_inputs(), batch_keys, body=True)
+                else:
+                    inputs = continue_inputs(prefix, batch.model_inputs())
+                    _, record = probe.forward(inputs, batch_keys, body=True, prefix=prefix.stats)
                 yield record_to_table(record, batch_keys, ids, group)
                 bar.update(len(batch_keys))
     if bar is not progress:
         bar.close()
+
+
+def check_token_ids(ids: Sequence[int], vocab_size: int, key: object) -> None:
+    """A clear error for what would otherwise be an IndexError deep inside the embedding."""
+    if isinstance(ids, (str, bytes)) or not hasattr(ids, "__len__"):
+        raise ValueError(f"sequence {key!r} is {type(ids).__name__}, not a list of token ids")
+    if len(ids) == 0:
+        raise ValueError(f"sequence {key!r} is empty: every sequence needs at least one token")
+    values = ids.tolist() if hasattr(ids, "tolist") else ids
+    low, high = min(values), max(values)
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(
+            f"sequence {key!r} holds token id {bad}, outside the model's vocabulary (0..{vocab_size - 1}); "
+            "tokenise with the model's own tokenizer"
+        )
 
 
 def score_sequences(
@@ -107,8 +136,10 @@ def score_sequences(
     selected for the call and the previous implementation restored afterwards. Scores do not
     depend on the batch size or the padding side.
     """
+    if isinstance(sequences, (str, bytes)):
+        raise ValueError("score_sequences takes a list of token-id sequences; for text use score_texts")
     if len(sequences) == 0:
-        raise ValueError("no sequences to score")
+        raise ValueError("no sequences to score: give a non-empty list of token-id lists")
     tables = list(
         iter_score_tables(
             model,
@@ -138,7 +169,17 @@ def score_texts(
 ) -> pd.DataFrame:
     """:func:`score_sequences` for strings, tokenised with ``tokenizer`` (no special tokens by
     default, like lm-evaluation-harness for base models; truncated to ``max_length`` tokens)."""
-    encoded = tokenizer(list(texts), add_special_tokens=add_special_tokens)["input_ids"]
+    if isinstance(texts, (str, bytes)):
+        raise ValueError("score_texts takes a list of texts, not one string: use score_texts(model, tokenizer, [text])")
+    texts = list(texts)
+    if not texts:
+        raise ValueError("no texts to score: give a non-empty list of strings")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise ValueError(f"text {i} is {type(text).__name__}, not a string")
+        if not text:
+            raise ValueError(f"text {i} is empty: every text needs at least one token")
+    encoded = tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
     if max_length is not None:
         encoded = [ids[:max_length] for ids in encoded]
     return score_sequences(model, encoded, batch_size, **kwargs)  # type: ignore[arg-type]

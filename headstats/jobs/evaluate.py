@@ -18,6 +18,13 @@ each forward pass then runs through ``probe.forward`` with the questions' ``samp
 (the question id; for MMLU the index in the all-subjects test set, so subjects do not share draws), so
 random zeroing draws depend on the question, never on the batch; ``n_zeroed`` is the number of
 zeroed (layer, head) pairs of the question (the mean over its sequences when it has several).
+
+Few-shot sequences that share a prefix (MMLU's header and dev shots, per subject) run it once
+(``share_prefix``, on by default; :mod:`headstats.engine.prefix`): its keys and values are cached and
+each sequence runs only its own tokens, through the same attention function, which gives the same
+log-likelihoods (to fp32 round-off). This serves plain passes, the baseline and calibration passes
+and static zeroing; dynamic and random zeroing decide heads from the whole sequence and keep full
+forward passes (random is refused up front, dynamic falls back at its first disagreement).
 """
 
 from __future__ import annotations
@@ -33,7 +40,8 @@ import transformers.modeling_utils
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from headstats.engine.batching import PaddingSide, length_sorted_batches
+from headstats.engine.batching import PaddingSide
+from headstats.engine.prefix import PrefixMismatch, PrefixRunner, SharedPrefix, continue_inputs
 from headstats.engine.probe import ForwardRecord, Probe
 from headstats.io.tasks import PromptFormat, PromptRenderer, Question, TaskSlice, load_task, resolve_format
 
@@ -164,8 +172,12 @@ def question_logliks(
     probe: Probe | None = None,
     progress: bool = True,
     desc: str = "evaluating",
+    share_prefix: bool = True,
 ) -> list[QuestionLogliks]:
-    """Each question's per-choice log-likelihoods (see :func:`evaluate` for the table)."""
+    """Each question's per-choice log-likelihoods (see :func:`evaluate` for the table).
+
+    ``share_prefix`` runs a prefix shared by several sequences once (see the module docstring); the
+    numbers are those of whole passes either way."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
     if not questions:
@@ -182,20 +194,28 @@ def question_logliks(
     was_training = model.training
     model.eval()
     bar = tqdm(total=len(sequences), desc=desc, unit="seq", disable=not progress)
+    runner = PrefixRunner(model, probe, enabled=share_prefix)
     try:
         with torch.inference_mode():
-            for batch in length_sorted_batches(
-                [s.input_ids for s in sequences], batch_size, padding_side=padding_side, device=device
+            for batch, prefix in runner.batches(
+                [s.input_ids for s in sequences],
+                batch_size,
+                padding_side=padding_side,
+                device=device,
+                keep=[s.n_read for s in sequences],
+                keys=[questions[s.question].sample_key for s in sequences],
             ):
                 rows = [sequences[i] for i in batch.indices]
                 records: list[ForwardRecord] = []
                 if probe is None:
-                    call = _plain_call(model)
+                    call = _plain_call(model, prefix)
                 else:
-                    call = _probed_call(probe, [questions[s.question].sample_key for s in rows], records)
-                lengths = batch.attention_mask.sum(-1)
-                width = batch.input_ids.shape[1]
-                last = (lengths - 1) if padding_side == "right" else torch.full_like(lengths, width - 1)
+                    call = _probed_call(probe, [questions[s.question].sample_key for s in rows], records, prefix)
+                # The last real token of each row, whichever side the batch is padded on (suffix
+                # batches of sliding-window models are always right-padded, see engine/prefix.py).
+                mask = batch.attention_mask
+                width = mask.shape[1]
+                last = width - 1 - mask.flip(-1).int().argmax(-1)
                 n_read = max(s.n_read for s in rows)
                 # Positions of each row's continuation, right-aligned on its last token; rows with
                 # fewer continuation tokens repeat their first position (read, then ignored).
@@ -203,7 +223,11 @@ def question_logliks(
                 positions = (last[:, None] - offsets[None, :]).clamp_min(0)
                 for r, s in enumerate(rows):
                     positions[r, : n_read - s.n_read] = positions[r, n_read - s.n_read]
-                logprobs = _position_logprobs(model, call, batch.model_inputs(), positions)
+                try:
+                    logprobs = _position_logprobs(model, call, batch.model_inputs(), positions)
+                except PrefixMismatch as error:
+                    runner.fall_back(error)  # these rows come back as whole sequences
+                    continue
                 zero_counts = _zero_counts(records[-1] if records else None, len(rows))
                 for r, s in enumerate(rows):
                     row = logprobs[r, n_read - s.n_read :]  # (n_read, V)
@@ -221,12 +245,20 @@ def question_logliks(
     ]
 
 
-def _plain_call(model: PreTrainedModel) -> Callable[..., object]:
-    return lambda inputs, **kwargs: model(**inputs, use_cache=False, **kwargs)
+# A call continuing a shared prefix builds its cache afresh each time (the model appends to it).
+def _plain_call(model: PreTrainedModel, prefix: SharedPrefix | None = None) -> Callable[..., object]:
+    if prefix is None:
+        return lambda inputs, **kwargs: model(**inputs, use_cache=False, **kwargs)
+    return lambda inputs, **kwargs: model(**continue_inputs(prefix, inputs), use_cache=True, **kwargs)
 
 
-def _probed_call(probe: Probe, keys: list[int], records: list[ForwardRecord]) -> Callable[..., object]:
+def _probed_call(
+    probe: Probe, keys: list[int], records: list[ForwardRecord], prefix: SharedPrefix | None = None
+) -> Callable[..., object]:
     def call(inputs: dict[str, torch.Tensor], **kwargs: object) -> object:
+        if prefix is not None:
+            inputs = continue_inputs(prefix, inputs)  # type: ignore[assignment]
+            kwargs["prefix"] = prefix.stats
         output, record = probe.forward(inputs, keys, **kwargs)
         records.append(record)
         return output
@@ -264,6 +296,7 @@ def evaluate(
     padding_side: PaddingSide = "right",
     probe: Probe | None = None,
     progress: bool = True,
+    share_prefix: bool = True,
 ) -> pd.DataFrame:
     """Evaluate ``model`` on a task (a registered name, or a :func:`headstats.io.tasks.load_task` slice).
 
@@ -274,12 +307,14 @@ def evaluate(
     (int16), ``n_zeroed`` (float64, zeroed (layer, head) pairs; 0 without a ``probe``). With
     ``probe`` (e.g. ``ablation.probe`` of :func:`headstats.ablate_heads`) every pass runs through it.
     ``DataFrame.attrs["headstats"]`` records the task options and the resolved prompt format.
+    ``share_prefix`` runs few-shot prefixes shared by several questions once (same numbers; see the
+    module docstring).
     """
     selected = task if isinstance(task, TaskSlice) else load_task(task)
     fmt = format_for_model(prompt_format, model, tokenizer)
     scores = question_logliks(
         model, tokenizer, selected.questions, batch_size=batch_size, prompt_format=fmt,
-        padding_side=padding_side, probe=probe, progress=progress, desc=selected.name,
+        padding_side=padding_side, probe=probe, progress=progress, desc=selected.name, share_prefix=share_prefix,
     )  # fmt: skip
     frame = results_frame(scores, reports_norm=selected.task.reports_norm)
     renderer = PromptRenderer(fmt, tokenizer)

@@ -1,39 +1,35 @@
 """Grids of independent jobs on this machine or on a SLURM cluster, through submitit.
 
-A study is a grid: (model, dataset) pairs to collect, (model, task, score chunk) points to ablate.
-Each unit of work is a :class:`Job`, a small picklable description that knows
+A study is a grid: (model, dataset) pairs to collect, (model, task) sweeps to run. Each unit of work
+is a :class:`Job`, a small picklable description that knows
 
 - what it writes (:meth:`Job.outputs`): paths no other job of the grid may write, so jobs running at
   the same time never touch the same Parquet part, and their results merge by simply reading the
-  whole output directory;
+  whole output directory (:func:`check_outputs` refuses a grid that breaks this);
 - how to do the work (:meth:`Job.work`), loading whatever it needs (a model) inside the job;
 - whether it is already done (:meth:`Job.is_complete`): after its work succeeds a job writes a
   marker holding its settings, so re-running a grid skips finished jobs and re-submits the rest
   (an interrupted collection then resumes from the parts it wrote, by sample id).
 
-:func:`run_grid` submits the unfinished jobs and waits for them:
-
-- ``slurm``: one SLURM job array (``sbatch --array``), at most ``array_parallelism`` tasks at once;
-- ``local``: each job in its own process on this machine, at most ``array_parallelism`` at once
-  (submitit's local executor; logs and pickles in ``folder`` as on a cluster);
-- ``debug``: each job in this process, one after the other (submitit's debug executor: a debugger
-  and breakpoints work).
-
-A failed job does not stop the others; at the end :class:`GridError` lists every failure with the
-end of its log and where the full log is. Re-running the same grid retries only what is missing.
+What submitit already does is left to it: the executors (``slurm``: one job array; ``local``:
+processes on this machine; ``debug``: in this process, one after the other), waiting
+(``helpers.as_completed``, ``job.results()``), and requeueing a job that hit its time limit (a
+:class:`Job` is ``submitit.helpers.Checkpointable``; collections and sweeps resume where they
+stopped). Executor parameters are passed through unchanged (:class:`~headstats.jobs.specs.Resources`).
+What headstats adds: completion markers, the output check, at most ``array_parallelism`` local
+processes at once, and every failure of a grid in one :class:`GridError` with the end of each log.
 ``submitit`` is an optional dependency (``pip install 'headstats[slurm]'``).
 """
 
 from __future__ import annotations
 
 import abc
-import argparse
 import datetime as _dt
-import inspect
 import json
+import logging
 import os
 import platform
-import time
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,13 +38,21 @@ from typing import Any, Literal
 from tqdm.auto import tqdm
 
 from headstats.io import store
+from headstats.jobs.specs import LAUNCHERS, CollectSpec, LoadOptions, Resources, split_kwargs
 
-Launcher = Literal["local", "slurm", "debug"]
-LAUNCHERS: tuple[str, ...] = ("local", "slurm", "debug")
+logger = logging.getLogger("headstats")
+
 MARKER_PREFIX = "_JOB"
 LOCAL_NO_LIMIT_MIN = 7 * 24 * 60  # a local job runs as long as it needs unless told otherwise
-SLURM_DEFAULT_MIN = 60
+SLURM_DEFAULTS: dict[str, object] = {"timeout_min": 60, "mem_gb": 32, "gpus_per_node": 0}
 _THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+try:  # requeued by submitit on a time limit or preemption: the same job runs again and resumes
+    from submitit.helpers import Checkpointable as _Requeueable
+except ImportError:  # pragma: no cover - without submitit nothing is submitted, so nothing requeued
+
+    class _Requeueable:  # type: ignore[no-redef]
+        pass
 
 
 class GridError(RuntimeError):
@@ -62,7 +66,7 @@ class GridError(RuntimeError):
 # --- jobs ----------------------------------------------------------------------------------------
 
 
-class Job(abc.ABC):
+class Job(_Requeueable, abc.ABC):
     """One unit of work of a grid. Subclasses are small picklable records (dataclasses)."""
 
     @property
@@ -78,7 +82,7 @@ class Job(abc.ABC):
     def work(self) -> object:
         """Do the work; runs inside the job (another process or machine)."""
 
-    def spec(self) -> dict[str, object]:
+    def settings(self) -> dict[str, object]:
         """The settings that decide what the job produces (JSON-able). A finished job whose marker
         holds other settings is not complete: the grid runs it again."""
         return {"name": self.name}
@@ -93,16 +97,21 @@ class Job(abc.ABC):
             record = json.loads(self.marker.read_text())
         except (OSError, ValueError):
             return False
-        return record.get("spec") == _jsonable(self.spec())
+        return record.get("spec") == _jsonable(self.settings())
 
     def __call__(self) -> object:
         """What submitit runs: the work, then the marker (so a failure leaves no marker)."""
-        print(f"headstats job: {self.name} on {platform.node()}", flush=True)
+        if os.environ.get("SUBMITIT_EXECUTOR") and not logger.handlers:  # a job process: log to its stdout
+            handler = logging.StreamHandler(sys.stdout)
+            handler.setFormatter(logging.Formatter("headstats: %(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
+        logger.info("job: %s on %s", self.name, platform.node())
         result = self.work()
         store.write_json_atomic(
             {
                 "job": self.name,
-                "spec": _jsonable(self.spec()),
+                "spec": _jsonable(self.settings()),
                 "result": repr(result),
                 "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "host": platform.node(),
@@ -144,16 +153,12 @@ class FunctionJob(Job):
     def marker(self) -> Path:
         return Path(self.marker_path) if self.marker_path else super().marker
 
-    def spec(self) -> dict[str, object]:
+    def settings(self) -> dict[str, object]:
         fn = f"{self.function.__module__}.{self.function.__qualname__}"
         return {"name": self.label, "function": fn, "kwargs": dict(self.kwargs)}
 
     def work(self) -> object:
         return self.function(**self.kwargs)
-
-
-# Options of collect_scores that change how the work is done, not what it produces.
-_COLLECT_RUNTIME_OPTIONS = frozenset({"batch_size", "rows_per_part", "part_seconds", "progress"})
 
 
 @dataclass(frozen=True)
@@ -164,9 +169,8 @@ class CollectJob(Job):
     dataset: str
     out: str
     partition: str
-    options: Mapping[str, object] = field(default_factory=dict)
-    dtype: str | None = None
-    device: str | None = None
+    spec: CollectSpec = field(default_factory=CollectSpec)
+    load: LoadOptions = field(default_factory=LoadOptions)
 
     @classmethod
     def create(
@@ -175,25 +179,22 @@ class CollectJob(Job):
         dataset: str,
         out: str | os.PathLike,
         *,
-        dtype: str | None = None,
-        device: str | None = None,
+        spec: CollectSpec | None = None,
+        load: LoadOptions | None = None,
         **options: object,
     ) -> CollectJob:
-        """Check the options and the dataset here, before anything is submitted."""
+        """Check the options, the model name and the dataset here, before anything is submitted.
+        ``options``: :class:`LoadOptions` and :class:`CollectSpec` fields by name."""
         from headstats.io.models import model_slug, resolve_model_path
         from headstats.io.tasks import collection_source
-        from headstats.jobs.collect import collect_scores
 
-        allowed = set(inspect.signature(collect_scores).parameters) - {"model", "tokenizer", "dataset", "out"}
-        unknown = sorted(set(options) - allowed)
-        if unknown:
-            raise ValueError(
-                f"unknown collection option(s) {', '.join(unknown)}: choose from {', '.join(sorted(allowed))}"
-            )
+        load_kw, collect_kw = split_kwargs(options, LoadOptions, CollectSpec)
+        load = LoadOptions.from_kwargs(load_kw, base=load)
+        spec = CollectSpec.from_kwargs(collect_kw, base=spec)
         resolve_model_path(model)  # a typo in a model name fails now, not in every job
-        source = collection_source(dataset, data_dir=options.get("data_dir"), text_column=options.get("text_column"))
+        source = collection_source(dataset, data_dir=spec.data_dir, text_column=spec.text_column)
         partition = store.partition_dir(out, model=model_slug(model), dataset=source.name)
-        return cls(model, dataset, os.fspath(out), os.fspath(partition), dict(options), dtype, device)
+        return cls(model, dataset, os.fspath(out), os.fspath(partition), spec, load)
 
     @property
     def name(self) -> str:
@@ -202,16 +203,21 @@ class CollectJob(Job):
     def outputs(self) -> tuple[Path, ...]:
         return (Path(self.partition),)
 
-    def spec(self) -> dict[str, object]:
-        settings = {k: v for k, v in self.options.items() if k not in _COLLECT_RUNTIME_OPTIONS}
-        return {"kind": "collect", "model": self.model, "dataset": self.dataset, "dtype": self.dtype, **settings}
+    def settings(self) -> dict[str, object]:
+        return {
+            "kind": "collect",
+            "model": self.model,
+            "dataset": self.dataset,
+            "dtype": self.load.dtype,
+            **self.spec.settings(),
+        }
 
     def work(self) -> object:
         from headstats.io.models import load_model
         from headstats.jobs.collect import collect_scores
 
-        model, tokenizer = load_model(self.model, dtype=self.dtype, device=self.device)
-        return collect_scores(model, tokenizer, self.dataset, self.out, **self.options)  # type: ignore[arg-type]
+        model, tokenizer = load_model(self.model, **self.load.kwargs())
+        return collect_scores(model, tokenizer, self.dataset, self.out, spec=self.spec)
 
 
 def collect_jobs(
@@ -219,15 +225,17 @@ def collect_jobs(
     datasets: Sequence[str],
     out: str | os.PathLike,
     *,
-    dtype: str | None = None,
-    device: str | None = None,
-    **collect_kwargs: object,
+    spec: CollectSpec | None = None,
+    load: LoadOptions | None = None,
+    **options: object,
 ) -> list[CollectJob]:
     """One :class:`CollectJob` per (model, dataset), validated (see :func:`collect_grid`)."""
     if not models or not datasets:
         raise ValueError("a collection grid needs at least one model and one dataset")
+    load_kw, collect_kw = split_kwargs(options, LoadOptions, CollectSpec)
+    load, spec = LoadOptions.from_kwargs(load_kw, base=load), CollectSpec.from_kwargs(collect_kw, base=spec)
     return [
-        CollectJob.create(m, d, out, dtype=dtype, device=device, **collect_kwargs)
+        CollectJob.create(m, d, out, spec=spec, load=load)
         for m in dict.fromkeys(models)
         for d in dict.fromkeys(datasets)
     ]
@@ -306,64 +314,42 @@ def _submitit() -> Any:
     return submitit
 
 
-def make_executor(
-    launcher: Launcher,
-    folder: str | os.PathLike,
-    *,
-    partition: str | None = None,
-    gpus: int | None = None,
-    time_min: int | None = None,
-    mem_gb: float | None = 32,
-    array_parallelism: int = 8,
-    cpus: int | None = None,
-    setup: Sequence[str] = (),
-    job_name: str = "headstats",
-) -> Any:
-    """A submitit executor for ``launcher`` with the resources of one job."""
-    if launcher not in LAUNCHERS:
-        raise ValueError(f"unknown launcher {launcher!r}: choose from {', '.join(LAUNCHERS)}")
-    if array_parallelism < 1:
-        raise ValueError(f"array_parallelism must be at least 1, not {array_parallelism}")
-    submitit = _submitit()
+def executor_parameters(resources: Resources, job_name: str = "headstats") -> dict[str, object]:
+    """What ``executor.update_parameters`` receives: headstats' defaults under the given parameters."""
+    launcher = resources.launcher
+    given = dict(resources.executor_params)
     if launcher == "slurm":
-        try:
-            executor = submitit.AutoExecutor(folder=os.fspath(folder), cluster="slurm")
-        except RuntimeError as err:
-            raise RuntimeError(f"cannot submit to SLURM from this machine ({err}); use --launcher local here") from err
-        params: dict[str, object] = {
-            "name": job_name,
-            "timeout_min": int(time_min if time_min is not None else SLURM_DEFAULT_MIN),
-            "gpus_per_node": int(gpus or 0),
-            "slurm_array_parallelism": int(array_parallelism),
-        }
-        if mem_gb is not None:
-            params["mem_gb"] = mem_gb
-        if partition:
-            params["slurm_partition"] = partition
-        if cpus:
-            params["cpus_per_task"] = int(cpus)
-        if setup:
-            params["slurm_setup"] = list(setup)
-        executor.update_parameters(**params)
-        return executor
-    executor = submitit.AutoExecutor(folder=os.fspath(folder), cluster=launcher)
-    if launcher == "local":
-        if gpus is None:
-            # The local executor sets CUDA_VISIBLE_DEVICES to the first `gpus` devices: by default a
-            # job sees every GPU of this machine, as a plain run would.
-            import torch
+        params = {"name": job_name, **SLURM_DEFAULTS, "slurm_array_parallelism": resources.array_parallelism}
+    elif launcher == "local":
+        import torch
 
-            gpus = torch.cuda.device_count()
-        params = {
-            "name": job_name,
-            "timeout_min": int(time_min if time_min is not None else LOCAL_NO_LIMIT_MIN),
-            "gpus_per_node": int(gpus),
-        }
-        if cpus:
-            # Local jobs share this machine's cores: each gets `cpus` threads, not one per core
-            # (several jobs each spinning one thread per core slow each other down many times over).
-            params["local_setup"] = [f"export {var}={int(cpus)}" for var in _THREAD_VARIABLES]
+        # The local executor sets CUDA_VISIBLE_DEVICES to the first `gpus_per_node` devices: by
+        # default a job sees every GPU of this machine, as a plain run would.
+        params = {"name": job_name, "timeout_min": LOCAL_NO_LIMIT_MIN, "gpus_per_node": torch.cuda.device_count()}
+        if given.get("cpus_per_task"):
+            # Local jobs share this machine's cores: each gets `cpus_per_task` threads, not one per
+            # core (several jobs each spinning one thread per core slow each other down many times).
+            exports = [f"export {var}={int(given['cpus_per_task'])}" for var in _THREAD_VARIABLES]
+            given["local_setup"] = [*exports, *given.get("local_setup", [])]
+    else:
+        params = {"name": job_name}
+    return {**params, **given}
+
+
+def make_executor(resources: Resources, folder: str | os.PathLike) -> Any:
+    """A submitit executor for ``resources.launcher`` with the parameters of one job."""
+    if resources.launcher is None:
+        raise ValueError(f"no launcher given: choose from {', '.join(LAUNCHERS)}")
+    submitit = _submitit()
+    try:
+        executor = submitit.AutoExecutor(folder=os.fspath(folder), cluster=resources.launcher)
+    except RuntimeError as err:
+        raise RuntimeError(f"cannot submit to SLURM from this machine ({err}); use --launcher local here") from err
+    params = executor_parameters(resources)
+    try:
         executor.update_parameters(**params)
+    except (NameError, AssertionError, TypeError, ValueError) as err:  # submitit's own checks of its parameters
+        raise ValueError(f"submitit refused the executor parameters {params}: {err}") from None
     return executor
 
 
@@ -384,14 +370,14 @@ def _outcome(job: Job, sjob: Any) -> JobOutcome:
         tail = _tail(sjob.stderr()) or _tail(sjob.stdout())
         return JobOutcome(job.name, "failed", sjob.job_id, error=f"{killed}\n{tail}".rstrip(), log=log)
     try:
-        result = sjob.result()
-    except submitit.core.utils.FailedJobError as err:  # the job raised: submitit carries its traceback
-        message = str(err)
-        if "with trace:" in message:  # keep the traceback, drop submitit's boilerplate around it
-            message = message.split("with trace:", 1)[1].split("-" * 22)[1].strip()
-        return JobOutcome(job.name, "failed", sjob.job_id, error=_tail(message, 20), log=log)
-    except submitit.core.utils.UncompletedJobError as err:
-        return JobOutcome(job.name, "failed", sjob.job_id, error=f"{killed}\n{_tail(str(err))}".rstrip(), log=log)
+        (result,) = sjob.results()
+    except submitit.core.utils.FailedJobError as err:
+        # The job raised: its log ends with the traceback (submitit re-raises the job's exception).
+        error = _tail(sjob.stderr(), 20) or _tail(str(err), 20)
+        return JobOutcome(job.name, "failed", sjob.job_id, error=error, log=log)
+    except submitit.core.utils.UncompletedJobError:
+        tail = _tail(sjob.stderr()) or _tail(sjob.stdout())
+        return JobOutcome(job.name, "failed", sjob.job_id, error=f"{killed}\n{tail}".rstrip(), log=log)
     except Exception as err:  # the debug launcher re-raises the job's own exception
         return JobOutcome(job.name, "failed", sjob.job_id, error=f"{type(err).__name__}: {err}", log=log)
     return JobOutcome(job.name, "finished", sjob.job_id, result=result, log=log)
@@ -401,20 +387,27 @@ def _outcome(job: Job, sjob: Any) -> JobOutcome:
 class Submission:
     """Jobs submitted by :func:`submit_grid`; :meth:`wait` collects their outcomes."""
 
-    launcher: Launcher
+    resources: Resources
     executor: Any
     jobs: list[Job]
     submitted: dict[int, Any]  # index in jobs -> submitit job
     skipped: list[Job]
-    parallelism: int
-    poll_s: float
     progress: bool = True
 
+    @property
+    def launcher(self) -> str:
+        return str(self.resources.launcher)
+
+    @property
+    def poll_s(self) -> float:
+        default = {"slurm": 30.0, "local": 0.5, "debug": 0.0}[self.launcher]
+        return default if self.resources.poll_s is None else self.resources.poll_s
+
     def _start_more(self) -> None:
-        """Local launcher: keep at most ``parallelism`` processes running."""
+        """Local launcher: keep at most ``array_parallelism`` processes running."""
         running = sum(1 for s in self.submitted.values() if not s.done())
         for i, job in enumerate(self.jobs):
-            if running >= self.parallelism:
+            if running >= self.resources.array_parallelism:
                 return
             if i not in self.submitted:
                 self.submitted[i] = self.executor.submit(job)
@@ -424,24 +417,30 @@ class Submission:
         return [s for s in self.submitted.values() if not s.done()]
 
     def wait(self, raise_on_failure: bool = True) -> GridResult:
+        submitit = _submitit()
         outcomes: dict[int, JobOutcome] = {}
         bar = tqdm(total=len(self.jobs), desc=f"grid ({self.launcher})", unit="job", disable=not self.progress)
+
+        def finish(i: int) -> None:
+            outcomes[i] = _outcome(self.jobs[i], self.submitted[i])
+            bar.update()
+            if outcomes[i].status == "failed":
+                logger.warning("failed: %s (log: %s)", self.jobs[i].name, outcomes[i].log)
+
         try:
+            if self.launcher == "debug":  # each job runs in this process when its result is asked for
+                for i, job in enumerate(self.jobs):
+                    self.submitted[i] = self.executor.submit(job)
+                    finish(i)
             while len(outcomes) < len(self.jobs):
                 if self.launcher == "local":
                     self._start_more()
-                elif self.launcher == "debug":  # runs the next job in this process
-                    i = len(outcomes)
-                    if i not in self.submitted:
-                        self.submitted[i] = self.executor.submit(self.jobs[i])
-                for i, sjob in list(self.submitted.items()):
-                    if i not in outcomes and (self.launcher == "debug" or sjob.done()):
-                        outcomes[i] = _outcome(self.jobs[i], sjob)
-                        bar.update()
-                        if outcomes[i].status == "failed":
-                            bar.write(f"failed: {self.jobs[i].name} (log: {outcomes[i].log})")
-                if len(outcomes) < len(self.jobs) and self.launcher != "debug":
-                    time.sleep(self.poll_s)
+                waiting = {id(s): i for i, s in self.submitted.items() if i not in outcomes}
+                jobs = [self.submitted[i] for i in waiting.values()]
+                for sjob in submitit.helpers.as_completed(jobs, poll_frequency=self.poll_s):
+                    finish(waiting[id(sjob)])
+                    if len(self.submitted) < len(self.jobs):
+                        break  # a local slot is free: start the next job before waiting again
         except KeyboardInterrupt:
             if self.launcher == "local":
                 for sjob in self.running_jobs():
@@ -465,103 +464,58 @@ class Submission:
         return result
 
 
+def _resources(resources: Resources | str | None, options: Mapping[str, object]) -> Resources:
+    """``resources``, or one built from a launcher name and :class:`Resources` fields by name."""
+    if isinstance(resources, Resources):
+        return Resources.from_kwargs(options, base=resources)
+    return Resources.from_kwargs({"launcher": resources or "local", **options})
+
+
 def submit_grid(
-    jobs: Sequence[Job],
-    launcher: Launcher = "local",
-    *,
-    folder: str | os.PathLike | None,
-    partition: str | None = None,
-    gpus: int | None = None,
-    time_min: int | None = None,
-    mem_gb: float | None = 32,
-    array_parallelism: int = 8,
-    cpus: int | None = None,
-    setup: Sequence[str] = (),
-    poll_s: float | None = None,
-    progress: bool = True,
+    jobs: Sequence[Job], resources: Resources | str | None = None, *, progress: bool = True, **options: object
 ) -> Submission:
     """Submit the unfinished ``jobs`` and return at once (see :func:`run_grid`)."""
+    resources = _resources(resources, options)
     jobs = list(jobs)
     if not jobs:
         raise ValueError("no jobs to run")
-    if folder is None:
+    if resources.folder is None:
         raise ValueError("give folder=: the directory where submitit keeps each job's pickles and logs")
     check_outputs(jobs)
     for job in jobs:
         store.ensure_writable(job.marker.parent)
-    executor = make_executor(
-        launcher,
-        folder,
-        partition=partition,
-        gpus=gpus,
-        time_min=time_min,
-        mem_gb=mem_gb,
-        array_parallelism=array_parallelism,
-        cpus=cpus,
-        setup=setup,
-    )
+    executor = make_executor(resources, resources.folder)
     skipped = [j for j in jobs if j.is_complete()]
     pending = [j for j in jobs if j not in skipped]
     submitted: dict[int, Any] = {}
-    if launcher == "slurm" and pending:
+    if resources.launcher == "slurm" and pending:
         submitted = dict(enumerate(executor.submit_array(pending)))
-    default_poll = {"slurm": 30.0, "local": 0.5, "debug": 0.0}[launcher]
-    return Submission(
-        launcher,
-        executor,
-        pending,
-        submitted,
-        skipped,
-        array_parallelism,
-        default_poll if poll_s is None else poll_s,
-        progress,
-    )
+    return Submission(resources, executor, pending, submitted, skipped, progress)
 
 
 def run_grid(
     jobs: Sequence[Job],
-    launcher: Launcher = "local",
+    resources: Resources | str | None = None,
     *,
-    folder: str | os.PathLike | None,
-    partition: str | None = None,
-    gpus: int | None = None,
-    time_min: int | None = None,
-    mem_gb: float | None = 32,
-    array_parallelism: int = 8,
-    cpus: int | None = None,
-    setup: Sequence[str] = (),
-    poll_s: float | None = None,
     progress: bool = True,
     raise_on_failure: bool = True,
+    **options: object,
 ) -> GridResult:
     """Run every unfinished job of a grid and wait for all of them.
 
-    ``folder`` holds submitit's pickles and each job's logs. Resources are per job: ``gpus``
-    (slurm: GPUs requested, default 0; local: GPUs the job may see, default all), ``time_min``
-    (slurm default 60 minutes; local: no limit), ``mem_gb`` (slurm only), ``cpus`` (slurm: CPUs
-    requested; local: threads each job may use, which matters when several share this machine),
-    ``partition`` and ``setup`` (shell lines run before a slurm job, e.g. activating an
-    environment). ``array_parallelism`` bounds how many jobs run at once (slurm and local).
+    ``resources``: a :class:`~headstats.jobs.specs.Resources` (or a launcher name, with its other
+    fields as keyword arguments): the launcher, ``folder`` for submitit's pickles and each job's
+    logs, ``array_parallelism`` (jobs at once, slurm and local) and ``executor_params`` for submitit
+    as they are (``timeout_min``, ``mem_gb``, ``gpus_per_node``, ``cpus_per_task``,
+    ``slurm_partition``, ``slurm_account``, ``slurm_setup``, ...). Defaults: slurm 60 minutes, 32 GB,
+    no GPU; local: no time limit and every GPU of this machine visible; ``cpus_per_task`` on the
+    local launcher sets the threads each job may use.
 
     Jobs already complete are skipped. Failures are collected, not raised one by one: with
     ``raise_on_failure`` a :class:`GridError` lists them all at the end (its ``result`` holds the
     outcomes), otherwise they are in the returned :class:`GridResult`.
     """
-    submission = submit_grid(
-        jobs,
-        launcher,
-        folder=folder,
-        partition=partition,
-        gpus=gpus,
-        time_min=time_min,
-        mem_gb=mem_gb,
-        array_parallelism=array_parallelism,
-        cpus=cpus,
-        setup=setup,
-        poll_s=poll_s,
-        progress=progress,
-    )
-    return submission.wait(raise_on_failure=raise_on_failure)
+    return submit_grid(jobs, resources, progress=progress, **options).wait(raise_on_failure=raise_on_failure)
 
 
 def collect_grid(
@@ -569,103 +523,26 @@ def collect_grid(
     datasets: Sequence[str],
     out: str | os.PathLike,
     *,
-    launcher: Launcher = "local",
-    folder: str | os.PathLike | None = None,
-    dtype: str | None = None,
-    device: str | None = None,
-    partition: str | None = None,
-    gpus: int | None = None,
-    time_min: int | None = None,
-    mem_gb: float | None = 32,
-    array_parallelism: int = 8,
-    cpus: int | None = None,
-    setup: Sequence[str] = (),
-    poll_s: float | None = None,
-    progress: bool = True,
+    resources: Resources | None = None,
+    spec: CollectSpec | None = None,
+    load: LoadOptions | None = None,
     raise_on_failure: bool = True,
-    **collect_kwargs: object,
+    **options: object,
 ) -> GridResult:
     """Collect every (model, dataset) pair as its own job; the table under ``out`` is their union.
 
-    Each job loads its model with :func:`headstats.load_model` (``dtype``, ``device``) and runs
-    :func:`headstats.jobs.collect.collect_scores` with ``collect_kwargs`` into its own partition.
-    ``folder`` defaults to ``out/_grid`` (ignored by every table reader). See :func:`run_grid`.
+    The options: ``resources``, ``spec`` (:class:`CollectSpec`) and ``load`` (:class:`LoadOptions`, how
+    each job loads its model), or any of their fields by name. ``folder`` defaults to ``out/_grid`` (ignored
+    by every table reader). See :func:`run_grid`.
     """
-    jobs = collect_jobs(models, datasets, out, dtype=dtype, device=device, **collect_kwargs)
-    return run_grid(
-        jobs,
-        launcher,
-        folder=folder if folder is not None else Path(out) / "_grid",
-        partition=partition,
-        gpus=gpus,
-        time_min=time_min,
-        mem_gb=mem_gb,
-        array_parallelism=array_parallelism,
-        cpus=cpus,
-        setup=setup,
-        poll_s=poll_s,
-        progress=progress,
-        raise_on_failure=raise_on_failure,
-    )
+    resource_kw, rest = _split_resources(options)
+    resources = _resources(resources or Resources(launcher="local"), resource_kw)
+    if resources.folder is None:
+        resources = Resources.from_kwargs({"folder": os.fspath(Path(out) / "_grid")}, base=resources)
+    jobs = collect_jobs(models, datasets, out, spec=spec, load=load, **rest)
+    return run_grid(jobs, resources, progress=jobs[0].spec.progress, raise_on_failure=raise_on_failure)
 
 
-# --- command-line options ------------------------------------------------------------------------
-
-
-def add_launcher_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--launcher`` and the options of one job, shared by ``collect``, ``ablate`` and ``run``."""
-    group = parser.add_argument_group("grid execution (needs submitit: pip install 'headstats[slurm]')")
-    group.add_argument(
-        "--launcher",
-        choices=LAUNCHERS,
-        default=None,
-        help="run each (model, dataset) / (model, task, scores) unit as a submitit job: local = processes on this "
-        "machine, slurm = a SLURM job array, debug = one after the other in this process. Default: run here, "
-        "without submitit. Re-running skips finished jobs.",
-    )
-    group.add_argument("--partition", default=None, help="slurm partition")
-    group.add_argument(
-        "--gpus", type=int, default=None, help="GPUs per job (slurm: requested, default 0; local: visible, default all)"
-    )
-    group.add_argument(
-        "--time", type=int, default=None, dest="time_min", help="minutes per job (slurm default 60; local: no limit)"
-    )
-    group.add_argument("--mem", type=float, default=32, dest="mem_gb", help="GB of memory per job (slurm; default 32)")
-    group.add_argument(
-        "--cpus", type=int, default=None, help="CPUs per job (slurm: requested; local: threads per job; default: all)"
-    )
-    group.add_argument(
-        "--array-parallelism", type=int, default=8, help="jobs running at once (slurm array and local; default 8)"
-    )
-    group.add_argument(
-        "--slurm-setup",
-        action="append",
-        default=[],
-        dest="setup",
-        metavar="LINE",
-        help="shell line run before each slurm job, e.g. 'source .venv/bin/activate' (repeatable)",
-    )
-    group.add_argument("--grid-folder", default=None, help="submitit logs and pickles (default: OUT/_grid)")
-
-
-def launcher_options(args: argparse.Namespace) -> dict[str, object]:
-    """The keyword arguments of :func:`run_grid` / :func:`collect_grid` from parsed options."""
-    if args.launcher is None:
-        raise ValueError("no --launcher given: run the command directly")
-    for name in ("gpus", "time_min", "cpus"):
-        value = getattr(args, name)
-        if value is not None and value < (0 if name == "gpus" else 1):
-            raise ValueError(f"--{name.replace('_min', '')} must be positive, not {value}")
-    if args.array_parallelism < 1:
-        raise ValueError(f"--array-parallelism must be at least 1, not {args.array_parallelism}")
-    return {
-        "launcher": args.launcher,
-        "folder": args.grid_folder,
-        "partition": args.partition,
-        "gpus": args.gpus,
-        "time_min": args.time_min,
-        "mem_gb": args.mem_gb,
-        "cpus": args.cpus,
-        "array_parallelism": args.array_parallelism,
-        "setup": tuple(args.setup),
-    }
+def _split_resources(options: Mapping[str, object]) -> tuple[dict[str, object], dict[str, object]]:
+    names = {f for f in Resources.__dataclass_fields__}
+    return {k: v for k, v in options.items() if k in names}, {k: v for k, v in options.items() if k not in names}

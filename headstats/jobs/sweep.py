@@ -20,10 +20,9 @@ Calibration (``calibration=``):
 
 from __future__ import annotations
 
-import argparse
+import logging
 import math
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,14 +38,12 @@ from headstats.engine import scores as S
 from headstats.engine.probe import Probe
 from headstats.engine.zeroing import ablate_heads, model_shape
 from headstats.io import store
-from headstats.jobs.grid import add_launcher_arguments
-from headstats.stats.summary import BASELINE, summarize_curves, summarize_interventions
-from headstats.stats.thresholds import QUANTILE_METHOD, _check_fractions, pooled_scores, thresholds_for_fractions
+from headstats.jobs.specs import LoadOptions, SweepSpec, check_device, split_kwargs
+from headstats.stats.summary import BASELINE
+from headstats.stats.thresholds import QUANTILE_METHOD, pooled_scores, thresholds_for_fractions
 
-DEFAULT_SCORES = ("ahon_ln", "awft", "random")
-DEFAULT_TARGETS = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
-CALIBRATION_FILE = "_calibration.json"
-DEFAULT_CALIBRATION_LIMIT = 256
+CALIBRATION_FILE = store.CALIBRATION_FILE
+logger = logging.getLogger("headstats")
 
 # Per-question columns of an intervention file, in order (model and task are partition columns).
 ROW_COLUMNS = (
@@ -68,7 +65,7 @@ class Point:
 
     @property
     def file_name(self) -> str:
-        return "baseline.parquet" if self.is_baseline else f"point-{self.score}-{self.target:.6g}.parquet"
+        return store.point_file_name(self.score, self.target)
 
     def __str__(self) -> str:
         return BASELINE if self.is_baseline else f"{self.score} @ p={self.target:g}"
@@ -100,43 +97,16 @@ class SweepPlan:
         return tuple(s for s in self.scores if not S.get_score(s).is_random)
 
     def pending(self) -> list[Point]:
-        return [p for p in self.points if not (self.partition / p.file_name).is_file()]
+        """Points without a whole file (a truncated or damaged file does not count as finished)."""
+        return [p for p in self.points if not store.is_finished_file(self.partition / p.file_name)]
 
 
 # -- validation ------------------------------------------------------------------------------------
 
 
-def _parse_list(value: str | Sequence[str] | None, what: str) -> list[str]:
-    if value is None:
-        return []
-    items = value.split(",") if isinstance(value, str) else list(value)
-    return [str(v).strip() for v in items if str(v).strip()]
-
-
-def check_scores(scores: str | Sequence[str]) -> tuple[str, ...]:
-    ids = _parse_list(scores, "scores")
-    if not ids:
-        raise ValueError("no score ids given: choose from " + ", ".join(S.SCORES))
-    for sid in ids:
-        if sid == BASELINE:
-            raise ValueError("'baseline' is always run; list only score ids in --scores")
-        S.get_score(sid)
-    return tuple(dict.fromkeys(ids))
-
-
-def check_targets(targets: str | Sequence[float]) -> tuple[float, ...]:
-    if isinstance(targets, str):
-        raw: list[object] = []
-        for item in _parse_list(targets, "targets"):
-            try:
-                raw.append(float(item))
-            except ValueError:
-                raise ValueError(f"target {item!r} is not a number: give fractions such as 0,0.05,0.1") from None
-    else:
-        raw = list(targets)
-    if not raw:
-        raise ValueError("no targets given: give fractions of heads to zero, e.g. 0,0.05,0.1")
-    fractions = tuple(dict.fromkeys(float(p) for p in _check_fractions(raw)))
+def check_targets(targets: Sequence[float]) -> tuple[float, ...]:
+    """Checked targets (:class:`SweepSpec`), once each, whose point files can be told apart."""
+    fractions = tuple(dict.fromkeys(float(p) for p in targets))
     names: dict[str, float] = {}
     for p in fractions:
         other = names.setdefault(Point("score", p).file_name, p)
@@ -145,62 +115,37 @@ def check_targets(targets: str | Sequence[float]) -> tuple[float, ...]:
     return fractions
 
 
-def check_out_writable(out: Path) -> None:
-    """Fail early if ``out`` cannot be created or written, without creating anything."""
-    path = out.expanduser().absolute()
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise store.StoreError(
-            f"output directory {str(out)!r} cannot be created: {str(probe)!r} is a file; choose another --out"
-        )
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise store.StoreError(f"output directory {str(out)!r} is not writable ({str(probe)!r}); choose another --out")
-
-
-def _device_kind(device: str | torch.device | None) -> str:
-    """The device type a model will be loaded on; an unusable device fails here, before any work."""
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, TypeError):
-        raise ValueError(f"unknown device {device!r}: give cpu, cuda, cuda:1, mps, ...") from None
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} was asked for, but no CUDA device is available here; use --device cpu")
-    return kind
-
-
 def plan_sweep(
     model: str | PreTrainedModel,
     task: str,
     *,
-    scores: str | Sequence[str] = DEFAULT_SCORES,
-    targets: str | Sequence[float] = DEFAULT_TARGETS,
     out: str | os.PathLike,
-    subjects: str | Sequence[str] | None = None,
-    limit: int | None = None,
-    limit_per_subject: int | None = None,
-    data_dir: str | os.PathLike | None = None,
-    dtype: str | torch.dtype | None = None,
-    device: str | torch.device | None = None,
-    prompt_format: str = "tokenizer",
-    seed: int = 0,
-    calibration: str = "eval",
-    calibration_limit: int | None = None,
+    spec: SweepSpec | None = None,
+    load: LoadOptions | None = None,
+    **options: object,
 ) -> SweepPlan:
-    """Validate a sweep's inputs (task, scores, targets, output, calibration data) without a model."""
-    from headstats.io.models import model_identity, model_slug, resolve_dtype, resolve_model_path
-    from headstats.io.tasks import PROMPT_FORMATS, load_task
+    """Validate a sweep's inputs (task, options, output, calibration data) without a model.
 
-    score_ids = check_scores(scores)
-    fractions = check_targets(targets)
-    if prompt_format not in PROMPT_FORMATS:
-        raise ValueError(f"unknown prompt format {prompt_format!r}: choose from {', '.join(PROMPT_FORMATS)}")
-    subject_list = _parse_list(subjects, "subjects") or None
+    The options are :class:`~headstats.jobs.specs.SweepSpec`'s and, for a model given by name,
+    :class:`~headstats.jobs.specs.LoadOptions`' (``spec`` / ``load``, or their fields by name)."""
+    from headstats.io.models import model_identity, model_slug, resolve_dtype, resolve_model_path
+    from headstats.io.tasks import load_task
+
+    load_kw, sweep_kw = split_kwargs(options, LoadOptions, SweepSpec)
+    spec, load = SweepSpec.from_kwargs(sweep_kw, base=spec), LoadOptions.from_kwargs(load_kw, base=load)
+    limit, limit_per_subject, data_dir = spec.limit, spec.limit_per_subject, spec.data_dir
+    calibration = spec.calibration
+    score_ids = tuple(dict.fromkeys(spec.scores or ()))  # checked by SweepSpec
+    fractions = check_targets(spec.targets)
+    subject_list = list(spec.subjects) if spec.subjects else None
     task_obj = load_task(
-        task, subjects=subject_list, limit=limit, limit_per_subject=limit_per_subject, data_dir=data_dir
+        task,
+        subjects=subject_list,
+        limit=limit,
+        limit_per_subject=limit_per_subject,
+        data_dir=data_dir,
+        sample=spec.sample,
+        seed=spec.seed,
     )  # raises for an unknown task and for an empty selection
     task = task_obj.name
     if len(task_obj) == 0:
@@ -209,13 +154,13 @@ def plan_sweep(
             f"limit_per_subject={limit_per_subject}); widen it"
         )
     out_path = Path(out)
-    check_out_writable(out_path)
+    store.ensure_writable(out_path, create=False)  # creates nothing
 
     if isinstance(model, str):
         resolve_model_path(model)  # a missing model fails here, before any work
         name = model
-        dtype_name = str(resolve_dtype(dtype, torch.device(_device_kind(device)))).removeprefix("torch.")
-        device_kind = _device_kind(device)
+        device_kind = check_device(load.device)
+        dtype_name = str(resolve_dtype(load.dtype, torch.device(device_kind))).removeprefix("torch.")
     else:
         ident = model_identity(model)
         name = ident["model"]
@@ -225,9 +170,7 @@ def plan_sweep(
     partition = store.partition_dir(out_path, model=slug, task=task)
 
     dynamic = [s for s in score_ids if not S.get_score(s).is_random]
-    cal_limit = DEFAULT_CALIBRATION_LIMIT if calibration_limit is None else int(calibration_limit)
-    if cal_limit < 1:
-        raise ValueError(f"calibration_limit must be at least 1, not {cal_limit}")
+    cal_limit = spec.calibration_limit
     table_thresholds = None
     if not dynamic:
         calibration_source = "none (random scores only)"
@@ -243,17 +186,36 @@ def plan_sweep(
         source = collection_source(calibration, data_dir=data_dir)  # raises for an unknown name or bad file
         calibration_source = f"dataset: {source.name} (first {cal_limit} sequences)"
 
-    run_key = {
-        "model": name, "task": task, "subjects": subject_list, "limit": limit,
-        "limit_per_subject": limit_per_subject, "data_dir": None if data_dir is None else str(data_dir),
-        "prompt_format": prompt_format, "seed": int(seed), "calibration": calibration_source,
-        "dtype": dtype_name, "device": device_kind,
-    }  # fmt: skip
+    # What decides the points' numbers: a resumed sweep must match it (the weights are checked on load).
+    run_key = dict(
+        model=name,
+        task=task,
+        subjects=subject_list,
+        limit=limit,
+        sample=spec.sample if limit is not None else None,
+        limit_per_subject=limit_per_subject,
+        data_dir=data_dir,
+        prompt_format=spec.prompt_format,
+        seed=spec.seed,
+        calibration=calibration_source,
+        dtype=dtype_name,
+        device=device_kind,
+    )
     _check_resume(partition, run_key)
     return SweepPlan(
-        name, task, task_obj, score_ids, fractions, out_path, partition, run_key, calibration, cal_limit,
-        None if data_dir is None else str(data_dir), table_thresholds,
-    )  # fmt: skip
+        name,
+        task,
+        task_obj,
+        score_ids,
+        fractions,
+        out_path,
+        partition,
+        run_key,
+        calibration,
+        cal_limit,
+        data_dir,
+        table_thresholds,
+    )
 
 
 def _calibration_table(root: Path, slug: str, score_ids: Sequence[str]) -> pd.DataFrame:
@@ -277,31 +239,8 @@ def _calibration_table(root: Path, slug: str, score_ids: Sequence[str]) -> pd.Da
 
 
 def _check_resume(partition: Path, run_key: dict[str, object]) -> None:
-    prov = store.read_provenance(partition) if partition.is_dir() else None
-    if prov is None:
-        return
-    before = prov.get("run_key")
-    if not isinstance(before, dict):
-        raise store.StoreError(
-            f"{str(partition)!r} holds results without a headstats run record; use a new --out or remove that directory"
-        )
-    changed = [k for k in run_key if before.get(k) != run_key[k]]
-    if changed:
-        details = "; ".join(f"{k}: {before.get(k)!r} there, {run_key[k]!r} now" for k in changed)
-        raise store.StoreError(
-            f"{str(partition)!r} holds points of a different run ({details}); resuming would mix them: "
-            "use a new --out or remove that directory"
-        )
-
-
-def _check_same_weights(partition: Path, revision: str) -> None:
-    """A resumed sweep must run the weights its finished points ran (known only once loaded)."""
-    prov = store.read_provenance(partition) if partition.is_dir() else None
-    if prov is not None and prov.get("revision") and revision and prov["revision"] != revision:
-        raise store.StoreError(
-            f"{str(partition)!r} holds points of model weights {prov['revision']}, and the model loaded now is "
-            f"{revision}; resuming would mix them: use a new --out or remove that directory"
-        )
+    """The settings known before a model loads; the weights' hash is checked once it has loaded."""
+    store.check_resume(partition, run_key, what="sweep points")
 
 
 # -- running ----------------------------------------------------------------------------------------
@@ -311,58 +250,53 @@ def run_sweep(
     model: str | PreTrainedModel,
     task: str,
     *,
-    scores: str | Sequence[str] = DEFAULT_SCORES,
-    targets: str | Sequence[float] = DEFAULT_TARGETS,
     out: str | os.PathLike,
     tokenizer: PreTrainedTokenizerBase | None = None,
-    subjects: str | Sequence[str] | None = None,
-    limit: int | None = None,
-    limit_per_subject: int | None = None,
-    data_dir: str | os.PathLike | None = None,
-    batch_size: int = 8,
-    dtype: str | torch.dtype | None = None,
-    device: str | torch.device | None = None,
-    prompt_format: str = "tokenizer",
-    seed: int = 0,
-    calibration: str = "eval",
-    calibration_limit: int | None = None,
-    progress: bool = True,
+    spec: SweepSpec | None = None,
+    load: LoadOptions | None = None,
+    **options: object,
 ) -> Path:
     """Run the baseline and every (score, target) point of a sweep; returns the results partition.
 
-    ``model`` is a model name/path (loaded after every input has been validated) or a loaded model
-    (then ``tokenizer`` is required). Finished points under ``out`` are kept and skipped, so
+    ``model`` is a model name/path (loaded with ``load`` after every input has been validated) or a
+    loaded model (then ``tokenizer`` is required). The options are :class:`~headstats.jobs.specs.SweepSpec`'s
+    (``scores``, ``targets``, ``limit``, ``batch_size``, ``calibration``, ...; ``spec``, or its fields by
+    name, as are ``dtype`` and ``device``). Finished points under ``out`` are kept and skipped, so
     calling again with more targets or scores only runs what is missing. Read the results with
     :func:`headstats.read_interventions` and summarise them with :func:`summarize_interventions`.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+    load_kw, sweep_kw = split_kwargs(options, LoadOptions, SweepSpec)
+    spec, load = SweepSpec.from_kwargs(sweep_kw, base=spec), LoadOptions.from_kwargs(load_kw, base=load)
     if not isinstance(model, str) and tokenizer is None:
         raise ValueError("a loaded model needs its tokenizer: run_sweep(model, task, tokenizer=..., ...)")
-    plan = plan_sweep(
-        model, task, scores=scores, targets=targets, out=out, subjects=subjects, limit=limit,
-        limit_per_subject=limit_per_subject, data_dir=data_dir, dtype=dtype, device=device,
-        prompt_format=prompt_format, seed=seed, calibration=calibration, calibration_limit=calibration_limit,
-    )  # fmt: skip
+    plan = plan_sweep(model, task, out=out, spec=spec, load=load)
     pending = plan.pending()
     if not pending:
-        _say(progress, f"all {len(plan.points)} points of this sweep are done in {plan.partition}")
+        _say(spec.progress, f"all {len(plan.points)} points of this sweep are done in {plan.partition}")
         return plan.partition
     if isinstance(model, str):
         from headstats.io.models import load_model
 
-        lm, tok = load_model(model, dtype=dtype, device=device)
+        lm, tok = load_model(model, **load.kwargs())
     else:
         lm, tok = model, tokenizer
     assert tok is not None
-    runner = _Runner(plan, lm, tok, batch_size=batch_size, prompt_format=prompt_format, seed=seed, progress=progress)
+    runner = _Runner(
+        plan,
+        lm,
+        tok,
+        batch_size=spec.batch_size,
+        prompt_format=spec.prompt_format,
+        seed=spec.seed,
+        progress=spec.progress,
+    )
     runner.run(pending)
     return plan.partition
 
 
 def _say(progress: bool, message: str) -> None:
     if progress:
-        tqdm.write(f"headstats: {message}", file=sys.stderr)
+        logger.info(message)
 
 
 class _Runner:
@@ -388,9 +322,12 @@ class _Runner:
         self.progress = progress
         self.num_layers, self.num_heads = model_shape(model)
         param = next(model.parameters())
-        _check_same_weights(plan.partition, model_identity(model)["revision"])
+        identity = model_identity(model)
+        # The weights, by content hash: a checkpoint saved again in place is another run.
+        self.settings = {**plan.run_key, "revision": identity["revision"]}
+        store.check_resume(plan.partition, {"revision": identity["revision"]}, what="sweep points")
         self.provenance = store.make_provenance(
-            kind="interventions", **model_identity(model), task=plan.task_name, run_key=plan.run_key,
+            self.settings, kind="interventions", **identity, task=plan.task_name, run_key=plan.run_key,
             prompt_format=prompt_format, seed=seed, calibration=plan.run_key["calibration"],
             quantile_method=QUANTILE_METHOD, dtype=str(param.dtype).removeprefix("torch."), device=str(param.device),
             num_layers=self.num_layers, num_heads=self.num_heads, batch_size=batch_size,
@@ -406,12 +343,20 @@ class _Runner:
         )  # fmt: skip
 
     def run(self, pending: list[Point]) -> None:
+        with store.writer_lock(self.plan.partition):  # one writer per partition
+            store.check_resume(self.plan.partition, self.settings, what="sweep points")
+            self._run([p for p in pending if not self._finished(p)])
+
+    def _finished(self, point: Point) -> bool:
+        return store.is_finished_file(self.plan.partition / point.file_name)
+
+    def _run(self, pending: list[Point]) -> None:
         thresholds = self._thresholds(pending)
         bar = tqdm(total=len(pending), desc="sweep points", unit="point", disable=not self.progress)
         for point in pending:
             bar.set_postfix_str(str(point))
             if point.is_baseline:
-                if not (self.plan.partition / point.file_name).is_file():
+                if not self._finished(point):
                     self._write(point, math.nan, self._baseline_pass()[0])
             else:
                 tau = thresholds[point.score][point.target]
@@ -434,10 +379,10 @@ class _Runner:
             return None
         if not (S.get_score(point.score).is_random or self.plan.calibration == "eval"):
             return None
-        path = self.plan.partition / Point(BASELINE, 0.0).file_name
-        if not path.is_file():
+        baseline = Point(BASELINE, 0.0)
+        if not self._finished(baseline):
             return None
-        frame = pd.read_parquet(path)
+        frame = store.read_table(self.plan.partition / baseline.file_name).to_pandas()
         frame["n_zeroed"] = 0.0
         return frame
 
@@ -476,7 +421,7 @@ class _Runner:
             _say(self.progress, "calibrating on the evaluation prompts (baseline pass with scores recorded)")
             baseline_point = Point(BASELINE, 0.0)
             frame, probe = self._baseline_pass(needed)
-            if not (plan.partition / baseline_point.file_name).is_file():
+            if not self._finished(baseline_point):
                 self._write(baseline_point, math.nan, frame)
             records = probe.history
             table = pd.DataFrame(
@@ -508,13 +453,8 @@ class _Runner:
         )
 
     def _load_calibration(self) -> dict[str, dict[float, float]]:
-        import json
-
-        path = self.plan.partition / CALIBRATION_FILE
-        if not path.is_file():
-            return {}
-        data = json.loads(path.read_text())
-        if data.get("run_key") != self.plan.run_key:
+        data = store.read_calibration(self.plan.partition)
+        if data is None or data.get("run_key") != self.plan.run_key:
             return {}
         return {sid: {float(t): float(v) for t, v in by_t.items()} for sid, by_t in data["thresholds"].items()}
 
@@ -526,7 +466,7 @@ class _Runner:
             "run_key": self.plan.run_key, "quantile_method": QUANTILE_METHOD,
             "thresholds": {sid: {repr(t): v for t, v in sorted(by_t.items())} for sid, by_t in merged.items()},
         }  # fmt: skip
-        store.write_json_atomic(data, self.plan.partition / CALIBRATION_FILE)
+        store.write_calibration(self.plan.partition, data)
 
     def _write(self, point: Point, threshold: float, frame: pd.DataFrame) -> None:
         rows = to_rows(frame, point, threshold, self.num_layers * self.num_heads)
@@ -535,11 +475,8 @@ class _Runner:
             point={"score": point.score, "target": point.target, "threshold": threshold},
             evaluation=frame.attrs.get("headstats", {}),
         )
-        store.write_parquet_atomic(
-            pa.Table.from_pandas(rows, preserve_index=False), self.plan.partition / point.file_name, prov
-        )
-        if not (self.plan.partition / store.PROVENANCE_FILE).is_file():
-            store.write_json_atomic(self.provenance, self.plan.partition / store.PROVENANCE_FILE)
+        table = pa.Table.from_pandas(rows, preserve_index=False)
+        store.write_point(self.plan.partition, point.file_name, table, prov, self.provenance)
 
 
 def to_rows(frame: pd.DataFrame, point: Point, threshold: float, n_heads: int) -> pd.DataFrame:
@@ -569,124 +506,3 @@ def to_rows(frame: pd.DataFrame, point: Point, threshold: float, n_heads: int) -
         }
     )
     return rows[list(ROW_COLUMNS)].reset_index(drop=True)
-
-
-# -- command line --------------------------------------------------------------------------------
-
-
-def print_summary(
-    root: str | os.PathLike, *, metric: str = "correct", model: str | None = None, task: str | None = None,
-    file: object = None,
-) -> None:  # fmt: skip
-    """Print the per-point and per-curve summaries of the intervention results under ``root``
-    (only ``model`` / ``task``, given as their partition values, if set)."""
-    df = store.read_interventions(root)
-    for col, value in (("model", model), ("task", task)):
-        if value is not None and col in df.columns:
-            df = df[df[col] == value]
-    points = summarize_interventions(df, metric=metric)
-    curves = summarize_curves(df, points)
-    stream = file or sys.stdout
-    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
-        print(f"per point ({metric}; accuracy and differences in points, realised in % of heads):", file=stream)
-        print(points.to_string(index=False, float_format=lambda v: f"{v:.4g}"), file=stream)
-        if len(curves):
-            print("\nper curve:", file=stream)
-            print(curves.to_string(index=False, float_format=lambda v: f"{v:.4g}"), file=stream)
-
-
-def add_command(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "ablate",
-        help="accuracy of a task while zeroing heads (baseline + score x target sweep), or --summary of results",
-        description=(
-            "Run the baseline once, calibrate each score's threshold for each target fraction, evaluate the task "
-            "with heads zeroed at every (score, target) point, and write per-question rows to "
-            "OUT/model=<slug>/task=<task>/ (one Parquet file per point; a re-run resumes). "
-            "With --summary OUT, print the per-point and per-curve summaries of finished results instead."
-        ),
-    )
-    p.add_argument("--model", help="embedded name (smollm2-135m, gemma3-270m), local directory or Hub id; "
-                   "comma-separated for several")  # fmt: skip
-    p.add_argument("--task", help="task name, e.g. mmlu; comma-separated for several")
-    p.add_argument(
-        "--scores", default=",".join(DEFAULT_SCORES), help="comma-separated score ids (default: %(default)s)"
-    )
-    p.add_argument(
-        "--targets", default=",".join(f"{t:g}" for t in DEFAULT_TARGETS),
-        help="comma-separated target fractions of heads to zero, in [0, 1] (default: %(default)s)",
-    )  # fmt: skip
-    p.add_argument("--out", help="results root; points land in OUT/model=<slug>/task=<task>/")
-    p.add_argument("--subjects", help="comma-separated subjects (MMLU)")
-    p.add_argument("--limit", type=int, help="first N questions of the task")
-    p.add_argument("--limit-per-subject", type=int, help="first N test questions of each subject")
-    p.add_argument("--data-dir", help="task data in the embedded datasets' layout instead of the embedded data")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--dtype", help="float32, bfloat16, float16 (default: bf16 on CUDA, fp32 on CPU)")
-    p.add_argument("--device", help="cpu, cuda, cuda:1, ... (default: cuda if available)")
-    p.add_argument(
-        "--prompt-format", default="tokenizer", help="tokenizer, plain, bos, chat or paper (default: %(default)s)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the random score's draws")
-    p.add_argument(
-        "--calibration", default="eval",
-        help="'eval' (scores on the evaluation prompts, the study's choice), a score-table directory, or a "
-        "collection dataset name (default: %(default)s)",
-    )  # fmt: skip
-    p.add_argument(
-        "--calibration-limit",
-        type=int,
-        help=f"sequences of a calibration dataset (default {DEFAULT_CALIBRATION_LIMIT})",
-    )
-    p.add_argument("--metric", default="correct", choices=("correct", "correct_norm"), help="accuracy in the summary")
-    p.add_argument("--summary", metavar="OUT", help="print the summary of results under OUT and exit (no model run)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    add_launcher_arguments(p)
-    p.set_defaults(func=_main)
-
-
-def _main(args: argparse.Namespace) -> int:
-    if args.summary:
-        print_summary(args.summary, metric=args.metric)
-        return 0
-    missing = [
-        flag for flag, value in (("--model", args.model), ("--task", args.task), ("--out", args.out)) if not value
-    ]
-    if missing:
-        raise ValueError(f"headstats ablate needs {', '.join(missing)} (or --summary OUT to read finished results)")
-    models = [m for m in args.model.split(",") if m]
-    tasks = [t for t in args.task.split(",") if t]
-    options = dict(
-        scores=args.scores, targets=args.targets, out=args.out, subjects=args.subjects, limit=args.limit,
-        limit_per_subject=args.limit_per_subject, data_dir=args.data_dir, batch_size=args.batch_size,
-        dtype=args.dtype, device=args.device, prompt_format=args.prompt_format, seed=args.seed,
-        calibration=args.calibration, calibration_limit=args.calibration_limit,
-    )  # fmt: skip
-    if args.launcher is not None:
-        from headstats.io.models import model_slug
-        from headstats.jobs.grid import FunctionJob, launcher_options, run_grid
-
-        grid = launcher_options(args)
-        launcher = grid.pop("launcher")
-        folder = grid.pop("folder") or Path(args.out) / "_grid"
-        # One job per (model, task): the points of one sweep share its baseline and calibration file.
-        jobs = [
-            FunctionJob(
-                f"ablate {model} {task}",
-                run_sweep,
-                {"model": model, "task": task, **options, "progress": False},
-                output_paths=(str(store.partition_dir(args.out, model=model_slug(model), task=task)),),
-            )
-            for model in models
-            for task in tasks
-        ]
-        result = run_grid(jobs, launcher, folder=folder, progress=not args.no_progress, **grid)
-        print(result.summary())
-        print_summary(args.out, metric=args.metric)
-        return 0
-    for model in models:
-        for task in tasks:
-            partition = run_sweep(model, task, **options, progress=not args.no_progress)
-            model_part, task_part = (part.name.split("=", 1)[1] for part in (partition.parent, partition))
-            print_summary(args.out, metric=args.metric, model=model_part, task=task_part)
-    return 0

@@ -1,2 +1,5 @@
-"""Reports: figures (:mod:`~headstats.report.plots`), the HTML/markdown writer and its sections
-(:mod:`~headstats.report.writer`), and the study's published curves (:mod:`~headstats.report.paper`)."""
+"""Reports: :func:`~headstats.report.writer.build_report` runs the list of sections
+(:data:`headstats.report.sections.SECTIONS`, one small module per section) over a results folder
+and renders them with :class:`~headstats.report.writer.ReportWriter` (HTML + markdown); figures
+come from :mod:`~headstats.report.plots`, the study's published curves from
+:mod:`~headstats.report.paper`."""

@@ -5,7 +5,7 @@ outputs of its notebook; headstats bundles them (``headstats/data/paper_mmlu_cur
 licence, see ``headstats/data/README.md``). :func:`paper_points` turns them into the per-point table
 that :func:`headstats.summarize_interventions` returns for headstats' own results, so the
 same code (:func:`headstats.summarize_curves`, :mod:`headstats.stats.ranking`,
-:mod:`headstats.report.plots`, :func:`headstats.report.writer.add_curve_sections`) produces both the paper's
+:mod:`headstats.report.plots`, :func:`headstats.report.sections.add_curve_sections`) produces both the paper's
 figures and those of a new run.
 
 Choices, each checked against the notebook ``plot-accuracy-vs-percent-of-heads-zeroed.ipynb``:
@@ -22,7 +22,6 @@ Choices, each checked against the notebook ``plot-accuracy-vs-percent-of-heads-z
 
 from __future__ import annotations
 
-import argparse
 import json
 from importlib import resources
 from pathlib import Path
@@ -31,6 +30,8 @@ import pandas as pd
 
 from headstats.engine.scores import get_score
 from headstats.io import store
+from headstats.report.sections import add_curve_sections, write_provenance
+from headstats.report.writer import ReportWriter
 from headstats.stats import ranking
 from headstats.stats.summary import BASELINE, POINT_COLUMNS, summarize_curves
 
@@ -109,12 +110,15 @@ def paper_points() -> pd.DataFrame:
 
 
 def paper_curves(points: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Per-curve summaries of the published points (:func:`headstats.summarize_curves`),
-    in the study's model order. The per-question columns (certified bracket) are meaningless for
-    published aggregates and are dropped."""
+    """Per-curve summaries of the published points (:func:`headstats.summarize_curves` with the
+    study's ``reading="study"``), in the study's model order. The per-question columns (certified
+    bracket, questions, detectable drop) are meaningless for published aggregates and are dropped."""
     points = paper_points() if points is None else points
-    curves = summarize_curves(None, points)  # type: ignore[arg-type]
-    curves = curves.drop(columns=["within_1pt_certified", "certified_open", "within_1pt_not_excluded"])
+    # The study's reading of "within 1 point" (last crossing, 0 if none), so Table 2 is the paper's.
+    curves = summarize_curves(None, points, reading="study")  # type: ignore[arg-type]
+    curves = curves.drop(
+        columns=["within_1pt_certified", "certified_open", "within_1pt_not_excluded", "n_questions", "mdd_80"]
+    )
     order = {m: i for i, m in enumerate(load_published())}
     return curves.sort_values("model", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
 
@@ -128,8 +132,6 @@ def table2(curves: pd.DataFrame | None = None) -> pd.DataFrame:
 
 def write_paper(out: str | Path, *, dpi: int = 80, progress: bool = True) -> Path:
     """Write Table 2, the per-model tables and the figures under ``out``; returns ``out/index.html``."""
-    from headstats.report.writer import ReportWriter, add_curve_sections
-
     out_dir = store.ensure_writable(out)
     points = paper_points()
     curves = paper_curves(points)
@@ -157,7 +159,8 @@ def write_paper(out: str | Path, *, dpi: int = 80, progress: bool = True) -> Pat
         key_tables_at_root=True,
         progress=progress,
     )
-    writer.provenance(
+    write_provenance(
+        writer,
         [
             {
                 "partition": f"headstats/data/{DATA_FILE}",
@@ -165,37 +168,14 @@ def write_paper(out: str | Path, *, dpi: int = 80, progress: bool = True) -> Pat
                 "models": int(curves["model"].nunique()),
                 "curves": len(curves),
             }
-        ]
+        ],
     )
     return writer.write()
-
-
-def add_command(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "paper",
-        help="the study's Table 2 and MMLU figures from its published numbers (bundled; no model needed)",
-        description="Write OUT/table2.csv, per-model tables, figures and an HTML/markdown report of the study's "
-        "published MMLU intervention results.",
-    )
-    p.add_argument("--out", required=True, help="output directory, e.g. reports/paper")
-    p.add_argument("--dpi", type=int, default=80, help="PNG resolution (default: %(default)s)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.set_defaults(func=_main)
-
-
-def _main(args: argparse.Namespace) -> int:
-    index = write_paper(args.out, dpi=args.dpi, progress=not args.no_progress)
-    t2 = pd.read_csv(Path(args.out) / "table2.csv")
-    with pd.option_context("display.width", 160):
-        print(t2.to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep=""))
-    print(f"report: {index}")
-    return 0
 
 
 __all__ = [
     "PAPER_SCORE_IDS",
     "TOP_CURVE_MODELS",
-    "add_command",
     "load_published",
     "paper_curves",
     "paper_points",

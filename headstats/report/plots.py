@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import matplotlib as mpl
@@ -32,19 +32,39 @@ X_LABEL = "heads zeroed (realised %)"
 # One colour per score family (Okabe-Ito-like, distinguishable in colour-blind vision); the study's
 # best score (ahon) gets the most salient one.
 _FAMILY_COLORS = {
-    "awft": "#0173b2", "entropy": "#029e73", "ftvvn": "#cc78bc", "avvn": "#ca9161",
-    "lthon": "#de8f05", "ahon": "#d55e00", "fhon": "#56b4e9",
-}  # fmt: skip
+    "awft": "#0173b2",
+    "entropy": "#029e73",
+    "ftvvn": "#cc78bc",
+    "avvn": "#ca9161",
+    "lthon": "#de8f05",
+    "ahon": "#d55e00",
+    "fhon": "#56b4e9",
+}
 
 
 def score_style(score_id: str) -> dict[str, object]:
-    """Colour, line style, marker and legend label of a score's curves."""
-    if score_id == "random":
-        return {"color": "black", "linestyle": "-", "marker": "o", "label": "random"}
-    family, _, suffix = score_id.partition("_")
-    color = _FAMILY_COLORS.get(family, "grey")
-    linestyle, marker = {"": ("-", "o"), "ln": ("--", "^"), "hn": (":", "*")}.get(suffix, ("-.", "s"))
-    return {"color": color, "linestyle": linestyle, "marker": marker, "label": score_label(score_id)}
+    """Colour, line style, marker and legend label of a score's curves, read from the registry: a
+    normalised score takes its numerator's colour (dashed when divided by a layer mean, dotted by a
+    head's own score), so a score registered in user code gets a style of its own too."""
+    score = SCORES.get(score_id)
+    if score is not None and score.is_random:
+        return {"color": "black", "linestyle": "-", "marker": "o", "label": score_id}  # its name says no more
+    if score is not None:
+        family = score.ratio.numerator if score.ratio is not None else score.id
+        kind = "" if score.ratio is None else {"layer": "ln", "head": "hn"}[score.ratio.over]
+    else:  # an id this registry does not know (e.g. from a newer run): read its suffix
+        family, _, kind = score_id.partition("_")
+    linestyle, marker = {"": ("-", "o"), "ln": ("--", "^"), "hn": (":", "*")}.get(kind, ("-.", "s"))
+    return {"color": _family_color(family), "linestyle": linestyle, "marker": marker, "label": score_label(score_id)}
+
+
+def _family_color(family: str) -> str:
+    if family in _FAMILY_COLORS:
+        return _FAMILY_COLORS[family]
+    others = [s.id for s in SCORES.values() if s.ratio is None and not s.is_random and s.id not in _FAMILY_COLORS]
+    if family not in others:
+        return "grey"
+    return mpl.colors.to_hex(mpl.colormaps["tab10"](others.index(family) % 10))
 
 
 def score_label(score_id: str) -> str:
@@ -99,16 +119,30 @@ def _check_points(points: pd.DataFrame) -> pd.DataFrame:
     return points
 
 
-def _baseline_of(points: pd.DataFrame, model: str) -> float:
+def _baseline_row(points: pd.DataFrame, model: str) -> pd.Series:
     base = points[(points["model"] == model) & (points["score"] == BASELINE)]
     if base.empty:
         raise ValueError(f"no baseline point for model {model!r}: the curves need the un-intervened run")
-    return float(base["accuracy"].iloc[0])
+    return base.iloc[0]
 
 
-def _draw_curves(ax: object, points: pd.DataFrame, model: str, scores: Sequence[str], linewidth: float) -> None:
+def _band(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """The 95% interval columns of ``rows`` where the table has them (published points do not)."""
+    if not {"acc_low", "acc_high"} <= set(rows.columns):
+        return None
+    low, high = rows["acc_low"].to_numpy(dtype=float), rows["acc_high"].to_numpy(dtype=float)
+    return (low, high) if np.isfinite(low).all() and np.isfinite(high).all() else None
+
+
+def _draw_curves(
+    ax: object, points: pd.DataFrame, model: str, scores: Sequence[str], linewidth: float, title: str | None = None
+) -> None:
     rows = points[points["model"] == model]
-    baseline = _baseline_of(points, model)
+    base = _baseline_row(points, model)
+    baseline = float(base["accuracy"])
+    band = _band(base.to_frame().T)
+    if band is not None:
+        ax.axhspan(band[0][0], band[1][0], color="grey", alpha=0.15, linewidth=0, label="baseline 95% interval")
     ax.axhline(baseline, color="grey", linestyle="--", linewidth=1, label="baseline")
     ax.axhline(baseline - 1, color="grey", linestyle=":", linewidth=1, label="baseline - 1 point")
     for sid in scores:
@@ -117,11 +151,20 @@ def _draw_curves(ax: object, points: pd.DataFrame, model: str, scores: Sequence[
             continue
         style = score_style(sid)
         ax.plot(curve["realised_pct"], curve["accuracy"], linewidth=linewidth, markersize=3.5, **style)
-    ax.set_title(model, fontsize=10)
+        band = _band(curve)
+        if band is not None:
+            ax.fill_between(curve["realised_pct"], *band, color=style["color"], alpha=0.1, linewidth=0)
+    ax.set_title(title or model, fontsize=10 if title is None else 8)
     ax.set_xlabel(X_LABEL, fontsize=8)
     ax.set_ylabel("accuracy (%)", fontsize=8)
     ax.tick_params(labelsize=7)
     ax.grid(True, alpha=0.3)
+
+
+def _panel_title(model: str, labels: Mapping[str, str] | None) -> str | None:
+    """The model's slug and, when known, its exact identity (source file, quantisation)."""
+    label = (labels or {}).get(model)
+    return f"{model}\n{label}" if label and label != model else None
 
 
 def _model_list(points: pd.DataFrame, models: Sequence[str] | None) -> list[str]:
@@ -141,21 +184,24 @@ def accuracy_grid(
     scores: Sequence[str] | None = None,
     cols: int = 3,
     title: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Figure:
     """Accuracy vs realised % of heads zeroed: one panel per model, every curve, with the baseline and
-    the baseline - 1 point lines (the study's Figure 2 layout)."""
+    the baseline - 1 point lines (the study's Figure 2 layout), and shaded 95% intervals of every
+    point and of the baseline where ``points`` has them (``acc_low``, ``acc_high``). ``labels``:
+    model -> its exact identity, shown under the model in the panel title."""
     points = _check_points(points)
     models = _model_list(points, models)
     scores = _ordered_scores(points.loc[points["score"] != BASELINE, "score"]) if scores is None else list(scores)
     cols = max(1, min(cols, len(models)))
     rows = math.ceil(len(models) / cols)
     # Score labels are long: one legend column per panel column keeps the legend inside the figure.
-    legend_cols = max(1, min(cols, len(scores) + 2))
-    legend_rows = math.ceil((len(scores) + 2) / legend_cols)
+    legend_cols = max(1, min(cols, len(scores) + 3))
+    legend_rows = math.ceil((len(scores) + 3) / legend_cols)
     fig = Figure(figsize=(4.2 * cols, 3.4 * rows + 0.6 + 0.22 * legend_rows), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False)
     for ax, model in zip(axes.flat, models, strict=False):
-        _draw_curves(ax, points, model, scores, linewidth=1.3)
+        _draw_curves(ax, points, model, scores, linewidth=1.3, title=_panel_title(model, labels))
     for ax in list(axes.flat)[len(models) :]:
         ax.set_axis_off()
     handles, labels = axes.flat[0].get_legend_handles_labels()
@@ -172,8 +218,10 @@ def top_curves(
     *,
     k: int = 3,
     by: str = "norm_auc",
+    labels: Mapping[str, str] | None = None,
 ) -> Figure:
-    """Random plus each model's ``k`` best curves by ``by`` (the study's Figure 4), one panel per model."""
+    """Random plus each model's ``k`` best curves by ``by`` (the study's Figure 4), one panel per model
+    (``labels`` as in :func:`accuracy_grid`)."""
     points = _check_points(points)
     models = _model_list(points, models)
     ranks = ranking.rank_scores(curves, by)
@@ -184,7 +232,7 @@ def top_curves(
             raise ValueError(f"no curve summaries for model {model!r}")
         order = ranks.loc[model].dropna().astype(int).sort_values(kind="stable").index
         best = [s for s in order if s != "random"][:k]
-        _draw_curves(ax, points, model, ["random", *best], linewidth=1.8)
+        _draw_curves(ax, points, model, ["random", *best], linewidth=1.8, title=_panel_title(model, labels))
         # Below the panel: inside it, the legend would hide the curves' low-accuracy end.
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     return fig
@@ -238,9 +286,14 @@ def matrix_heatmap(
 def rank_heatmap(ranks: pd.DataFrame, *, title: str = "Rank of score functions (1 = best)") -> Figure:
     """Models x score functions, annotated with ranks (the study's Figure 3)."""
     return matrix_heatmap(
-        ranks.astype(float), title=title, cmap="Blues_r", fmt=".0f", xlabel="score function", ylabel="model",
+        ranks.astype(float),
+        title=title,
+        cmap="Blues_r",
+        fmt=".0f",
+        xlabel="score function",
+        ylabel="model",
         annotate=True,
-    )  # fmt: skip
+    )
 
 
 def wasserstein_heatmap(result: DistanceMatrix, *, title: str | None = None) -> Figure:
@@ -326,8 +379,9 @@ def ecdf(
     rows = {m: _one_dataset(model_rows(scores, m), m, dataset) for m in models}
     for ax, sid in zip(axes, ids, strict=True):
         for color, model in zip(palette, models, strict=False):
-            ax.plot(np.quantile(_values(rows[model], model, sid), levels), levels, color=color, linewidth=1.5,
-                    label=model)  # fmt: skip
+            ax.plot(
+                np.quantile(_values(rows[model], model, sid), levels), levels, color=color, linewidth=1.5, label=model
+            )
         ax.set_xlabel(f"{score_label(sid)}\ninactive when {SCORES[sid].inactive_when} the threshold", fontsize=8)
         ax.set_ylabel("fraction of (sequence, layer, head)", fontsize=8)
         ax.set_title(f"ECDF of {sid}" + (f" on {dataset}" if dataset else ""), fontsize=10)
@@ -352,8 +406,15 @@ def layer_head_heatmap(
     axes = fig.subplots(1, len(ids), squeeze=False)[0]
     for ax, sid in zip(axes, ids, strict=True):
         grid = grids[sid].unstack("head").astype(float)
-        sns.heatmap(grid, ax=ax, cmap="viridis", cbar_kws={"label": f"mean {sid}"}, annot=grid.size <= 64,
-                    fmt=".2g", annot_kws={"fontsize": 6})  # fmt: skip
+        sns.heatmap(
+            grid,
+            ax=ax,
+            cmap="viridis",
+            cbar_kws={"label": f"mean {sid}"},
+            annot=grid.size <= 64,
+            fmt=".2g",
+            annot_kws={"fontsize": 6},
+        )
         ax.set_title(f"{score_label(sid)}\n{model}" + (f" on {dataset}" if dataset else ""), fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")

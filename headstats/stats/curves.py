@@ -1,23 +1,44 @@
-"""Accuracy-vs-%-heads-zeroed curves: the study's "within 1 point" number and curve areas (SPEC §3).
+"""Accuracy-vs-%-heads-zeroed curves: the "within 1 point" readings and curve areas (SPEC §3).
 
-A curve is a set of points (realised % of heads zeroed, accuracy %). Functions take plain
-sequences so they serve the published curves and headstats' own results alike.
+A curve is a set of points (realised % of heads zeroed, accuracy %), read as the piecewise-linear
+curve through them sorted by realised %. Functions take plain sequences so they serve the
+published curves and headstats' own results alike.
+
+Three readings of "within 1 point" (:func:`within_one_point`, ``reading=``):
+
+- ``"first"`` (default): x of the *first downward* crossing of ``baseline - drop``. A curve that
+  later climbs back above the line is flagged ``non_monotone``: the first drop is where the claim
+  stops holding, whether the recovery is noise or a real effect;
+- a curve that never drops below the line within the tested range is *censored*: its value is
+  "at least the largest realised % tested" (``censored=True``), never 0. Tables and rankings treat
+  it as a lower bound;
+- ``"study"``: the study's rule, x of the *last* crossing in either direction, 0 if none (used only
+  to reproduce the paper's numbers).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+
+Reading = Literal["first", "study"]
+READINGS: tuple[str, ...] = ("first", "study")
 
 
 @dataclass(frozen=True)
 class Crossing:
-    """Where a curve last meets ``baseline - drop``. ``value`` is 0 when it never does."""
+    """One reading of a curve. ``crosses``: the curve meets ``baseline - drop``; ``censored``: it
+    never does, and ``value`` is the largest realised % tested (a lower bound; the ``study``
+    reading gives 0 instead and never censors); ``non_monotone``: after its first drop the curve
+    climbs back above the line."""
 
     value: float
     crosses: bool
+    censored: bool = False
+    non_monotone: bool = False
 
 
 def _sorted(realised: Sequence[float], accuracy: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -29,30 +50,55 @@ def _sorted(realised: Sequence[float], accuracy: Sequence[float]) -> tuple[np.nd
     return x[order], y[order]
 
 
-def within_one_point(
-    realised: Sequence[float], accuracy: Sequence[float], baseline: float, drop: float = 1.0
-) -> Crossing:
-    """The study's number: x of the *last* crossing of ``accuracy = baseline - drop`` on the
-    piecewise-linear curve through the points sorted by realised %, 0 if it never crosses.
-
-    A point lying exactly on the level counts as a crossing (as in the study's notebook); a
-    segment crosses when its ends lie strictly on opposite sides of the level. Curves of fewer
-    than two points never cross.
-    """
-    x, y = _sorted(realised, accuracy)
-    level = baseline - drop
-    last: float | None = None
-    if len(x) < 2:
-        return Crossing(0.0, False)
-    if y[0] == level:
-        last = float(x[0])
+def _crossings(x: np.ndarray, y: np.ndarray, level: float) -> list[float]:
+    """Every x where the piecewise-linear curve meets ``level``, ascending: a point lying exactly
+    on the level (as in the study's notebook) and every segment whose ends lie strictly on opposite
+    sides of it."""
+    found = [float(x[0])] if y[0] == level else []
     for i in range(len(x) - 1):
         y1, y2 = y[i] - level, y[i + 1] - level
         if y1 * y2 < 0:
-            last = float(x[i] + (level - y[i]) * (x[i + 1] - x[i]) / (y[i + 1] - y[i]))
+            found.append(float(x[i] + (level - y[i]) * (x[i + 1] - x[i]) / (y[i + 1] - y[i])))
         if y2 == 0:
-            last = float(x[i + 1])
-    return Crossing(0.0, False) if last is None else Crossing(last, True)
+            found.append(float(x[i + 1]))
+    return found
+
+
+def within_one_point(
+    realised: Sequence[float],
+    accuracy: Sequence[float],
+    baseline: float,
+    drop: float = 1.0,
+    *,
+    reading: Reading = "first",
+) -> Crossing:
+    """How far (realised % zeroed) the curve stays within ``drop`` points of ``baseline``.
+
+    ``reading="first"``: x of the first point where the curve reaches ``baseline - drop`` from above
+    (the first x if the curve starts at or below the line); ``non_monotone`` when a later point lies
+    above the line again; censored at the largest realised % when it never reaches the line.
+    ``reading="study"``: x of the last crossing in either direction, 0 if none.
+    Curves of fewer than two points never cross (censored at their one point under ``first``).
+    """
+    if reading not in READINGS:
+        raise ValueError(f"reading must be one of {', '.join(READINGS)}, not {reading!r}")
+    x, y = _sorted(realised, accuracy)
+    level = baseline - drop
+    if reading == "study":
+        found = _crossings(x, y, level) if len(x) >= 2 else []
+        return Crossing(found[-1], True) if found else Crossing(0.0, False)
+    if len(x) == 0:
+        return Crossing(float("nan"), False, censored=True)
+    if len(x) < 2:
+        return Crossing(float(x[0]), False, censored=True)
+    below = np.flatnonzero(y <= level)
+    if below.size == 0:
+        return Crossing(float(x[-1]), False, censored=True)
+    j = int(below[0])
+    value = float(x[0])
+    if j > 0:  # the segment (j - 1, j) goes from above the line to on or below it
+        value = float(x[j - 1] + (level - y[j - 1]) * (x[j] - x[j - 1]) / (y[j] - y[j - 1]))
+    return Crossing(value, True, censored=False, non_monotone=bool((y[j + 1 :] > level).any()))
 
 
 def normalised_auc(realised: Sequence[float], accuracy: Sequence[float]) -> float:

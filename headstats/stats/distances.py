@@ -1,52 +1,59 @@
-"""Wasserstein-1 distances between models' score distributions, with sequence-level uncertainty.
+"""Wasserstein-1 distances between models' score distributions, with cluster-level uncertainty.
 
 The question (SPEC §1): does fine-tuning or scale change how a score is distributed over the
 (sequence, layer, head) triples of a model? The distance is W1 between the two pooled score
 distributions, overall and per *relative depth* (layers binned by ``layer / (L - 1)``, so a 16-layer
 and a 36-layer model compare bin by bin).
 
-**The unit of sampling is the sequence**, not the row. The rows of one sequence (every layer and
-head) are strongly dependent: they all saw the same text. Treating them as independent would make
-intervals far too narrow and tests reject far too often. So every resampling here moves whole
-*sequence blocks*:
+**The unit of sampling is the cluster**, not the row (SPEC §3). The rows of one sequence (every
+layer and head) are strongly dependent: they all saw the same text. Sequences can be dependent
+too: MMLU prompts of one subject share their 5-shot prefix, passages cut from one document share
+its text. Treating dependent units as independent makes intervals far too narrow, tests reject far
+too often and noise floors far too low. So every resampling here moves whole *clusters* of
+sequences, and every output says which (``cluster`` column, ``n_clusters_*``):
 
-- bootstrap intervals resample sequences with replacement (the same sequences for both models when
+- ``cluster=None`` (default) takes the ``subject`` column when the table has one (MMLU), otherwise
+  every sequence is its own cluster (``sample_id``); any other column of the table that is
+  constant within a sequence can be named (a source document id, a question id). A sequence with a
+  missing cluster value is its own cluster. Clusters are keyed within a dataset;
+- bootstrap intervals resample clusters with replacement (the same clusters for both models when
   the design is paired);
-- the permutation test relabels sequence blocks between the two models;
-- the noise floor splits one model's sequences into random halves and measures W1 between them.
+- the permutation test relabels clusters between the two models;
+- the noise floor splits one model's clusters into random halves and measures W1 between them.
 
 Each group's distribution gives every sequence block the same total weight (each row of a block of
 ``n`` rows weighs ``1/n``). Within one model all blocks have the same size, so this is the plain
 row distribution; it also makes blocks of different models (different numbers of heads) into
 comparable units, which the permutation test needs.
 
-**Exchangeability.** The permutation test's null hypothesis is that the two models' sequence blocks
-are exchangeable, i.e. that each model's per-sequence score distribution is drawn from the same law.
+**Exchangeability.** The permutation test's null hypothesis is that the two models' blocks are
+exchangeable cluster by cluster:
 
 - *paired* design (both models scored on the same sequences, keyed by ``(dataset, sample_id)``):
-  a sequence's two blocks are swapped with probability 1/2, independently per sequence. This is exact
-  under H0 "for every sequence, the pair (block of A, block of B) is as likely as (block of B, block
-  of A)", and it keeps the text fixed, so differences between texts cannot masquerade as differences
-  between models. Pairing by ``sample_id`` assumes both tables index the same source texts (the same
-  dataset collected with the same limit), which is what ``headstats collect`` does; the tokenisation
-  may differ between models.
-- *unpaired* design (different sequences): all blocks are pooled and re-dealt to groups of the
-  original sizes; exact under H0 that all blocks are i.i.d. from one law.
+  each cluster's blocks of A and of B are swapped together with probability 1/2, independently per
+  cluster. It keeps the texts fixed, so differences between texts cannot masquerade as differences
+  between models. Pairing by ``sample_id`` assumes both tables index the same source texts (the
+  same dataset collected with the same sample), which is what ``headstats collect`` does; the
+  tokenisation may differ between models.
+- *unpaired* design (different sequences): every (model, cluster) unit is pooled and the units are
+  re-dealt to the two models in their original numbers.
 
 A p-value says whether a distance is distinguishable from sampling noise; it does not say whether
 it is large. For that, compare with the noise floor, the W1 between two random halves of one model's
-own sequences (its 95th percentile over repeated splits). Halves hold half the sequences, so the
-floor is somewhat larger than the noise of a full-size comparison: "above the floor" is conservative.
+own clusters (its 95th percentile over ``n_split`` >= 200 splits by default; the table reports how
+many). Halves hold half the data, so the floor is somewhat larger than the noise of a full-size
+comparison: "above the floor" is conservative. P-values of one table are Holm-adjusted together
+(``p_holm``), since a report reads them side by side.
 
-Everything runs on numpy arrays sorted once per (score, depth bin): one bootstrap, permutation or
-split replicate costs a gather, a cumulative sum and a dot product over the rows, with no re-sorting
-and no per-row Python.
+Everything runs on numpy arrays sorted once per (score, depth bin) (:mod:`headstats.stats.w1`):
+replicates only change the weights, and batches of replicates are one cumulative sum and one
+matrix-vector product over the rows, with no re-sorting and no per-row Python.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Literal
 
@@ -57,53 +64,20 @@ from tqdm.auto import tqdm
 
 from headstats.engine.scores import get_score
 from headstats.engine.scores import score_ids as registered_score_ids
+from headstats.stats.w1 import w1_on_support, w1_on_support_batch, wasserstein1
+
+__all__ = [
+    "ALL_DEPTHS", "DistanceMatrix", "SequenceBlocks", "cluster_column", "depth_bin", "depth_labels", "distance_matrix",
+    "holm", "model_distance", "noise_floor", "w1_interval", "wasserstein1",
+]  # fmt: skip
 
 Design = Literal["auto", "paired", "unpaired"]
 ALL_DEPTHS = "all"
+DEFAULT_SPLITS = 200  # random halvings behind a noise floor (SPEC §3: at least 200)
+_BATCH_ELEMENTS = 1 << 22  # rows x replicates per vectorised batch: bounded temporaries
 
 
-# --- W1 on sorted arrays -------------------------------------------------------------------------
-
-
-def _w1_sorted(x: np.ndarray, wa: np.ndarray, wb: np.ndarray) -> float:
-    """W1 = integral of |F_a - F_b| for weighted empirical distributions on the sorted support ``x``
-    (``wa``, ``wb`` each sum to 1): between consecutive support points both CDFs are constant."""
-    cdf_gap = np.cumsum(wa[:-1] - wb[:-1])
-    return float(np.abs(cdf_gap) @ np.diff(x))
-
-
-def wasserstein1(
-    u: ArrayLike, v: ArrayLike, u_weights: ArrayLike | None = None, v_weights: ArrayLike | None = None
-) -> float:
-    """Wasserstein-1 distance between two (weighted) samples of real numbers.
-
-    Same value as ``scipy.stats.wasserstein_distance``; here as the building block of the
-    sequence-level resampling below, which reuses one sort for many replicates.
-    """
-    a = np.asarray(u, dtype=np.float64).ravel()
-    b = np.asarray(v, dtype=np.float64).ravel()
-    if a.size == 0 or b.size == 0:
-        raise ValueError("W1 needs at least one value in each sample")
-    if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        raise ValueError("W1 needs finite values: drop NaN/inf scores first")
-    wa = _normalised_weights(u_weights, a.size, "u_weights")
-    wb = _normalised_weights(v_weights, b.size, "v_weights")
-    x = np.concatenate([a, b])
-    order = np.argsort(x, kind="stable")
-    side_a = np.concatenate([wa, np.zeros(b.size)])[order]
-    side_b = np.concatenate([np.zeros(a.size), wb])[order]
-    return _w1_sorted(x[order], side_a, side_b)
-
-
-def _normalised_weights(weights: ArrayLike | None, n: int, name: str) -> np.ndarray:
-    if weights is None:
-        return np.full(n, 1.0 / n)
-    w = np.asarray(weights, dtype=np.float64).ravel()
-    if w.size != n:
-        raise ValueError(f"{name} needs one weight per value ({n}), got {w.size}")
-    if (w < 0).any() or not np.isfinite(w).all() or w.sum() <= 0:
-        raise ValueError(f"{name} must be finite, non-negative and not all zero")
-    return w / w.sum()
+# --- sequence blocks ------------------------------------------------------------------------------
 
 
 class SequenceBlocks:
@@ -111,7 +85,8 @@ class SequenceBlocks:
 
     A *group* is given by a weight per block (0 = absent, k = drawn k times by a bootstrap); its
     distribution gives each block total weight equal to its group weight, spread evenly over the
-    block's rows. :meth:`distance` is W1 between two groups.
+    block's rows. :meth:`distance` is W1 between two groups, :meth:`distances` between many pairs
+    of groups at once (one row of weights per replicate).
     """
 
     def __init__(self, values: np.ndarray, blocks: np.ndarray, n_blocks: int) -> None:
@@ -132,7 +107,20 @@ class SequenceBlocks:
         ta, tb = wa.sum(), wb.sum()
         if ta <= 0 or tb <= 0 or len(self.x) < 2:
             return float("nan")
-        return _w1_sorted(self.x, wa / ta, wb / tb)
+        return w1_on_support(self.x, wa / ta, wb / tb)
+
+    def distances(self, groups_a: np.ndarray, groups_b: np.ndarray) -> np.ndarray:
+        """W1 for every row of ``groups_a`` / ``groups_b`` (R x n_blocks weights), in bounded batches."""
+        n_rep = len(groups_a)
+        out = np.full(n_rep, np.nan)
+        if len(self.x) < 2:
+            return out
+        step = max(1, _BATCH_ELEMENTS // len(self.x))
+        for s in range(0, n_rep, step):
+            wa = groups_a[s : s + step][:, self.block] * self.row_weight
+            wb = groups_b[s : s + step][:, self.block] * self.row_weight
+            out[s : s + step] = w1_on_support_batch(self.x, wa, wb)
+        return out
 
 
 # --- relative depth ------------------------------------------------------------------------------
@@ -227,13 +215,70 @@ def shared_datasets(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str]) ->
     return shared
 
 
+# --- clusters --------------------------------------------------------------------------------------
+
+
+def cluster_column(frame: pd.DataFrame, cluster: str | None = None) -> str:
+    """The column whose values group sequences into clusters (see the module docstring): ``cluster``
+    if given, else ``subject`` when the table has subjects, else ``sample_id`` (every sequence its
+    own cluster)."""
+    if cluster is not None:
+        if cluster not in frame.columns:
+            raise ValueError(
+                f"cluster column {cluster!r} is not in the table; it has: {', '.join(map(str, frame.columns))}. "
+                "Name a column that is constant within a sequence (subject, a document id) or leave cluster=None"
+            )
+        return cluster
+    if "subject" in frame.columns and frame["subject"].notna().any():
+        return "subject"
+    return "sample_id"
+
+
+def cluster_codes(frame: pd.DataFrame, column: str) -> np.ndarray:
+    """Cluster index (0..C-1) of every row: the pair (dataset, value of ``column``); a row whose value
+    is missing falls in its own sequence's cluster."""
+    dataset = frame["dataset"] if "dataset" in frame.columns else pd.Series("", index=frame.index)
+    d_codes, _ = pd.factorize(dataset.astype(str))
+    s_codes, _ = sequence_keys(frame).factorize()
+    if column == "sample_id":
+        return np.asarray(s_codes, dtype=np.int64)
+    v_codes, _ = pd.factorize(frame[column])
+    own = v_codes < 0
+    keys = pd.MultiIndex.from_arrays([d_codes, own.astype(np.int8), np.where(own, s_codes, v_codes)])
+    codes, _ = keys.factorize()
+    return np.asarray(codes, dtype=np.int64)
+
+
+def _block_clusters(blocks: np.ndarray, clusters: np.ndarray, n_blocks: int) -> np.ndarray:
+    """Cluster of each block (-1 for a block with no rows), from per-row block and cluster indices."""
+    out = np.full(n_blocks, -1, dtype=np.int64)
+    out[blocks] = clusters
+    return out
+
+
+def holm(p_values: ArrayLike) -> np.ndarray:
+    """Holm-adjusted p-values (family = the finite entries given; NaN stays NaN); equal to
+    ``statsmodels.stats.multitest.multipletests(p, method="holm")[1]``."""
+    p = np.asarray(p_values, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    # Written out rather than calling multipletests, which runs gc.collect() on every call (about
+    # 1 s in a process holding large tables, once per table here).
+    order = ok[np.argsort(p[ok], kind="stable")]
+    m = len(order)
+    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order]) if m else order
+    out[order] = np.minimum(stepped, 1.0)
+    return out
+
+
 # --- the two-model comparison --------------------------------------------------------------------
 
 
 @dataclass
 class _Pair:
     """Two models' rows on a common block numbering: model a's sequence k is block k, model b's is
-    block K + k, where K counts the distinct sequence keys of both."""
+    block K + k, where K counts the distinct sequence keys of both; ``key_cluster[k]`` is the
+    cluster of sequence k."""
 
     a: pd.DataFrame
     b: pd.DataFrame
@@ -241,13 +286,14 @@ class _Pair:
     block_b: np.ndarray
     n_keys: int
     paired: bool
+    key_cluster: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def n_blocks(self) -> int:
         return 2 * self.n_keys
 
 
-def _prepare_pair(a: pd.DataFrame, b: pd.DataFrame, design: Design, names: tuple[str, str]) -> _Pair:
+def _prepare_pair(a: pd.DataFrame, b: pd.DataFrame, design: Design, names: tuple[str, str], cluster: str) -> _Pair:
     keys_a, keys_b = sequence_keys(a), sequence_keys(b)
     set_a, set_b = set(keys_a.unique()), set(keys_b.unique())
     if design == "auto":
@@ -270,7 +316,13 @@ def _prepare_pair(a: pd.DataFrame, b: pd.DataFrame, design: Design, names: tuple
     n_keys = len(uniques)
     block_a = codes[: len(keys_a)].astype(np.int64)
     block_b = codes[len(keys_a) :].astype(np.int64) + n_keys
-    return _Pair(a, b, block_a, block_b, n_keys, paired)
+    both = pd.concat([a, b], ignore_index=True)
+    if cluster not in both.columns:
+        both[cluster] = np.nan
+    clusters = cluster_codes(both, cluster)
+    key_cluster = np.full(n_keys, -1, dtype=np.int64)
+    key_cluster[codes[::-1]] = clusters[::-1]  # a consistent table gives one cluster per sequence
+    return _Pair(a, b, block_a, block_b, n_keys, paired, key_cluster)
 
 
 def _depth_masks(frame: pd.DataFrame, bins: int) -> dict[str, np.ndarray]:
@@ -289,62 +341,86 @@ def _indicator(n: int, blocks: np.ndarray) -> np.ndarray:
     return out
 
 
-def _bootstrap(data: SequenceBlocks, pair: _Pair, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+def _units(clusters: np.ndarray) -> tuple[np.ndarray, int]:
+    """Unit index (0..U-1) of each entry of ``clusters`` and the number of units."""
+    codes, uniques = pd.factorize(clusters)
+    return codes.astype(np.int64), len(uniques)
+
+
+def _cluster_counts(n_units: int, n_rep: int, rng: np.random.Generator) -> np.ndarray:
+    """Bootstrap counts: how often each of ``n_units`` clusters is drawn, ``n_rep`` times (R x U)."""
+    return rng.multinomial(n_units, np.full(n_units, 1.0 / n_units), size=n_rep).astype(np.float64)
+
+
+def _sides(data: SequenceBlocks, pair: _Pair) -> tuple[np.ndarray, np.ndarray]:
     k = pair.n_keys
-    blocks_a = np.flatnonzero(data.present[:k])
-    blocks_b = np.flatnonzero(data.present[k:]) + k
-    both = np.intersect1d(blocks_a, blocks_b - k)
-    out = np.empty(n_boot)
-    for i in range(n_boot):
-        ga, gb = np.zeros(pair.n_blocks), np.zeros(pair.n_blocks)
-        if pair.paired:
-            counts = np.bincount(rng.integers(0, len(both), len(both)), minlength=len(both))
-            ga[both] = counts
-            gb[both + k] = counts
-        else:
-            ga[blocks_a] = np.bincount(rng.integers(0, len(blocks_a), len(blocks_a)), minlength=len(blocks_a))
-            gb[blocks_b] = np.bincount(rng.integers(0, len(blocks_b), len(blocks_b)), minlength=len(blocks_b))
-        out[i] = data.distance(ga, gb)
-    return out
+    return np.flatnonzero(data.present[:k]), np.flatnonzero(data.present[k:])
+
+
+def _bootstrap(data: SequenceBlocks, pair: _Pair, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    k, n = pair.n_keys, pair.n_blocks
+    keys_a, keys_b = _sides(data, pair)
+    ga, gb = np.zeros((n_boot, n)), np.zeros((n_boot, n))
+    if pair.paired:
+        both = np.intersect1d(keys_a, keys_b)
+        unit, n_units = _units(pair.key_cluster[both])
+        counts = _cluster_counts(n_units, n_boot, rng)
+        ga[:, both] = counts[:, unit]
+        gb[:, both + k] = counts[:, unit]
+    else:
+        for keys, offset, g in ((keys_a, 0, ga), (keys_b, k, gb)):
+            unit, n_units = _units(pair.key_cluster[keys])
+            g[:, keys + offset] = _cluster_counts(n_units, n_boot, rng)[:, unit]
+    return data.distances(ga, gb)
+
+
+def _ranks(n_rep: int, n_units: int, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random permutation of 0..U-1 per replicate (R x U): the rank of each unit."""
+    return rng.random((n_rep, n_units)).argsort(axis=1).argsort(axis=1)
 
 
 def _permutations(data: SequenceBlocks, pair: _Pair, n_perm: int, rng: np.random.Generator) -> np.ndarray:
-    k = pair.n_keys
-    blocks_a = np.flatnonzero(data.present[:k])
-    blocks_b = np.flatnonzero(data.present[k:]) + k
-    out = np.empty(n_perm)
+    k, n = pair.n_keys, pair.n_blocks
+    keys_a, keys_b = _sides(data, pair)
+    ga, gb = np.zeros((n_perm, n)), np.zeros((n_perm, n))
     if pair.paired:
-        both = np.intersect1d(blocks_a, blocks_b - k)
-        for i in range(n_perm):
-            swap = rng.random(len(both)) < 0.5
-            ga, gb = np.zeros(pair.n_blocks), np.zeros(pair.n_blocks)
-            ga[np.where(swap, both + k, both)] = 1.0
-            gb[np.where(swap, both, both + k)] = 1.0
-            out[i] = data.distance(ga, gb)
+        both = np.intersect1d(keys_a, keys_b)
+        unit, n_units = _units(pair.key_cluster[both])
+        swap = (rng.random((n_perm, n_units)) < 0.5)[:, unit]
+        ga[:, both], ga[:, both + k] = ~swap, swap
+        gb[:, both], gb[:, both + k] = swap, ~swap
     else:
-        pooled = np.concatenate([blocks_a, blocks_b])
-        for i in range(n_perm):
-            shuffled = rng.permutation(pooled)
-            ga = _indicator(pair.n_blocks, shuffled[: len(blocks_a)])
-            gb = _indicator(pair.n_blocks, shuffled[len(blocks_a) :])
-            out[i] = data.distance(ga, gb)
-    return out
+        unit_a, n_a = _units(pair.key_cluster[keys_a])
+        unit_b, n_b = _units(pair.key_cluster[keys_b])
+        in_a = _ranks(n_perm, n_a + n_b, rng) < n_a  # the first n_a units of the shuffle go to model a
+        ga[:, keys_a], ga[:, keys_b + k] = in_a[:, unit_a], in_a[:, n_a + unit_b]
+        gb[:, keys_a], gb[:, keys_b + k] = ~in_a[:, unit_a], ~in_a[:, n_a + unit_b]
+    return data.distances(ga, gb)
 
 
 def split_half_distances(
-    data: SequenceBlocks, blocks: np.ndarray, n_split: int, rng: np.random.Generator
+    data: SequenceBlocks,
+    blocks: np.ndarray,
+    n_split: int,
+    rng: np.random.Generator,
+    clusters: np.ndarray | None = None,
 ) -> np.ndarray:
-    """W1 between two random halves of ``blocks`` (one model's sequences), ``n_split`` times."""
-    blocks = blocks[data.present[blocks]]
-    if len(blocks) < 2 or n_split < 1:
+    """W1 between two random halves of the clusters of ``blocks`` (one model's sequences), ``n_split``
+    times. ``clusters`` gives the cluster of each block of ``blocks`` (None: each block is its own)."""
+    blocks = np.asarray(blocks, dtype=np.int64)
+    clusters = blocks if clusters is None else np.asarray(clusters)
+    present = data.present[blocks]
+    blocks, clusters = blocks[present], clusters[present]
+    unit, n_units = _units(clusters)
+    if n_units < 2 or n_split < 1:
         return np.full(max(n_split, 0), np.nan)
+    half = n_units // 2
+    rank = _ranks(n_split, n_units, rng)[:, unit]
     n = len(data.present)
-    out = np.empty(n_split)
-    for i in range(n_split):
-        shuffled = rng.permutation(blocks)
-        half = len(shuffled) // 2
-        out[i] = data.distance(_indicator(n, shuffled[:half]), _indicator(n, shuffled[half : 2 * half]))
-    return out
+    ga, gb = np.zeros((n_split, n)), np.zeros((n_split, n))
+    ga[:, blocks] = rank < half
+    gb[:, blocks] = (rank >= half) & (rank < 2 * half)
+    return data.distances(ga, gb)
 
 
 def _interval(observed: float, boot: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -368,6 +444,44 @@ def _floor(split: np.ndarray, quantile: float) -> float:
     return float(np.quantile(split, quantile)) if split.size else float("nan")
 
 
+def w1_interval(
+    values_a: ArrayLike,
+    values_b: ArrayLike,
+    sequences_a: ArrayLike,
+    sequences_b: ArrayLike,
+    clusters_a: ArrayLike | None = None,
+    clusters_b: ArrayLike | None = None,
+    *,
+    paired: bool = False,
+    n_boot: int = 200,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """``(w1, ci_low, ci_high)`` of two samples of rows given as arrays: the kernel of
+    :func:`model_distance` (sequence blocks of equal weight, basic bootstrap interval resampling
+    clusters) without a score table. ``sequences_*`` label each row's sequence (equal labels on both
+    sides are the same text when ``paired``), ``clusters_*`` each row's cluster (None: each sequence
+    is its own)."""
+    seq_a, seq_b = np.asarray(sequences_a), np.asarray(sequences_b)
+    clu_a = seq_a if clusters_a is None else np.asarray(clusters_a)
+    clu_b = seq_b if clusters_b is None else np.asarray(clusters_b)
+    side = np.r_[np.zeros(len(seq_a), dtype=np.int8), np.ones(len(seq_b), dtype=np.int8)]
+    seq = np.concatenate([seq_a, seq_b])
+    keys = pd.MultiIndex.from_arrays([np.zeros_like(side) if paired else side, seq])
+    codes, uniques = keys.factorize()
+    n_keys = len(uniques)
+    cluster_keys = pd.MultiIndex.from_arrays([np.zeros_like(side) if paired else side, np.concatenate([clu_a, clu_b])])
+    key_cluster = np.zeros(n_keys, dtype=np.int64)
+    key_cluster[codes] = cluster_keys.factorize()[0]
+    blocks = codes.astype(np.int64) + n_keys * side.astype(np.int64)
+    data = SequenceBlocks(np.concatenate([np.asarray(values_a), np.asarray(values_b)]), blocks, 2 * n_keys)
+    pair = _Pair(pd.DataFrame(), pd.DataFrame(), blocks[side == 0], blocks[side == 1], n_keys, paired, key_cluster)
+    keys_a, keys_b = _sides(data, pair)
+    observed = data.distance(_indicator(2 * n_keys, keys_a), _indicator(2 * n_keys, keys_b + n_keys))
+    low, high = _interval(observed, _bootstrap(data, pair, n_boot, np.random.default_rng(seed)), confidence)
+    return observed, low, high
+
+
 def model_distance(
     scores: pd.DataFrame,
     model_a: str,
@@ -377,10 +491,11 @@ def model_distance(
     depth_bins: int = 5,
     n_boot: int = 200,
     n_perm: int = 200,
-    n_split: int = 20,
+    n_split: int = DEFAULT_SPLITS,
     confidence: float = 0.95,
     floor_quantile: float = 0.95,
     design: Design = "auto",
+    cluster: str | None = None,
     seed: int = 0,
     progress: bool = False,
 ) -> pd.DataFrame:
@@ -389,10 +504,12 @@ def model_distance(
     ``scores`` is a table from :func:`headstats.read_scores` (several models; the comparison uses
     the datasets both were scored on and the score ids both have). Returns one row per
     (score, depth) with ``w1``, a basic bootstrap interval ``ci_low``/``ci_high`` at
-    ``confidence`` (sequences resampled; see :func:`_interval`), the permutation ``p_value``
-    (``(1 + #{W1_perm >= W1}) / (1 + n_perm)``), the ``noise_floor`` (the larger of the two
-    models' ``floor_quantile``-quantiles of split-half W1) and ``above_noise``. W1 is biased
-    upwards in small samples (noise alone gives a positive distance), so read the interval
+    ``confidence`` (clusters resampled; see :func:`_interval`), the permutation ``p_value``
+    (``(1 + #{W1_perm >= W1}) / (1 + n_perm)``) and ``p_holm`` (Holm-adjusted over every p-value of
+    the returned table), the ``noise_floor`` (the larger of the two models' ``floor_quantile``-quantiles
+    of split-half W1, over ``n_splits`` random halvings) and ``above_noise``; ``cluster`` names the
+    resampled unit (see :func:`cluster_column`) and ``n_clusters_a``/``n_clusters_b`` count them. W1
+    is biased upwards in small samples (noise alone gives a positive distance), so read the interval
     together with the floor. ``n_boot``, ``n_perm`` or ``n_split`` = 0 skip that part (NaN
     columns); ``depth_bins`` = 0 gives the overall row only.
     ``design`` (see the module docstring): ``"auto"`` pairs the sequences when both models were
@@ -406,7 +523,8 @@ def model_distance(
     sids = common_scores(a, b, names, score_ids)
     if not 0 < confidence < 1 or not 0 < floor_quantile < 1:
         raise ValueError("confidence and floor_quantile must lie strictly between 0 and 1")
-    pair = _prepare_pair(a, b, design, names)
+    unit = cluster_column(scores, cluster)
+    pair = _prepare_pair(a, b, design, names, unit)
     depth_a, depth_b = _depth_masks(pair.a, depth_bins), _depth_masks(pair.b, depth_bins)
     rows = []
     total = len(sids) * len(depth_a)
@@ -420,12 +538,14 @@ def model_distance(
             )
             rng = np.random.default_rng([seed, si, di])
             k = pair.n_keys
-            present_a, present_b = np.flatnonzero(data.present[:k]), np.flatnonzero(data.present[k:]) + k
-            observed = data.distance(_indicator(pair.n_blocks, present_a), _indicator(pair.n_blocks, present_b))
+            keys_a, keys_b = _sides(data, pair)
+            observed = data.distance(_indicator(pair.n_blocks, keys_a), _indicator(pair.n_blocks, keys_b + k))
             row: dict[str, object] = {
                 "model_a": model_a, "model_b": model_b, "score": sid, "depth": depth, "w1": observed,
                 "ci_low": np.nan, "ci_high": np.nan, "p_value": np.nan, "noise_floor": np.nan,
-                "n_seq_a": len(present_a), "n_seq_b": len(present_b), "design": "paired" if pair.paired else "unpaired",
+                "n_seq_a": len(keys_a), "n_seq_b": len(keys_b), "design": "paired" if pair.paired else "unpaired",
+                "cluster": unit, "n_clusters_a": len(np.unique(pair.key_cluster[keys_a])),
+                "n_clusters_b": len(np.unique(pair.key_cluster[keys_b])), "n_splits": max(n_split, 0),
             }  # fmt: skip
             if n_boot > 0 and np.isfinite(observed):
                 row["ci_low"], row["ci_high"] = _interval(observed, _bootstrap(data, pair, n_boot, rng), confidence)
@@ -436,8 +556,10 @@ def model_distance(
                 row["p_value"] = (1 + np.count_nonzero(perm >= observed * (1 - 1e-9))) / (1 + n_perm)
             if n_split > 0:
                 floors = [
-                    _floor(split_half_distances(data, present, n_split, rng), floor_quantile)
-                    for present in (present_a, present_b)
+                    _floor(
+                        split_half_distances(data, keys + offset, n_split, rng, pair.key_cluster[keys]), floor_quantile
+                    )
+                    for keys, offset in ((keys_a, 0), (keys_b, k))
                 ]
                 row["noise_floor"] = np.nanmax(floors) if np.isfinite(floors).any() else np.nan
             rows.append(row)
@@ -445,6 +567,7 @@ def model_distance(
     bar.close()
     out = pd.DataFrame(rows)
     out["above_noise"] = out["w1"] > out["noise_floor"]
+    out.insert(out.columns.get_loc("p_value") + 1, "p_holm", holm(out["p_value"]))
     return out
 
 
@@ -454,28 +577,35 @@ def noise_floor(
     score_ids: Sequence[str] | None = None,
     *,
     depth_bins: int = 5,
-    n_split: int = 20,
+    n_split: int = DEFAULT_SPLITS,
     quantile: float = 0.95,
+    cluster: str | None = None,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """W1 between random halves of one model's own sequences, per (score, depth): ``mean`` and the
-    ``floor`` (its ``quantile`` over ``n_split`` splits). A distance between two models below the
-    floor cannot be told apart from re-drawing the texts."""
+    """W1 between random halves of one model's own clusters, per (score, depth): ``mean`` and the
+    ``floor`` (its ``quantile`` over ``n_splits`` splits), with the ``cluster`` unit and
+    ``n_clusters``. A distance between two models below the floor cannot be told apart from
+    re-drawing the texts."""
     rows_m = model_rows(scores, model)
     sids = scores_of(rows_m, model, score_ids)
+    unit = cluster_column(rows_m, cluster)
     codes, uniques = sequence_keys(rows_m).factorize()
+    block_cluster = _block_clusters(codes, cluster_codes(rows_m, unit), len(uniques))
     masks = _depth_masks(rows_m, depth_bins)
     out = []
     for si, sid in enumerate(sids):
         values = rows_m[sid].to_numpy()
         for di, (depth, mask) in enumerate(masks.items()):
             data = SequenceBlocks(values[mask], codes[mask], len(uniques))
-            split = split_half_distances(data, np.arange(len(uniques)), n_split, np.random.default_rng([seed, si, di]))
+            blocks = np.arange(len(uniques))
+            rng = np.random.default_rng([seed, si, di])
+            split = split_half_distances(data, blocks, n_split, rng, block_cluster)
             finite = split[np.isfinite(split)]
             out.append({
                 "model": model, "score": sid, "depth": depth,
                 "mean": float(finite.mean()) if finite.size else np.nan, "floor": _floor(split, quantile),
-                "n_seq": int(data.present.sum()),
+                "n_seq": int(data.present.sum()), "cluster": unit,
+                "n_clusters": len(np.unique(block_cluster[data.present])), "n_splits": max(n_split, 0),
             })  # fmt: skip
     return pd.DataFrame(out)
 
@@ -489,6 +619,9 @@ class DistanceMatrix:
     w1: pd.DataFrame  # models x models, symmetric, 0 on the diagonal
     noise_floor: pd.Series  # per model: its split-half floor
     p_value: pd.DataFrame | None  # models x models, None when no permutations were run
+    p_holm: pd.DataFrame | None = None  # the same, Holm-adjusted over the matrix's pairs
+    cluster: str = "sample_id"  # the resampled unit
+    n_splits: int = 0  # random halvings behind each floor
 
     def pair_floor(self) -> pd.DataFrame:
         """The floor a pair's distance is judged against: the larger of the two models' floors."""
@@ -504,34 +637,45 @@ def distance_matrix(
     depth: str = ALL_DEPTHS,
     depth_bins: int = 5,
     n_perm: int = 0,
-    n_split: int = 20,
+    n_split: int = DEFAULT_SPLITS,
     floor_quantile: float = 0.95,
+    cluster: str | None = None,
     seed: int = 0,
     progress: bool = False,
 ) -> DistanceMatrix:
     """W1 matrix over ``models`` (a fine-tuning chain, a scale series) for one score and depth bin
-    (``"all"`` or a label of :func:`depth_labels`), with each model's noise floor."""
+    (``"all"`` or a label of :func:`depth_labels`), with each model's noise floor (clusters as in
+    :func:`model_distance`)."""
     models = list(dict.fromkeys(models))
     if len(models) < 2:
         raise ValueError("a distance matrix needs at least two models")
     labels = [ALL_DEPTHS, *depth_labels(depth_bins)]
     if depth not in labels:
         raise ValueError(f"depth must be one of {', '.join(labels)}, not {depth!r}")
+    unit = cluster_column(scores, cluster)
     w1 = pd.DataFrame(0.0, index=models, columns=models)
     pv = pd.DataFrame(np.nan, index=models, columns=models) if n_perm > 0 else None
     pairs = list(combinations(models, 2))
     for a, b in tqdm(pairs, desc=f"W1 matrix {score_id}", unit="pair", disable=not progress):
         res = model_distance(
-            scores, a, b, [score_id], depth_bins=depth_bins, n_boot=0, n_perm=n_perm, n_split=0, seed=seed
-        )
+            scores, a, b, [score_id], depth_bins=depth_bins, n_boot=0, n_perm=n_perm, n_split=0, cluster=unit,
+            seed=seed,
+        )  # fmt: skip
         row = res[res["depth"] == depth].iloc[0]
         w1.loc[a, b] = w1.loc[b, a] = row["w1"]
         if pv is not None:
             pv.loc[a, b] = pv.loc[b, a] = row["p_value"]
+    ph = None
+    if pv is not None:
+        adjusted = holm([pv.loc[a, b] for a, b in pairs])
+        ph = pd.DataFrame(np.nan, index=models, columns=models)
+        for (a, b), p in zip(pairs, adjusted, strict=True):
+            ph.loc[a, b] = ph.loc[b, a] = p
     floors = {}
     for m in models:
         nf = noise_floor(
-            scores, m, [score_id], depth_bins=depth_bins, n_split=n_split, quantile=floor_quantile, seed=seed
-        )
+            scores, m, [score_id], depth_bins=depth_bins, n_split=n_split, quantile=floor_quantile, cluster=unit,
+            seed=seed,
+        )  # fmt: skip
         floors[m] = float(nf.loc[nf["depth"] == depth, "floor"].iloc[0])
-    return DistanceMatrix(score_id, depth, w1, pd.Series(floors, name="noise_floor"), pv)
+    return DistanceMatrix(score_id, depth, w1, pd.Series(floors, name="noise_floor"), pv, ph, unit, max(n_split, 0))

@@ -4,20 +4,17 @@ A study-sized table (14 models x 27M rows x 21 columns) is tens of GB as a panda
 functions here never build that frame: :func:`open_scores` opens the hive-partitioned Parquet table
 as a ``pyarrow.dataset``, every read prunes partitions (``model=``, ``dataset=``) and reads only the
 columns one statistic needs, one score column of one model at a time, straight into a preallocated
-numpy array.
+numpy array. The names say so (``..._from_dataset``): these readers take a results folder or a
+``pyarrow.dataset``, where :mod:`~headstats.stats.distances` and :mod:`~headstats.stats.overlap` take a
+pandas frame; the arithmetic (W1 kernels, threshold rule) is shared with them.
 
-**Wasserstein-1 between models** (:func:`distance_matrices`), per score id, overall and per
+**Wasserstein-1 between models** (:func:`distance_matrices_from_dataset`), per score id, overall and per
 relative-depth bin (the bins of :func:`headstats.stats.distances.depth_bin`):
 
 - ``exact``: each model's column is sorted once per score (per depth bin, then the bins merged,
-  which is cheaper than a second sort), and W1 of every pair is read off the two sorted arrays as
-  the integral of the difference of their quantile functions, ``W1 = ∫_0^1 |Q_a(u) - Q_b(u)| du``:
-  for equal sizes the mean of ``|a_(i) - b_(i)|`` (O(n)); for unequal sizes an exact merge of the
-  quantile functions' breakpoints ``i/n`` and ``j/m``, done in integer units of ``1/lcm(n, m)`` so no
-  breakpoint is misplaced by round-off (O(n + m), in bounded chunks). Two models scored on the same
-  sequences have n = sequences x heads_a and m = sequences x heads_b, so the breakpoint pattern
-  repeats every ``1/gcd(n, m)``: it is merged once and read off every period, with no per-element
-  sort. The value equals ``scipy.stats.wasserstein_distance`` on the same rows, to float64 round-off.
+  which is cheaper than a second sort), and W1 of every pair is read off the two sorted arrays by
+  :func:`headstats.stats.w1.wasserstein1_sorted` (O(n + m), exact, equal to
+  ``scipy.stats.wasserstein_distance`` on the same rows to float64 round-off).
 - ``summary``: when all models' sorted columns would not fit in ``memory_gb``, each chunk of at
   most ``chunk_rows`` rows (about one Parquet part) is sorted and cut into ``summary_size``
   equal-count quantile blocks, each kept as (mean, count); a model's summary is the union of its
@@ -34,14 +31,13 @@ are dropped here; the in-memory version also re-weights the rest of that sequenc
 permutation tests and noise floors need the sequence blocks and stay in the in-memory module, which
 can be run on a subset read with :func:`headstats.io.store.read_scores` and a filter.
 
-**Overlap of two scores** (:func:`score_overlap`): the same rows, thresholds and columns as
+**Overlap of two scores** (:func:`score_overlap_from_dataset`): the same rows, thresholds and columns as
 :func:`headstats.stats.overlap.score_overlap`, reading only the two score columns plus ``layer`` and
 ``head`` of one (model, dataset) at a time.
 """
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -53,47 +49,26 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
-import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from headstats.engine.scores import get_score
 from headstats.engine.scores import score_ids as registered_score_ids
 from headstats.io import store
-from headstats.stats.distances import ALL_DEPTHS, depth_bin, depth_labels, wasserstein1
+from headstats.stats.distances import ALL_DEPTHS, depth_bin, depth_labels
 from headstats.stats.overlap import jaccard, missed_share
-from headstats.stats.thresholds import QUANTILE_METHOD
+from headstats.stats.thresholds import thresholds_from_values
+from headstats.stats.w1 import wasserstein1, wasserstein1_sorted
 
 Method = Literal["auto", "exact", "summary"]
-
-PARTITIONING = pads.partitioning(pa.schema([("model", pa.string()), ("dataset", pa.string())]), flavor="hive")
-_CHUNK = 1 << 21  # elements per step of the O(n) W1 loops: bounded temporaries, still vectorised
-_PERIOD_MAX = 1 << 12  # longest repeating breakpoint pattern read off per period (see _w1_periodic)
-
 
 # --- reading ---------------------------------------------------------------------------------------
 
 
 def open_scores(root: str | os.PathLike) -> pads.Dataset:
-    """The score tables under ``root`` as one ``pyarrow.dataset`` (nothing is read yet).
-
-    ``model`` and ``dataset`` are string partition fields, so filters on them prune whole
-    directories. Hidden and ``_``-prefixed files (temporary parts, ``_SUCCESS``, provenance) are
-    skipped, as every reader of the store does.
-    """
-    path = os.fspath(root)
-    if not os.path.isdir(path):
-        raise store.StoreError(f"score directory {path!r} does not exist")
-    store.check_schema_versions(path)
-    try:
-        dataset = pads.dataset(path, format="parquet", partitioning=PARTITIONING)
-        if not dataset.files:
-            raise store.StoreError(f"no score tables under {path!r}: run `headstats collect` first")
-        # Discovery takes the schema of one file; a model collected with fewer score ids lacks
-        # columns others have. The union of every footer's schema reads those as missing values.
-        schema = pa.unify_schemas([pq.read_schema(f) for f in dataset.files] + [PARTITIONING.schema])
-        return pads.dataset(path, format="parquet", partitioning=PARTITIONING, schema=schema.remove_metadata())
-    except (pa.ArrowInvalid, OSError) as err:
-        raise store.StoreError(f"cannot read the score tables under {path!r}: {err}") from err
+    """The score tables under ``root`` as one lazy ``pyarrow.dataset`` (nothing is read yet), from the
+    store, which owns the layout: ``model`` and ``dataset`` are string partition fields (filters prune
+    whole directories), page checksums are verified as data is read."""
+    return store.open_dataset(root, "scores")
 
 
 def _as_dataset(source: str | os.PathLike | pads.Dataset) -> pads.Dataset:
@@ -181,75 +156,6 @@ def read_columns(
 
 def _models(inv: pd.DataFrame) -> list[str]:
     return sorted(inv["model"].unique())
-
-
-# --- exact W1 on sorted samples --------------------------------------------------------------------
-
-
-def wasserstein1_sorted(a: np.ndarray, b: np.ndarray) -> float:
-    """Exact W1 between the empirical distributions of two samples already sorted ascending.
-
-    ``W1 = ∫_0^1 |Q_a(u) - Q_b(u)| du`` with the quantile functions ``Q_a(u) = a_(ceil(u n))``. For
-    equal sizes that is ``mean |a_(i) - b_(i)|``. Otherwise both are step functions with breakpoints
-    at ``i/n`` and ``j/m``; in units of ``1/lcm(n, m)`` these are the integers ``i * lcm/n`` and
-    ``j * lcm/m``, merged exactly, and on each interval between consecutive breakpoints both
-    quantile functions are constant. Memory is O(chunk), time O(n + m).
-    """
-    n, m = len(a), len(b)
-    if n == 0 or m == 0:
-        raise ValueError("W1 needs at least one value in each sample")
-    if n == m:
-        total = 0.0
-        for s in range(0, n, _CHUNK):
-            total += float(np.abs(a[s : s + _CHUNK].astype(np.float64) - b[s : s + _CHUNK]).sum())
-        return total / n
-    if n < m:  # iterate over the larger sample so each chunk holds at most 2 x _CHUNK breakpoints
-        a, b, n, m = b, a, m, n
-    g = math.gcd(n, m)
-    step_a, step_b = m // g, n // g  # breakpoint spacing of a and of b, in units of 1/lcm
-    lcm = n * step_a
-    if step_a + step_b <= _PERIOD_MAX:
-        return _w1_periodic(a, b, g, step_a, step_b)
-    if lcm >= 2**62:  # beyond int64 headroom: the (slower) merged-CDF formulation, still exact
-        return wasserstein1(a, b)
-    total = 0.0
-    for i0 in range(0, n, _CHUNK):
-        i1 = min(n, i0 + _CHUNK)
-        lo, hi = i0 * step_a, i1 * step_a
-        ticks_a = np.arange(i0 + 1, i1 + 1, dtype=np.int64) * step_a
-        ticks_b = np.arange(lo // step_b + 1, hi // step_b + 1, dtype=np.int64) * step_b
-        # Two sorted runs: a stable sort merges them in linear time. A tick present in both leaves
-        # an interval of width 0, which adds nothing.
-        ticks = np.sort(np.concatenate([ticks_a, ticks_b]), kind="stable")
-        widths = np.diff(ticks, prepend=lo).astype(np.float64)
-        index_a = -(-ticks // step_a) - 1  # ceil(t / step_a) - 1: the value of Q_a on (t_prev, t]
-        index_b = -(-ticks // step_b) - 1
-        total += float(widths @ np.abs(a[index_a].astype(np.float64) - b[index_b]))
-    return total / lcm
-
-
-def _w1_periodic(a: np.ndarray, b: np.ndarray, g: int, step_a: int, step_b: int) -> float:
-    """The same integral when the breakpoint pattern repeats: with g = gcd(n, m), n = g * step_b and
-    m = g * step_a, so [0, 1] splits into g periods, each holding ``step_b`` steps of Q_a and
-    ``step_a`` steps of Q_b laid out identically. Score tables of one dataset have n = sequences x
-    heads, so g is at least the number of sequences and a period is short: the pattern (which index
-    of a and of b, over what width) is merged once, and every period reads it off the two samples
-    viewed as (g, step_b) and (g, step_a) arrays. No per-element sort or division."""
-    ticks_a = np.arange(1, step_b + 1, dtype=np.int64) * step_a
-    ticks_b = np.arange(1, step_a + 1, dtype=np.int64) * step_b
-    ticks = np.sort(np.concatenate([ticks_a, ticks_b]), kind="stable")
-    widths = np.diff(ticks, prepend=0).astype(np.float64)
-    keep = widths > 0  # a tick shared by both (the period's end) leaves a zero-width interval
-    ticks, widths = ticks[keep], widths[keep]
-    index_a, index_b = -(-ticks // step_a) - 1, -(-ticks // step_b) - 1
-    rows_a, rows_b = a.reshape(g, step_b), b.reshape(g, step_a)
-    per_chunk = max(1, _CHUNK // len(ticks))
-    total = 0.0
-    for p in range(0, g, per_chunk):
-        block_a = rows_a[p : p + per_chunk][:, index_a].astype(np.float64)
-        block_a -= rows_b[p : p + per_chunk][:, index_b]
-        total += float((np.abs(block_a, out=block_a) @ widths).sum())
-    return total / (g * step_a * step_b)
 
 
 # --- per-model summaries of one score ------------------------------------------------------------
@@ -435,7 +341,7 @@ def exact_memory_bytes(rows: Sequence[int], depth_bins: int) -> int:
     return sum(rows) * per_row + (max(rows) if rows else 0) * 16
 
 
-def distance_matrices(
+def distance_matrices_from_dataset(
     root: str | os.PathLike | pads.Dataset,
     models: Sequence[str] | None = None,
     score_ids: Sequence[str] | None = None,
@@ -508,7 +414,7 @@ def distance_matrices(
 
 
 def as_matrix(table: pd.DataFrame, score: str, depth: str = ALL_DEPTHS) -> pd.DataFrame:
-    """One (score, depth) of a :func:`distance_matrices` table as a symmetric models x models frame."""
+    """One (score, depth) of a :func:`distance_matrices_from_dataset` table as a symmetric models x models frame."""
     rows = table[(table["score"] == score) & (table["depth"] == depth)]
     if rows.empty:
         raise ValueError(
@@ -525,17 +431,7 @@ def as_matrix(table: pd.DataFrame, score: str, depth: str = ALL_DEPTHS) -> pd.Da
 # --- overlap of two scores -----------------------------------------------------------------------
 
 
-def _thresholds(values: np.ndarray, score_id: str, rates: np.ndarray) -> np.ndarray:
-    """The calibration rule of :mod:`headstats.stats.thresholds` (type-4 quantile; ``random``
-    is thresholded at p itself), on a float64 column."""
-    score = get_score(score_id)
-    if score.is_random:
-        return rates.copy()
-    levels = rates if score.inactive_when == "below" else 1.0 - rates
-    return np.quantile(values, levels, method=QUANTILE_METHOD)
-
-
-def score_overlap(
+def score_overlap_from_dataset(
     root: str | os.PathLike | pads.Dataset,
     score_a: str,
     score_b: str,
@@ -591,8 +487,8 @@ def score_overlap(
         per_head = np.maximum(np.bincount(heads, minlength=n_heads), 1)
         del cols
         # Quantiles on a float64 copy, one score at a time, exactly as the calibration computes them.
-        ta = _thresholds(va.astype(np.float64), a_id, np.asarray(rate_list))
-        tb = _thresholds(vb.astype(np.float64), b_id, np.asarray(rate_list))
+        ta = thresholds_from_values(va.astype(np.float64), a_id, rate_list)
+        tb = thresholds_from_values(vb.astype(np.float64), b_id, rate_list)
         above_a, above_b = get_score(a_id).inactive_when == "above", get_score(b_id).inactive_when == "above"
         for rate, tau_a, tau_b in zip(rate_list, ta, tb, strict=True):
             tau_a, tau_b = np.float64(tau_a), np.float64(tau_b)  # a float64 scalar makes the comparison float64

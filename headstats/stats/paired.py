@@ -7,7 +7,14 @@ difference. That pairing is why intervention results are stored per question.
 - :func:`wilson_interval`, :func:`clopper_pearson_interval`: a 95% interval of one accuracy.
 - :func:`mcnemar_exact`: the exact McNemar test (a two-sided binomial test on the discordant pairs).
 - :func:`paired_bootstrap`: a percentile bootstrap interval of the mean paired difference,
-  resampling questions (the unit that was sampled from the benchmark).
+  resampling questions, or whole clusters of questions (MMLU subjects share their few-shot prefix).
+- :func:`drop_bound`: one-sided bounds of the paired accuracy *drop* (baseline - intervened) from
+  Tango's score interval, the basis of "certified within 1 point" (SPEC §3). A bootstrap of a pair
+  of identical answer vectors is exactly [0, 0] and would certify a drop of 0 from 5 questions; the
+  score interval stays honest when few or no answers changed: with no changed answer among n
+  questions its upper bound is z² / (n + z²) (11.9% for n = 20, 0.054% for n = 5,000).
+- :func:`minimum_detectable_drop`: the drop a one-sided McNemar-type test at level 5% detects with
+  80% power for n questions (Connor's sample-size formula, solved for the drop).
 
 All functions take plain arrays of 0/1 (or booleans) and return fractions, not percentages.
 """
@@ -18,8 +25,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import stats as _st
+from scipy.optimize import brentq
+from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar
+from statsmodels.stats.proportion import proportion_confint
 
 
 @dataclass(frozen=True)
@@ -65,26 +76,32 @@ def _check_confidence(confidence: float) -> None:
 
 
 def mcnemar_exact(a: ArrayLike, b: ArrayLike) -> McNemar:
-    """Exact McNemar test: under H0 (a and b equally accurate) each discordant question is a fair
-    coin, so the p-value is the two-sided binomial tail of ``min(only_a, only_b)`` among
-    ``only_a + only_b`` flips at 1/2 (doubled, capped at 1; the binomial at 1/2 is symmetric, so
-    doubling equals summing the outcomes no more likely than the observed one)."""
+    """Exact McNemar test (statsmodels): under H0 (a and b equally accurate) each discordant
+    question is a fair coin; the p-value is the two-sided binomial tail of ``min(only_a, only_b)``
+    among ``only_a + only_b`` flips at 1/2."""
     x, y = _paired(a, b)
     only_a = int(np.count_nonzero(x & ~y))
     only_b = int(np.count_nonzero(y & ~x))
-    n = only_a + only_b
-    if n == 0:
+    if only_a + only_b == 0:
         return McNemar(only_a, only_b, 1.0)
-    pvalue = min(1.0, 2.0 * float(_st.binom.cdf(min(only_a, only_b), n, 0.5)))
-    return McNemar(only_a, only_b, pvalue)
+    table = [[int(np.count_nonzero(x & y)), only_a], [only_b, int(np.count_nonzero(~x & ~y))]]
+    return McNemar(only_a, only_b, float(_sm_mcnemar(table, exact=True).pvalue))
 
 
 def paired_bootstrap(
-    a: ArrayLike, b: ArrayLike, *, n_resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+    a: ArrayLike,
+    b: ArrayLike,
+    *,
+    n_resamples: int = 10_000,
+    confidence: float = 0.95,
+    seed: int = 0,
+    clusters: ArrayLike | None = None,
 ) -> Interval:
-    """Percentile bootstrap interval of mean(b - a), resampling questions with replacement.
+    """Percentile bootstrap interval of mean(b - a), resampling questions with replacement, or whole
+    clusters when ``clusters`` gives each question's cluster label (the resampled mean is then the
+    ratio of the drawn clusters' summed differences to their summed sizes).
 
-    The per-question difference takes at most three values (-1, 0, 1), and the mean of a resample
+    Per question the difference takes at most three values (-1, 0, 1), and the mean of a resample
     depends only on how many of each it drew: a multinomial draw of those counts has exactly the
     distribution of resampling indices, at O(1) memory per resample instead of O(questions).
     """
@@ -95,37 +112,139 @@ def paired_bootstrap(
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be at least 1, not {n_resamples}")
     diff = y.astype(np.int8) - x.astype(np.int8)
-    values, counts = np.unique(diff, return_counts=True)
-    n = len(diff)
     rng = np.random.default_rng(seed)
-    draws = rng.multinomial(n, counts / n, size=n_resamples)
-    means = draws @ values.astype(float) / n
     alpha = 1 - confidence
+    labels = None if clusters is None else np.asarray(clusters)
+    if labels is not None and labels.shape != diff.shape:
+        raise ValueError(f"clusters needs one label per question: {labels.shape} vs {diff.shape}")
+    codes, uniques = pd.factorize(labels) if labels is not None else (None, ())
+    if codes is None or len(uniques) == len(diff):  # every question its own cluster
+        values, counts = np.unique(diff, return_counts=True)
+        n = len(diff)
+        draws = rng.multinomial(n, counts / n, size=n_resamples)
+        means = draws @ values.astype(float) / n
+    else:
+        k = len(uniques)
+        sums = np.bincount(codes, weights=diff, minlength=k)
+        sizes = np.bincount(codes, minlength=k).astype(float)
+        means = np.empty(n_resamples)
+        step = max(1, (1 << 22) // k)
+        for s in range(0, n_resamples, step):
+            draws = rng.multinomial(k, np.full(k, 1.0 / k), size=min(step, n_resamples - s)).astype(float)
+            means[s : s + len(draws)] = (draws @ sums) / (draws @ sizes)
     low, high = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return Interval(float(diff.mean()), float(low), float(high), confidence)
 
 
+@dataclass(frozen=True)
+class DropBound:
+    """The paired drop ``mean(baseline) - mean(intervened)`` with one-sided bounds at ``confidence``
+    (each of ``lower`` and ``upper`` holds with that confidence on its own)."""
+
+    drop: float
+    lower: float
+    upper: float
+    lost: int  # questions right in the baseline, wrong when intervened
+    gained: int  # wrong in the baseline, right when intervened
+    n: int
+    confidence: float
+    method: str = "Tango score"
+
+
+def _tango_statistic(lost: int, gained: int, n: int, delta: float) -> float:
+    """Tango's score statistic for H0: drop = delta (Tango 1998; Fagerland, Lydersen & Laake 2013):
+    the difference of discordant counts against its variance under the constrained maximum
+    likelihood estimate of the gain probability."""
+    a = 2.0 * n
+    b = -lost - gained + (2.0 * n - lost + gained) * delta
+    c = -gained * delta * (1.0 - delta)
+    p_gain = (math.sqrt(max(b * b - 4.0 * a * c, 0.0)) - b) / (2.0 * a)
+    var = n * (2.0 * p_gain + delta * (1.0 - delta))
+    numerator = lost - gained - n * delta
+    if var <= 0:
+        return math.copysign(math.inf, numerator) if numerator else 0.0
+    return numerator / math.sqrt(var)
+
+
+def drop_bound(baseline: ArrayLike, intervened: ArrayLike, confidence: float = 0.95) -> DropBound:
+    """One-sided ``confidence`` bounds of the paired accuracy drop, from Tango's score interval.
+
+    The bound is the drop at which the score statistic reaches the one-sided critical value: it
+    uses the discordant counts and n only, needs no resampling, and stays away from 0 when nothing
+    changed (no changed answer among n questions: upper bound z² / (n + z²)). No library offers a
+    score interval for paired proportions, hence the few lines here.
+    """
+    x, y = _paired(baseline, intervened)
+    n = len(x)
+    if n == 0:
+        raise ValueError("no paired questions: the intervention and the baseline share no question")
+    _check_confidence(confidence)
+    lost = int(np.count_nonzero(x & ~y))
+    gained = int(np.count_nonzero(~x & y))
+    return drop_bound_from_counts(lost, gained, n, confidence)
+
+
+def drop_bound_from_counts(lost: int, gained: int, n: int, confidence: float = 0.95) -> DropBound:
+    """:func:`drop_bound` from the discordant counts and the number of paired questions."""
+    if n <= 0 or lost < 0 or gained < 0 or lost + gained > n:
+        raise ValueError(f"need 0 <= lost + gained <= n with n >= 1: lost={lost}, gained={gained}, n={n}")
+    _check_confidence(confidence)
+    z = float(_st.norm.ppf(confidence))
+    drop = (lost - gained) / n
+    eps = 1e-12
+
+    def solve(target: float, lo: float, hi: float, edge: float) -> float:
+        f_lo = _tango_statistic(lost, gained, n, lo) - target
+        f_hi = _tango_statistic(lost, gained, n, hi) - target
+        if f_lo * f_hi > 0:
+            return edge  # the statistic never reaches the critical value inside (-1, 1)
+        return float(brentq(lambda d: _tango_statistic(lost, gained, n, d) - target, lo, hi, xtol=1e-12))
+
+    upper = solve(-z, drop, 1.0 - eps, 1.0)
+    lower = solve(z, -1.0 + eps, drop, -1.0)
+    return DropBound(drop, min(lower, drop), max(upper, drop), lost, gained, n, confidence)
+
+
+def minimum_detectable_drop(
+    n: int, discordance: float | None = None, *, alpha: float = 0.05, power: float = 0.8
+) -> float:
+    """The smallest paired drop (fraction) a one-sided test at level ``alpha`` detects with
+    probability ``power`` among ``n`` questions (Connor 1987: n = (z_a sqrt(psi) + z_b sqrt(psi -
+    d^2))^2 / d^2, solved for d). ``discordance`` psi is the share of questions whose answer changes;
+    it is at least the drop itself, and None (unknown) takes psi = d, the most favourable case
+    (every changed answer a loss): real curves, with gains too, need larger drops."""
+    if n < 1:
+        raise ValueError(f"a detectable drop needs at least one question (n = {n})")
+    if not 0 < alpha < 1 or not 0 < power < 1:
+        raise ValueError("alpha and power must lie strictly between 0 and 1")
+    za, zb = float(_st.norm.ppf(1 - alpha)), float(_st.norm.ppf(power))
+    psi0 = 0.0 if discordance is None or not np.isfinite(discordance) else float(discordance)
+
+    def gap(d: float) -> float:
+        psi = max(psi0, d)
+        return math.sqrt(n) * d - za * math.sqrt(psi) - zb * math.sqrt(max(psi - d * d, 0.0))
+
+    if gap(1.0) < 0:
+        return float("nan")  # not even a drop of 100 points is detectable with these n
+    return float(brentq(gap, 1e-12, 1.0, xtol=1e-12))
+
+
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a proportion: good coverage at small n and near 0 or 1, where the
-    normal (Wald) interval collapses."""
+    """Wilson score interval of a proportion (statsmodels): good coverage at small n and near 0 or
+    1, where the normal (Wald) interval collapses."""
     _check_counts(successes, n)
     _check_confidence(confidence)
-    z = float(_st.norm.ppf(1 - (1 - confidence) / 2))
-    p = successes / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    low, high = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
+    return max(0.0, float(low)), min(1.0, float(high))
 
 
 def clopper_pearson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Clopper-Pearson ("exact") interval from beta quantiles: never below nominal coverage, so wider."""
+    """Clopper-Pearson ("exact") interval (scipy's ``binomtest(...).proportion_ci``): never below
+    nominal coverage, so wider."""
     _check_counts(successes, n)
     _check_confidence(confidence)
-    alpha = 1 - confidence
-    low = 0.0 if successes == 0 else float(_st.beta.ppf(alpha / 2, successes, n - successes + 1))
-    high = 1.0 if successes == n else float(_st.beta.ppf(1 - alpha / 2, successes + 1, n - successes))
-    return low, high
+    ci = _st.binomtest(successes, n).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
 
 
 def _check_counts(successes: int, n: int) -> None:

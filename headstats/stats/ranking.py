@@ -80,7 +80,9 @@ def rank_scores(curves: pd.DataFrame, by: str = "norm_auc") -> pd.DataFrame:
     ranks = pd.DataFrame(index=values.index, columns=values.columns, dtype="Int64")
     for model in values.index:
         present = values.loc[model, _score_order(_present(curves, model))]
-        ranks.loc[model, present.index] = _ranks_of(present).astype("int64")
+        # A plain array: pandas cannot set a one-column Int64 row from a Series ("setting an array
+        # element with a sequence", issue 14: a sweep with a single score).
+        ranks.loc[model, present.index] = _ranks_of(present).reindex(present.index).to_numpy("int64")
     return ranks
 
 
@@ -100,9 +102,9 @@ def rank_correlation(curves: pd.DataFrame, by: str = "norm_auc") -> pd.DataFrame
             both = present[i] & present[j]
             if both.sum() < 2:
                 continue
-            ra, rb = _st.rankdata(areas[i, both]), _st.rankdata(areas[j, both])
-            if np.ptp(ra) > 0 and np.ptp(rb) > 0:
-                out[i, j] = out[j, i] = np.corrcoef(ra, rb)[0, 1]
+            ra, rb = areas[i, both], areas[j, both]
+            if np.ptp(_st.rankdata(ra)) > 0 and np.ptp(_st.rankdata(rb)) > 0:
+                out[i, j] = out[j, i] = _st.spearmanr(ra, rb).statistic
     return pd.DataFrame(out, index=models, columns=models)
 
 
@@ -135,8 +137,44 @@ def top_k_iou(curves: pd.DataFrame, k: int = 5, by: str = "norm_auc") -> pd.Data
 
 
 def within_one_point_table(curves: pd.DataFrame) -> pd.DataFrame:
-    """models x scores table of the study's "within 1 point" number (% of heads zeroed)."""
+    """models x scores table of the "within 1 point" number (% of heads zeroed), under the reading
+    the curves were summarised with (a censored value is a lower bound: see
+    :func:`within_one_point_labels`)."""
     return metric_table(curves, "within_1pt")
+
+
+def within_one_point_labels(curves: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
+    """:func:`within_one_point_table` as text: ``≥ 26.50`` for a censored curve (it never dropped a
+    point within the tested range), a trailing ``*`` for a non-monotone one (it dropped below the
+    line and climbed back)."""
+    values = within_one_point_table(curves)
+    censored = _flag_table(curves, "censored", values)
+    wobbly = _flag_table(curves, "non_monotone", values)
+    out = pd.DataFrame("", index=values.index, columns=values.columns)
+    for m in values.index:
+        for s in values.columns:
+            v = values.loc[m, s]
+            if pd.isna(v):
+                continue
+            text = f"{float(v):.{digits}f}"
+            out.loc[m, s] = ("≥ " if censored.loc[m, s] else "") + text + ("*" if wobbly.loc[m, s] else "")
+    return out
+
+
+def _flag_table(curves: pd.DataFrame, column: str, like: pd.DataFrame) -> pd.DataFrame:
+    if column not in curves.columns:
+        return pd.DataFrame(False, index=like.index, columns=like.columns)
+    flags = curves.assign(**{column: curves[column].fillna(False).astype(bool)})
+    table = flags.pivot(index="model", columns="score", values=column)
+    return table.reindex(index=like.index, columns=like.columns).fillna(False).astype(bool)
+
+
+def _best(values: pd.Series, censored: pd.Series) -> str:
+    """The score with the largest value; a censored value is a lower bound, so among equal values it
+    wins; remaining ties go to the canonical order."""
+    order = _score_order(values.index.tolist())
+    key = sorted(order, key=lambda s: (-float(values[s]), not bool(censored[s]), order.index(s)))
+    return key[0]
 
 
 def compare_with_reference(curves: pd.DataFrame, reference: str = "awft") -> pd.DataFrame:
@@ -145,22 +183,42 @@ def compare_with_reference(curves: pd.DataFrame, reference: str = "awft") -> pd.
     apart only ``Dormant`` = awft), which curve that was, and which curve is best overall; then an
     ``Average`` row (means over models). Ties go to the first score in canonical order, as the
     notebook's strict ``>`` over its fixed iteration order did.
+
+    Censored curves (``censored`` column, the default ``first`` reading) never dropped a point in the
+    tested range: their value is a lower bound, ordered as such (it is never 0, and among equal
+    values it wins). ``{reference}_censored`` and ``best_other_censored`` say which values are lower
+    bounds, and so is an average over any of them (its flag in the ``Average`` row); ``order_note``
+    says so in words.
     """
     table = within_one_point_table(curves)
     if reference not in table.columns:
         raise ValueError(f"no {reference!r} curves to compare with; the curves have {', '.join(table.columns)}")
+    flags = _flag_table(curves, "censored", table)
     rows = []
     for model in table.index:
         values = table.loc[model].dropna().astype(float)
         if reference not in values.index:
             raise ValueError(f"model {model!r} has no {reference!r} curve")
+        censored = flags.loc[model, values.index]
         others = values.drop(reference)
         if others.empty:
             raise ValueError(f"model {model!r} has no curve besides {reference!r} to compare with")
+        best_other = _best(others, censored.drop(reference))
         rows.append({
-            "model": model, reference: values[reference], "best_other": others.max(),
-            "best_other_score": others.idxmax(), "best_overall_score": values.idxmax(),
+            "model": model, reference: values[reference], "best_other": others[best_other],
+            "best_other_score": best_other, "best_overall_score": _best(values, censored),
+            f"{reference}_censored": bool(censored[reference]), "best_other_censored": bool(censored[best_other]),
         })  # fmt: skip
     out = pd.DataFrame(rows)
-    average = {"model": "Average", reference: out[reference].mean(), "best_other": out["best_other"].mean()}
-    return pd.concat([out, pd.DataFrame([average])], ignore_index=True)
+    average = {
+        "model": "Average", reference: out[reference].mean(), "best_other": out["best_other"].mean(),
+        f"{reference}_censored": bool(out[f"{reference}_censored"].any()),
+        "best_other_censored": bool(out["best_other_censored"].any()),
+    }  # fmt: skip
+    out = pd.concat([out, pd.DataFrame([average])], ignore_index=True)
+    out["order_note"] = np.where(
+        out[f"{reference}_censored"] | out["best_other_censored"],
+        "censored values are lower bounds (the curve never dropped a point in the tested range)",
+        "",
+    )
+    return out

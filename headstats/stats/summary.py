@@ -6,29 +6,38 @@ baseline has ``score == "baseline"``). Accuracies and differences are reported i
 points, realised fractions in % of heads.
 
 Per point (:func:`summarize_interventions`): accuracy with a Wilson 95% interval, and the paired
-difference to the baseline *on the same questions*: exact McNemar p-value and a percentile
-bootstrap interval (resampling questions).
+comparison with the baseline *on the same questions*:
+
+- ``diff`` with a percentile bootstrap interval ``diff_low, diff_high`` that resamples *clusters*
+  of questions (``cluster`` names the unit: ``subject`` where the task has subjects, whose questions
+  share a few-shot prefix; otherwise the question; ``n_clusters`` counts them);
+- ``drop_lower, drop_upper``: one-sided 95% bounds of the drop (baseline - intervened) from Tango's
+  score interval on the discordant pairs (:func:`headstats.stats.paired.drop_bound`), honest when
+  few or no answers changed; ``certified`` when ``drop_upper <= 1`` point;
+- the exact McNemar ``mcnemar_p`` and ``mcnemar_p_holm``, Holm-adjusted over every point of the
+  returned table.
 
 Per curve (:func:`summarize_curves`), the curve being a score's points as (realised %, accuracy %),
 with the baseline as its point at 0% when it has none there (zeroing nothing is the baseline model):
 
-- ``within_1pt`` / ``crosses``: the study's number, the realised % of the last crossing of
-  ``baseline - 1`` (:func:`headstats.stats.curves.within_one_point`; 0 and ``crosses=False`` when the
-  curve never drops that far inside the swept range, so 0 then means "not measured", not "nothing");
+- ``within_1pt`` under ``reading`` (:func:`headstats.stats.curves.within_one_point`): ``"first"``
+  (default) the x of the first drop to ``baseline - 1``, with ``non_monotone`` when the curve later
+  climbs back above the line and ``censored`` (value = the largest realised % tested, a lower bound)
+  when it never drops; ``"study"`` the study's last crossing, 0 when none (only for reproducing
+  the paper). ``crosses`` says whether the curve meets the line at all;
 - ``norm_auc``: the study's ranking area, trapezoid area over the curve's own x-range;
 - ``grid_auc``: mean accuracy over a fixed grid [0, ``grid_upper``] of realised %, where
   ``grid_upper`` is the largest realised % that every curve of the same model and task reaches, so
   the areas of one model's curves are comparable (the sound default for ranking scores);
-- ``within_1pt_certified``: the statistically honest counterpart of the study's number: the largest
-  realised % x such that every point of the curve with realised % <= x has the lower end of its 95%
-  paired bootstrap interval of (accuracy - baseline) above -1 point, i.e. at each of them the data
-  show, at one-sided level 2.5%, that the drop is smaller than 1 point. Points at 0% pass trivially.
-  Small question sets certify little; that is the honest answer, not a defect.
+- ``within_1pt_certified``: the largest realised % x such that every point with realised % <= x
+  has ``drop_upper <= 1`` (the data show, at one-sided level 5%, that the drop is below 1 point);
+  points at 0% pass trivially. Small question sets certify nothing; that is the honest answer.
   ``certified_open`` is True when every point passed, so the true value may lie beyond the sweep;
 - ``within_1pt_not_excluded``: the other end of the bracket: the largest realised % x such that no
-  point with realised % <= x has a drop *significantly larger* than 1 point (upper end of its interval
-  below -1). Where the two numbers differ, the data cannot tell whether the model stays within 1
-  point there; more questions narrow the bracket.
+  point with realised % <= x has ``drop_lower > 1`` (a drop shown to exceed 1 point);
+- ``n_questions`` (paired questions) and ``mdd_80``: the smallest drop (points) a one-sided 5% test
+  detects with 80% power for that n, at the curve's mean share of changed answers
+  (:func:`headstats.stats.paired.minimum_detectable_drop`).
 """
 
 from __future__ import annotations
@@ -39,19 +48,29 @@ import numpy as np
 import pandas as pd
 
 from headstats.stats import curves as C
-from headstats.stats.paired import mcnemar_exact, paired_bootstrap, wilson_interval
+from headstats.stats.distances import holm
+from headstats.stats.paired import (
+    drop_bound_from_counts,
+    mcnemar_exact,
+    minimum_detectable_drop,
+    paired_bootstrap,
+    wilson_interval,
+)
 
 BASELINE = "baseline"
 GROUP = ("model", "task")
 QUESTION = ("subject", "question_id")
+CERTIFY_CONFIDENCE = 0.95  # one-sided, for drop_lower / drop_upper
 
 POINT_COLUMNS = (
     "model", "task", "score", "target", "threshold", "realised_pct", "n_questions", "accuracy", "acc_low",
-    "acc_high", "n_paired", "diff", "diff_low", "diff_high", "only_baseline", "only_intervened", "mcnemar_p",
+    "acc_high", "n_paired", "diff", "diff_low", "diff_high", "cluster", "n_clusters", "only_baseline",
+    "only_intervened", "drop_lower", "drop_upper", "certified", "mcnemar_p", "mcnemar_p_holm",
 )  # fmt: skip
 CURVE_COLUMNS = (
-    "model", "task", "score", "n_points", "baseline", "max_realised_pct", "within_1pt", "crosses", "norm_auc",
-    "grid_auc", "grid_upper", "within_1pt_certified", "certified_open", "within_1pt_not_excluded",
+    "model", "task", "score", "n_points", "baseline", "max_realised_pct", "reading", "within_1pt", "crosses",
+    "censored", "non_monotone", "norm_auc", "grid_auc", "grid_upper", "within_1pt_certified", "certified_open",
+    "within_1pt_not_excluded", "n_questions", "mdd_80",
 )  # fmt: skip
 
 
@@ -93,12 +112,31 @@ def _prepare(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     return frame
 
 
+def _question_clusters(frame: pd.DataFrame, cluster: str | None) -> tuple[str, np.ndarray]:
+    """(name of the unit, label per row): ``cluster`` if given, else the subject where the task has
+    one (a question without a subject is its own cluster), else the question."""
+    question = frame["subject"].astype(str) + "\x1f" + frame["question_id"].astype(str)
+    if cluster is None:
+        cluster = "subject" if (frame["subject"] != "").any() else "question_id"
+    if cluster == "question_id":
+        return cluster, question.to_numpy()
+    if cluster not in frame.columns:
+        raise ValueError(
+            f"cluster column {cluster!r} is not in the intervention rows; they have {', '.join(frame.columns)}"
+        )
+    value = frame[cluster].astype(object)
+    empty = value.isna() | (value.astype(str) == "")
+    return cluster, np.where(empty, "q:" + question, "c:" + value.astype(str)).astype(str)
+
+
 def summarize_interventions(
     df: pd.DataFrame,
     *,
     metric: str = "correct",
     confidence: float = 0.95,
     n_resamples: int = 10_000,
+    cluster: str | None = None,
+    drop: float = 1.0,
     seed: int = 0,
 ) -> pd.DataFrame:
     """One row per (model, task, score, target), baseline included (score ``"baseline"``, target 0).
@@ -106,14 +144,20 @@ def summarize_interventions(
     Columns: ``threshold``, ``realised_pct`` (mean over questions of n_zeroed / n_heads, in %),
     ``n_questions``, ``accuracy`` with its Wilson interval ``acc_low, acc_high`` (points, using
     ``metric``: ``correct`` or ``correct_norm``), and against the baseline on the questions both
-    answered (``n_paired``): ``diff`` (accuracy minus baseline, points) with the bootstrap interval
-    ``diff_low, diff_high``, the discordant counts ``only_baseline`` / ``only_intervened`` and the
-    exact McNemar ``mcnemar_p``. Pairing columns are NaN for the baseline row and when a model/task
-    has no baseline.
+    answered (``n_paired``): ``diff`` (accuracy minus baseline, points) with the cluster bootstrap
+    interval ``diff_low, diff_high`` (``cluster``, ``n_clusters``: see the module docstring; a
+    column name may be given), the discordant counts ``only_baseline`` / ``only_intervened``, the
+    one-sided bounds ``drop_lower`` / ``drop_upper`` of the drop (points), ``certified``
+    (``drop_upper <= drop``), the exact McNemar ``mcnemar_p`` and its Holm adjustment over the table
+    ``mcnemar_p_holm``. Pairing columns are NaN for the baseline row and when a model/task has no
+    baseline.
     """
     frame = _prepare(df, metric)
     rows = []
     for (model, task), group in frame.groupby(list(GROUP), sort=True):
+        # The unit is chosen per task: MMLU has subjects, PIQA in the same table does not.
+        unit, labels = _question_clusters(group, cluster)
+        group = group.assign(_cluster=labels)
         base = group[group["score"] == BASELINE]
         base_ok = base.set_index(list(QUESTION))["_ok"] if len(base) else None
         for (score, target), point in group.groupby(["score", "target"], sort=True):
@@ -125,25 +169,36 @@ def summarize_interventions(
                 "threshold": float(point["threshold"].iloc[0]) if score != BASELINE else math.nan,
                 "realised_pct": 100.0 * float((point["n_zeroed"] / point["n_heads"]).mean()),
                 "n_questions": n, "accuracy": 100.0 * k / n, "acc_low": 100.0 * low, "acc_high": 100.0 * high,
-                "n_paired": 0, "diff": math.nan, "diff_low": math.nan, "diff_high": math.nan,
-                "only_baseline": math.nan, "only_intervened": math.nan, "mcnemar_p": math.nan,
+                "n_paired": 0, "diff": math.nan, "diff_low": math.nan, "diff_high": math.nan, "cluster": unit,
+                "n_clusters": int(point["_cluster"].nunique()), "only_baseline": math.nan,
+                "only_intervened": math.nan, "drop_lower": math.nan, "drop_upper": math.nan, "certified": False,
+                "mcnemar_p": math.nan,
             }  # fmt: skip
             if score != BASELINE and base_ok is not None:
-                joined = point.set_index(list(QUESTION))["_ok"].to_frame("b").join(base_ok.rename("a"), how="inner")
+                here = point.set_index(list(QUESTION))[["_ok", "_cluster"]].rename(columns={"_ok": "b"})
+                joined = here.join(base_ok.rename("a"), how="inner")
                 if len(joined):
                     a, b = joined["a"].to_numpy(), joined["b"].to_numpy()
                     test = mcnemar_exact(a, b)
-                    boot = paired_bootstrap(a, b, n_resamples=n_resamples, confidence=confidence, seed=seed)
+                    boot = paired_bootstrap(
+                        a, b, n_resamples=n_resamples, confidence=confidence, seed=seed,
+                        clusters=None if unit == "question_id" else joined["_cluster"].to_numpy(),
+                    )  # fmt: skip
+                    bound = drop_bound_from_counts(test.only_a, test.only_b, len(joined), CERTIFY_CONFIDENCE)
                     row.update(
                         n_paired=len(joined), diff=100.0 * boot.estimate, diff_low=100.0 * boot.low,
-                        diff_high=100.0 * boot.high, only_baseline=test.only_a, only_intervened=test.only_b,
+                        diff_high=100.0 * boot.high, n_clusters=int(joined["_cluster"].nunique()),
+                        only_baseline=test.only_a, only_intervened=test.only_b, drop_lower=100.0 * bound.lower,
+                        drop_upper=100.0 * bound.upper, certified=bool(100.0 * bound.upper <= drop),
                         mcnemar_p=test.pvalue,
                     )  # fmt: skip
             rows.append(row)
     out = pd.DataFrame(rows, columns=list(POINT_COLUMNS))
+    out["mcnemar_p_holm"] = holm(out["mcnemar_p"].to_numpy(dtype=float))
     # Baseline first within each model/task, then scores by name and targets ascending.
     out["_order"] = (out["score"] != BASELINE).astype(int)
     out = out.sort_values([*GROUP, "_order", "score", "target"], kind="stable").drop(columns="_order")
+    out.attrs["p_adjustment"] = f"mcnemar_p_holm: Holm over the {int(out['mcnemar_p'].notna().sum())} points"
     return out.reset_index(drop=True)
 
 
@@ -151,7 +206,7 @@ def _curve_points(points: pd.DataFrame, baseline: float) -> pd.DataFrame:
     """A score's points sorted by realised %, with the baseline as the 0% point if none lies there."""
     curve = points.sort_values("realised_pct", kind="stable")
     if not (curve["realised_pct"] == 0).any():
-        anchor = {"realised_pct": 0.0, "accuracy": baseline, "diff_low": 0.0, "diff_high": 0.0}
+        anchor = {"realised_pct": 0.0, "accuracy": baseline, "drop_lower": 0.0, "drop_upper": 0.0}
         curve = pd.concat([pd.DataFrame([anchor]), curve], ignore_index=True)
     return curve.reset_index(drop=True)
 
@@ -161,22 +216,33 @@ def _honest_bracket(curve: pd.DataFrame, drop: float) -> tuple[float, bool, floa
     certified, certified_open = 0.0, True
     not_excluded = 0.0
     excluded = False
-    for _, p in curve.iterrows():
-        x = float(p["realised_pct"])
+    for x, lower, upper in zip(curve["realised_pct"], curve["drop_lower"], curve["drop_upper"], strict=True):
+        x = float(x)
         at_zero = x == 0.0  # zeroing nothing is the baseline itself
-        passes = at_zero or (np.isfinite(p["diff_low"]) and p["diff_low"] > -drop)
+        passes = at_zero or (np.isfinite(upper) and upper <= drop)
         if certified_open:
             if passes:
                 certified = x
             else:
                 certified_open = False
         if not excluded:
-            significantly_worse = not at_zero and np.isfinite(p["diff_high"]) and p["diff_high"] < -drop
-            if significantly_worse:
+            if not at_zero and np.isfinite(lower) and lower > drop:
                 excluded = True
             else:
                 not_excluded = x
     return certified, certified_open, not_excluded
+
+
+def _detectable(curve: pd.DataFrame) -> tuple[float, float]:
+    """(paired questions, minimum detectable drop in points) of one curve's measured points."""
+    if "n_paired" not in curve.columns:
+        return math.nan, math.nan
+    measured = curve[curve["n_paired"].fillna(0) > 0]
+    if measured.empty:
+        return math.nan, math.nan
+    n = int(measured["n_paired"].max())
+    changed = (measured["only_baseline"] + measured["only_intervened"]) / measured["n_paired"]
+    return float(n), 100.0 * minimum_detectable_drop(n, float(changed.mean()))
 
 
 def summarize_curves(
@@ -185,15 +251,20 @@ def summarize_curves(
     *,
     drop: float = 1.0,
     grid_points: int = 61,
+    reading: C.Reading = "first",
     **kwargs: object,
 ) -> pd.DataFrame:
     """One row per (model, task, score) curve; see the module docstring for every column.
 
     ``points`` is :func:`summarize_interventions`' output for ``df`` if already computed (it is
     recomputed otherwise, with ``kwargs`` passed on). ``drop`` is the tolerated drop in points.
+    ``reading`` is ``"first"`` (default) or ``"study"`` (the study's last crossing, for ``headstats
+    paper`` only); the ``reading`` column says which was used.
     """
+    if reading not in C.READINGS:
+        raise ValueError(f"reading must be one of {', '.join(C.READINGS)}, not {reading!r}")
     if points is None:
-        points = summarize_interventions(df, **kwargs)  # type: ignore[arg-type]
+        points = summarize_interventions(df, drop=drop, **kwargs)  # type: ignore[arg-type]
     rows = []
     for (model, task), group in points.groupby(list(GROUP), sort=True):
         base = group[group["score"] == BASELINE]
@@ -208,16 +279,22 @@ def summarize_curves(
             continue
         upper = C.common_upper([c["realised_pct"].to_numpy() for c in curves.values()])
         for score, curve in curves.items():
+            for col in ("drop_lower", "drop_upper"):
+                if col not in curve.columns:
+                    curve[col] = math.nan
             x, y = curve["realised_pct"].to_numpy(), curve["accuracy"].to_numpy()
-            crossing = C.within_one_point(x, y, baseline, drop)
+            first = C.within_one_point(x, y, baseline, drop, reading="first")
+            crossing = first if reading == "first" else C.within_one_point(x, y, baseline, drop, reading=reading)
             grid = C.grid_auc(x, y, upper, grid_points) if upper > 0 else math.nan
             certified, certified_open, not_excluded = _honest_bracket(curve, drop)
+            n_questions, mdd = _detectable(curve)
             row = {
                 "model": model, "task": task, "score": score, "n_points": len(group[group["score"] == score]),
-                "baseline": baseline, "max_realised_pct": float(x.max()), "within_1pt": crossing.value,
-                "crosses": crossing.crosses, "norm_auc": C.normalised_auc(x, y), "grid_auc": grid, "grid_upper": upper,
-                "within_1pt_certified": certified, "certified_open": certified_open,
-                "within_1pt_not_excluded": not_excluded,
+                "baseline": baseline, "max_realised_pct": float(x.max()), "reading": reading,
+                "within_1pt": crossing.value, "crosses": crossing.crosses, "censored": crossing.censored,
+                "non_monotone": first.non_monotone, "norm_auc": C.normalised_auc(x, y), "grid_auc": grid,
+                "grid_upper": upper, "within_1pt_certified": certified, "certified_open": certified_open,
+                "within_1pt_not_excluded": not_excluded, "n_questions": n_questions, "mdd_80": mdd,
             }  # fmt: skip
             rows.append(row)
     return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))

@@ -79,10 +79,19 @@ def thresholds_for_fractions(
     One sort serves every target. ``random`` returns ``ps`` (no table needed).
     """
     score = S.get_score(score_id)
+    if score.is_random:
+        return _check_fractions(ps).copy()
+    return thresholds_from_values(pooled_scores(score_table, score.id), score.id, ps)
+
+
+def thresholds_from_values(values: np.ndarray, score_id: str, ps: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The calibration rule itself, on an array of pooled values (float64 for the study's numbers):
+    the p-quantile (type 4) for "below" scores, the (1 - p)-quantile for "above" scores, ``ps``
+    itself for ``random``. Every threshold in headstats (sweeps, overlap, large tables) comes from here."""
+    score = S.get_score(score_id)
     fractions = _check_fractions(ps)
     if score.is_random:
         return fractions.copy()
-    values = pooled_scores(score_table, score.id)
     levels = fractions if score.inactive_when == "below" else 1.0 - fractions
     return np.quantile(values, levels, method=QUANTILE_METHOD).astype(np.float64)
 

@@ -8,7 +8,18 @@
 """
 
 from headstats.io.tasks import benchmarks as _benchmarks  # noqa: F401  (registers the built-in tasks)
-from headstats.io.tasks.base import TASKS, Question, Task, TaskSlice, get_task, load_task, register
+from headstats.io.tasks.base import (
+    SAMPLE_METHODS,
+    TASKS,
+    Question,
+    Task,
+    TaskSlice,
+    get_task,
+    load_task,
+    register,
+    sample_order,
+    select_sample,
+)  # fmt: skip
 from headstats.io.tasks.collection import COLLECTION_DATASETS, CollectionSource, collection_source
 from headstats.io.tasks.formats import PROMPT_FORMATS, PromptFormat, PromptRenderer, resolve_format
 
@@ -17,6 +28,7 @@ TASK_NAMES: tuple[str, ...] = tuple(TASKS)
 __all__ = [
     "COLLECTION_DATASETS",
     "PROMPT_FORMATS",
+    "SAMPLE_METHODS",
     "TASKS",
     "TASK_NAMES",
     "CollectionSource",
@@ -30,4 +42,6 @@ __all__ = [
     "load_task",
     "register",
     "resolve_format",
+    "sample_order",
+    "select_sample",
 ]

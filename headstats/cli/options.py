@@ -1,0 +1,193 @@
+"""Command-line flags derived from the option declarations of :mod:`headstats.jobs.specs`.
+
+Each field of a spec becomes one flag (``--batch-size`` for ``batch_size``, or the field's declared
+flag) plus its old spellings; its help lists the allowed names from the registry and the default.
+Flags default to "not given", so a spec built from parsed arguments (:func:`spec_from_args`) gets
+its own defaults and runs its own checks, and an error names the flag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from dataclasses import MISSING, Field, fields
+from typing import Any, TypeVar
+
+from headstats.jobs.specs import EXECUTOR_FLAGS, Resources, Spec, choices_of, element_type, hints, is_list
+
+T = TypeVar("T", bound=Spec)
+
+
+class CommandLineError(ValueError):
+    """A command line argparse refused; main prints it as one line."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line and leave the exit to :func:`headstats.cli.main`."""
+
+    def error(self, message: str) -> Any:
+        raise CommandLineError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def flag_of(f: Field) -> str:
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def flags_of(f: Field) -> list[str]:
+    names = [flag_of(f)] + ["--" + alias.replace("_", "-") for alias in f.metadata.get("aliases", ())]
+    return list(dict.fromkeys(names))
+
+
+def _default_of(spec: type[Spec], f: Field) -> Any:
+    if spec.DEFAULTS.get(f.name) is not None:
+        return spec.DEFAULTS[f.name]
+    return None if f.default is MISSING else f.default
+
+
+def _help(spec: type[Spec], f: Field) -> str:
+    text = f.metadata.get("help", "")
+    names = choices_of(f)
+    if names:
+        text += f" (one of: {', '.join(names)}" + (", or a file" if not f.metadata.get("strict", True) else "") + ")"
+    default = _default_of(spec, f)
+    if isinstance(default, bool):
+        return text
+    if isinstance(default, tuple):
+        default = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default)
+    if default not in (None, ""):
+        text += f" (default: {default})"
+    return text.replace("%", "%%")
+
+
+def _parse_scalar(kind: Any, text: str) -> Any:
+    if kind is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if kind is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    return text
+
+
+def _value_parser(hint: Any) -> Any:
+    kind = element_type(hint)
+    if is_list(hint):
+        return lambda text: tuple(_parse_scalar(kind, item.strip()) for item in text.split(",") if item.strip())
+    return lambda text: _parse_scalar(kind, text)
+
+
+def add_spec(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    spec: type[Spec],
+    *,
+    required: tuple[str, ...] = (),
+    flags: Mapping[str, str] | None = None,
+) -> None:
+    """One flag per command-line field of ``spec`` (``flags`` renames a field's flag, which also
+    turns a positional argument into an optional flag)."""
+    types_ = hints(spec)
+    for f in spec.options(where="cli"):
+        if f.name == "executor_params":
+            _add_executor_params(parser, f)
+            continue
+        hint, help_text = types_[f.name], _help(spec, f)
+        if f.metadata.get("positional") and not (flags and f.name in flags):
+            parser.add_argument(f.name, metavar=f.name.upper(), type=_value_parser(hint), help=help_text)
+            continue
+        names = [flags[f.name]] if flags and f.name in flags else flags_of(f)
+        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_text}
+        if hint is bool:
+            kw["action"] = "store_false" if f.default is True else "store_true"
+        else:
+            kw["type"] = _value_parser(hint)
+            kw["metavar"] = f.metadata.get("metavar") or f.name.upper()
+        if f.name in required:
+            kw["required"] = True
+        parser.add_argument(*names, **kw)
+
+
+class _ExecutorParam(argparse.Action):
+    """Collects ``--executor-param KEY=VALUE`` and the shortcut flags into one dict."""
+
+    def __init__(self, *args: Any, key: str | None = None, kind: Any = str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.key, self.kind = key, kind
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, value: Any, option=None):
+        params = dict(getattr(namespace, "executor_params", None) or {})
+        if self.key is None:
+            key, sep, text = str(value).partition("=")
+            if not sep or not key:
+                parser.error(f"{option}: give KEY=VALUE, e.g. slurm_account=abc, not {value!r}")
+            try:
+                params[key] = json.loads(text)  # numbers, true/false and lists as themselves
+            except ValueError:
+                params[key] = text
+        elif self.kind is list:
+            params[self.key] = [*params.get(self.key, []), value]
+        else:
+            try:
+                params[self.key] = self.kind(value)
+            except ValueError:
+                parser.error(f"{option}: {value!r} is not {'an integer' if self.kind is int else 'a number'}")
+        namespace.executor_params = params
+
+
+def _add_executor_params(parser: argparse.ArgumentParser | argparse._ArgumentGroup, f: Field) -> None:
+    common = {"dest": "executor_params", "default": argparse.SUPPRESS, "action": _ExecutorParam}
+    parser.add_argument(flag_of(f), metavar="KEY=VALUE", help=f.metadata["help"], **common)
+    for flag, (key, kind, text) in EXECUTOR_FLAGS.items():
+        parser.add_argument(flag, key=key, kind=kind, metavar=key.upper(), help=f"{text} (sets {key})", **common)
+
+
+def add_resources(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("grid execution (needs submitit: pip install 'headstats[slurm]')")
+    add_spec(group, Resources)
+
+
+def spec_from_args(args: argparse.Namespace, spec: type[T], **values: Any) -> T:
+    """``spec`` from the parsed flags that belong to it (``values`` override); errors name the flag."""
+    given = {f.name: getattr(args, f.name) for f in fields(spec) if hasattr(args, f.name)}
+    if getattr(args, "quiet", False) and "progress" in spec.__dataclass_fields__:
+        given["progress"] = False
+    by_name = {f.name: f for f in fields(spec)}
+
+    def label(key: str) -> str:
+        if key not in by_name:
+            return "--" + key.replace("_", "-")
+        return key.upper() if by_name[key].metadata.get("positional") else flag_of(by_name[key])
+
+    return spec.from_kwargs({**given, **values}, label=label)
+
+
+def join_dash_values(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``--targets -0.1,0.1`` as ``--targets=-0.1,0.1``: argparse would take a value starting with
+    '-' for a flag, and the message would be about a missing argument, not about the value."""
+    takes_value: set[str] = set()
+    known: set[str] = set()
+    stack = [parser]
+    while stack:
+        p = stack.pop()
+        for action in p._actions:
+            known.update(action.option_strings)
+            if action.option_strings and action.nargs != 0:
+                takes_value.update(action.option_strings)
+            if isinstance(action, argparse._SubParsersAction):
+                stack.extend(action.choices.values())
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        following = argv[i + 1] if i + 1 < len(argv) else None
+        if token in takes_value and following and following.startswith("-") and following not in known:
+            out.append(f"{token}={following}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out

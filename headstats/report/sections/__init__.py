@@ -1,0 +1,38 @@
+"""The sections of a report, in the order they appear: :data:`SECTIONS`.
+
+A section is a function ``section(writer, context)`` (:data:`~.context.Section`): it reads the
+tables of :class:`~.context.Context` (score tables, intervention rows and their summaries, the
+models' identities, the options) and writes headings, text, tables and figures to the
+:class:`~.context.Writer`, or nothing when its inputs are absent. To add a statistic to reports,
+write one section function (in a module here) and add it to :data:`SECTIONS`.
+"""
+
+from __future__ import annotations
+
+from headstats.report.sections.can_show import what_this_run_can_show
+from headstats.report.sections.context import Context, Section, Writer
+from headstats.report.sections.curves import add_curve_sections, interventions
+from headstats.report.sections.distances import between_models
+from headstats.report.sections.distributions import score_distributions
+from headstats.report.sections.overlap import score_overlap
+from headstats.report.sections.provenance import provenance, write_provenance
+from headstats.report.sections.stability import across_datasets
+
+SECTIONS: list[Section] = [
+    what_this_run_can_show,  # per task: n, points per question, baseline vs chance, detectable drop
+    score_distributions,  # per dataset: means of every score, ECDFs, layer x head maps
+    score_overlap,  # do two scores select the same heads?
+    between_models,  # W1 distances with intervals, p-values and noise floors
+    across_datasets,  # rank stability and per-layer W1 of each model's heads
+    interventions,  # per task: points, curves, within 1 point, rankings
+    provenance,  # the provenance of every table used
+]
+
+__all__ = [
+    "SECTIONS",
+    "Context",
+    "Section",
+    "Writer",
+    "add_curve_sections",
+    "write_provenance",
+]

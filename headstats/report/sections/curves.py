@@ -1,0 +1,228 @@
+"""Interventions per task: every point against the baseline, the accuracy curves, the heads that can
+be zeroed within 1 point, and the ranking of score functions. :func:`add_curve_sections` is shared
+with ``headstats paper``, so the study's published curves and a new run are read the same way."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from headstats.report import plots
+from headstats.report.sections.context import Context, Writer
+from headstats.stats import ranking
+
+POINT_TABLE = (
+    "model",
+    "score",
+    "target",
+    "realised_pct",
+    "n_questions",
+    "accuracy",
+    "acc_low",
+    "acc_high",
+    "diff",
+    "diff_low",
+    "diff_high",
+    "n_clusters",
+    "drop_upper",
+    "certified",
+    "mcnemar_p",
+    "mcnemar_p_holm",
+)
+# What the "within 1 point" number of a curve means, per reading (headstats.stats.curves).
+READINGS = {
+    "first": (
+        "Realised % at the *first* drop of the curve to baseline - 1 point (piecewise-linear between points). "
+        "`≥ x`: the curve never dropped 1 point within the tested range, so its value is a lower bound "
+        "(censored at the largest realised % tested, never 0); `*`: the curve dropped below the line and climbed "
+        "back later (non-monotone: the recovery is noise or a real effect; the first drop is where the claim "
+        "stops holding)."
+    ),
+    "study": (
+        "The study's reading: the realised % at the last crossing of baseline - 1 point in either direction on "
+        "the piecewise-linear curve, 0 when the curve never crosses (then 0 means 'not measured within the "
+        "sweep', not 'nothing')."
+    ),
+}
+
+
+def add_curve_sections(
+    writer: Writer,
+    points: pd.DataFrame,
+    curves: pd.DataFrame,
+    *,
+    rank_by: str = "grid_auc",
+    top_models: Sequence[str] | None = None,
+    top_k: int = 5,
+    prefix: str = "",
+    key_tables_at_root: bool = False,
+    level: int = 2,
+    progress: bool = False,
+    labels: dict[str, str] | None = None,
+) -> None:
+    """Curves, within-1-point numbers, ranks and rank agreement for one task's points and curve
+    summaries (own results or the published ones: the same tables, the same figures).
+    ``key_tables_at_root`` writes the within-1-point and rank tables as ``out/<name>.csv`` rather
+    than under ``out/tables/``; ``labels`` titles each model's panel (e.g. its exact identity)."""
+
+    def key_csv(name: str) -> str | None:
+        return f"{prefix}{name}.csv" if key_tables_at_root else None
+
+    models = list(dict.fromkeys(curves["model"]))
+    n_scores = curves["score"].nunique()
+    steps = tqdm(total=6, desc="curve figures", disable=not progress)
+    writer.heading("Accuracy vs % of heads zeroed", level)
+    writer.text(
+        "Every curve of every model against the realised % of (sequence, layer, head) triples zeroed (not the "
+        "target p); dashed: baseline accuracy, dotted: baseline - 1 point; shaded: 95% intervals of each point's "
+        "accuracy and, in grey, of the baseline (where the table has them)."
+    )
+    writer.figure(
+        plots.accuracy_grid(points, models=models, labels=labels),
+        f"{prefix}accuracy_grid",
+        "Accuracy vs realised % of heads zeroed, one panel per model.",
+    )
+    steps.update()
+
+    shown = [m for m in (top_models or models[:3]) if m in models]
+    if shown:
+        writer.figure(
+            plots.top_curves(points, curves, shown, k=3, by=rank_by, labels=labels),
+            f"{prefix}top_curves",
+            f"Random and the three best curves by `{rank_by}` of {', '.join(shown)}.",
+        )
+    steps.update()
+
+    reading = str(curves["reading"].iloc[0]) if "reading" in curves.columns else "study"
+    writer.heading("Heads that can be zeroed within 1 point", level + 1)
+    writer.text(READINGS[reading])
+    writer.table(
+        ranking.within_one_point_labels(curves) if reading == "first" else ranking.within_one_point_table(curves),
+        f"{prefix}within_one_point",
+        floatfmt=".2f",
+        index=True,
+        csv=key_csv("within_one_point"),
+    )
+    unmeasured = curves["censored"].astype(bool) if reading == "first" else ~curves["crosses"].astype(bool)
+    if unmeasured.any():
+        writer.table(
+            curves.loc[unmeasured, ["model", "score", "max_realised_pct"]],
+            f"{prefix}never_crosses",
+            floatfmt=".2f",
+            collapsed=f"{int(unmeasured.sum())} curve(s) never drop 1 point within their sweep",
+        )
+    if "within_1pt_certified" in curves.columns:
+        writer.text(
+            "Certified, paired with the baseline on the same questions: `within_1pt_certified` is the largest "
+            "realised % up to which every point's one-sided 95% upper bound of the drop (Tango's score bound on the "
+            "changed answers, which stays honest when few or none changed) is at most 1 point; "
+            "`within_1pt_not_excluded` the largest up to which no point's drop is shown to exceed 1 point. Between "
+            "the two the data cannot decide. `mdd_80`: the smallest drop (points) detectable with 80% power at the "
+            "curve's number of questions and share of changed answers."
+        )
+        cols = [
+            "model",
+            "score",
+            "baseline",
+            "within_1pt",
+            "censored",
+            "non_monotone",
+            "within_1pt_certified",
+            "certified_open",
+            "within_1pt_not_excluded",
+            "max_realised_pct",
+            "n_questions",
+            "mdd_80",
+        ]
+        writer.table(
+            curves[[c for c in cols if c in curves.columns]], f"{prefix}within_one_point_certified", floatfmt=".2f"
+        )
+    if "awft" in set(curves["score"]) and n_scores > 1:
+        writer.table(
+            ranking.compare_with_reference(curves, "awft"),
+            f"{prefix}awft_vs_best_other",
+            floatfmt=".2f",
+            collapsed="`awft` vs the best other curve per model (the study's Table 2 layout)",
+        )
+    steps.update()
+
+    writer.heading(f"Ranking score functions by `{rank_by}`", level + 1)
+    writer.text(
+        "`norm_auc` is the study's area (trapezoid area over the curve's own x-range, which favours curves that "
+        "stop early); `grid_auc` the mean accuracy over a realised-% range common to all curves of a model."
+    )
+    ranks = ranking.rank_scores(curves, rank_by)
+    writer.figure(plots.rank_heatmap(ranks), f"{prefix}rank_heatmap", f"Rank of each score function by `{rank_by}`.")
+    writer.table(ranks, f"{prefix}ranks", index=True, csv=key_csv("ranks"), collapsed=f"ranks by `{rank_by}`")
+    for metric in ranking.RANK_METRICS:
+        writer.table(
+            ranking.metric_table(curves, metric),
+            f"{prefix}{metric}",
+            floatfmt=".2f",
+            index=True,
+            collapsed=f"`{metric}` per model and score",
+        )
+    steps.update()
+
+    if len(models) >= 2 and n_scores >= 3:
+        corr = ranking.rank_correlation(curves, rank_by)
+        writer.figure(
+            plots.matrix_heatmap(
+                corr,
+                title=f"Spearman correlation of score rankings ({rank_by})",
+                cmap="coolwarm",
+                vmin=-1.0,
+                vmax=1.0,
+                annotate=True,
+            ),
+            f"{prefix}rank_spearman",
+            "Do models agree on which score functions work best?",
+        )
+        writer.table(corr, f"{prefix}rank_spearman", floatfmt=".2f", index=True, collapsed="Spearman matrix")
+    steps.update()
+    k = min(top_k, n_scores - 1)
+    if len(models) >= 2 and k >= 1:
+        iou = ranking.top_k_iou(curves, k, rank_by)
+        writer.figure(
+            plots.overlap_heatmap(iou, title=f"IoU of top-{k} score functions ({rank_by})", annotate=True),
+            f"{prefix}top{k}_iou",
+            f"Overlap of each pair of models' {k} best score functions.",
+        )
+        writer.table(iou, f"{prefix}top{k}_iou", floatfmt=".2f", index=True, collapsed=f"top-{k} IoU matrix")
+    steps.update()
+    steps.close()
+
+
+def interventions(writer: Writer, context: Context) -> None:
+    points, curves, opt = context.points, context.curves, context.options
+    if points is None:
+        return
+    for task in sorted(points["task"].unique()):
+        writer.heading(f"Interventions: task `{task}`")
+        tp = points[points["task"] == task]
+        unit = str(tp["cluster"].iloc[0]) if "cluster" in tp.columns else "question_id"
+        tested = int(points["mcnemar_p"].notna().sum())
+        writer.text(
+            f"Accuracy (`{opt.metric}`, %) with Wilson 95% intervals; against the baseline on the same questions: "
+            f"`diff` (points) with a 95% bootstrap interval resampling whole clusters (`{unit}`, `n_clusters` of "
+            "them), `drop_upper` the one-sided 95% upper bound of the drop (Tango's score bound), `certified` when "
+            f"it is at most 1 point, the exact McNemar p-value and `mcnemar_p_holm`, Holm-adjusted over all {tested} "
+            "points of this report."
+        )
+        writer.table(tp[[c for c in POINT_TABLE if c in tp.columns]], f"{task}_points", floatfmt=".3g")
+        tc = curves[curves["task"] == task]
+        if tc.empty:
+            writer.text("Only the baseline was run: no curves to draw.")
+            continue
+        add_curve_sections(
+            writer,
+            tp,
+            tc,
+            rank_by=opt.rank_by,
+            prefix=f"{task}_",
+            level=3,
+            progress=opt.progress,
+            labels=context.models,
+        )

@@ -1,0 +1,40 @@
+"""Score distributions per dataset: every score's mean per model, ECDFs and layer x head maps."""
+
+from __future__ import annotations
+
+from headstats.report import plots
+from headstats.report.sections.context import Context, Writer
+
+
+def score_distributions(writer: Writer, context: Context) -> None:
+    scores = context.scores
+    if scores is None:
+        return
+    writer.heading("Score distributions")
+    for dataset in sorted(scores["dataset"].unique()):
+        rows = scores[scores["dataset"] == dataset]
+        here = sorted(rows["model"].unique())
+        writer.heading(f"Dataset `{dataset}`", 3)
+        sids = context.score_ids(rows)
+        counts = rows.groupby("model").agg(
+            sequences=("sample_id", "nunique"), layers=("layer", "nunique"), heads=("head", "nunique")
+        )
+        writer.table(
+            counts.join(rows.groupby("model")[sids].mean()),
+            f"means_{dataset}",
+            index=True,
+            collapsed="sequences, layers, heads and the mean of every score per model",
+        )
+        drawn = context.figure_scores(rows)
+        if not drawn:
+            continue
+        names = " and ".join(f"`{sid}`" for sid in drawn)
+        writer.figure(
+            plots.ecdf(rows, drawn, here, dataset=dataset), f"ecdf_{dataset}", f"ECDFs of {names} on `{dataset}`."
+        )
+        for model in here:
+            writer.figure(
+                plots.layer_head_heatmap(rows, drawn, model, dataset=dataset),
+                f"heads_{model}_{dataset}",
+                f"Mean {names} per (layer, head) of {context.models.get(model, model)} on `{dataset}`.",
+            )

@@ -1,0 +1,192 @@
+"""The command line: built from the specs, every bad input a one-line message and exit status 2 with
+nothing written and no model loaded, registries listed from the registries themselves."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+import torch
+
+from headstats.cli import build_parser, main
+from headstats.cli.options import spec_from_args
+from headstats.engine import scores as S
+from headstats.io import models, store
+from headstats.jobs.specs import ReportSpec
+
+
+@pytest.fixture
+def no_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any attempt to load a model fails the test: validation must come first."""
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded before validation"))
+
+
+def _one_line_error(capsys: pytest.CaptureFixture) -> str:
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("headstats: error: "), captured.err
+    return lines[0]
+
+
+def _analysis(tmp_path: Path, extra: str) -> Path:
+    path = tmp_path / "study.toml"
+    path.write_text(
+        f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n'
+        '[models]\nnames = ["smollm2-135m"]\n'
+        '[collect]\ndatasets = ["mmlu"]\nlimit = 2\n'
+        '[[ablate]]\ntask = "mmlu"\nlimit = 2\n' + extra
+    )
+    return path
+
+
+@pytest.mark.parametrize(
+    ("extra", "names"),
+    [
+        # a typo'd key: the message names it and lists the allowed keys
+        ("[report_options]\nn_bot = 3\n", ["n_bot", "allowed:", "n_boot", "n_perm", "depth_bins"]),
+        ("[[ablate]]\ntask = 'piqa'\ntarget = [0.1]\n", ["[[ablate]] #2", "target", "allowed:", "targets"]),
+        # a wrongly typed value: the message names the key and the type it needs
+        ("[report_options]\nn_boot = 4.7\n", ["[report_options] n_boot", "expected an integer"]),
+        ("[[ablate]]\ntask = 'piqa'\nlimit = 'four'\n", ["[[ablate]] #2 limit", "expected an integer"]),
+        ("[[ablate]]\ntask = 'piqa'\nscores = 'ahon_ln'\n", ["#2 scores", "expected a list of strings"]),
+    ],
+)
+def test_a_bad_analysis_file_is_refused_before_any_model_loads(
+    tmp_path: Path, extra: str, names: list[str], no_model: None, capsys: pytest.CaptureFixture
+) -> None:
+    assert main(["run", str(_analysis(tmp_path, extra))]) == 2
+    line = _one_line_error(capsys)
+    for name in names:
+        assert name in line, (name, line)
+    assert not (tmp_path / "results").exists() and not (tmp_path / "report").exists()
+
+
+def test_negative_targets_are_a_one_line_message(tmp_path: Path, no_model: None, capsys) -> None:
+    out = tmp_path / "out"
+    argv = ["ablate", "--model", "smollm2-135m", "--task", "mmlu", "--out", str(out), "--targets", "-0.1,0.1"]
+    assert main(argv) == 2
+    assert "--targets: target fraction -0.1 is outside [0, 1]" in _one_line_error(capsys)
+    assert not out.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+@pytest.mark.parametrize("command", ["collect", "ablate"])
+def test_cuda_without_cuda_is_one_shared_check_before_any_work(
+    command: str, tmp_path: Path, no_model: None, capsys
+) -> None:
+    out = tmp_path / "out"
+    what = ["--dataset", "mmlu"] if command == "collect" else ["--task", "mmlu"]
+    assert main([command, "--model", "smollm2-135m", *what, "--out", str(out), "--device", "cuda"]) == 2
+    assert "--device: 'cuda' was asked for, but no CUDA device is available here" in _one_line_error(capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["collect", "--dataset", "mmlu", "--out", "{out}"], "the following arguments are required: --model"),
+        (
+            ["collect", "--model", "m", "--dataset", "mmlu", "--out", "{out}", "--limit", "4.7"],
+            "'4.7' is not an integer",
+        ),
+        (
+            ["collect", "--model", "m", "--dataset", "mmlu", "--out", "{out}", "--limit", "0"],
+            "--limit must be at least 1",
+        ),
+        (["collect", "--model", "m", "--dataset", "mmlu", "--out", "{out}", "--sample", "x"], "unknown sample method"),
+        (["report", "{out}", "--out", "{out}/r", "--bootstrap", "0"], "--n-boot must be at least 1"),
+        (["report", "{out}", "--out", "{out}/r", "--rank-by", "auc"], "--rank-by: unknown curve area 'auc'"),
+        (["list", "everything"], "unknown list 'everything'"),
+        (["ablate", "--model", "m", "--task", "mmlu", "--out", "{out}", "--executor-param", "x"], "give KEY=VALUE"),
+    ],
+)
+def test_bad_flags_are_one_line_messages_and_write_nothing(tmp_path: Path, argv, message, no_model, capsys) -> None:
+    out = tmp_path / "out"
+    assert main([a.format(out=out) for a in argv]) == 2
+    assert message in _one_line_error(capsys)
+    assert not out.exists()
+
+
+def test_list_prints_each_registry_one_line_per_entry(capsys: pytest.CaptureFixture) -> None:
+    from headstats.io.assets import EMBEDDED_MODELS
+    from headstats.io.tasks import COLLECTION_DATASETS, TASKS
+
+    registered = S.Score("max_weight_cli", "maximum attention weight", "above", stat=S.SCORES["awft"].stat, pool="mean")
+    S.register(registered)
+    try:
+        assert main(["list", "scores"]) == 0
+        lines = capsys.readouterr().out.splitlines()
+    finally:
+        del S.SCORES["max_weight_cli"]
+    assert [line.split()[0] for line in lines] == [*S.SCORES, "max_weight_cli"]
+    assert "maximum attention weight" in lines[-1] and "inactive when above" in lines[-1]
+    for what, names in (("tasks", TASKS), ("datasets", COLLECTION_DATASETS), ("models", EMBEDDED_MODELS)):
+        assert main(["list", what]) == 0
+        assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == list(names)
+
+
+def test_help_lists_registered_names() -> None:
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if hasattr(a, "choices") and isinstance(a.choices, dict)]
+    collect_help = sub.choices["collect"].format_help()
+    ablate_help = sub.choices["ablate"].format_help()
+    assert "ahon_ln" in collect_help and "wikipedia" in collect_help and "paper" in collect_help
+    assert "mmlu_cloze" in ablate_help and "arc_challenge" in ablate_help
+
+
+def _write_results(root: Path) -> None:
+    rng = np.random.default_rng(0)
+    base = rng.random(40) < 0.6
+    for score, target, correct, zeroed in (
+        ("baseline", 0.0, base, 0),
+        ("ahon_ln", 0.1, base & (rng.random(40) < 0.9), 5),
+    ):
+        rows = pd.DataFrame(
+            {
+                "subject": pd.Series([None] * 40, dtype=object),
+                "question_id": np.arange(40, dtype="int64"),
+                "score": score,
+                "target": target,
+                "threshold": np.nan if score == "baseline" else 0.2,
+                "correct": correct,
+                "correct_norm": pd.Series([pd.NA] * 40, dtype="boolean"),
+                "gold_loglik": rng.normal(size=40),
+                "pred": np.zeros(40, dtype="int16"),
+                "n_choices": np.full(40, 2, dtype="int16"),
+                "n_zeroed": np.full(40, float(zeroed)),
+                "n_heads": np.full(40, 50, dtype="int32"),
+            }
+        )
+        name = "baseline.parquet" if score == "baseline" else f"point-{score}-{target:g}.parquet"
+        store.write_parquet_atomic(pa.Table.from_pandas(rows, preserve_index=False), root / "model=m" / "task=t" / name)
+
+
+def test_summary_command_and_the_old_ablate_summary_flag_print_the_same(tmp_path: Path, capsys) -> None:
+    _write_results(tmp_path)
+    assert main(["summary", str(tmp_path)]) == 0
+    new = capsys.readouterr().out
+    assert main(["ablate", "--summary", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == new
+    assert "per point (correct" in new and "ahon_ln" in new and "per curve" in new
+
+
+def test_quiet_silences_messages_and_progress_and_old_flags_are_aliases(tmp_path: Path) -> None:
+    args = build_parser().parse_args(["report", str(tmp_path), "--out", str(tmp_path / "r"), "--bootstrap", "50"])
+    spec = spec_from_args(args, ReportSpec)
+    assert spec.n_boot == 50 and spec.progress
+    quiet = build_parser().parse_args(["report", str(tmp_path), "--out", "r", "--n-boot", "7", "--quiet"])
+    assert spec_from_args(quiet, ReportSpec).progress is False and spec_from_args(quiet, ReportSpec).n_boot == 7
+    assert main(["--quiet", "list", "tasks"]) == 0
+    assert logging.getLogger("headstats").getEffectiveLevel() == logging.WARNING
+    assert main(["list", "tasks"]) == 0
+    assert logging.getLogger("headstats").getEffectiveLevel() == logging.INFO
+
+
+def test_the_package_declares_its_types() -> None:
+    import headstats
+
+    assert (Path(headstats.__file__).parent / "py.typed").is_file()

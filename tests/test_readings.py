@@ -1,0 +1,99 @@
+"""Curve readings and certification (SPEC §3, issue 10): first drop with a non-monotone flag,
+censored curves as lower bounds, the study's reading for the paper only, and a certification
+bound that needs data."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headstats.stats import curves as C
+from headstats.stats import ranking
+from headstats.stats.paired import drop_bound, drop_bound_from_counts, minimum_detectable_drop
+from headstats.stats.summary import summarize_curves, summarize_interventions
+
+
+def test_dip_and_recover_gives_the_first_crossing_and_is_flagged() -> None:
+    # baseline 50: drops to 48 at 10% (crossing at 5%), climbs back to 50 at 20%, falls to 45 at 30%.
+    x, y = [0, 10, 20, 30], [50, 48, 50, 45]
+    first = C.within_one_point(x, y, 50)
+    assert first == C.Crossing(5.0, True, censored=False, non_monotone=True)
+    study = C.within_one_point(x, y, 50, reading="study")
+    assert study.value == pytest.approx(20 + 10 / 5)  # the last crossing, after the recovery
+    monotone = C.within_one_point([0, 10, 20], [50, 49.5, 47], 50)
+    assert monotone.value == pytest.approx(10 + 10 * 0.5 / 2.5) and not monotone.non_monotone
+
+
+def test_a_curve_that_never_drops_is_censored_at_its_largest_realised_percent() -> None:
+    c = C.within_one_point([0, 12.5, 26.5, 8.0], [50, 49.6, 49.2, 50.3], 50)
+    assert (c.value, c.crosses, c.censored, c.non_monotone) == (26.5, False, True, False)
+    assert C.within_one_point([0, 12.5, 26.5], [50, 49.6, 49.2], 50, reading="study") == C.Crossing(0.0, False)
+    with pytest.raises(ValueError, match="reading must be one of"):
+        C.within_one_point([0, 1], [50, 49], 50, reading="last")
+
+
+def test_censored_values_are_lower_bounds_in_the_awft_vs_best_table() -> None:
+    """PIQA's case (issue 10): awft never drops a point up to 26.5%, ahon_ln crosses at 12; with
+    the study's 0 awft would lose, as a lower bound it wins and the table says so."""
+    curves = pd.DataFrame({
+        "model": ["p"] * 3 + ["q"] * 3, "score": ["awft", "ahon_ln", "random"] * 2,
+        "within_1pt": [26.5, 12.0, 3.0, 4.0, 12.0, 12.0], "censored": [True, False, False, False, False, True],
+        "non_monotone": [False, True, False, False, False, False],
+    })  # fmt: skip
+    table = ranking.compare_with_reference(curves).set_index("model")
+    assert table.loc["p", "best_overall_score"] == "awft" and bool(table.loc["p", "awft_censored"])
+    assert table.loc["p", "best_other_score"] == "ahon_ln"
+    # q: ahon_ln and random tie at 12, random's is a lower bound, so it is the better one
+    assert table.loc["q", "best_other_score"] == "random" and bool(table.loc["q", "best_other_censored"])
+    assert bool(table.loc["Average", "awft_censored"]) and "lower bounds" in table.loc["Average", "order_note"]
+    labels = ranking.within_one_point_labels(curves)
+    assert labels.loc["p", "awft"] == "≥ 26.50" and labels.loc["p", "ahon_ln"] == "12.00*"
+
+
+def test_no_changed_answer_certifies_with_5000_questions_but_not_with_20() -> None:
+    for n, certified in ((20, False), (5000, True)):
+        same = np.arange(n) % 3 != 0
+        bound = drop_bound(same, same)
+        assert (bound.drop, bound.lost, bound.gained) == (0.0, 0, 0)
+        z2 = 1.6448536269514722**2
+        assert bound.upper == pytest.approx(z2 / (n + z2), rel=1e-6)  # the score bound with no flips
+        assert bool(100 * bound.upper <= 1.0) is certified
+    # Through the summary tables: the same identical answers, as an intervention point and a curve.
+    for n, certified in ((20, False), (5000, True)):
+        base = np.arange(n) % 3 != 0
+        rows = []
+        for score, target in (("baseline", 0.0), ("ahon_ln", 0.1)):
+            rows.append(pd.DataFrame({
+                "model": "m", "task": "t", "question_id": np.arange(n), "score": score, "target": target,
+                "threshold": 0.5, "correct": base, "n_zeroed": 0 if score == "baseline" else 20, "n_heads": 100,
+            }))  # fmt: skip
+        df = pd.concat(rows, ignore_index=True)
+        points = summarize_interventions(df, n_resamples=200)
+        point = points[points["score"] == "ahon_ln"].iloc[0]
+        assert bool(point["certified"]) is certified and point["cluster"] == "question_id"
+        curve = summarize_curves(df, points).iloc[0]
+        assert bool(curve["within_1pt_certified"] == pytest.approx(20.0)) is certified
+        assert curve["censored"] and curve["within_1pt"] == pytest.approx(20.0)
+
+
+def test_drop_bounds_cover_and_mdd_shrinks_with_n() -> None:
+    # Coverage of the one-sided 95% upper bound on a small design with losses and gains.
+    rng = np.random.default_rng(0)
+    n, lose, gain = 60, 0.06, 0.03
+    draws = rng.multinomial(n, [lose, gain, 1 - lose - gain], size=400)
+    cache: dict[tuple[int, int], float] = {}
+    covered = 0
+    for lost, gained, _ in draws:
+        key = (int(lost), int(gained))
+        if key not in cache:
+            cache[key] = drop_bound_from_counts(*key, n).upper
+        covered += cache[key] >= lose - gain
+    assert covered / len(draws) >= 0.92
+    one = drop_bound_from_counts(5, 0, 200)
+    assert one.lower > 0.01  # 5 of 200 lost and none gained: shown to exceed 1 point (one-sided 5%)
+    assert minimum_detectable_drop(200) > minimum_detectable_drop(5000) > 0
+    assert minimum_detectable_drop(200, 0.2) > minimum_detectable_drop(200)  # changed answers both ways cost power
+    assert math.isnan(minimum_detectable_drop(1, 1.0)) or minimum_detectable_drop(1, 1.0) <= 1

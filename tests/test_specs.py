@@ -1,0 +1,149 @@
+"""Every option is declared once, in a spec; Python, analysis files and the command line all check it
+the same way, before any model loads."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+
+from headstats.cli import build_parser
+from headstats.cli.options import flags_of
+from headstats.jobs import specs
+from headstats.jobs.analysis import load_analysis
+from headstats.jobs.specs import CollectSpec, ReportSpec, Resources, SpecError, SweepSpec
+
+PLUGGED_IN = {"finetune"}
+SPECS = [
+    obj
+    for obj in vars(specs).values()
+    if isinstance(obj, type) and issubclass(obj, specs.Spec) and dataclasses.is_dataclass(obj) and obj is not specs.Spec
+]
+
+
+def test_no_option_is_declared_twice() -> None:
+    """Each field name is declared by exactly one spec class (the others inherit it)."""
+    declared: dict[str, list[str]] = {}
+    for cls in SPECS:
+        for name in inspect.get_annotations(cls):
+            if not name.isupper():  # WHAT / DEFAULTS are class settings, not options
+                declared.setdefault(name, []).append(cls.__name__)
+    twice = {name: owners for name, owners in declared.items() if len(owners) > 1}
+    assert not twice, twice
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def test_every_flag_of_every_command_maps_to_exactly_one_spec_field() -> None:
+    fields_by_name: dict[str, list[dataclasses.Field]] = {}
+    for cls in SPECS:
+        for f in dataclasses.fields(cls):
+            fields_by_name.setdefault(f.name, [])
+            if all(f is not g for g in fields_by_name[f.name]):
+                fields_by_name[f.name].append(f)
+    spellings = {}
+    for name, found in fields_by_name.items():
+        assert len(found) == 1, f"{name} is declared by several specs"
+        spellings[name] = found[0]
+    shortcut_flags = set(specs.EXECUTOR_FLAGS)
+    for command, parser in _commands(build_parser()).items():
+        if command == "lm-eval":  # lm-eval's own command line, passed through untouched
+            continue
+        if command in PLUGGED_IN:  # commands of headstats.cli.COMMAND_MODULES declare their own flags
+            continue
+        seen: dict[str, str] = {}
+        for action in parser._actions:
+            if action.dest in ("help", "quiet"):
+                continue
+            assert action.dest in spellings, f"headstats {command}: {action.option_strings or action.dest} has no spec"
+            for flag in action.option_strings:
+                assert flag not in seen, f"headstats {command}: {flag} twice"
+                seen[flag] = action.dest
+                field = spellings[action.dest]
+                assert flag in flags_of(field) or flag in shortcut_flags or flag == "--summary", (command, flag)
+            assert action.help, f"headstats {command}: {action.option_strings} has no help"
+
+
+def test_python_construction_checks_types_ranges_and_registries() -> None:
+    assert CollectSpec(limit=4).limit == 4
+    for bad, message in [
+        ({"limit": 4.7}, "limit: expected an integer"),
+        ({"limit": "four"}, "limit: expected an integer"),
+        ({"limit": True}, "limit: expected an integer"),
+        ({"limit": 0}, "limit must be at least 1"),
+        ({"batch_size": 0}, "batch_size must be at least 1"),
+        ({"scores": ["awft", "bogus"]}, "unknown score id 'bogus'"),
+        ({"prompt_format": "weird"}, "unknown prompt format 'weird'"),
+        ({"padding_side": "middle"}, "unknown padding side 'middle'"),
+    ]:
+        with pytest.raises(SpecError, match=message):
+            CollectSpec(**bad)
+    with pytest.raises(SpecError, match="outside \\[0, 1\\]"):
+        SweepSpec(targets=(0.0, 1.5))
+    with pytest.raises(SpecError, match="always run"):
+        SweepSpec(scores=("baseline",))
+    with pytest.raises(SpecError, match="unknown launcher 'pbs'"):
+        Resources(launcher="pbs")
+    # A comma-separated string is a list in Python calls (run_sweep(scores="a,b")), in canonical form.
+    assert SweepSpec(scores="ahon_ln, awft", targets=[0, 0.1]).scores == ("ahon_ln", "awft")
+    assert SweepSpec().scores == specs.DEFAULT_SWEEP_SCORES and CollectSpec().scores is None
+    assert SweepSpec(targets="0,0.1").targets == (0.0, 0.1)  # run_sweep(targets="0,0.1") as before
+    assert SweepSpec(calibration_limit=None).calibration_limit == specs.DEFAULT_CALIBRATION_LIMIT
+
+
+def test_keyword_names_and_old_spellings() -> None:
+    assert ReportSpec.from_kwargs({"bootstrap": 50}).n_boot == 50  # `report --bootstrap`, kept as an alias
+    assert CollectSpec.from_kwargs({"score_ids": ["awft"]}).scores == ("awft",)  # collect_scores(score_ids=)
+    with pytest.raises(SpecError, match=r"unknown collection option.*batchsize.*batch_size"):
+        CollectSpec.from_kwargs({"batchsize": 4})
+
+
+def test_a_score_registered_in_user_code_is_an_allowed_value_at_once() -> None:
+    from headstats.engine import scores as S
+
+    score = S.Score("max_weight_spec_test", "test score", "above", stat=S.SCORES["awft"].stat, pool="mean")
+    S.register(score)
+    try:
+        assert CollectSpec(scores=["max_weight_spec_test"]).scores == ("max_weight_spec_test",)
+    finally:
+        del S.SCORES["max_weight_spec_test"]
+
+
+def _analysis(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "a.toml"
+    models = '[models]\nnames = ["smollm2-135m"]\n'
+    path.write_text(text.replace("MODELS", models) if "MODELS" in text else models + text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[collect]\ndatasets = ['mmlu']\nlimt = 3\n", r"\[collect\]: unknown key\(s\) limt; allowed: batch_size, "),
+        ("[collect]\nlimit = 4.7\n", r"\[collect\] limit: expected an integer"),
+        ('[collect]\nlimit = "four"\n', r"\[collect\] limit: expected an integer"),
+        ('[collect]\ndatasets = "mmlu"\n', r"\[collect\] datasets: expected a list of strings"),
+        ('[[ablate]]\ntask = "mmlu"\nscores = "ahon_ln"\n', r"\[\[ablate\]\] #1 scores: expected a list of strings"),
+        ('[[ablate]]\ntask = "mmlu"\nsubjects = "marketing"\n', r"#1 subjects: expected a list of strings"),
+        ("[report_options]\nn_bot = 3\n", r"\[report_options\]: unknown key\(s\) n_bot; allowed: .*n_boot"),
+        ('[report_options]\nrank_by = "auc"\n', r"\[report_options\] rank_by: unknown curve area 'auc'"),
+        ("[models]\n", "not valid TOML"),  # a second [models] table
+        ("colect = 1\nMODELS", r"top level: unknown key\(s\) colect; allowed: .*collect"),
+        ('[models2]\nnames = ["m"]\n', r"unknown key\(s\) models2"),
+    ],
+)
+def test_analysis_files_are_checked_key_by_key(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_analysis(_analysis(tmp_path, text))
+
+
+def test_the_shipped_analyses_use_only_declared_keys() -> None:
+    for path in sorted((Path(__file__).parent.parent / "analyses").glob("*.toml")):
+        spec = load_analysis(path)
+        assert spec.report_options.n_boot >= 1 and all(a.task for a in spec.ablate), path

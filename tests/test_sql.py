@@ -1,0 +1,99 @@
+"""DuckDB views over a results folder hold exactly the rows of read_scores / read_interventions."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("duckdb")
+
+import headstats
+from headstats.io.sql import connect
+from headstats.jobs.collect import collect_scores
+from headstats.jobs.sweep import run_sweep
+
+try:
+    from test_evaluate import tiny_model
+    from test_tasks import build_data_dir, make_tokenizer
+except ImportError:  # pragma: no cover
+    from tests.test_evaluate import tiny_model
+    from tests.test_tasks import build_data_dir, make_tokenizer
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A results folder made with a tiny model: two score tables (several part files each) and a
+    sweep (baseline + four points)."""
+    root = tmp_path_factory.mktemp("results")
+    data = build_data_dir(tmp_path_factory.mktemp("data"))
+    tok = make_tokenizer(adds_bos=False)
+    model = tiny_model("llama", len(tok))
+    model.headstats_name = "tiny-llama"
+    corpus = tmp_path_factory.mktemp("corpus") / "docs.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"Document number {i} is here."}) + "\n" for i in range(5)))
+    collect_scores(model, tok, str(corpus), root, batch_size=2, rows_per_part=20, progress=False)
+    collect_scores(model, tok, "mmlu", root, data_dir=str(data), batch_size=4, progress=False)
+    run_sweep(model, "mmlu", tokenizer=tok, out=root, data_dir=str(data), scores="ahon_ln,random",
+              targets=[0, 0.5], progress=False)  # fmt: skip
+    return root
+
+
+def count(con, sql: str) -> int:
+    return int(con.sql(sql).fetchall()[0][0])
+
+
+def test_views_hold_the_rows_of_the_readers(results: Path) -> None:
+    con = connect(results)
+    scores, interventions = headstats.read_scores(results), headstats.read_interventions(results)
+    assert count(con, "SELECT count(*) FROM scores") == len(scores) > 0
+    assert count(con, "SELECT count(*) FROM interventions") == len(interventions) > 0
+    # Per table, and the values themselves.
+    by_sql = con.sql("SELECT model, dataset, count(*) AS n, sum(ahon_ln) AS s FROM scores GROUP BY ALL").df()
+    by_pandas = scores.groupby(["model", "dataset"]).agg(n=("layer", "size"), s=("ahon_ln", "sum")).reset_index()
+    merged = by_sql.merge(by_pandas, on=["model", "dataset"], suffixes=("_sql", "_pd"))
+    assert len(merged) == len(by_pandas) == 2
+    assert (merged["n_sql"] == merged["n_pd"]).all()
+    np.testing.assert_allclose(merged["s_sql"], merged["s_pd"], rtol=1e-6)
+    per_task = con.sql("SELECT model, task, count(*) AS n, sum(correct::INT) AS c FROM interventions GROUP BY ALL").df()
+    assert per_task["n"].tolist() == [len(interventions)]
+    assert per_task["c"].tolist() == [int(interventions["correct"].sum())]
+
+
+def test_a_sample_stored_twice_is_one_row_as_in_read_scores(results: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "results"
+    shutil.copytree(results, copy)
+    (partition,) = [p for p in copy.glob("model=*/dataset=docs-*")]
+    first = sorted(partition.glob("part-*.parquet"))[0]
+    shutil.copy(first, partition / "part-z-second-writer.parquet")  # a later part repeating samples
+    con = connect(copy)
+    assert (
+        count(con, "SELECT count(*) FROM scores")
+        == len(headstats.read_scores(copy))
+        == len(headstats.read_scores(results))
+    )
+    assert count(con, "SELECT count(*) FROM (SELECT DISTINCT model, dataset, sample_id, layer, head FROM scores)") == (
+        count(con, "SELECT count(*) FROM scores")
+    )
+
+
+def test_one_partition_and_an_empty_kind(results: Path) -> None:
+    (partition,) = list(results.glob("model=*/task=mmlu"))
+    con = connect(partition)
+    assert count(con, "SELECT count(*) FROM interventions") == len(headstats.read_interventions(partition))
+    assert count(con, "SELECT count(*) FROM scores") == 0  # a sweep folder holds no score table
+    with pytest.raises(headstats.io.store.StoreError, match="does not exist"):
+        connect(results / "missing")
+
+
+def test_pandas_and_joins(results: Path) -> None:
+    con = connect(results)
+    frame = con.sql(
+        "SELECT i.subject, i.question_id, i.correct, avg(s.ahon_ln) AS ahon_ln FROM interventions i "
+        "JOIN scores s ON s.dataset = 'mmlu' AND s.subject = i.subject AND s.question_id = i.question_id "
+        "WHERE i.score IS NULL OR i.score = 'ahon_ln' GROUP BY ALL"
+    ).df()
+    assert len(frame) > 0 and frame["ahon_ln"].notna().all()
