@@ -16,11 +16,11 @@ from headstats.jobs.specs import Resources
 ANALYSES = Path(__file__).parent.parent / "analyses"
 
 
-@pytest.mark.parametrize("name", ["embedded", "finetuning", "scaling", "datasets"])
+@pytest.mark.parametrize("name", ["embedded", "finetuning", "scaling", "datasets", "finetuning_embedded"])
 def test_shipped_analyses_are_valid(name: str) -> None:
     spec = load_analysis(ANALYSES / f"{name}.toml")
     assert spec.models and spec.ablate and spec.collect_datasets
-    assert str(spec.report) == f"reports/{name}"
+    assert str(spec.report) == f"reports/{name.replace('_', '-')}"
 
 
 def test_the_embedded_analysis_runs_the_real_embedded_model_on_bundled_data() -> None:
@@ -111,3 +111,56 @@ n_perm = 20
     files = {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*.parquet")}
     run_analysis(spec, progress=False, stages=("collect", "ablate"), resources=grid)
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*.parquet")} == files
+
+
+def test_dry_run_counts_the_work_writes_nothing_and_sees_what_is_done(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from headstats.jobs.dryrun import dry_run
+
+    spec_path = tmp_path / "tiny.toml"
+    spec_path.write_text(
+        f"""
+results = "{tmp_path / "results"}"
+report = "{tmp_path / "report"}"
+[models]
+names = ["{tiny_model_dir}"]
+[collect]
+datasets = ["piqa"]
+limit = 3
+[[ablate]]
+task = "piqa"
+limit = 4
+scores = ["ahon_ln", "awft", "random"]
+targets = [0, 0.1, 0.3]
+batch_size = 3
+[report_options]
+n_boot = 20
+n_perm = 20
+"""
+    )
+    assert main(["run", "--dry-run", str(spec_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Nothing was written" in out and "estimated" in out
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*.parquet"))
+    spec = load_analysis(spec_path)
+    collect, ablate = dry_run(spec).units
+    assert (collect.stage, collect.items, collect.sequences, collect.passes_left) == ("collect", 3, 3, 1)
+    # PIQA: two sequences per question (one per solution); the baseline pass (which also records the
+    # calibration scores) plus 3 scores x 2 non-zero targets; p = 0 reuses the baseline.
+    assert (ablate.items, ablate.sequences, ablate.passes_total, ablate.passes_left) == (4, 8, 7, 7)
+    assert ablate.forwards_left == 3 * 7 and ablate.tokens_per_s > 0 and ablate.seconds_left > 0
+    run_analysis(spec, progress=False, stages=("collect", "ablate"))
+    collect, ablate = dry_run(spec).units
+    assert collect.passes_left == 0 and ablate.passes_left == 0 and collect.seconds_left == ablate.seconds_left == 0
+
+
+def test_the_study_file_is_the_powered_study() -> None:
+    spec = load_analysis(ANALYSES / "study.toml")
+    assert spec.models == ["smollm2-135m", "gemma3-270m"]
+    tasks = {a.task: a for a in spec.ablate}
+    assert set(tasks) == {"piqa", "arc_easy", "hellaswag"}
+    assert tasks["piqa"].limit is None and tasks["arc_easy"].limit is None and tasks["hellaswag"].limit == 2000
+    for ablation in spec.ablate:
+        assert set(ablation.scores) == {"ahon_ln", "awft", "entropy_ln", "avvn_ln", "random"}
+        assert [round(t, 2) for t in ablation.targets] == [0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3]

@@ -240,3 +240,56 @@ def test_command_line_prints_the_recipe_it_would_train(capsys, tmp_path):
     path.write_text(json.dumps({"recipe": RECIPE.to_dict(), "hash": "x"}))
     assert main(["finetune", "--print-recipe", "--recipe", str(path)]) == 0
     assert ft.Recipe.from_json(capsys.readouterr().out) == RECIPE
+
+
+def test_report_reads_the_chain(chain, tmp_path):
+    """Checkpoints collected into one results folder get distinct partitions (every stage has a step 2)
+    and the report's fine-tuning section: learning evidence, W1 against steps (equal to scipy's W1 of
+    the pooled values), which heads move."""
+    from scipy.stats import wasserstein_distance
+
+    from headstats.io import store
+    from headstats.report.writer import build_report
+
+    results = tmp_path / "results"
+    results.mkdir()
+    picked = [c for c in chain.checkpoints if c.step in (0, 2)]
+    for ckpt in picked:
+        model, tokenizer = headstats.load_model(str(ckpt.path), device="cpu")
+        headstats.collect_scores(
+            model, tokenizer, "piqa", results, limit=6, prompt_format="plain", batch_size=6, progress=False
+        )
+    contrast = tmp_path / "bos"  # the base again, under another prompt format
+    contrast.mkdir()
+    model, tokenizer = headstats.load_model(str(picked[0].path), device="cpu")
+    headstats.collect_scores(model, tokenizer, "piqa", contrast, limit=6, prompt_format="bos", progress=False)
+    slugs = sorted({p.model for p in store.find_partitions(results)[0]})
+    assert len(slugs) == len(picked)  # sft, dpo and grpo step 2 do not share a partition
+    assert {s.rsplit("-", 2)[-2] for s in slugs if not s.endswith("-base")} == {"sft", "dpo", "grpo"}
+    index = build_report(
+        results, tmp_path / "report", n_boot=20, n_perm=20, n_split=20, contrast=str(contrast), progress=False
+    )
+    page = index.read_text()
+    assert "Fine-tuning: how far do the heads move?" in page and "Did each stage learn?" in page
+    assert (index.parent / "figures" / "finetuning_dose_response.png").is_file()
+    by_step = pd.read_csv(index.parent / "tables" / "finetuning_w1_by_step.csv")
+    assert list(dict.fromkeys(by_step["stage"])) == ["sft", "dpo", "grpo"]
+    assert sorted(by_step["cumulative_step"].unique()) == [2, 4, 6]  # two steps per stage
+    table = headstats.read_scores(results)
+    base = next(s for s in slugs if s.endswith("-base"))
+    row = by_step[(by_step["stage"] == "grpo") & (by_step["score"] == "ahon_ln")].iloc[0]
+    grpo = next(s for s in slugs if "-grpo-" in s)
+    expected = wasserstein_distance(
+        table.loc[table["model"] == base, "ahon_ln"], table.loc[table["model"] == grpo, "ahon_ln"]
+    )
+    assert row["w1"] == pytest.approx(expected, rel=1e-6)
+    learned = pd.read_csv(index.parent / "tables" / "finetuning_learning.csv")
+    assert {"answer_loss", "preference_accuracy", "exact_match"} <= set(learned["metric"])
+    movement = pd.read_csv(index.parent / "tables" / "finetuning_head_movement.csv")
+    assert set(movement["comparison"]) == {"from base", "consecutive stages"}
+    assert movement["spearman"].between(-1, 1).all()
+    formats = pd.read_csv(index.parent / "tables" / "format_contrast.csv")
+    assert set(formats["model"]) == {base} and set(formats["formats"]) == {"plain vs bos"}
+    bos = headstats.read_scores(contrast)
+    expected = wasserstein_distance(table.loc[table["model"] == base, "awft"], bos["awft"])
+    assert formats.loc[formats["score"] == "awft", "w1"].iloc[0] == pytest.approx(expected, rel=1e-6)

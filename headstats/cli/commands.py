@@ -277,6 +277,18 @@ def run_run(args: argparse.Namespace) -> int:
     run = spec_from_args(args, RunSpec)
     resources = spec_from_args(args, Resources)
     spec = load_analysis(run.analysis)  # every section checked before any work
+    if run.dry_run:
+        from headstats.jobs.dryrun import dry_run
+
+        planned = dry_run(
+            spec,
+            all_models=run.all_models,
+            only_models=run.only_models,
+            load=narrow(run, LoadOptions),
+            stages=run.stages,
+        )
+        print(planned.summary())
+        return 0
     index = run_analysis(
         spec,
         all_models=run.all_models,

@@ -236,19 +236,20 @@ def _load_tokenizer(name: str, path: str, hub: dict) -> PreTrainedTokenizerBase:
         ) from err
 
 
-def model_identity(model: PreTrainedModel) -> dict[str, str]:
+def model_identity(model: PreTrainedModel) -> dict[str, object]:
     """Name, revision / content hash and architecture, for provenance records.
 
     ``revision`` identifies the weights: the Hub commit the files came from, or a content hash of a
     local directory. ``requested_revision`` is the branch, tag or commit asked for (``revision=``),
-    ``commit`` the Hub commit it resolved to ("" when unknown, e.g. a local directory)."""
+    ``commit`` the Hub commit it resolved to ("" when unknown, e.g. a local directory). A checkpoint
+    of ``headstats finetune`` adds ``checkpoint``: its stage, step and the stage's steps."""
     name = getattr(model, "headstats_name", None) or model.config.name_or_path or type(model).__name__
     path = Path(str(model.config.name_or_path or ""))
     commit = getattr(model.config, "_commit_hash", None) or getattr(model, "headstats_commit", None) or ""
     revision = commit
     if not revision and path.is_dir():
         revision = _directory_fingerprint(path)
-    return {
+    identity = {
         "model": str(name),
         "model_path": str(model.config.name_or_path or ""),
         "revision": str(revision),
@@ -257,6 +258,21 @@ def model_identity(model: PreTrainedModel) -> dict[str, str]:
         "architecture": type(model).__name__,
         "model_type": str(model.config.model_type),
     }
+    info = _checkpoint_info(path)
+    if info:
+        identity["checkpoint"] = info
+    return identity
+
+
+def _checkpoint_info(path: Path) -> dict:
+    """What ``headstats finetune`` wrote beside a checkpoint (stage, step, the stage's steps, chain);
+    empty for any other folder. A damaged sidecar only loses the stage label."""
+    sidecar = path / "HEADSTATS_CHECKPOINT.json"
+    try:
+        info = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
 
 
 def _directory_fingerprint(path: Path) -> str:
@@ -277,8 +293,16 @@ def _directory_fingerprint(path: Path) -> str:
 
 
 def model_slug(name: str) -> str:
-    """A file-system safe partition value for a model name or path."""
+    """A file-system safe partition value for a model name or path: a local folder's name, or for a
+    checkpoint of ``headstats finetune`` its chain, stage and step (``gemma3-270m-<hash>-sft-15``:
+    every stage has a ``step-00015``, so the folder name alone would mix them)."""
     base = name.rstrip("/")
     if os.path.sep in base and Path(base).exists():
         base = Path(base).name
+        info = _checkpoint_info(Path(name))
+        chain = info.get("chain") or Path(name).resolve().parent.parent.name if info else None
+        if info and info.get("stage") == "base":
+            base = f"{Path(name).resolve().parent.name}-base"
+        elif info and chain and info.get("stage") and info.get("step") is not None:
+            base = f"{chain}-{info['stage']}-{int(info['step'])}"
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in base.replace("/", "--"))

@@ -558,6 +558,16 @@ class ReportSpec(SummarySpec, Seeded, Figures):
     n_perm: int = option(200, "permutations per W1 test", minimum=1, aliases=("permutations",))
     n_split: int = option(20, "random halvings for noise floors", minimum=1, aliases=("splits",))
     depth_bins: int = option(5, "relative-depth bins", minimum=1)
+    reference: str | None = option(
+        None,
+        "compare every model with this one (a model slug) instead of every pair with every pair (default: "
+        "a fine-tuning chain's base when the tables hold checkpoints of headstats finetune, else every pair)",
+    )
+    contrast: str | None = option(
+        None,
+        "a second results folder with the same models and texts scored under another prompt format: the report "
+        "measures the format's own effect (W1 per model and dataset)",
+    )
     rates: tuple[float, ...] = option((0.05, 0.10, 0.20), "selection rates of the score-overlap table", each=_fraction)
     figure_scores: tuple[str, ...] = option(
         ("awft", "ahon_ln"),
@@ -686,6 +696,12 @@ class RunSpec(LoadOptions):
         None, "comma-separated subset of the file's models", flag="--models", toml=False
     )
     stages: tuple[str, ...] = option(STAGES, "comma-separated stages to run", choices=STAGES, noun="stage", toml=False)
+    dry_run: bool = option(
+        False,
+        "print what would run (sequences, passes, batched forward passes) and an estimated time measured on a "
+        "short probe on this device, then stop without writing anything",
+        toml=False,
+    )
 
 
 LISTABLE = ("scores", "tasks", "datasets", "models")

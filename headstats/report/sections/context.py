@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 
 from headstats.io import store
 from headstats.jobs.specs import ReportSpec
+from headstats.stats import distances
 from headstats.stats.distances import score_columns
 from headstats.stats.summary import summarize_curves, summarize_interventions
 
@@ -75,6 +76,53 @@ class Context:
             if p.model not in out or out[p.model] == p.model:
                 out[p.model] = model_identity_text(p.model, p.provenance or {})
         return out
+
+    @cached_property
+    def checkpoints(self) -> dict[str, dict]:
+        """model slug -> what ``headstats finetune`` recorded of it (stage, step, the stage's steps,
+        chain, and ``root``: the chain's folder when it is on this machine); only checkpoints."""
+        out: dict[str, dict] = {}
+        for p in self.partitions:
+            prov = p.provenance or {}
+            info = prov.get("checkpoint")
+            path = Path(str(prov.get("model_path") or ""))
+            if not isinstance(info, dict) and (path / "HEADSTATS_CHECKPOINT.json").is_file():
+                try:
+                    info = json.loads((path / "HEADSTATS_CHECKPOINT.json").read_text())
+                except ValueError:
+                    info = None
+            if isinstance(info, dict) and info.get("stage"):
+                root = path if info["stage"] == "base" else path.parent.parent
+                out[p.model] = {**info, "root": root if (root / "recipe.json").is_file() else None}
+        return out
+
+    @cached_property
+    def reference(self) -> str | None:
+        """The model every other one is compared with (``options.reference``, else a fine-tuning
+        chain's base), or None: every pair."""
+        if self.options.reference:
+            return self.options.reference
+        bases = sorted(m for m, info in self.checkpoints.items() if info.get("stage") == "base")
+        return bases[0] if bases else None
+
+    def distance(self, dataset: str, model_a: str, model_b: str) -> pd.DataFrame:
+        """:func:`headstats.stats.distances.model_distance` of two models on one dataset with the
+        report's options, computed once per report (sections share it)."""
+        key = (dataset, model_a, model_b)
+        cache = self.__dict__.setdefault("_distances", {})
+        if key not in cache:
+            opt = self.options
+            here = self.scores[self.scores["dataset"] == dataset]
+            measured = [
+                s
+                for s in self.score_ids(here[here["model"] == model_a])
+                if s != "random" and s in self.score_ids(here[here["model"] == model_b])
+            ]
+            cache[key] = distances.model_distance(
+                here, model_a, model_b, measured or None, depth_bins=opt.depth_bins, n_boot=opt.n_boot,
+                n_perm=opt.n_perm, n_split=opt.n_split, seed=opt.seed,
+            ).assign(dataset=dataset)  # fmt: skip
+        return cache[key]
 
     def score_ids(self, frame: pd.DataFrame | None = None) -> list[str]:
         """The registered score ids with values in ``frame`` (default: every score table), in

@@ -37,27 +37,21 @@ def between_models(writer: Writer, context: Context) -> None:
         f"{opt.n_split} random halvings of each model's own sequences the noise floor (95th percentile); "
         "`above_noise` marks distances beyond it."
     )
-    results = []
-    jobs = [(d, a, b) for d, ms in compared.items() for a, b in combinations(ms, 2)]
-    for dataset, a, b in tqdm(jobs, desc="model pairs", disable=not opt.progress):
-        here = scores[scores["dataset"] == dataset]
-        both = [
-            s
-            for s in measured_scores(context, here[here["model"] == a])
-            if s in measured_scores(context, here[here["model"] == b])
-        ]
-        res = distances.model_distance(
-            here,
-            a,
-            b,
-            both or None,
-            depth_bins=opt.depth_bins,
-            n_boot=opt.n_boot,
-            n_perm=opt.n_perm,
-            n_split=opt.n_split,
-            seed=opt.seed,
-        )
-        results.append(res.assign(dataset=dataset))
+    reference = context.reference
+    if reference is not None:
+        writer.text(f"Every model is compared with `{reference}` (the reference), not every pair with every pair.")
+    jobs = [
+        (d, a, b)
+        for d, ms in compared.items()
+        for a, b in combinations(ms, 2)
+        if reference is None or reference in (a, b)
+    ]
+    jobs = [(d, reference, a if b == reference else b) if reference else (d, a, b) for d, a, b in jobs]
+    if not jobs:
+        return
+    results = [
+        context.distance(dataset, a, b) for dataset, a, b in tqdm(jobs, desc="model pairs", disable=not opt.progress)
+    ]
     table = pd.concat(results, ignore_index=True)
     table = table[["dataset", *[c for c in table.columns if c != "dataset"]]]
     overall = table["depth"] == distances.ALL_DEPTHS

@@ -1,0 +1,201 @@
+"""``headstats run --dry-run``: what an analysis would run, and for about how long, before it runs.
+
+For every model and stage of an analysis file: the sequences or questions, the passes still to run
+(finished collection samples and sweep points are skipped, as a real run skips them), the batched
+forward passes and tokens they need, and an estimated time. The estimate is measured, not guessed:
+each model is loaded and a few of the stage's own sequences (a seeded sample) run through
+headstats' attention on the current device; tokens per second from that probe times the tokens
+still to run gives the estimate. Zeroed passes cost the same as the baseline pass to within a few
+percent (``benchmarks/bench_intervene.py``), so every pass of a sweep is costed alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from headstats.io import store
+from headstats.jobs.specs import LoadOptions, SweepSpec, narrow
+
+logger = logging.getLogger("headstats")
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """One dataset (collection) or task (sweep) of one model, as a dry run sees it."""
+
+    model: str
+    stage: str  # collect or ablate
+    what: str  # dataset or task
+    items: int  # documents (collect) or questions (ablate)
+    sequences: int  # token sequences of one pass (collect: those not yet scored)
+    tokens: int  # tokens of one pass (collect: of the sequences not yet scored)
+    passes_left: int  # passes still to run (collect: 1 or 0; ablate: baseline/calibration + points)
+    passes_total: int
+    batch_size: int
+    tokens_per_s: float  # measured on a probe of this unit's own sequences
+
+    @property
+    def forwards_left(self) -> int:
+        """Batched forward passes still to run."""
+        return math.ceil(self.sequences / self.batch_size) * self.passes_left
+
+    @property
+    def seconds_left(self) -> float:
+        return self.tokens * self.passes_left / self.tokens_per_s if self.passes_left else 0.0
+
+
+@dataclass
+class DryRun:
+    units: list[WorkUnit]
+    device: str
+    probe_sequences: int
+
+    def table(self) -> pd.DataFrame:
+        rows = [
+            {
+                "model": u.model, "stage": u.stage, "what": u.what, "items": u.items, "sequences": u.sequences,
+                "tokens/pass": u.tokens, "passes left": f"{u.passes_left}/{u.passes_total}",
+                "forwards left": u.forwards_left, "tok/s": round(u.tokens_per_s),
+                "est. time": _duration(u.seconds_left),
+            }
+            for u in self.units
+        ]  # fmt: skip
+        return pd.DataFrame(rows)
+
+    @property
+    def seconds(self) -> float:
+        return sum(u.seconds_left for u in self.units)
+
+    @property
+    def forwards(self) -> int:
+        return sum(u.forwards_left for u in self.units)
+
+    def summary(self) -> str:
+        with pd.option_context("display.width", 200, "display.max_columns", 20):
+            body = self.table().to_string(index=False) if self.units else "(nothing to run)"
+        return (
+            f"{body}\n\nin all: {self.forwards:,} batched forward passes still to run, estimated "
+            f"{_duration(self.seconds)} on {self.device} (tokens/s measured on {self.probe_sequences} sequences "
+            f"per unit; model loading and the report not included). Nothing was written."
+        )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _probe(sample: Sequence, run: Callable[[Sequence], object], tokens: int) -> float:
+    """Tokens per second of ``run(sample)`` (``tokens`` in all), after an untimed warm-up on one item."""
+    run(sample[:1])
+    start = time.perf_counter()
+    run(sample)
+    return tokens / max(time.perf_counter() - start, 1e-9)
+
+
+def dry_run(
+    analysis,
+    *,
+    all_models: bool = False,
+    only_models: Sequence[str] | None = None,
+    load: LoadOptions | None = None,
+    stages: Sequence[str] = ("collect", "ablate"),
+    probe_sequences: int = 8,
+) -> DryRun:
+    """Plan every stage of ``analysis`` (an :class:`~headstats.jobs.analysis.AnalysisSpec`) without
+    writing anything, measuring each unit's throughput on ``probe_sequences`` of its own sequences."""
+    from headstats.io.models import load_model
+    from headstats.jobs.analysis import _merged_load
+
+    load = _merged_load(analysis, load)
+    units: list[WorkUnit] = []
+    device = "?"
+    for name in analysis.selected_models(all_models, only_models):
+        logger.info("[%s] loading (dry run)", name)
+        model, tokenizer = load_model(name, **load.kwargs())
+        device = str(next(model.parameters()).device)
+        rng = random.Random(0)
+        if "collect" in stages:
+            units += [
+                _collect_unit(analysis, name, model, tokenizer, dataset, probe_sequences, rng)
+                for dataset in analysis.collect_datasets
+            ]
+        if "ablate" in stages:
+            units += [
+                _ablate_unit(analysis, name, model, tokenizer, ablation, probe_sequences, rng)
+                for ablation in analysis.ablate
+            ]
+    return DryRun(units, device, probe_sequences)
+
+
+def _collect_unit(analysis, name: str, model, tokenizer, dataset: str, n_probe: int, rng: random.Random) -> WorkUnit:
+    from headstats.engine.scoring import score_sequences
+    from headstats.io.models import model_identity, model_slug
+    from headstats.io.tasks import collection_source
+
+    collect = analysis.collect
+    source = collection_source(dataset, data_dir=collect.data_dir, text_column=collect.text_column)
+    identity = model_identity(model)
+    seqs = dict(
+        source.iter_sequences(
+            tokenizer, prompt_format=collect.prompt_format, limit=collect.limit, sample=collect.sample,
+            seed=collect.seed, max_length=collect.max_length, model_name=identity["model"],
+        )
+    )  # fmt: skip
+    partition = store.table_dir(analysis.results, "scores", model_slug(identity["model"]), source.name)
+    done = store.stored_sample_ids(partition)
+    left = [s for k, s in seqs.items() if k not in done]
+    sample = rng.sample(list(seqs.values()), min(n_probe, len(seqs)))
+
+    def score(batch: Sequence) -> None:
+        score_sequences(model, batch, batch_size=collect.batch_size)
+
+    speed = _probe(sample, score, sum(map(len, sample)))
+    return WorkUnit(
+        name, "collect", source.name, len(seqs), len(left), sum(map(len, left)), int(bool(left)), 1,
+        collect.batch_size, speed,
+    )  # fmt: skip
+
+
+def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, rng: random.Random) -> WorkUnit:
+    from headstats.io.tasks import PromptRenderer
+    from headstats.jobs.evaluate import format_for_model, model_max_length, plan_sequences, question_logliks
+    from headstats.jobs.sweep import plan_sweep
+
+    sweep = narrow(ablation, SweepSpec)
+    plan = plan_sweep(model, str(ablation.task), out=analysis.results, spec=sweep)
+    fmt = format_for_model(sweep.prompt_format, model, tokenizer)
+    questions = plan.task.questions
+    planned = plan_sequences(PromptRenderer(fmt, tokenizer), questions, max_length=model_max_length(model))
+    pending = plan.pending()
+    points_left = [p for p in pending if not p.is_baseline and p.target != 0.0]  # p = 0 reuses the baseline
+    needs_calibration = any(p.score in plan.dynamic_scores for p in points_left) and (
+        store.read_calibration(plan.partition) is None
+    )
+    first_pass = any(p.is_baseline for p in pending) or needs_calibration  # the baseline records the scores
+    passes_total = 1 + len([p for p in plan.points if not p.is_baseline and p.target != 0.0])
+    chosen = sorted(rng.sample(range(len(questions)), min(n_probe, len(questions))))
+    picked = set(chosen)
+
+    def evaluate(batch: Sequence) -> None:
+        question_logliks(model, tokenizer, batch, batch_size=sweep.batch_size, prompt_format=fmt, progress=False)
+
+    probe_tokens = sum(len(s.input_ids) for s in planned if s.question in picked)
+    speed = _probe([questions[i] for i in chosen], evaluate, probe_tokens)
+    return WorkUnit(
+        name, "ablate", plan.task_name, len(questions), len(planned), sum(len(s.input_ids) for s in planned),
+        len(points_left) + int(first_pass), passes_total, sweep.batch_size, speed,
+    )  # fmt: skip
+
+
+__all__ = ["DryRun", "WorkUnit", "dry_run"]
