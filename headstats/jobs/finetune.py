@@ -85,12 +85,16 @@ class StageRecipe:
             raise ValueError(f"a stage needs steps >= 1, batch_size >= 1 and learning_rate > 0, not {self}")
 
 
-# Defaults sized for ~45 minutes of Gemma-3 270M on 2 CPU cores (fp32, embeddings frozen). Measured on a
-# shared machine (one thread, process CPU time): an SFT step of 8 QA pairs (234 tokens) cost 21.8 CPU-s,
-# ~11 tokens per CPU-second, so ~10 s on 2 cores. DPO (4 pairs of ~70-token sequences, plus the frozen
-# reference's forward pass) and GRPO (8 sampled completions of <= 8 tokens, then a policy update on
-# them) were estimated from it at ~30 s and ~12 s a step. Each stage's metrics.json records its measured
-# seconds and tokens per step, so a run on other hardware shows how to resize.
+# Defaults sized for ~45 minutes of Gemma-3 270M on 2 CPU cores (fp32, embeddings frozen). Measured on
+# this 2-core machine for the default chain (2026-12-01, metrics.json of reports/finetuning-embedded/):
+# SFT 12.7 s a step (60 steps, 1,023 s, ~15 tokens/s), DPO 32.8 s a step (25 steps, 820 s, with the
+# frozen reference's forward pass), GRPO ~11 s a step (60 steps); with the held-out measurements at
+# each stage's ends the chain took ~50 minutes. Known limit of the GRPO default: the DPO-tuned 270M
+# model sampled at temperature 1.0 rarely hit the exact number within 8 tokens: at 58 of 60 steps
+# every group of 4 completions had the same reward (0), so the advantages and the gradient were 0, and
+# held-out exact match went from 6% to 3% (intervals overlapping). A GRPO stage that learns
+# needs more completions per prompt, a lower temperature or a longer budget; changing these changes
+# the recipe's hash, so it is left to a recipe file (--recipe) until one is measured to learn.
 DEFAULT_STAGES: dict[str, StageRecipe] = {
     "sft": StageRecipe(steps=60, batch_size=8, learning_rate=5e-5),
     "dpo": StageRecipe(steps=25, batch_size=4, learning_rate=1e-5, beta=0.1),

@@ -59,6 +59,41 @@ def learning_table(root: Path) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# Metrics whose value at a stage's start is fixed by construction, not measured: comparing the end
+# with it says nothing (DPO's policy equals its reference at step 0, so every margin is exactly 0 and
+# no pair counts as preferred; reward_margin's end interval against 0 and likelihood_preference
+# carry that stage's evidence).
+FIXED_AT_START = {"preference_accuracy"}
+
+
+def learning_summary(learned: pd.DataFrame) -> pd.DataFrame:
+    """Per (stage, metric): its value at the stage's first and last measured checkpoint and whether
+    the two 95% intervals are disjoint (``moved``: the stage changed its own metric beyond noise; NA
+    for a metric fixed by construction at the start, :data:`FIXED_AT_START`)."""
+    rows = []
+    for (stage, metric), g in learned.groupby(["stage", "metric"], sort=False):
+        first, last = g.loc[g["step"].idxmin()], g.loc[g["step"].idxmax()]
+        moved = last["ci_low"] > first["ci_high"] or last["ci_high"] < first["ci_low"]
+        rows.append({
+            "stage": stage, "metric": metric, "start": first["value"], "end": last["value"],
+            "change": last["value"] - first["value"],
+            "moved": pd.NA if metric in FIXED_AT_START or len(g) < 2 else bool(moved),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def zero_gradient_share(root: Path) -> dict[str, float]:
+    """Per stage: the share of logged training steps whose gradient norm was exactly 0 (a stage that
+    got no training signal, e.g. GRPO when every sampled group has the same reward)."""
+    metrics = json.loads((root / "metrics.json").read_text())
+    out = {}
+    for stage in STAGES[1:]:
+        norms = [e["grad_norm"] for e in (metrics.get(stage) or {}).get("log_history", []) if "grad_norm" in e]
+        if norms:
+            out[stage] = sum(float(n) == 0.0 for n in norms) / len(norms)
+    return out
+
+
 def run_times(root: Path) -> pd.DataFrame:
     """Per stage: the scalar facts ``headstats finetune`` recorded of its training run (steps run,
     seconds, tokens/s, ...)."""
@@ -107,7 +142,26 @@ def fine_tuning(writer: Writer, context: Context) -> None:
                 "chain was built with `--measure all`), with 95% bootstrap intervals over held-out examples. "
                 "A stage whose own metric did not move says nothing about heads either way."
             )
-            writer.table(learned, "finetuning_learning", floatfmt=".4g")
+            summary = learning_summary(learned)
+            writer.table(summary, "finetuning_learning_summary", floatfmt=".4g")
+            writer.table(learned, "finetuning_learning", floatfmt=".4g", collapsed="every measured checkpoint")
+            stuck = {k: v for k, v in zero_gradient_share(root).items() if v > 0.5}
+            moved = summary["moved"].fillna(False).astype(bool)
+            silent = sorted(set(summary["stage"]) - set(summary.loc[moved, "stage"]))
+            if silent:
+                writer.text(
+                    "Not shown to learn (no metric's interval at the end is disjoint from its start): "
+                    + ", ".join(f"**{STAGE_NAMES[s]}**" for s in silent)
+                    + ". Its distances below measure what that stage did to the heads without evidence that it "
+                    "changed the model's behaviour."
+                )
+            for stage, share in stuck.items():
+                writer.text(
+                    f"**{STAGE_NAMES[stage]}** had a gradient norm of exactly 0 at {share:.0%} of its logged steps: "
+                    "at those steps it received no training signal (for GRPO: every sampled group of completions got "
+                    "the same reward), so its checkpoints differ from its start only by the few updates of the "
+                    "other steps, and its distances are close to a negative control."
+                )
         times = run_times(root)
         if not times.empty:
             writer.table(times, "finetuning_run_times", floatfmt=".4g", collapsed="training run per stage")
@@ -269,4 +323,4 @@ def _closing(writer: Writer, overall: pd.DataFrame, movement: pd.DataFrame, ends
     )
 
 
-__all__ = ["chain_order", "fine_tuning", "learning_table", "run_times"]
+__all__ = ["chain_order", "fine_tuning", "learning_summary", "learning_table", "run_times", "zero_gradient_share"]
