@@ -87,7 +87,7 @@ class StageRecipe:
 
 # Defaults sized for ~45 minutes of Gemma-3 270M on 2 CPU cores (fp32, embeddings frozen). Measured on
 # this 2-core machine for the default chain (2026-12-01, metrics.json of reports/finetuning-embedded/):
-# SFT 12.7 s a step (60 steps, 1,023 s, ~15 tokens/s), DPO 32.8 s a step (25 steps, 820 s, with the
+# SFT 12.7 s a step (60 steps, 1,023 s, ~15 tokens/s), DPO 31.9 s a step (25 steps, 820 s, with the
 # frozen reference's forward pass), GRPO ~11 s a step (60 steps); with the held-out measurements at
 # each stage's ends the chain took ~50 minutes. Known limit of the GRPO default: the DPO-tuned 270M
 # model sampled at temperature 1.0 rarely hit the exact number within 8 tokens: at 58 of 60 steps

@@ -50,12 +50,29 @@ def format_contrast(writer: Writer, context: Context) -> None:
         )  # fmt: skip
         rows.append(dist.assign(model=model, dataset=dataset, formats=f"{fa} vs {fb}"))
     table = pd.concat(rows, ignore_index=True)
+    checkpoints = [m for m in context.checkpoints if m != context.reference]
+    if context.reference is not None and checkpoints:
+        # The yardstick: how far any checkpoint moved from the reference on the same dataset and score.
+        moved = pd.concat(
+            [
+                context.distance(d, context.reference, m)
+                for d in table["dataset"].unique()
+                for m in checkpoints
+                if m in set(scores.loc[scores["dataset"] == d, "model"])
+            ]
+        )
+        moved = moved[moved["depth"] == distances.ALL_DEPTHS].groupby(["dataset", "score"])["w1"].max()
+        table["largest_finetuning_w1"] = [
+            moved.get((d, s), float("nan")) for d, s in zip(table["dataset"], table["score"], strict=True)
+        ]
     writer.text(
         "W1 between one checkpoint's score distributions under two prompt formats on the same documents "
         "(a paired design, clusters resampled as elsewhere). This is the template's own effect: a fine-tuning "
-        "distance is only readable where it exceeds both its noise floor and this."
+        "distance is only readable where it exceeds both its noise floor and this. `largest_finetuning_w1`: the "
+        "largest W1 of any checkpoint from the reference on the same dataset and score, for scale."
     )
     shown = ["model", "dataset", "formats", "score", "w1", "ci_low", "ci_high", "noise_floor", "above_noise", "p_holm"]
+    shown += [c for c in ("largest_finetuning_w1",) if c in table.columns]
     writer.table(table[shown], "format_contrast", floatfmt=".3g")
 
 

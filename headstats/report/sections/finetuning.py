@@ -132,6 +132,15 @@ def fine_tuning(writer: Writer, context: Context) -> None:
         f"model's own texts ({opt.n_split} halvings): a distance below its floor is what re-drawing the texts "
         "gives, not fine-tuning."
     )
+    base_rows = scores[scores["model"] == base]
+    constant = [s for s in context.score_ids(base_rows) if s != "random" and base_rows[s].nunique(dropna=True) <= 1]
+    if constant:
+        writer.text(
+            f"Constant over every head and text of the base: {', '.join(f'`{s}`' for s in constant)}. Their "
+            "distances are 0 by construction and say nothing about heads (a value-vector score is shared by all "
+            "query heads of one key/value head; with a single key/value head per layer, as in Gemma-3 270M, its "
+            "layer-normalised form is exactly 1)."
+        )
     root = next((i["root"] for i in context.checkpoints.values() if i.get("root")), None)
     if root is not None and (root / "metrics.json").is_file():
         learned = learning_table(root)
@@ -307,11 +316,12 @@ def _closing(writer: Writer, overall: pd.DataFrame, movement: pd.DataFrame, ends
         if not last.empty:
             gap = (last["split_half"] - last["spearman"]).max()
             kept = last.loc[last["score"] == "ahon_ln", "inactive_kept"]
+            low, reliability = last["spearman"].min(), last["split_half"].min()
+            verdict = "moved beyond what noise moves it" if reliability - low > 0.05 else "stayed within noise"
             parts.append(
-                f"The heads keep their order: per-head Spearman from the base to the chain's end is "
-                f"{last['spearman'].min():.3f} at the lowest (split-half reliability {last['split_half'].min():.3f}; "
-                f"largest shortfall {gap:.3f})"
-                + (f", and {kept.iloc[0]:.0%} of the heads ahon_ln calls most inactive stay so." if len(kept) else ".")
+                f"The heads' order {verdict}: per-head Spearman from the base to the chain's end is {low:.3f} at the "
+                f"lowest, against a split-half reliability of {reliability:.3f} (largest shortfall {gap:.3f})"
+                + (f"; {kept.iloc[0]:.0%} of the heads ahon_ln calls most inactive stay so." if len(kept) else ".")
             )
     writer.heading("What this says", 3)
     writer.text(
