@@ -45,6 +45,7 @@ class Context:
         self.results = Path(results_dir)
         self.options = options or ReportSpec()
         self.partitions, self.stray = store.find_partitions(self.results)
+        self._distances: dict[tuple[str, str, str], pd.DataFrame] = {}
 
     def _read(self, kind: str) -> pd.DataFrame | None:
         if not any(p.kind == kind for p in self.partitions):
@@ -109,7 +110,7 @@ class Context:
         """:func:`headstats.stats.distances.model_distance` of two models on one dataset with the
         report's options, computed once per report (sections share it)."""
         key = (dataset, model_a, model_b)
-        cache = self.__dict__.setdefault("_distances", {})
+        cache = self._distances
         if key not in cache:
             opt = self.options
             here = self.scores[self.scores["dataset"] == dataset]
