@@ -258,13 +258,13 @@ def model_identity(model: PreTrainedModel) -> dict[str, object]:
         "architecture": type(model).__name__,
         "model_type": str(model.config.model_type),
     }
-    info = _checkpoint_info(path)
+    info = checkpoint_info(path)
     if info:
         identity["checkpoint"] = info
     return identity
 
 
-def _checkpoint_info(path: Path) -> dict:
+def checkpoint_info(path: Path) -> dict:
     """What ``headstats finetune`` wrote beside a checkpoint (stage, step, the stage's steps, chain);
     empty for any other folder. A damaged sidecar only loses the stage label."""
     sidecar = path / "HEADSTATS_CHECKPOINT.json"
@@ -299,10 +299,9 @@ def model_slug(name: str) -> str:
     base = name.rstrip("/")
     if os.path.sep in base and Path(base).exists():
         base = Path(base).name
-        info = _checkpoint_info(Path(name))
-        chain = info.get("chain") or Path(name).resolve().parent.parent.name if info else None
-        if info and info.get("stage") == "base":
-            base = f"{Path(name).resolve().parent.name}-base"
-        elif info and chain and info.get("stage") and info.get("step") is not None:
-            base = f"{chain}-{info['stage']}-{int(info['step'])}"
+        info, folder = checkpoint_info(Path(name)), Path(name).resolve()
+        if info.get("stage") == "base":  # OUT/<chain>/base
+            base = f"{folder.parent.name}-base"
+        elif info.get("stage") and info.get("step") is not None:  # OUT/<chain>/<stage>/step-N
+            base = f"{info.get('chain') or folder.parent.parent.name}-{info['stage']}-{int(info['step'])}"
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in base.replace("/", "--"))

@@ -15,6 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.io import store
+from headstats.io.models import checkpoint_info
 from headstats.jobs.specs import ReportSpec
 from headstats.stats import distances
 from headstats.stats.distances import score_columns
@@ -85,14 +86,11 @@ class Context:
         out: dict[str, dict] = {}
         for p in self.partitions:
             prov = p.provenance or {}
-            info = prov.get("checkpoint")
             path = Path(str(prov.get("model_path") or ""))
-            if not isinstance(info, dict) and (path / "HEADSTATS_CHECKPOINT.json").is_file():
-                try:
-                    info = json.loads((path / "HEADSTATS_CHECKPOINT.json").read_text())
-                except ValueError:
-                    info = None
-            if isinstance(info, dict) and info.get("stage"):
+            info = prov.get("checkpoint")
+            if not isinstance(info, dict):  # tables written before provenance recorded it
+                info = checkpoint_info(path)
+            if info.get("stage"):
                 root = path if info["stage"] == "base" else path.parent.parent
                 out[p.model] = {**info, "root": root if (root / "recipe.json").is_file() else None}
         return out
@@ -114,16 +112,19 @@ class Context:
         if key not in cache:
             opt = self.options
             here = self.scores[self.scores["dataset"] == dataset]
-            measured = [
-                s
-                for s in self.score_ids(here[here["model"] == model_a])
-                if s != "random" and s in self.score_ids(here[here["model"] == model_b])
-            ]
+            both = set(self.measured_scores(here[here["model"] == model_b]))
+            measured = [s for s in self.measured_scores(here[here["model"] == model_a]) if s in both]
             cache[key] = distances.model_distance(
                 here, model_a, model_b, measured or None, depth_bins=opt.depth_bins, n_boot=opt.n_boot,
                 n_perm=opt.n_perm, n_split=opt.n_split, seed=opt.seed,
             ).assign(dataset=dataset)  # fmt: skip
         return cache[key]
+
+    def measured_scores(self, frame: pd.DataFrame | None = None) -> list[str]:
+        """The scores of ``frame`` that describe the model. ``random`` is a seeded draw per (sample id,
+        layer, head), not a property of the model: the same draws recur in every model and dataset, so
+        distances and stability say nothing about it."""
+        return [s for s in self.score_ids(frame) if s != "random"]
 
     def score_ids(self, frame: pd.DataFrame | None = None) -> list[str]:
         """The registered score ids with values in ``frame`` (default: every score table), in

@@ -43,7 +43,7 @@ def format_contrast(writer: Writer, context: Context) -> None:
         there = other[(other["model"] == model) & (other["dataset"] == dataset)]
         fa, fb = _format_of(context.results, model, dataset), _format_of(folder, model, dataset)
         both = pd.concat([here.assign(model=f"{model} [{fa}]"), there.assign(model=f"{model} [{fb}]")])
-        measured = [s for s in context.score_ids(here) if s != "random" and s in there.columns]
+        measured = [s for s in context.measured_scores(here) if s in there.columns]
         dist = distances.model_distance(
             both, f"{model} [{fa}]", f"{model} [{fb}]", measured or None, depth_bins=0, n_boot=opt.n_boot,
             n_perm=opt.n_perm, n_split=opt.n_split, seed=opt.seed,

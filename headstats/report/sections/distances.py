@@ -12,13 +12,6 @@ from headstats.report.sections.context import Context, Writer
 from headstats.stats import distances
 
 
-def measured_scores(context: Context, rows: pd.DataFrame) -> list[str]:
-    """Every score of ``rows`` that describes the model. ``random`` is a seeded draw per (sample id,
-    layer, head), not a property of the model: the same draws recur in every model and dataset, so
-    distances and stability say nothing about it."""
-    return [s for s in context.score_ids(rows) if s != "random"]
-
-
 def between_models(writer: Writer, context: Context) -> None:
     scores, opt = context.scores, context.options
     if scores is None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from itertools import pairwise
-from pathlib import Path
 
 import pandas as pd
 
@@ -42,10 +41,9 @@ def chain_order(checkpoints: dict[str, dict]) -> pd.DataFrame:
     return frame.drop(columns="order")
 
 
-def learning_table(root: Path) -> pd.DataFrame:
-    """The chain's learning evidence, one row per (stage, checkpoint step, metric): value, 95%
+def learning_table(metrics: dict) -> pd.DataFrame:
+    """The chain's learning evidence (its ``metrics.json``), one row per (stage, checkpoint step, metric): value, 95%
     interval, examples; and each stage's measured run time where it was recorded."""
-    metrics = json.loads((root / "metrics.json").read_text())
     rows = []
     for stage in STAGES[1:]:
         info = metrics.get(stage) or {}
@@ -82,10 +80,9 @@ def learning_summary(learned: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def zero_gradient_share(root: Path) -> dict[str, float]:
+def zero_gradient_share(metrics: dict) -> dict[str, float]:
     """Per stage: the share of logged training steps whose gradient norm was exactly 0 (a stage that
     got no training signal, e.g. GRPO when every sampled group has the same reward)."""
-    metrics = json.loads((root / "metrics.json").read_text())
     out = {}
     for stage in STAGES[1:]:
         norms = [e["grad_norm"] for e in (metrics.get(stage) or {}).get("log_history", []) if "grad_norm" in e]
@@ -94,10 +91,9 @@ def zero_gradient_share(root: Path) -> dict[str, float]:
     return out
 
 
-def run_times(root: Path) -> pd.DataFrame:
+def run_times(metrics: dict) -> pd.DataFrame:
     """Per stage: the scalar facts ``headstats finetune`` recorded of its training run (steps run,
     seconds, tokens/s, ...)."""
-    metrics = json.loads((root / "metrics.json").read_text())
     rows = []
     for stage in STAGES[1:]:
         info = metrics.get(stage) or {}
@@ -133,7 +129,7 @@ def fine_tuning(writer: Writer, context: Context) -> None:
         "gives, not fine-tuning."
     )
     base_rows = scores[scores["model"] == base]
-    constant = [s for s in context.score_ids(base_rows) if s != "random" and base_rows[s].nunique(dropna=True) <= 1]
+    constant = [s for s in context.measured_scores(base_rows) if base_rows[s].nunique(dropna=True) <= 1]
     if constant:
         writer.text(
             f"Constant over every head and text of the base: {', '.join(f'`{s}`' for s in constant)}. Their "
@@ -142,8 +138,9 @@ def fine_tuning(writer: Writer, context: Context) -> None:
             "layer-normalised form is exactly 1)."
         )
     root = next((i["root"] for i in context.checkpoints.values() if i.get("root")), None)
-    if root is not None and (root / "metrics.json").is_file():
-        learned = learning_table(root)
+    metrics = json.loads((root / "metrics.json").read_text()) if root and (root / "metrics.json").is_file() else {}
+    if metrics:
+        learned = learning_table(metrics)
         if not learned.empty:
             writer.heading("Did each stage learn?", 3)
             writer.text(
@@ -154,7 +151,7 @@ def fine_tuning(writer: Writer, context: Context) -> None:
             summary = learning_summary(learned)
             writer.table(summary, "finetuning_learning_summary", floatfmt=".4g")
             writer.table(learned, "finetuning_learning", floatfmt=".4g", collapsed="every measured checkpoint")
-            stuck = {k: v for k, v in zero_gradient_share(root).items() if v > 0.5}
+            stuck = {k: v for k, v in zero_gradient_share(metrics).items() if v > 0.5}
             moved = summary["moved"].fillna(False).astype(bool)
             silent = sorted(set(summary["stage"]) - set(summary.loc[moved, "stage"]))
             if silent:
@@ -171,7 +168,7 @@ def fine_tuning(writer: Writer, context: Context) -> None:
                     "the same reward), so its checkpoints differ from its start only by the few updates of the "
                     "other steps, and its distances are close to a negative control."
                 )
-        times = run_times(root)
+        times = run_times(metrics)
         if not times.empty:
             writer.table(times, "finetuning_run_times", floatfmt=".4g", collapsed="training run per stage")
     rows = []

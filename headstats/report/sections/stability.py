@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from headstats.report.sections.context import Context, Writer
-from headstats.report.sections.distances import measured_scores
 from headstats.stats import stability
 
 
@@ -22,7 +21,7 @@ def across_datasets(writer: Writer, context: Context) -> None:
     )
     for model in multi:
         rows = scores[scores["model"] == model]
-        measured = measured_scores(context, rows)
+        measured = context.measured_scores(rows)
         drawn = [s for s in context.figure_scores(rows) if s != "random"]
         writer.table(
             stability.rank_stability(scores, model, measured or None, seed=opt.seed),
