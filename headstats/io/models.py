@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import pickle
+import platform
 import re
 from pathlib import Path
 
@@ -39,6 +40,27 @@ _HUB_ID = re.compile(r"^(?![.-])[\w.-]{1,96}(/(?![.-])[\w.-]{1,96})?$")
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def machine_info(device: torch.device | str) -> dict[str, object]:
+    """What a run's timings were measured on, for provenance: the processor, the cores this process
+    may use, torch's thread count and, on CUDA, the GPU."""
+    device = torch.device(device)
+    cpu = platform.processor() or platform.machine()
+    try:
+        names = re.findall(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.MULTILINE)
+        cpu = names[0].strip() if names else cpu
+    except OSError:
+        pass
+    info: dict[str, object] = {
+        "cpu": cpu,
+        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": str(device),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+    return info
 
 
 def resolve_dtype(

@@ -423,13 +423,20 @@ def read_provenance(partition: Path) -> dict[str, object] | None:
             raise StoreError(f"{sidecar} is damaged (not a JSON object); delete it and re-run")
         return prov
     for part in data_files(partition):
-        try:
-            meta = pq.read_schema(part).metadata or {}
-        except (pa.ArrowException, OSError) as err:
-            raise damaged(part, err) from err
-        if PROVENANCE_KEY in meta:
-            return json.loads(meta[PROVENANCE_KEY])
+        prov = file_provenance(part)
+        if prov is not None:
+            return prov
     return None
+
+
+def file_provenance(path: Path) -> dict[str, object] | None:
+    """The provenance record in one Parquet file's metadata (a sweep point's includes the point, its
+    wall time and when it finished), or None when it has none."""
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (pa.ArrowException, OSError) as err:
+        raise damaged(path, err) from err
+    return json.loads(meta[PROVENANCE_KEY]) if PROVENANCE_KEY in meta else None
 
 
 def data_files(partition: Path) -> list[Path]:

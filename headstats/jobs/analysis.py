@@ -42,6 +42,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pandas as pd
+
 from headstats.io import store
 from headstats.jobs.specs import (
     STAGES,
@@ -231,9 +233,29 @@ def run_analysis(
     if "report" in stages:
         logger.info("building the report into %s", spec.report)
         options = replace(spec.report_options, progress=progress and spec.report_options.progress)
-        index = build_report(spec.results, spec.report, **{**options.kwargs(), "title": spec.description or spec.name})
+        planned = planned_points(spec, spec.selected_models(all_models), load) if spec.ablate else None
+        index = build_report(
+            spec.results, spec.report, planned=planned, **{**options.kwargs(), "title": spec.description or spec.name}
+        )
     logger.info("done in %.0f s", time.monotonic() - started)
     return index
+
+
+def planned_points(spec: AnalysisSpec, models: Sequence[str], load: LoadOptions | None = None) -> pd.DataFrame:
+    """Every sweep point ``spec`` plans for ``models`` (the baseline included): columns model (the
+    results' slug), task, score, target. Planned without loading a model."""
+    from headstats.jobs.sweep import plan_sweep
+
+    rows = []
+    for name in models:
+        for ablation in spec.ablate:
+            plan = plan_sweep(name, str(ablation.task), out=spec.results, spec=narrow(ablation, SweepSpec), load=load)
+            where = store.partition_of(plan.partition)
+            assert where is not None
+            rows += [
+                {"model": where[1], "task": plan.task_name, "score": p.score, "target": p.target} for p in plan.points
+            ]
+    return pd.DataFrame(rows, columns=["model", "task", "score", "target"])
 
 
 def run_model_stages(

@@ -20,9 +20,11 @@ Calibration (``calibration=``):
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -311,7 +313,7 @@ class _Runner:
         seed: int,
         progress: bool,
     ) -> None:
-        from headstats.io.models import model_identity
+        from headstats.io.models import machine_info, model_identity
 
         self.plan = plan
         self.model = model
@@ -331,6 +333,7 @@ class _Runner:
             prompt_format=prompt_format, seed=seed, calibration=plan.run_key["calibration"],
             quantile_method=QUANTILE_METHOD, dtype=str(param.dtype).removeprefix("torch."), device=str(param.device),
             num_layers=self.num_layers, num_heads=self.num_heads, batch_size=batch_size,
+            machine=machine_info(param.device),
         )  # fmt: skip
 
     # One evaluation of the task through ``probe`` (zeroing, or recording the baseline's scores).
@@ -355,16 +358,20 @@ class _Runner:
         bar = tqdm(total=len(pending), desc="sweep points", unit="point", disable=not self.progress)
         for point in pending:
             bar.set_postfix_str(str(point))
+            start = time.perf_counter()
             if point.is_baseline:
                 if not self._finished(point):
-                    self._write(point, math.nan, self._baseline_pass()[0])
+                    frame = self._baseline_pass()[0]
+                    self._write(point, math.nan, frame, time.perf_counter() - start)
             else:
                 tau = thresholds[point.score][point.target]
                 frame = self._zeroes_nothing(point)
-                if frame is None:
+                if frame is not None:
+                    self._write(point, tau, frame, None)  # no pass run: the baseline's answers
+                else:
                     with ablate_heads(self.model, score=point.score, threshold=tau, seed=self.seed) as ablation:
                         frame = self._evaluate(ablation.probe)
-                self._write(point, tau, frame)
+                    self._write(point, tau, frame, time.perf_counter() - start)
             bar.update(1)
         bar.close()
 
@@ -420,9 +427,10 @@ class _Runner:
         if plan.calibration == "eval":
             _say(self.progress, "calibrating on the evaluation prompts (baseline pass with scores recorded)")
             baseline_point = Point(BASELINE, 0.0)
+            start = time.perf_counter()
             frame, probe = self._baseline_pass(needed)
             if not self._finished(baseline_point):
-                self._write(baseline_point, math.nan, frame)
+                self._write(baseline_point, math.nan, frame, time.perf_counter() - start)
             records = probe.history
             table = pd.DataFrame(
                 {sid: torch.cat([r.scores[sid].reshape(-1).cpu() for r in records]).numpy() for sid in needed}
@@ -468,11 +476,18 @@ class _Runner:
         }  # fmt: skip
         store.write_calibration(self.plan.partition, data)
 
-    def _write(self, point: Point, threshold: float, frame: pd.DataFrame) -> None:
+    def _write(self, point: Point, threshold: float, frame: pd.DataFrame, seconds: float | None) -> None:
+        """``seconds``: the pass's wall time (None when the point reuses the baseline's answers)."""
         rows = to_rows(frame, point, threshold, self.num_layers * self.num_heads)
         prov = dict(
             self.provenance,
-            point={"score": point.score, "target": point.target, "threshold": threshold},
+            point={
+                "score": point.score,
+                "target": point.target,
+                "threshold": threshold,
+                "seconds": None if seconds is None else round(seconds, 2),
+                "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            },
             evaluation=frame.attrs.get("headstats", {}),
         )
         table = pa.Table.from_pandas(rows, preserve_index=False)

@@ -224,6 +224,7 @@ def build_report(
     out: str | os.PathLike,
     *,
     sections: Sequence[Section] | None = None,
+    planned: pd.DataFrame | None = None,
     **options: object,
 ) -> Path:
     """Build the report of everything under ``results_dir`` into ``out``; returns ``out/index.html``.
@@ -236,12 +237,14 @@ def build_report(
     noise floor; ``depth_bins``; ``rates``, the selection rates of the score-overlap table;
     ``figure_scores``, the scores drawn in distribution figures when present (tables cover every
     score); ``seed``, ``dpi``, ``progress``. ``sections``: the sections to write, in order
-    (default: :data:`headstats.report.sections.SECTIONS`).
+    (default: :data:`headstats.report.sections.SECTIONS`). ``planned``: the sweep points an analysis
+    file plans (columns model, task, score, target; :func:`headstats.jobs.analysis.planned_points`),
+    so that a report of an unfinished run says what is missing.
     """
     spec = ReportSpec.from_kwargs(options)
     results = Path(results_dir)
     store.check_schema_versions(results)  # mixed schema versions cannot be analysed together
-    context = Context(results, spec)
+    context = Context(results, spec, planned)
     if not context.partitions:
         raise store.StoreError(
             f"no score or intervention tables under {str(results)!r}: expected "

@@ -89,6 +89,107 @@ def score_samples(context: Context) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _point_keys(frame: pd.DataFrame) -> pd.Series:
+    return (
+        frame["model"].astype(str)
+        + "|"
+        + frame["task"].astype(str)
+        + "|"
+        + frame["score"].astype(str)
+        + "|"
+        + (pd.to_numeric(frame["target"]).round(6).astype(str))
+    )
+
+
+def completeness(context: Context) -> pd.DataFrame | None:
+    """Per planned (model, task): sweep points planned and finished, the scores with points missing
+    (``awft (4/7)``), and ``done`` / ``partial`` / ``not started``; None without a plan."""
+    planned = context.planned
+    if planned is None or planned.empty:
+        return None
+    finished = set(_point_keys(context.passes)) if not context.passes.empty else set()
+    plan = planned.assign(done=_point_keys(planned).isin(finished))
+    out = []
+    for (model, task), unit in plan.groupby(["model", "task"], sort=False):
+        missing = [
+            f"{score} ({int(rows['done'].sum())}/{len(rows)})"
+            for score, rows in unit.groupby("score", sort=False)
+            if not rows["done"].all()
+        ]
+        n_done = int(unit["done"].sum())
+        status = "done" if n_done == len(unit) else ("not started" if n_done == 0 else "partial")
+        out.append(
+            {
+                "model": model,
+                "task": task,
+                "points_planned": len(unit),
+                "points_finished": n_done,
+                "status": status,
+                "missing": ", ".join(missing),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def _machine_text(machine: object) -> str:
+    if not isinstance(machine, dict):
+        return "not recorded"
+    text = f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, {machine.get('torch_threads', '?')} threads"
+    if machine.get("gpu"):
+        text = f"{machine['gpu']} ({machine.get('device', 'cuda')}); {text}"
+    return text
+
+
+def run_times(context: Context) -> pd.DataFrame | None:
+    """Per (model, task): passes run and their total and mean wall time, points that reused the
+    baseline's answers, points written before timings were recorded, and the machine."""
+    passes = context.passes
+    if passes.empty:
+        return None
+    out = []
+    for (model, task), unit in passes.groupby(["model", "task"], sort=True):
+        ran = unit["seconds"].dropna()
+        finished = unit["finished"].dropna().astype(str)
+        out.append(
+            {
+                "model": model,
+                "task": task,
+                "passes_timed": len(ran),
+                "hours": float(ran.sum()) / 3600.0,
+                "min_per_pass": float(ran.mean()) / 60.0 if len(ran) else float("nan"),
+                "reused_baseline": int((unit["timed"] & unit["seconds"].isna()).sum()),
+                "untimed": int((~unit["timed"]).sum()),
+                "last_finished": finished.max() if len(finished) else "",
+                "machine": _machine_text(unit["machine"].iloc[0]),
+            }
+        )
+    return pd.DataFrame(out)
+
+
+def _completeness_and_time(writer: Writer, context: Context) -> None:
+    table = completeness(context)
+    if table is not None:
+        planned, finished = int(table["points_planned"].sum()), int(table["points_finished"].sum())
+        if finished < planned:
+            writer.text(
+                f"**This report is partial**: {finished} of the {planned} sweep points its analysis file plans are "
+                "finished (the run resumes where it stopped). Tasks and models marked `not started` have no results "
+                "here; a score with points missing has a curve that ends where the run stopped, so its "
+                "within-1-point value, when censored, is a lower bound over a shorter range."
+            )
+        else:
+            writer.text(f"Every one of the {planned} sweep points the analysis file plans is finished.")
+        writer.table(table, "completeness")
+    times = run_times(context)
+    if times is not None:
+        writer.text(
+            "Run time: the wall time of each sweep pass as its file records it (`passes_timed`; p = 0 points "
+            "calibrated on the evaluation prompts reuse the baseline's answers and cost no pass), on the machine "
+            "the partition records."
+        )
+        writer.table(times, "run_times", floatfmt=".3g")
+
+
 def what_this_run_can_show(writer: Writer, context: Context) -> None:
     writer.heading("What this run can show")
     if context.scores is not None:
@@ -98,6 +199,7 @@ def what_this_run_can_show(writer: Writer, context: Context) -> None:
             "sharing a prompt prefix are a small sample whatever the number of sequences."
         )
         writer.table(score_samples(context), "score_samples")
+    _completeness_and_time(writer, context)
     if context.points is None:
         writer.text("No intervention results: this run shows score distributions only, not what zeroing heads costs.")
         return

@@ -42,9 +42,13 @@ class Context:
     :func:`headstats.summarize_curves`); ``models``: each model's identity as provenance states it.
     """
 
-    def __init__(self, results_dir: str | os.PathLike, options: ReportSpec | None = None) -> None:
+    def __init__(
+        self, results_dir: str | os.PathLike, options: ReportSpec | None = None, planned: pd.DataFrame | None = None
+    ) -> None:
         self.results = Path(results_dir)
         self.options = options or ReportSpec()
+        # The sweep points an analysis file plans (model, task, score, target), so a partial run says so.
+        self.planned = planned
         self.partitions, self.stray = store.find_partitions(self.results)
         self._distances: dict[tuple[str, str, str], pd.DataFrame] = {}
 
@@ -77,6 +81,30 @@ class Context:
         for p in self.partitions:
             if p.model not in out or out[p.model] == p.model:
                 out[p.model] = model_identity_text(p.model, p.provenance or {})
+        return out
+
+    @cached_property
+    def passes(self) -> pd.DataFrame:
+        """One row per finished sweep point: model, task, score, target, ``seconds`` (the pass's wall
+        time; NaN where the point reused the baseline's answers or was written before timings were
+        recorded, ``timed`` tells which), ``finished`` and the partition's ``machine`` record."""
+        rows = []
+        for p in self.partitions:
+            if p.kind != "interventions":
+                continue
+            machine = (p.provenance or {}).get("machine")
+            for path in store.data_files(p.path):
+                point = (store.file_provenance(path) or {}).get("point") or {}
+                rows.append(
+                    {
+                        "model": p.model, "task": p.name, "score": point.get("score"), "target": point.get("target"),
+                        "seconds": point.get("seconds"), "timed": "seconds" in point,
+                        "finished": point.get("finished"), "machine": machine,
+                    }
+                )  # fmt: skip
+        columns = ["model", "task", "score", "target", "seconds", "timed", "finished", "machine"]
+        out = pd.DataFrame(rows, columns=columns)
+        out["seconds"] = pd.to_numeric(out["seconds"], errors="coerce")
         return out
 
     @cached_property

@@ -12,6 +12,8 @@ from tqdm.auto import tqdm
 from headstats.report import plots
 from headstats.report.sections.context import Context, Writer
 from headstats.stats import ranking
+from headstats.stats.paired import minimum_detectable_drop
+from headstats.stats.summary import BASELINE
 
 POINT_TABLE = (
     "model",
@@ -195,10 +197,58 @@ def add_curve_sections(
     steps.close()
 
 
+def _within_label(curve: pd.Series) -> str:
+    """``≥ 28.0 | 12.3``: the first-drop reading (``≥``: censored, ``*``: non-monotone), then the
+    certified value (``≥`` when every point of the sweep was certified)."""
+    first = f"{float(curve['within_1pt']):.1f}"
+    if bool(curve.get("censored", False)):
+        first = "≥ " + first
+    if bool(curve.get("non_monotone", False)):
+        first += "*"
+    if "within_1pt_certified" not in curve.index or pd.isna(curve["within_1pt_certified"]):
+        return first
+    certified = f"{float(curve['within_1pt_certified']):.1f}"
+    return f"{first} | {'≥ ' if bool(curve.get('certified_open', False)) else ''}{certified}"
+
+
+def main_table(points: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    """One row per (model, task): questions, baseline accuracy with its 95% interval, the minimum
+    detectable drop of the task, and per score the within-1-point reading and its certified value
+    (:func:`_within_label`)."""
+    rows = []
+    base = points[points["score"] == BASELINE]
+    for (model, task), b in base.groupby(["model", "task"], sort=True):
+        first = b.iloc[0]
+        row: dict[str, object] = {
+            "model": model,
+            "task": task,
+            "n": int(first["n_questions"]),
+            "baseline [95% CI]": f"{first['accuracy']:.1f} [{first['acc_low']:.1f}, {first['acc_high']:.1f}]",
+        }
+        row["min_detectable_drop"] = f"{100.0 * minimum_detectable_drop(int(first['n_questions'])):.1f}"
+        here = curves[(curves["model"] == model) & (curves["task"] == task)]
+        for curve in here.itertuples(index=False):
+            row[str(curve.score)] = _within_label(pd.Series(curve._asdict()))
+        rows.append(row)
+    return pd.DataFrame(rows).fillna("")
+
+
 def interventions(writer: Writer, context: Context) -> None:
     points, curves, opt = context.points, context.curves, context.options
     if points is None:
         return
+    if curves is not None and len(curves) and curves["reading"].eq("first").all():
+        writer.heading("Main table: heads zeroed within 1 point")
+        writer.text(
+            "Per model and task: questions, baseline accuracy (%) with its Wilson 95% interval, the smallest drop in "
+            "points detectable with 80% power on these questions (as in the first section), and per score "
+            "`first | certified`: the realised % of heads zeroed at the first drop of 1 point "
+            "(`≥`: the curve never dropped within the tested range, so this is a lower bound; `*`: it dropped and "
+            "climbed back), then the largest realised % up to which every point's one-sided 95% upper bound of "
+            "the paired drop is at most 1 point (`≥` when all were). A certified value of 0 means the data cannot "
+            "certify any zeroing, not that zeroing costs more than 1 point."
+        )
+        writer.table(main_table(points, curves), "main_table")
     for task in sorted(points["task"].unique()):
         writer.heading(f"Interventions: task `{task}`")
         tp = points[points["task"] == task]
