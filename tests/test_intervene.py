@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import itertools
 import math
 
 import numpy as np
@@ -437,6 +438,23 @@ def tiny_mmlu_model():
     model = LlamaForCausalLM(config).eval()
     model.headstats_name = "tiny-llama"
     return model, tokenizer
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 11, 16])
+def test_points_run_coarse_to_fine_so_a_stopped_sweep_spans_the_range(n: int) -> None:
+    from headstats.jobs.sweep import coarse_to_fine
+
+    targets = [round(i / 20, 2) for i in range(n)]
+    order = coarse_to_fine(list(reversed(targets)))
+    assert sorted(order) == targets  # every target once
+    assert order[: min(n, 2)] == [targets[0], targets[-1]][: min(n, 2)]  # both ends first
+    # Every prefix of k points is a grid over the whole range: its widest gap (in target steps) is at
+    # most twice the narrowest that k points including both ends allow.
+    for k in range(2, n + 1):
+        have = sorted(targets.index(t) for t in order[:k])
+        widest = max(b - a for a, b in itertools.pairwise(have))
+        assert widest <= 2 * math.ceil((n - 1) / (k - 1))
+    assert coarse_to_fine([0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3]) == [0, 0.3, 0.15, 0.05, 0.2, 0.1, 0.25]
 
 
 def test_sweep_writes_per_question_rows_one_file_per_point_and_resumes(tiny_mmlu_model, tmp_path, monkeypatch) -> None:

@@ -92,7 +92,10 @@ class SweepPlan:
 
     @property
     def points(self) -> list[Point]:
-        return [Point(BASELINE, 0.0)] + [Point(s, t) for s in self.scores for t in self.targets]
+        """The baseline, then every score at each target in :func:`coarse_to_fine` order, so a run
+        stopped part-way has every score's curve on a coarser grid rather than some curves whole and
+        others missing."""
+        return [Point(BASELINE, 0.0)] + [Point(s, t) for t in coarse_to_fine(self.targets) for s in self.scores]
 
     @property
     def dynamic_scores(self) -> tuple[str, ...]:
@@ -104,6 +107,26 @@ class SweepPlan:
 
 
 # -- validation ------------------------------------------------------------------------------------
+
+
+def coarse_to_fine(targets: Sequence[float]) -> list[float]:
+    """``targets`` sorted, then reordered by bisection of their index range: both ends first, then
+    the middle, then the middles of each half, and so on (0, .05, ..., .3 -> 0, .3, .15, .05, .2,
+    .1, .25). Each prefix of the order is a grid spanning the whole range."""
+    values = sorted(targets)
+    if len(values) <= 2:
+        return values
+    order = [0, len(values) - 1]
+    spans = [(0, len(values) - 1)]
+    while spans:
+        wider = []
+        for lo, hi in spans:
+            if hi - lo >= 2:
+                mid = (lo + hi) // 2
+                order.append(mid)
+                wider += [(lo, mid), (mid, hi)]
+        spans = wider
+    return [values[i] for i in order]
 
 
 def check_targets(targets: Sequence[float]) -> tuple[float, ...]:
