@@ -4,7 +4,10 @@ One sweep = the baseline (the un-intervened model) plus one *point* per (score, 
 calibrate the score's threshold for p, zero heads under that threshold (:func:`ablate_heads`),
 evaluate every question. Each point is one Parquet file of per-question rows (SPEC §6) under
 ``OUT/model=<slug>/task=<task>/``, written atomically, so a sweep resumes point by point: a finished
-point is skipped, an interrupted one left nothing behind.
+point is skipped, an interrupted one left nothing behind. Points run coarse to fine in their targets
+(:func:`coarse_to_fine`), every score at each level, so a stopped sweep has every curve on a
+coarser grid. Each point file records its pass's wall time and when it finished; the partition's
+provenance records the machine.
 
 The baseline runs through headstats' attention too (with nothing zeroed), so a point whose
 threshold zeroes no head reproduces the baseline exactly and paired differences measure only
