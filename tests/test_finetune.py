@@ -242,6 +242,26 @@ def test_command_line_prints_the_recipe_it_would_train(capsys, tmp_path):
     assert ft.Recipe.from_json(capsys.readouterr().out) == RECIPE
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--stages", "dpo"], "--stages: must be a leading part of sft,dpo,grpo"),
+        (["--stages", "sft,rlhf"], "unknown stage 'rlhf'"),
+        (["--measure", "some"], "unknown measure 'some'"),
+        (["--scale", "0"], "--scale: must be above 0"),
+        (["--eval-size", "0"], "--eval-size"),
+    ],
+)
+def test_command_line_refuses_bad_options_before_training(args, message, tmp_path, capsys):
+    from headstats.cli import main
+
+    assert main(["finetune", "--out", str(tmp_path / "chains"), *args]) != 0
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "chains").exists()
+    with pytest.raises(ValueError, match="leading part"):  # the Python API runs the same checks
+        ft.finetune("gemma3-270m", tmp_path / "chains", RECIPE, stages=["grpo"])
+
+
 def test_report_reads_the_chain(chain, tmp_path):
     """Checkpoints collected into one results folder get distinct partitions (every stage has a step 2)
     and the report's fine-tuning section: learning evidence, W1 against steps (equal to scipy's W1 of

@@ -52,8 +52,9 @@ import numpy as np
 import torch
 
 from headstats.jobs import finetune_data as fd
+from headstats.jobs.specs import FINETUNE_STAGES, FinetuneSpec
 
-STAGES = ("sft", "dpo", "grpo")
+STAGES = FINETUNE_STAGES
 RECIPE_FILE = "recipe.json"
 METRICS_FILE = "metrics.json"
 CHECKPOINT_FILE = "HEADSTATS_CHECKPOINT.json"
@@ -683,8 +684,7 @@ def finetune(
     int, or per stage; default :data:`DEFAULT_EVAL_SIZE`, sized for 2 CPU cores). Returns the
     :class:`Chain`; a finished chain is returned without training anything.
     """
-    if measure not in ("ends", "all", "none"):
-        raise ValueError(f"measure must be 'ends', 'all' or 'none', not {measure!r}")
+    FinetuneSpec(stages=tuple(stages), measure=measure)  # the command line's checks: a ValueError naming the option
     sizes = dict(DEFAULT_EVAL_SIZE)
     if isinstance(eval_size, int):
         sizes = dict.fromkeys(STAGES, eval_size)
@@ -692,9 +692,6 @@ def finetune(
         sizes.update(eval_size)
     recipe = recipe or Recipe.default()
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    unknown = [s for s in stages if s not in STAGES]
-    if unknown or list(stages) != list(STAGES[: len(stages)]):
-        raise ValueError(f"stages must be a leading part of {', '.join(STAGES)}, not {', '.join(stages)}")
     root = chain_dir(base, out, recipe)
     root.mkdir(parents=True, exist_ok=True)
     record = _read_json(root / RECIPE_FILE)

@@ -704,6 +704,47 @@ class RunSpec(LoadOptions):
     )
 
 
+FINETUNE_STAGES: tuple[str, ...] = ("sft", "dpo", "grpo")
+MEASURES: tuple[str, ...] = ("ends", "all", "none")
+
+
+@dataclass(frozen=True)
+class FinetuneSpec(Spec):
+    """``headstats finetune``: a base -> SFT -> DPO -> GRPO chain (:func:`headstats.jobs.finetune.finetune`)."""
+
+    WHAT: ClassVar[str] = "finetune"
+
+    base: str = option("gemma3-270m", "embedded model name or save_pretrained directory")
+    out: str = option("finetune", "directory that holds the chains")
+    recipe: str | None = option(None, "a recipe.json to train with (default: the built-in recipe)")
+    scale: float = option(
+        1.0, "multiply every stage's steps and batch size (e.g. 8 on a GPU); ignored with --recipe", minimum=0
+    )
+    seed: int | None = option(None, "training and split seed (default 0)")
+    bf16: bool = option(False, "bf16 autocast (fast on GPUs, slow on most CPUs)")
+    stages: tuple[str, ...] = option(
+        FINETUNE_STAGES, "a leading part of sft,dpo,grpo to build", choices=FINETUNE_STAGES, noun="stage"
+    )
+    measure: str = option(
+        "ends",
+        "learning metrics at each stage's start and end (ends), at every checkpoint (all), or none",
+        choices=MEASURES,
+        noun="measure",
+    )
+    eval_size: int | None = option(None, "held-out examples per learning metric", minimum=1)
+    print_recipe: bool = option(False, "print the recipe as JSON and exit", toml=False)
+
+    def check(self) -> None:
+        if not self.scale > 0:
+            raise SpecError("scale", f"must be above 0, not {self.scale:g}")
+        if list(self.stages) != list(FINETUNE_STAGES[: len(self.stages)]) or not self.stages:
+            raise SpecError(
+                "stages",
+                f"must be a leading part of {','.join(FINETUNE_STAGES)} (later stages start from the earlier ones), "
+                f"not {','.join(self.stages)}",
+            )
+
+
 LISTABLE = ("scores", "tasks", "datasets", "models")
 
 
