@@ -30,6 +30,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
+from bench_models import load
 
 import headstats
 from headstats import ablate_heads, threshold_for_fraction
@@ -73,7 +74,7 @@ def bench_questions(model, tokenizer, n: int, batch_size: int, repeats: int) -> 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--model", default="smollm2-135m", help="embedded name, or config:NAME (random weights)")
     parser.add_argument("--questions", type=int, default=16)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=5)
@@ -81,7 +82,7 @@ def main() -> None:
     parser.add_argument("--dtype")
     args = parser.parse_args()
 
-    model, tokenizer = headstats.load_model(args.model, dtype=args.dtype, device=args.device)
+    model, tokenizer = load(args.model, dtype=args.dtype, device=args.device)
     device = next(model.parameters()).device
     bench_questions(model, tokenizer, args.questions, args.batch_size, args.repeats)
     sequences = [ids for _, ids in collection_source("mmlu").iter_sequences(tokenizer, limit=args.questions)]
@@ -90,9 +91,11 @@ def main() -> None:
 
     calibration = headstats.score_sequences(model, sequences, args.batch_size, scores=["ahon_ln", "awft"])
     tau = {sid: threshold_for_fraction(calibration, sid, 0.1) for sid in ("ahon_ln", "awft")}
+    layers = model.config.get_text_config().num_hidden_layers
+    static_heads = [(0, 0), (layers // 3, 1), (2 * layers // 3, 2)]  # three heads spread over the depth
     modes: dict[str, Callable[[], AbstractContextManager]] = {
         "plain": nullcontext,
-        "static (3 heads)": lambda: ablate_heads(model, heads=[(0, 0), (10, 3), (20, 5)]),
+        "static (3 heads)": lambda: ablate_heads(model, heads=static_heads),
         "dynamic ahon_ln p=0.1": lambda: ablate_heads(model, score="ahon_ln", threshold=tau["ahon_ln"]),
         "dynamic awft p=0.1": lambda: ablate_heads(model, score="awft", threshold=tau["awft"]),
         "random p=0.1": lambda: ablate_heads(model, score="random", threshold=0.1),

@@ -39,8 +39,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 import torch
+from bench_models import load
 
-import headstats
 from headstats.engine.attention import hooked_module
 from headstats.engine.batching import length_sorted_batches
 from headstats.engine.prefix import PrefixRunner, continue_inputs, shared_prefix_groups
@@ -52,10 +52,11 @@ from headstats.jobs.evaluate import format_for_model, question_logliks
 # -- machine roof and FLOP counts (shared with bench_eval_vs_lmeval.py) ------------------------------
 
 
-def matmul_roof(dtype: torch.dtype, device: str, n: int = 1024, repeats: int = 5) -> float:
+def matmul_roof(dtype: torch.dtype, device: str, n: int | None = None, repeats: int = 5) -> float:
     """GFLOP per CPU second (GFLOP/s on one core) of the best of ``repeats`` dense n x n products: what
     this machine's kernels reach. CPU time, not wall time, because other jobs share the cores; on
-    CUDA, wall time."""
+    CUDA, wall time, with n = 8192 (smaller products leave a large GPU idle)."""
+    n = n or (8192 if device == "cuda" else 1024)
     a = torch.randn(n, n, device=device).to(dtype)
     b = torch.randn(n, n, device=device).to(dtype)
     best = float("inf")
@@ -152,22 +153,31 @@ def baseline(model, tokenizer, questions, batch_size: int, share: bool) -> np.nd
 
 
 def timed(
-    variants: dict[str, Callable[[], object]], repeats: int
+    variants: dict[str, Callable[[], object]], repeats: int, device: str = "cpu"
 ) -> tuple[dict[str, float], dict[str, float], dict[str, object]]:
-    """Median CPU seconds (process time: what the work costs, robust to other jobs taking the cores),
-    median wall seconds, and each variant's last result."""
+    """Median seconds the ratios use, median wall seconds, and each variant's last result. On a CPU
+    the first is process time (what the work costs, robust to other jobs taking the cores); on CUDA
+    it is wall time between synchronisations, and the peak GPU memory of each run is printed."""
+    cuda = device.startswith("cuda")
     cpu: dict[str, list[float]] = {name: [] for name in variants}
     wall: dict[str, list[float]] = {name: [] for name in variants}
     results: dict[str, object] = {}
     for _ in range(repeats):
         for name, run in variants.items():
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
             start, start_cpu = time.perf_counter(), time.process_time()
             results[name] = run()
+            if cuda:
+                torch.cuda.synchronize()
             cpu[name].append(time.process_time() - start_cpu)
             wall[name].append(time.perf_counter() - start)
-            print(f"    {name}: {cpu[name][-1]:.1f} CPU s, {wall[name][-1]:.1f} s wall", flush=True)
-    median = {name: statistics.median(t) for name, t in cpu.items()}
-    return median, {name: statistics.median(t) for name, t in wall.items()}, results
+            peak = f", peak {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB" if cuda else ""
+            print(f"    {name}: {cpu[name][-1]:.1f} CPU s, {wall[name][-1]:.2f} s wall{peak}", flush=True)
+    walls = {name: statistics.median(t) for name, t in wall.items()}
+    median = walls if cuda else {name: statistics.median(t) for name, t in cpu.items()}
+    return median, walls, results
 
 
 def relative_error(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -217,7 +227,7 @@ def bench_prefix(model, tokenizer, questions, args) -> None:
     }
     kinds = args.variants.split(",")
     variants = {name: run for name, run in variants.items() if name.split()[0] in kinds}
-    median, wall, results = timed(variants, args.repeats)
+    median, wall, results = timed(variants, args.repeats, args.device)
     whole_flops = forward_flops(model, spans_for(sequences, False))
     prefix_flops = forward_flops(model, spans_for(sequences, True))
     n = len(sequences)
@@ -254,7 +264,7 @@ def bench_prefix(model, tokenizer, questions, args) -> None:
 
 
 def bench_bf16(args) -> None:
-    models = {dt: headstats.load_model(args.model, dtype=dt, device=args.device) for dt in ("float32", "bfloat16")}
+    models = {dt: load(args.model, dtype=dt, device=args.device) for dt in ("float32", "bfloat16")}
     tokenizer = models["float32"][1]
     questions = mmlu_questions(args.subjects, args.per_subject)
     sequences = contexts(models["float32"][0], tokenizer, questions)
@@ -267,7 +277,7 @@ def bench_bf16(args) -> None:
     for dt, (model, _) in models.items():
         variants[f"collect {dt}"] = lambda m=model: collect(m, sequences, b, True)
         variants[f"baseline {dt}"] = lambda m=model: baseline(m, tokenizer, questions, b, True)
-    median, wall, results = timed(variants, args.repeats)
+    median, wall, results = timed(variants, args.repeats, args.device)
     flops = forward_flops(models["float32"][0], spans_for(sequences, True))
     print(f"{len(sequences)} MMLU 5-shot contexts, prefix reuse on, batch size {b}, {args.device}:")
     for name in variants:
@@ -293,7 +303,7 @@ def bench_bf16(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--model", default="smollm2-135m", help="embedded name, or config:NAME (random weights)")
     parser.add_argument("--subjects", type=int, default=2)
     parser.add_argument("--per-subject", type=int, default=6)
     parser.add_argument("--batch-size", type=int, default=8)
@@ -309,7 +319,7 @@ def main() -> None:
     if args.bf16:
         bench_bf16(args)
     else:
-        model, tokenizer = headstats.load_model(args.model, dtype=args.dtype, device=args.device)
+        model, tokenizer = load(args.model, dtype=args.dtype, device=args.device)
         bench_prefix(model, tokenizer, mmlu_questions(args.subjects, args.per_subject), args)
     print(f"total {time.perf_counter() - start:.0f} s")
 

@@ -31,59 +31,13 @@ import time
 from collections.abc import Callable
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM
+from bench_models import CONFIGS, build_model
 
 import headstats
 from headstats.engine.attention import hooked_module
 from headstats.engine.probe import Probe
 
-# Architectures of real checkpoints, as in their config.json (no weights needed).
-CONFIGS: dict[str, dict] = {
-    "smollm2-135m": {
-        "model_type": "llama", "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
-        "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "vocab_size": 49152,
-        "max_position_embeddings": 8192, "rms_norm_eps": 1e-5, "tie_word_embeddings": True,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 100000.0},
-    },
-    "llama-3.2-1b": {
-        "model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 128256,
-        "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "tie_word_embeddings": True,
-        "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
-                            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-    },
-    "llama-3.1-8b": {
-        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
-        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 128256,
-        "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
-        "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
-    },
-    "qwen2.5-7b": {
-        "model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
-        "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
-        "max_position_embeddings": 131072, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
-        "use_sliding_window": False, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0},
-    },
-    "olmo-2-7b": {
-        "model_type": "olmo2", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
-        "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 100352,
-        "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
-        "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
-    },
-}  # fmt: skip
 VARIANTS = ("eager", "sdpa", "headstats")
-
-
-def build_model(name: str, layers: int | None, device: torch.device, dtype: torch.dtype) -> torch.nn.Module:
-    spec = dict(CONFIGS[name])
-    if layers:
-        spec["num_hidden_layers"] = min(layers, spec["num_hidden_layers"])
-    config = AutoConfig.for_model(**spec)
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
-    return model.eval()
 
 
 def _rss() -> tuple[float, float]:
