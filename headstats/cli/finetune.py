@@ -17,7 +17,7 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         "finetune",
         help="train a fine-tuning chain (SFT -> DPO -> GRPO) from a base model with TRL",
         description=(
-            "Train SFT -> DPO -> GRPO from BASE on the bundled data, writing checkpoints at 25/50/100%% of each "
+            "Train SFT -> DPO -> GRPO from BASE on the bundled data, writing checkpoints at 25/50/100% of each "
             "stage (each a directory `headstats collect --model` reads), recipe.json and metrics.json (learning "
             "evidence on held-out parts) under OUT/<base>-<recipe hash>/. Re-running resumes; a finished chain "
             "is not trained again. Needs the `train` extra (pip install 'headstats[train]')."
@@ -31,8 +31,8 @@ def _recipe(spec: FinetuneSpec):
     from headstats.jobs.finetune import Recipe
 
     overrides: dict[str, object] = {}
-    if spec.seed is not None:
-        overrides["seed"] = spec.seed
+    if spec.recipe_seed is not None:
+        overrides["seed"] = spec.recipe_seed
     if spec.bf16:
         overrides["bf16"] = True
     if spec.recipe:
@@ -51,7 +51,9 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     from headstats.jobs.finetune import finetune
 
-    chain = finetune(spec.base, spec.out, recipe, stages=spec.stages, measure=spec.measure, eval_size=spec.eval_size)
+    chain = finetune(
+        spec.base, spec.chains, recipe, stages=spec.chain_stages, measure=spec.measure, eval_size=spec.eval_size
+    )
     print(f"chain: {chain.root}")
     for ckpt in chain.checkpoints:
         print(f"  {ckpt.name:<12} {ckpt.path}")

@@ -684,7 +684,9 @@ def finetune(
     int, or per stage; default :data:`DEFAULT_EVAL_SIZE`, sized for 2 CPU cores). Returns the
     :class:`Chain`; a finished chain is returned without training anything.
     """
-    FinetuneSpec(stages=tuple(stages), measure=measure)  # the command line's checks: a ValueError naming the option
+    FinetuneSpec(
+        chain_stages=tuple(stages), measure=measure
+    )  # the command line's checks: a ValueError naming the option
     sizes = dict(DEFAULT_EVAL_SIZE)
     if isinstance(eval_size, int):
         sizes = dict.fromkeys(STAGES, eval_size)

@@ -715,15 +715,22 @@ class FinetuneSpec(Spec):
     WHAT: ClassVar[str] = "finetune"
 
     base: str = option("gemma3-270m", "embedded model name or save_pretrained directory")
-    out: str = option("finetune", "directory that holds the chains")
+    chains: str = option("finetune", "directory that holds the chains", flag="--out", metavar="OUT")
     recipe: str | None = option(None, "a recipe.json to train with (default: the built-in recipe)")
     scale: float = option(
         1.0, "multiply every stage's steps and batch size (e.g. 8 on a GPU); ignored with --recipe", minimum=0
     )
-    seed: int | None = option(None, "training and split seed (default 0)")
+    recipe_seed: int | None = option(
+        None, "training and split seed (default: the recipe's; 0 in the built-in one)", flag="--seed", metavar="SEED"
+    )
     bf16: bool = option(False, "bf16 autocast (fast on GPUs, slow on most CPUs)")
-    stages: tuple[str, ...] = option(
-        FINETUNE_STAGES, "a leading part of sft,dpo,grpo to build", choices=FINETUNE_STAGES, noun="stage"
+    chain_stages: tuple[str, ...] = option(
+        FINETUNE_STAGES,
+        "a leading part of sft,dpo,grpo to build",
+        choices=FINETUNE_STAGES,
+        noun="stage",
+        flag="--stages",
+        metavar="STAGES",
     )
     measure: str = option(
         "ends",
@@ -737,11 +744,11 @@ class FinetuneSpec(Spec):
     def check(self) -> None:
         if not self.scale > 0:
             raise SpecError("scale", f"must be above 0, not {self.scale:g}")
-        if list(self.stages) != list(FINETUNE_STAGES[: len(self.stages)]) or not self.stages:
+        if list(self.chain_stages) != list(FINETUNE_STAGES[: len(self.chain_stages)]) or not self.chain_stages:
             raise SpecError(
-                "stages",
+                "chain_stages",
                 f"must be a leading part of {','.join(FINETUNE_STAGES)} (later stages start from the earlier ones), "
-                f"not {','.join(self.stages)}",
+                f"not {','.join(self.chain_stages)}",
             )
 
 
