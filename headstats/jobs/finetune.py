@@ -684,9 +684,8 @@ def finetune(
     int, or per stage; default :data:`DEFAULT_EVAL_SIZE`, sized for 2 CPU cores). Returns the
     :class:`Chain`; a finished chain is returned without training anything.
     """
-    FinetuneSpec(
-        chain_stages=tuple(stages), measure=measure
-    )  # the command line's checks: a ValueError naming the option
+    # The command line's checks, a ValueError naming the option.
+    FinetuneSpec(chain_stages=tuple(stages), measure=measure)
     sizes = dict(DEFAULT_EVAL_SIZE)
     if isinstance(eval_size, int):
         sizes = dict.fromkeys(STAGES, eval_size)

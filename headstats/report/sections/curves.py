@@ -197,38 +197,34 @@ def add_curve_sections(
     steps.close()
 
 
-def _within_label(curve: pd.Series) -> str:
-    """``≥ 28.0 | 12.3``: the first-drop reading (``≥``: censored, ``*``: non-monotone), then the
-    certified value (``≥`` when every point of the sweep was certified)."""
-    first = f"{float(curve['within_1pt']):.1f}"
-    if bool(curve.get("censored", False)):
-        first = "≥ " + first
-    if bool(curve.get("non_monotone", False)):
-        first += "*"
-    if "within_1pt_certified" not in curve.index or pd.isna(curve["within_1pt_certified"]):
-        return first
-    certified = f"{float(curve['within_1pt_certified']):.1f}"
-    return f"{first} | {'≥ ' if bool(curve.get('certified_open', False)) else ''}{certified}"
+def _certified_label(curve: pd.Series) -> str:
+    """The certified within-1-point value, ``≥`` when every point of the sweep was certified."""
+    if pd.isna(curve.get("within_1pt_certified")):
+        return ""
+    return f" | {'≥ ' if bool(curve.get('certified_open', False)) else ''}{float(curve['within_1pt_certified']):.1f}"
 
 
 def main_table(points: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
     """One row per (model, task): questions, baseline accuracy with its 95% interval, the minimum
-    detectable drop of the task, and per score the within-1-point reading and its certified value
-    (:func:`_within_label`)."""
+    detectable drop of the task, and per score its within-1-point reading
+    (:func:`headstats.stats.ranking.within_one_point_labels`) and certified value: ``≥ 28.0 | 12.3``."""
     rows = []
     base = points[points["score"] == BASELINE]
     for (model, task), b in base.groupby(["model", "task"], sort=True):
         first = b.iloc[0]
+        n = int(first["n_questions"])
         row: dict[str, object] = {
             "model": model,
             "task": task,
-            "n": int(first["n_questions"]),
+            "n": n,
             "baseline [95% CI]": f"{first['accuracy']:.1f} [{first['acc_low']:.1f}, {first['acc_high']:.1f}]",
+            "min_detectable_drop": f"{100.0 * minimum_detectable_drop(n):.1f}",
         }
-        row["min_detectable_drop"] = f"{100.0 * minimum_detectable_drop(int(first['n_questions'])):.1f}"
         here = curves[(curves["model"] == model) & (curves["task"] == task)]
-        for curve in here.itertuples(index=False):
-            row[str(curve.score)] = _within_label(pd.Series(curve._asdict()))
+        if len(here):
+            labels = ranking.within_one_point_labels(here, digits=1)
+            for _, curve in here.iterrows():
+                row[str(curve["score"])] = labels.loc[model, curve["score"]] + _certified_label(curve)
         rows.append(row)
     return pd.DataFrame(rows).fillna("")
 
