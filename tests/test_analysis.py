@@ -74,6 +74,16 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _analysis_file(tmp_path: Path, model_dir: Path, body: str) -> Path:
+    """A tiny analysis file: results and report under ``tmp_path``, the one model, then ``body``."""
+    path = tmp_path / "tiny.toml"
+    path.write_text(
+        f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n'
+        f'[models]\nnames = ["{model_dir}"]\n{body}'
+    )
+    return path
+
+
 @pytest.mark.parametrize("launcher", [None, "debug"])
 def test_an_analysis_runs_every_stage_resumes_and_reports(
     tiny_model_dir: Path, tmp_path: Path, launcher: str | None
@@ -121,13 +131,10 @@ def test_a_partial_run_reports_what_is_missing_and_how_long_each_pass_took(
 ) -> None:
     from headstats.jobs.analysis import planned_points
 
-    spec_path = tmp_path / "tiny.toml"
-    spec_path.write_text(
-        f"""
-results = "{tmp_path / "results"}"
-report = "{tmp_path / "report"}"
-[models]
-names = ["{tiny_model_dir}"]
+    spec_path = _analysis_file(
+        tmp_path,
+        tiny_model_dir,
+        """
 [[ablate]]
 task = "piqa"
 limit = 4
@@ -141,7 +148,7 @@ targets = [0.5]
 [report_options]
 n_boot = 20
 n_perm = 20
-"""
+""",
     )
     spec = load_analysis(spec_path)
     planned = planned_points(spec, spec.models)
@@ -176,13 +183,10 @@ def test_dry_run_counts_the_work_writes_nothing_and_sees_what_is_done(
 ) -> None:
     from headstats.jobs.dryrun import dry_run
 
-    spec_path = tmp_path / "tiny.toml"
-    spec_path.write_text(
-        f"""
-results = "{tmp_path / "results"}"
-report = "{tmp_path / "report"}"
-[models]
-names = ["{tiny_model_dir}"]
+    spec_path = _analysis_file(
+        tmp_path,
+        tiny_model_dir,
+        """
 [collect]
 datasets = ["piqa"]
 limit = 3
@@ -195,7 +199,7 @@ batch_size = 3
 [report_options]
 n_boot = 20
 n_perm = 20
-"""
+""",
     )
     assert main(["run", "--dry-run", str(spec_path)]) == 0
     out = capsys.readouterr().out
