@@ -148,6 +148,7 @@ targets = [0.5]
 [report_options]
 n_boot = 20
 n_perm = 20
+notes = "The model body ran in float32."
 """,
     )
     spec = load_analysis(spec_path)
@@ -168,14 +169,40 @@ n_perm = 20
         "not started",
         "baseline (0/1), random (0/1)",
     ]
-    assert "<b>This report is partial</b>: 4 of the 7 sweep points" in index.read_text()
+    page = index.read_text()
+    assert "<b>This report is partial</b>: 4 of the 7 sweep points" in page
+    assert "What this run can show</h2>\n<p>The model body ran in float32.</p>" in page  # the file's notes come first
     # Run time: the passes' own records (baseline and ahon_ln @ 0.3 ran; the p = 0 points reused the baseline).
     files = sorted((slug_dir / "task=piqa").glob("*.parquet"))
     seconds = [store.file_provenance(f)["point"]["seconds"] for f in files]
     times = pd.read_csv(tmp_path / "report" / "tables" / "run_times.csv").iloc[0]
     assert (times["passes_timed"], times["reused_baseline"], times["untimed"]) == (2, 2, 0)
     assert times["hours"] == pytest.approx(sum(t for t in seconds if t is not None) / 3600, rel=1e-3)
-    assert times["machine"].endswith(f"{torch.get_num_threads()} threads")
+    assert f"{torch.get_num_threads()} threads" in times["machine"] and times["dtype"] == "float32"
+
+
+def test_run_times_give_one_row_per_machine_and_dtype_of_a_resumed_sweep() -> None:
+    from types import SimpleNamespace
+
+    from headstats.report.sections.can_show import run_times
+
+    amd = {"cpu": "AMD EPYC", "cores": 2, "torch_threads": 2, "bf16_units": []}
+    xeon = {"cpu": "Xeon", "cores": 2, "torch_threads": 2, "bf16_units": ["avx512_bf16", "amx_bf16"]}
+    passes = pd.DataFrame(
+        {
+            "model": "m", "task": "piqa", "score": ["baseline", "a", "a", "b", "b"],
+            "target": [0, 0.1, 0.2, 0.1, 0.2], "seconds": [600.0, 300.0, None, 60.0, 120.0],
+            "timed": True, "finished": ["t1", "t2", "t2", "t3", "t4"],
+            "machine": [amd, amd, amd, xeon, xeon], "dtype": ["float32"] * 3 + ["bfloat16"] * 2,
+        }
+    )  # fmt: skip
+    table = run_times(SimpleNamespace(passes=passes)).set_index("dtype")
+    assert len(table) == 2
+    assert table.loc["float32", ["passes_timed", "reused_baseline", "last_finished"]].tolist() == [2, 1, "t2"]
+    assert table.loc["float32", "hours"] == pytest.approx(900 / 3600)
+    assert table.loc["bfloat16", "min_per_pass"] == pytest.approx(1.5)
+    assert table.loc["bfloat16", "machine"] == "Xeon, 2 cores, 2 threads (avx512_bf16, amx_bf16)"
+    assert table.loc["float32", "machine"] == "AMD EPYC, 2 cores, 2 threads"
 
 
 def test_dry_run_counts_the_work_writes_nothing_and_sees_what_is_done(

@@ -43,17 +43,23 @@ def default_device() -> torch.device:
 
 
 def machine_info(device: torch.device | str) -> dict[str, object]:
-    """What a run's timings were measured on, for provenance: the processor, the cores this process
-    may use, torch's thread count and, on CUDA, the GPU."""
+    """What a run's timings were measured on, for provenance: the processor and its bf16 matrix units
+    (``avx512_bf16``, ``amx_bf16``: what makes a bf16 body fast on a CPU), the cores this process may
+    use, torch's thread count and, on CUDA, the GPU."""
     device = torch.device(device)
     cpu = platform.processor() or platform.machine()
+    flags: set[str] = set()
     try:
-        names = re.findall(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.MULTILINE)
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+        names = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
         cpu = names[0].strip() if names else cpu
+        first = re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
+        flags = set(first.group(1).split()) if first else set()
     except OSError:
         pass
     info: dict[str, object] = {
         "cpu": cpu,
+        "bf16_units": [f for f in ("avx512_bf16", "amx_bf16") if f in flags],
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
@@ -66,7 +72,8 @@ def machine_info(device: torch.device | str) -> dict[str, object]:
 def resolve_dtype(
     dtype: str | torch.dtype | None, device: torch.device, config: PretrainedConfig | None = None
 ) -> torch.dtype:
-    """None -> bf16 on CUDA (as the study ran), fp32 on CPU (bf16 matmuls are slow there).
+    """None -> bf16 on CUDA (as the study ran), fp32 on CPU (bf16 matmuls are slow on CPUs without
+    AVX512-BF16 or AMX; where they exist, ``bfloat16`` is the measured fast path, see benchmarks/README.md).
 
     ``"auto"`` -> the checkpoint's own dtype, read from ``config`` (as transformers' ``dtype="auto"``;
     float32 when the config records none); without a config (before loading) the device default."""

@@ -548,6 +548,11 @@ class ReportSpec(SummarySpec, Seeded, Figures):
     DEFAULTS: ClassVar[Mapping[str, Any]] = {"dpi": 90}
 
     title: str | None = option(None, "report title")
+    notes: str | None = option(
+        None,
+        "a paragraph written first under 'What this run can show': what the run's own choices mean for its "
+        "readings (e.g. a bf16 model body and its measured agreement with fp32)",
+    )
     rank_by: str = option(
         "grid_auc",
         "curve area that ranks score functions (the study used norm_auc)",

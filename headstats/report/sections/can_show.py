@@ -135,19 +135,23 @@ def _machine_text(machine: object) -> str:
     if not isinstance(machine, dict):
         return "not recorded"
     text = f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, {machine.get('torch_threads', '?')} threads"
+    if machine.get("bf16_units"):
+        text += f" ({', '.join(machine['bf16_units'])})"
     if machine.get("gpu"):
         text = f"{machine['gpu']} ({machine.get('device', 'cuda')}); {text}"
     return text
 
 
 def run_times(context: Context) -> pd.DataFrame | None:
-    """Per (model, task): passes run and their total and mean wall time, points that reused the
-    baseline's answers, points written before timings were recorded, and the machine."""
+    """Per (model, task, machine, dtype): passes run and their total and mean wall time, points that
+    reused the baseline's answers, and points written before timings were recorded. A sweep resumed
+    on another machine, or in another dtype, gives one row per machine and dtype."""
     passes = context.passes
     if passes.empty:
         return None
+    passes = passes.assign(machine=passes["machine"].map(_machine_text), dtype=passes["dtype"].fillna("?").astype(str))
     out = []
-    for (model, task), unit in passes.groupby(["model", "task"], sort=True):
+    for (model, task, machine, dtype), unit in passes.groupby(["model", "task", "machine", "dtype"], sort=True):
         ran = unit["seconds"].dropna()
         finished = unit["finished"].dropna().astype(str)
         out.append(
@@ -160,7 +164,8 @@ def run_times(context: Context) -> pd.DataFrame | None:
                 "reused_baseline": int((unit["timed"] & unit["seconds"].isna()).sum()),
                 "untimed": int((~unit["timed"]).sum()),
                 "last_finished": finished.max() if len(finished) else "",
-                "machine": _machine_text(unit["machine"].iloc[0]),
+                "dtype": dtype,
+                "machine": machine,
             }
         )
     return pd.DataFrame(out)
@@ -192,6 +197,8 @@ def _completeness_and_time(writer: Writer, context: Context) -> None:
 
 def what_this_run_can_show(writer: Writer, context: Context) -> None:
     writer.heading("What this run can show")
+    if context.options.notes:
+        writer.text(context.options.notes)
     if context.scores is not None:
         writer.text(
             "Score tables: sequences scored per dataset and model, and the clusters they come from. Distances and "

@@ -87,22 +87,26 @@ class Context:
     def passes(self) -> pd.DataFrame:
         """One row per finished sweep point: model, task, score, target, ``seconds`` (the pass's wall
         time; NaN where the point reused the baseline's answers or was written before timings were
-        recorded, ``timed`` tells which), ``finished`` and the partition's ``machine`` record."""
+        recorded, ``timed`` tells which), ``finished``, and the ``machine`` record and model ``dtype``
+        of the run that wrote the point (a sweep resumed elsewhere has points of several machines);
+        files that predate per-point records take their partition's."""
         rows = []
         for p in self.partitions:
             if p.kind != "interventions":
                 continue
-            machine = (p.provenance or {}).get("machine")
+            partition = p.provenance or {}
             for path in store.data_files(p.path):
-                point = (store.file_provenance(path) or {}).get("point") or {}
+                record = store.file_provenance(path) or {}
+                point = record.get("point") or {}
                 rows.append(
                     {
                         "model": p.model, "task": p.name, "score": point.get("score"), "target": point.get("target"),
                         "seconds": point.get("seconds"), "timed": "seconds" in point,
-                        "finished": point.get("finished"), "machine": machine,
+                        "finished": point.get("finished"), "machine": record.get("machine", partition.get("machine")),
+                        "dtype": record.get("dtype", partition.get("dtype")),
                     }
                 )  # fmt: skip
-        columns = ["model", "task", "score", "target", "seconds", "timed", "finished", "machine"]
+        columns = ["model", "task", "score", "target", "seconds", "timed", "finished", "machine", "dtype"]
         out = pd.DataFrame(rows, columns=columns)
         out["seconds"] = pd.to_numeric(out["seconds"], errors="coerce")
         return out
