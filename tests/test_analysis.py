@@ -178,6 +178,9 @@ notes = "The model body ran in float32."
     times = pd.read_csv(tmp_path / "report" / "tables" / "run_times.csv").iloc[0]
     assert (times["passes_timed"], times["reused_baseline"], times["untimed"]) == (2, 2, 0)
     assert times["hours"] == pytest.approx(sum(t for t in seconds if t is not None) / 3600, rel=1e-3)
+    cpu = [store.file_provenance(f)["point"]["cpu_seconds"] for f in files]
+    assert times["cpu_hours"] == pytest.approx(sum(t for t in cpu if t is not None) / 3600, rel=1e-3)
+    assert 0 < times["cpu_hours"] <= times["hours"] * torch.get_num_threads() * 1.5
     assert f"{torch.get_num_threads()} threads" in times["machine"] and times["dtype"] == "float32"
 
 
@@ -192,6 +195,7 @@ def test_run_times_give_one_row_per_machine_and_dtype_of_a_resumed_sweep() -> No
         {
             "model": "m", "task": "piqa", "score": ["baseline", "a", "a", "b", "b"],
             "target": [0, 0.1, 0.2, 0.1, 0.2], "seconds": [600.0, 300.0, None, 60.0, 120.0],
+            "cpu_seconds": [1000.0, 500.0, None, 100.0, 200.0],
             "timed": True, "finished": ["t1", "t2", "t2", "t3", "t4"],
             "machine": [amd, amd, amd, xeon, xeon], "dtype": ["float32"] * 3 + ["bfloat16"] * 2,
         }
@@ -199,7 +203,7 @@ def test_run_times_give_one_row_per_machine_and_dtype_of_a_resumed_sweep() -> No
     table = run_times(SimpleNamespace(passes=passes)).set_index("dtype")
     assert len(table) == 2
     assert table.loc["float32", ["passes_timed", "reused_baseline", "last_finished"]].tolist() == [2, 1, "t2"]
-    assert table.loc["float32", "hours"] == pytest.approx(900 / 3600)
+    assert table.loc["float32", ["hours", "cpu_hours"]].tolist() == pytest.approx([900 / 3600, 1500 / 3600])
     assert table.loc["bfloat16", "min_per_pass"] == pytest.approx(1.5)
     assert table.loc["bfloat16", "machine"] == "Xeon, 2 cores, 2 threads (avx512_bf16, amx_bf16)"
     assert table.loc["float32", "machine"] == "AMD EPYC, 2 cores, 2 threads"

@@ -510,6 +510,9 @@ def test_sweep_writes_per_question_rows_one_file_per_point_and_resumes(tiny_mmlu
     assert timed["point-ahon_ln-0.parquet"]["seconds"] is None and timed["point-random-0.parquet"]["seconds"] is None
     ran = [timed[n]["seconds"] for n in ("baseline.parquet", "point-ahon_ln-0.5.parquet", "point-random-0.5.parquet")]
     assert all(isinstance(t, float) and t > 0 for t in ran)
+    cpu = [timed[n]["cpu_seconds"] for n in ("baseline.parquet", "point-ahon_ln-0.5.parquet")]
+    assert all(isinstance(t, float) and t > 0 for t in cpu) and timed["point-ahon_ln-0.parquet"]["cpu_seconds"] is None
+    assert isinstance(prov["machine"]["bf16_units"], list)
     assert timed["point-random-0.5.parquet"]["finished"] >= timed["baseline.parquet"]["finished"]
 
     # Resuming: finished points are skipped; thresholds come from _calibration.json; a new target

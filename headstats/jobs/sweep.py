@@ -6,8 +6,8 @@ evaluate every question. Each point is one Parquet file of per-question rows (SP
 ``OUT/model=<slug>/task=<task>/``, written atomically, so a sweep resumes point by point: a finished
 point is skipped, an interrupted one left nothing behind. Points run coarse to fine in their targets
 (:func:`coarse_to_fine`), every score at each level, so a stopped sweep has every curve on a
-coarser grid. Each point file records its pass's wall time and when it finished; the partition's
-provenance records the machine.
+coarser grid. Each point file records its pass's wall and CPU time, when it finished, and the
+machine it ran on.
 
 The baseline runs through headstats' attention too (with nothing zeroed), so a point whose
 threshold zeroes no head reproduces the baseline exactly and paired differences measure only
@@ -384,11 +384,11 @@ class _Runner:
         bar = tqdm(total=len(pending), desc="sweep points", unit="point", disable=not self.progress)
         for point in pending:
             bar.set_postfix_str(str(point))
-            start = time.perf_counter()
+            start = _Clock()
             if point.is_baseline:
                 if not self._finished(point):
                     frame = self._baseline_pass()[0]
-                    self._write(point, math.nan, frame, time.perf_counter() - start)
+                    self._write(point, math.nan, frame, start)
             else:
                 tau = thresholds[point.score][point.target]
                 frame = self._zeroes_nothing(point)
@@ -397,7 +397,7 @@ class _Runner:
                 else:
                     with ablate_heads(self.model, score=point.score, threshold=tau, seed=self.seed) as ablation:
                         frame = self._evaluate(ablation.probe)
-                    self._write(point, tau, frame, time.perf_counter() - start)
+                    self._write(point, tau, frame, start)
             bar.update(1)
         bar.close()
 
@@ -453,10 +453,10 @@ class _Runner:
         if plan.calibration == "eval":
             _say(self.progress, "calibrating on the evaluation prompts (baseline pass with scores recorded)")
             baseline_point = Point(BASELINE, 0.0)
-            start = time.perf_counter()
+            start = _Clock()
             frame, probe = self._baseline_pass(needed)
             if not self._finished(baseline_point):
-                self._write(baseline_point, math.nan, frame, time.perf_counter() - start)
+                self._write(baseline_point, math.nan, frame, start)
             records = probe.history
             table = pd.DataFrame(
                 {sid: torch.cat([r.scores[sid].reshape(-1).cpu() for r in records]).numpy() for sid in needed}
@@ -502,8 +502,8 @@ class _Runner:
         }  # fmt: skip
         store.write_calibration(self.plan.partition, data)
 
-    def _write(self, point: Point, threshold: float, frame: pd.DataFrame, seconds: float | None) -> None:
-        """``seconds``: the pass's wall time (None when the point reuses the baseline's answers)."""
+    def _write(self, point: Point, threshold: float, frame: pd.DataFrame, started: _Clock | None) -> None:
+        """``started``: when the pass began (None when the point reuses the baseline's answers)."""
         rows = to_rows(frame, point, threshold, self.num_layers * self.num_heads)
         prov = dict(
             self.provenance,
@@ -511,13 +511,28 @@ class _Runner:
                 "score": point.score,
                 "target": point.target,
                 "threshold": threshold,
-                "seconds": None if seconds is None else round(seconds, 2),
+                "seconds": None if started is None else round(started.wall(), 2),
+                "cpu_seconds": None if started is None else round(started.cpu(), 2),
                 "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             },
             evaluation=frame.attrs.get("headstats", {}),
         )
         table = pa.Table.from_pandas(rows, preserve_index=False)
         store.write_point(self.plan.partition, point.file_name, table, prov, self.provenance)
+
+
+class _Clock:
+    """A pass's wall time and this process's CPU time (all threads) since it began. CPU time does not
+    grow while the process is stopped (``kill -STOP``), so it tells a paused pass from a slow one."""
+
+    def __init__(self) -> None:
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+
+    def wall(self) -> float:
+        return time.perf_counter() - self._wall
+
+    def cpu(self) -> float:
+        return time.process_time() - self._cpu
 
 
 def to_rows(frame: pd.DataFrame, point: Point, threshold: float, n_heads: int) -> pd.DataFrame:

@@ -143,8 +143,9 @@ def _machine_text(machine: object) -> str:
 
 
 def run_times(context: Context) -> pd.DataFrame | None:
-    """Per (model, task, machine, dtype): passes run and their total and mean wall time, points that
-    reused the baseline's answers, and points written before timings were recorded. A sweep resumed
+    """Per (model, task, machine, dtype): passes run and their total and mean wall time, their CPU
+    time (all threads; wall time well above CPU time / threads means the run was paused or starved),
+    points that reused the baseline's answers, and points written before timings were recorded. A sweep resumed
     on another machine, or in another dtype, gives one row per machine and dtype."""
     passes = context.passes
     if passes.empty:
@@ -160,6 +161,7 @@ def run_times(context: Context) -> pd.DataFrame | None:
                 "task": task,
                 "passes_timed": len(ran),
                 "hours": float(ran.sum()) / 3600.0,
+                "cpu_hours": float(unit["cpu_seconds"].sum()) / 3600.0,
                 "min_per_pass": float(ran.mean()) / 60.0 if len(ran) else float("nan"),
                 "reused_baseline": int((unit["timed"] & unit["seconds"].isna()).sum()),
                 "untimed": int((~unit["timed"]).sum()),
@@ -189,8 +191,9 @@ def _completeness_and_time(writer: Writer, context: Context) -> None:
     if times is not None:
         writer.text(
             "Run time: the wall time of each sweep pass as its file records it (`passes_timed`; p = 0 points "
-            "calibrated on the evaluation prompts reuse the baseline's answers and cost no pass), on the machine "
-            "the partition records."
+            "calibrated on the evaluation prompts reuse the baseline's answers and cost no pass), one row per "
+            "machine and model dtype the passes ran on. `cpu_hours` is the process's CPU time over the same passes "
+            "(all threads): wall time well above CPU time / threads means the run was paused or shared its cores."
         )
         writer.table(times, "run_times", floatfmt=".3g")
 

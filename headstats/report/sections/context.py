@@ -86,7 +86,8 @@ class Context:
     @cached_property
     def passes(self) -> pd.DataFrame:
         """One row per finished sweep point: model, task, score, target, ``seconds`` (the pass's wall
-        time; NaN where the point reused the baseline's answers or was written before timings were
+        time; ``cpu_seconds`` the process's CPU time over it, which does not grow while the run is paused;
+        NaN where the point reused the baseline's answers or was written before timings were
         recorded, ``timed`` tells which), ``finished``, and the ``machine`` record and model ``dtype``
         of the run that wrote the point (a sweep resumed elsewhere has points of several machines);
         files that predate per-point records take their partition's."""
@@ -101,14 +102,18 @@ class Context:
                 rows.append(
                     {
                         "model": p.model, "task": p.name, "score": point.get("score"), "target": point.get("target"),
-                        "seconds": point.get("seconds"), "timed": "seconds" in point,
+                        "seconds": point.get("seconds"), "cpu_seconds": point.get("cpu_seconds"),
+                        "timed": "seconds" in point,
                         "finished": point.get("finished"), "machine": record.get("machine", partition.get("machine")),
                         "dtype": record.get("dtype", partition.get("dtype")),
                     }
                 )  # fmt: skip
-        columns = ["model", "task", "score", "target", "seconds", "timed", "finished", "machine", "dtype"]
+        columns = [
+            "model", "task", "score", "target", "seconds", "cpu_seconds", "timed", "finished", "machine", "dtype",
+        ]  # fmt: skip
         out = pd.DataFrame(rows, columns=columns)
         out["seconds"] = pd.to_numeric(out["seconds"], errors="coerce")
+        out["cpu_seconds"] = pd.to_numeric(out["cpu_seconds"], errors="coerce")
         return out
 
     @cached_property
