@@ -332,5 +332,8 @@ def test_real_tasks_through_lm_evals_task_machinery(smollm2, task: str) -> None:
     assert zeroed[0].threshold == pytest.approx(zeroed[1].threshold, rel=1e-6)
     assert 0.0 < zeroed[1].realised_fraction() < 0.5
     theirs = evaluator_logliks(model, tok, questions, instances, score="ahon_ln", threshold=zeroed[1].threshold)
-    np.testing.assert_allclose(padded, theirs, rtol=0, atol=1e-4)
+    # The plugin sums fp32 log-softmax values as HFLM does (off by up to ~1.3e-5 per token against
+    # float64); the evaluator normalises more exactly (tests/test_evaluate.py), hence a per-token bound.
+    tokens = np.array([len(tok(inst.args[1], add_special_tokens=False).input_ids) for inst in instances])
+    assert (np.abs(padded - theirs) <= 1e-4 + 2e-5 * tokens).all()
     assert np.abs(padded - hf).max() > 1e-3
