@@ -108,11 +108,19 @@ def score_schema(score_ids: Sequence[str] | None = None, *, question_keys: bool 
     return pa.schema(fields)
 
 
-def package_versions() -> dict[str, str]:
+PROVENANCE_PACKAGES = ("headstats", "torch", "transformers", "pyarrow", "pandas", "numpy", "datasets")
+
+
+def package_versions(dists: Sequence[str] = PROVENANCE_PACKAGES, missing: str | None = None) -> dict[str, str]:
+    """Python's version and each of ``dists``' installed version; a distribution that is not installed
+    is left out, or recorded as ``missing`` when given."""
     versions = {"python": platform.python_version()}
-    for dist in ("headstats", "torch", "transformers", "pyarrow", "pandas", "numpy", "datasets"):
-        with contextlib.suppress(_metadata.PackageNotFoundError):
+    for dist in dists:
+        try:
             versions[dist] = _metadata.version(dist)
+        except _metadata.PackageNotFoundError:
+            if missing is not None:
+                versions[dist] = missing
     return versions
 
 

@@ -39,7 +39,6 @@ import hashlib
 import json
 import math
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -51,6 +50,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from headstats.io import store
 from headstats.jobs import finetune_data as fd
 from headstats.jobs.specs import FINETUNE_STAGES, FinetuneSpec
 
@@ -190,16 +190,7 @@ def scaled(stage: StageRecipe, scale: float, grouped: bool = False) -> StageReci
     return dataclasses.replace(stage, steps=steps, batch_size=batch)
 
 
-def library_versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out = {"python": platform.python_version()}
-    for name in ("headstats", "torch", "transformers", "trl", "datasets", "accelerate"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = "not installed"
-    return out
+TRAINING_PACKAGES = ("headstats", "torch", "transformers", "trl", "datasets", "accelerate")
 
 
 # --- checkpoints -----------------------------------------------------------------------------------
@@ -705,7 +696,8 @@ def finetune(
         "trainable": "transformer blocks; embeddings and LM head frozen" if recipe.freeze_embeddings else "all",
         "trainer": {"optimizer": "AdamW (transformers' default)", "scheduler": "linear decay, no warm-up",
                     "precision": "bf16 autocast" if recipe.bf16 else "fp32", "attention": "sdpa"},
-        "versions": record.get("versions") or library_versions(), "splits": record.get("splits", {}),
+        "versions": record.get("versions") or store.package_versions(TRAINING_PACKAGES, missing="not installed"),
+        "splits": record.get("splits", {}),
     }  # fmt: skip
     metrics = _read_json(root / METRICS_FILE)
     chain = Chain(root, base, recipe, metrics=metrics)
