@@ -243,6 +243,9 @@ n_perm = 20
     # calibration scores) plus 3 scores x 2 non-zero targets; p = 0 reuses the baseline.
     assert (ablate.items, ablate.sequences, ablate.passes_total, ablate.passes_left) == (4, 8, 7, 7)
     assert ablate.forwards_left == 3 * 7 and ablate.tokens_per_s > 0 and ablate.seconds_left > 0
+    # The time is costed in computed tokens (padding included) of the run's own length-sorted batches.
+    assert ablate.computed > ablate.tokens and "padding" in out
+    assert ablate.seconds_left == pytest.approx(ablate.computed * 7 / ablate.tokens_per_s)
     run_analysis(spec, progress=False, stages=("collect", "ablate"))
     collect, ablate = dry_run(spec).units
     assert collect.passes_left == 0 and ablate.passes_left == 0 and collect.seconds_left == ablate.seconds_left == 0

@@ -237,3 +237,14 @@ def test_long_sequence_mode_builds_mask_rows_lazily_with_the_same_numbers(
         with Probe(model, scores):
             observed = model(ids, attention_mask=mask, position_ids=positions).logits
     torch.testing.assert_close(observed[mask.bool()], expected[mask.bool()], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 16])
+def test_padded_tokens_count_what_length_sorted_batches_compute(batch_size: int) -> None:
+    from headstats.engine.batching import length_sorted_batches, padded_tokens
+
+    gen = torch.Generator().manual_seed(batch_size)
+    lengths = torch.randint(1, 90, (37,), generator=gen).tolist()
+    batches = length_sorted_batches([[1] * n for n in lengths], batch_size)
+    assert padded_tokens(lengths, batch_size) == sum(b.input_ids.numel() for b in batches)
+    assert padded_tokens([5, 5, 5], 2) == 15 and padded_tokens([9, 1, 1, 1], 2) == 20  # padding counts

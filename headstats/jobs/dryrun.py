@@ -4,9 +4,13 @@ For every model and stage of an analysis file: the sequences or questions, the p
 (finished collection samples and sweep points are skipped, as a real run skips them), the batched
 forward passes and tokens they need, and an estimated time. The estimate is measured, not guessed:
 each model is loaded and a few of the stage's own sequences (a seeded sample) run through
-headstats' attention on the current device; tokens per second from that probe times the tokens
-still to run gives the estimate. Zeroed passes cost the same as the baseline pass to within a few
-percent (``benchmarks/bench_intervene.py``), so every pass of a sweep is costed alike.
+headstats' attention on the current device, in length-sorted batches as a real pass runs them. The
+speed is counted in computed tokens, padding included (:func:`~headstats.engine.batching.padded_tokens`),
+because a pass of long-tailed lengths (PIQA's solutions) computes many more tokens than it holds,
+and the probe's few sequences are padded differently from the whole task's; the estimate is the
+computed tokens still to run over that speed. Zeroed passes cost the same as the baseline pass to
+within a few percent (``benchmarks/bench_intervene.py``), so every pass of a sweep is costed alike,
+as a whole-sequence pass (the baseline's shared-prefix reuse is not counted).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from headstats.engine.batching import padded_tokens
 from headstats.io import store
 from headstats.jobs.specs import LoadOptions, SweepSpec, narrow
 
@@ -36,10 +41,11 @@ class WorkUnit:
     items: int  # documents (collect) or questions (ablate)
     sequences: int  # token sequences of one pass (collect: those not yet scored)
     tokens: int  # tokens of one pass (collect: of the sequences not yet scored)
+    computed: int  # tokens one pass computes, padding included, in its length-sorted batches
     passes_left: int  # passes still to run (collect: 1 or 0; ablate: baseline/calibration + points)
     passes_total: int
     batch_size: int
-    tokens_per_s: float  # measured on a probe of this unit's own sequences
+    tokens_per_s: float  # computed tokens per second, measured on a probe of this unit's own sequences
 
     @property
     def forwards_left(self) -> int:
@@ -48,7 +54,7 @@ class WorkUnit:
 
     @property
     def seconds_left(self) -> float:
-        return self.tokens * self.passes_left / self.tokens_per_s if self.passes_left else 0.0
+        return self.computed * self.passes_left / self.tokens_per_s if self.passes_left else 0.0
 
 
 @dataclass
@@ -61,7 +67,8 @@ class DryRun:
         rows = [
             {
                 "model": u.model, "stage": u.stage, "what": u.what, "items": u.items, "sequences": u.sequences,
-                "tokens/pass": u.tokens, "passes left": f"{u.passes_left}/{u.passes_total}",
+                "tokens/pass": u.tokens, "padding": f"{1 - u.tokens / u.computed:.0%}" if u.computed else "-",
+                "passes left": f"{u.passes_left}/{u.passes_total}",
                 "forwards left": u.forwards_left, "tok/s": round(u.tokens_per_s),
                 "est. time": _duration(u.seconds_left),
             }
@@ -82,8 +89,9 @@ class DryRun:
             body = self.table().to_string(index=False) if self.units else "(nothing to run)"
         return (
             f"{body}\n\nin all: {self.forwards:,} batched forward passes still to run, estimated "
-            f"{_duration(self.seconds)} on {self.device} (tokens/s measured on {self.probe_sequences} sequences "
-            f"per unit; model loading and the report not included). Nothing was written."
+            f"{_duration(self.seconds)} on {self.device} (tok/s: tokens computed per second, padding included, "
+            f"measured on {self.probe_sequences} items per unit in length-sorted batches; padding: the share of a "
+            "pass's computed tokens that are padding; model loading and the report not included). Nothing was written."
         )
 
 
@@ -96,7 +104,8 @@ def _duration(seconds: float) -> str:
 
 
 def _probe(sample: Sequence, run: Callable[[Sequence], object], tokens: int) -> float:
-    """Tokens per second of ``run(sample)`` (``tokens`` in all), after an untimed warm-up on one item."""
+    """Tokens per second of ``run(sample)`` (``tokens`` computed in all), after an untimed warm-up on
+    one item."""
     run(sample[:1])
     start = time.perf_counter()
     run(sample)
@@ -160,10 +169,10 @@ def _collect_unit(analysis, name: str, model, tokenizer, dataset: str, n_probe: 
     def score(batch: Sequence) -> None:
         score_sequences(model, batch, batch_size=collect.batch_size)
 
-    speed = _probe(sample, score, sum(map(len, sample)))
+    speed = _probe(sample, score, padded_tokens(list(map(len, sample)), collect.batch_size))
     return WorkUnit(
-        name, "collect", source.name, len(seqs), len(left), sum(map(len, left)), int(bool(left)), 1,
-        collect.batch_size, speed,
+        name, "collect", source.name, len(seqs), len(left), sum(map(len, left)),
+        padded_tokens(list(map(len, left)), collect.batch_size), int(bool(left)), 1, collect.batch_size, speed,
     )  # fmt: skip
 
 
@@ -187,14 +196,18 @@ def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, 
     chosen = sorted(rng.sample(range(len(questions)), min(n_probe, len(questions))))
     picked = set(chosen)
 
-    def evaluate(batch: Sequence) -> None:
-        question_logliks(model, tokenizer, batch, batch_size=sweep.batch_size, prompt_format=fmt, progress=False)
+    def evaluate(batch: Sequence) -> None:  # whole sequences, as every zeroed pass runs
+        question_logliks(
+            model, tokenizer, batch, batch_size=sweep.batch_size, prompt_format=fmt, progress=False, share_prefix=False
+        )
 
-    probe_tokens = sum(len(s.input_ids) for s in planned if s.question in picked)
-    speed = _probe([questions[i] for i in chosen], evaluate, probe_tokens)
+    lengths = [len(s.input_ids) for s in planned]
+    probe_computed = padded_tokens([len(s.input_ids) for s in planned if s.question in picked], sweep.batch_size)
+    speed = _probe([questions[i] for i in chosen], evaluate, probe_computed)
     return WorkUnit(
-        name, "ablate", plan.task_name, len(questions), len(planned), sum(len(s.input_ids) for s in planned),
-        len(points_left) + int(first_pass), passes_total, sweep.batch_size, speed,
+        name, "ablate", plan.task_name, len(questions), len(planned), sum(lengths),
+        padded_tokens(lengths, sweep.batch_size), len(points_left) + int(first_pass), passes_total, sweep.batch_size,
+        speed,
     )  # fmt: skip
 
 
