@@ -202,7 +202,8 @@ def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, 
         )
 
     lengths = [len(s.input_ids) for s in planned]
-    probe_computed = padded_tokens([len(s.input_ids) for s in planned if s.question in picked], sweep.batch_size)
+    probe_lengths = [n for s, n in zip(planned, lengths, strict=True) if s.question in picked]
+    probe_computed = padded_tokens(probe_lengths, sweep.batch_size)
     speed = _probe([questions[i] for i in chosen], evaluate, probe_computed)
     return WorkUnit(
         name, "ablate", plan.task_name, len(questions), len(planned), sum(lengths),
