@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
-from families import tiny_model
+from families import VOCAB, tiny_model
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.proportion import proportion_confint
 from transformers.pytorch_utils import Conv1D
@@ -590,6 +590,177 @@ def test_sweep_calibrates_on_a_held_out_dataset_or_score_tables_and_an_interrupt
         run_sweep(model, out=tmp_path / "c", calibration="books", calibration_limit=4, **sweep)
     partition = tmp_path / "c" / "model=tiny-llama" / "task=mmlu"
     assert sorted(p.name for p in partition.iterdir()) == ["_calibration.json", "_provenance.json", "baseline.parquet"]
+
+
+def test_one_kernel_per_sweep_so_a_pass_that_zeroes_nothing_is_the_baseline_bit_for_bit_in_bf16() -> None:
+    # A bf16 body rounds the explicit kernel's and fused SDPA's outputs differently and amplifies the
+    # difference; a sweep with a probability-reading score (awft) runs every pass explicitly.
+    # (Wide enough that the two kernels' bf16 outputs differ here without materialise=True: logits
+    # by up to 4e-3 on the machine this was written on.)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval().to(torch.bfloat16)
+    sequences = [[(7 * i + 3 * j) % (VOCAB - 1) + 1 for j in range(120 + 9 * i)] for i in range(4)]
+    batch = pad_batch(sequences, list(range(len(sequences))), padding_side="left")
+    heads = model.config.num_attention_heads
+
+    def never(layer, scores, keys):
+        return torch.zeros(len(keys), heads, dtype=torch.bool)
+
+    with Probe(model, ("awft",), never, keep_history=True):
+        baseline = logits(model, batch)
+    with ablate_heads(model, score="ahon_ln", threshold=0.0, materialise=True) as ab:
+        nothing = logits(model, batch)
+    assert ab.realised_fraction() == 0.0
+    assert torch.equal(valid_logits(nothing, batch), valid_logits(baseline, batch))
+    with ablate_heads(model, score="random", threshold=0.0, materialise=True):
+        assert torch.equal(valid_logits(logits(model, batch), batch), valid_logits(baseline, batch))
+
+
+def _rewrite_point_record(path, **changes) -> None:
+    """Rewrite a point file's own record (``None`` removes a field), as files of older runs have it."""
+    import pyarrow.parquet as pq
+
+    prov = headstats.io.store.file_provenance(path)
+    for key, value in changes.items():
+        if value is None:
+            prov["point"].pop(key, None)
+        else:
+            prov["point"][key] = value
+    headstats.io.store.write_parquet_atomic(pq.read_table(path), path, prov)
+
+
+def test_sweep_points_record_their_kernel_and_points_of_another_kernel_are_run_again(
+    tiny_mmlu_model, tmp_path, monkeypatch
+) -> None:
+    ev = importlib.import_module("headstats.jobs.evaluate")
+    from headstats.jobs.sweep import run_sweep
+
+    model, tokenizer = tiny_mmlu_model
+    calls = []
+    real_evaluate = ev.evaluate
+    def recording(*a, **k):
+        assert k["share_prefix"] is False  # every pass of a sweep runs whole sequences
+        calls.append(k["probe"].materialise)
+        return real_evaluate(*a, **k)
+
+    monkeypatch.setattr(ev, "evaluate", recording)
+    sweep = dict(task="mmlu", tokenizer=tokenizer, targets=[0, 0.5], limit=2, out=tmp_path, progress=False)
+    partition = run_sweep(model, scores="awft,ahon_ln,random", **sweep)
+    # Every pass (calibration baseline, awft, ahon_ln and random at 0.5) materialised the probabilities.
+    assert calls == [True] * 4
+    records = {f.name: headstats.io.store.file_provenance(f)["point"] for f in partition.glob("*.parquet")}
+    assert len(records) == 7 and all(r["materialise"] is True for r in records.values())
+    assert all(r["whole_sequences"] is True for r in records.values())
+    before = headstats.io.store.read_interventions(tmp_path)
+
+    # A point computed with the other kernel is computed again; so is a file of a run that predates
+    # the record, where the pass's own scores chose the kernel (ahon_ln and random: fused).
+    _rewrite_point_record(partition / "point-ahon_ln-0.5.parquet", materialise=False)
+    for name in ("point-random-0.5.parquet", "point-awft-0.5.parquet", "baseline.parquet", "point-random-0.parquet"):
+        _rewrite_point_record(partition / name, materialise=None)
+    calls.clear()
+    run_sweep(model, scores="awft,ahon_ln,random", **sweep)
+    assert calls == [True, True]  # ahon_ln and random at 0.5; awft, the baseline and its p = 0 copies stay
+    records = {f.name: headstats.io.store.file_provenance(f)["point"] for f in partition.glob("*.parquet")}
+    assert records["point-ahon_ln-0.5.parquet"]["materialise"] is True
+    assert "materialise" not in records["point-awft-0.5.parquet"]
+    after = headstats.io.store.read_interventions(tmp_path)
+    pd.testing.assert_frame_equal(
+        after.sort_values(["score", "target", "question_id"]).reset_index(drop=True),
+        before.sort_values(["score", "target", "question_id"]).reset_index(drop=True),
+    )
+
+    # A sweep whose scores read no probabilities runs fused SDPA throughout.
+    calls.clear()
+    other = run_sweep(model, scores="ahon_ln", **{**sweep, "out": tmp_path / "fused"})
+    assert calls == [False, False]
+    assert {headstats.io.store.file_provenance(f)["point"]["materialise"] for f in other.glob("*.parquet")} == {False}
+
+    # Files of runs that predate the whole-sequence record tried prefix reuse: kept where no two of the
+    # task's sequences share a prefix (two questions of two subjects), computed again where they do
+    # (two questions of one subject share its 5-shot prefix).
+    def forget_path(part):
+        for f in part.glob("*.parquet"):
+            _rewrite_point_record(f, whole_sequences=None)
+
+    forget_path(other)
+    calls.clear()
+    run_sweep(model, scores="ahon_ln", **{**sweep, "out": tmp_path / "fused"})
+    assert calls == []
+    shared = dict(sweep, out=tmp_path / "shared", subjects="abstract_algebra")
+    one_subject = run_sweep(model, scores="ahon_ln", **shared)
+    forget_path(one_subject)
+    calls.clear()
+    run_sweep(model, scores="ahon_ln", **shared)
+    assert calls == [False, False]  # the baseline and ahon_ln at 0.5; p = 0 copies the new baseline
+    assert all(
+        headstats.io.store.file_provenance(f)["point"]["whole_sequences"] is True for f in one_subject.glob("*.parquet")
+    )
+
+
+def test_a_score_tied_at_its_extreme_zeroes_nothing_and_its_points_reuse_the_baseline(
+    tmp_path, monkeypatch, caplog
+) -> None:
+    # One KV head per layer (Gemma-3 270M's geometry): avvn is the same for every query head of a
+    # layer, so avvn_ln is exactly 1 everywhere, every threshold is 1 and no head crosses it.
+    ev = importlib.import_module("headstats.jobs.evaluate")
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from headstats.jobs.sweep import run_sweep
+
+    tokenizer = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, max_position_embeddings=2048,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config).eval()
+    model.headstats_name = "tiny-mqa"
+    calls = []
+    real_evaluate = ev.evaluate
+    monkeypatch.setattr(ev, "evaluate", lambda *a, **k: calls.append(1) or real_evaluate(*a, **k))
+    sweep = dict(task="mmlu", tokenizer=tokenizer, limit=2, out=tmp_path, progress=False)
+    with caplog.at_level("WARNING", logger="headstats"):
+        partition = run_sweep(model, scores="avvn_ln,ahon_ln", targets=[0, 0.25, 0.5], **sweep)
+    warned = [r.getMessage() for r in caplog.records if "one KV head per layer" in r.getMessage()]
+    assert len(warned) == 1 and "avvn_ln is the same for every head of a layer" in warned[0]
+    assert "ahon_ln" not in warned[0].split(":")[0]
+    assert len(calls) == 3  # the calibration baseline, then ahon_ln at 0.25 and 0.5; no avvn_ln pass
+    df = headstats.io.store.read_interventions(tmp_path)
+    avvn = df[df.score == "avvn_ln"]
+    assert set(avvn["threshold"]) == {1.0} and (avvn["n_zeroed"] == 0).all()
+    base = df[df.score == "baseline"].sort_values("question_id")
+    for t in (0.25, 0.5):
+        point = avvn[avvn.target == t].sort_values("question_id")
+        assert point["gold_loglik"].tolist() == base["gold_loglik"].tolist()
+        assert headstats.io.store.file_provenance(partition / f"point-avvn_ln-{t}.parquet")["point"]["seconds"] is None
+    # ... which is what running it gives: with the threshold at the tie nothing is zeroed.
+    from headstats.engine.batching import pad_batch as pad
+
+    ids = tokenizer("The cat sat on the mat because it was warm.")["input_ids"]
+    batch = pad([ids, ids[:5]], [0, 1], padding_side="left")
+    with ablate_heads(model, score="avvn_ln", threshold=1.0) as ab:
+        logits(model, batch)
+    assert ab.realised_fraction() == 0.0
+    assert (df[(df.score == "ahon_ln") & (df.target == 0.5)]["n_zeroed"] > 0).any()
+    # The report says the score zeroed nothing rather than reading its flat curve as censored.
+    from headstats.report import writer as report
+
+    report.build_report(tmp_path, tmp_path / "r", dpi=30, progress=False)
+    table = pd.read_csv(tmp_path / "r" / "tables" / "main_table.csv", dtype=str, keep_default_na=False)
+    assert table.loc[0, "avvn_ln"] == "no head zeroed" and table.loc[0, "ahon_ln"] != "no head zeroed"
+    # Grouped-query models are not flagged; scores reading the attention or the outputs never are.
+    from headstats.engine.zeroing import tied_within_layers
+
+    assert tied_within_layers(model, ["avvn", "ftvvn_ln", "ahon_ln", "awft", "random"]) == ("avvn", "ftvvn_ln")
+    assert tied_within_layers(tiny_model("llama"), ["avvn", "ftvvn_ln"]) == ()
+    assert tied_within_layers(tiny_model("gpt2"), ["avvn"]) == ()
 
 
 @pytest.mark.parametrize(

@@ -93,6 +93,7 @@ def attention_with_stats(
     causal: bool = True,
     mask_cache: dict | None = None,
     pool_sums: bool = False,
+    materialise: bool = False,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
     """Exact attention plus the pooled raw scores of every head, in one pass over query chunks.
 
@@ -105,6 +106,12 @@ def attention_with_stats(
     Returns the attention output (B, S, H, D) in the query dtype, a (B, H) fp32 tensor per raw
     score id, and the number of valid query rows (B,). With ``pool_sums`` a mean-pooled score is
     returned as its sum over the valid query rows (for a caller that combines passes).
+
+    The probabilities are materialised (the explicit kernel) when a score reads them, for logit
+    softcapping or an additive mask, or when ``materialise`` asks; otherwise PyTorch's fused SDPA
+    computes the head outputs. The two agree to fp32 rounding, but a bf16 body rounds their outputs
+    differently and amplifies the difference layer by layer, so passes whose outputs are compared
+    (a sweep's baseline and its points) ask for one kernel (see :attr:`SweepPlan.materialise`).
     """
     b, h, s, d = query.shape
     group = h // key.shape[1]
@@ -124,7 +131,7 @@ def attention_with_stats(
     needs_weights = any(score.needs_weights for score in stats.values())
     boolean = attention_mask is None or isinstance(attention_mask, RowMask) or attention_mask.dtype == torch.bool
     chunk = rows_per_chunk(b, h, k_len, chunk_bytes)
-    if not needs_weights and softcap is None and boolean:
+    if not (needs_weights or materialise) and softcap is None and boolean:
         chunks = _fused_rows(query, key, v32, attention_mask, scaling, chunk, cache)
     else:
         chunks = _explicit_rows(query, key, v32, attention_mask, scaling, softcap, chunk, cache)

@@ -94,6 +94,9 @@ class Probe:
     pre-forward hook that reads the batch's 2-D ``attention_mask`` (so padding is known exactly, never
     inferred); leaving restores the previous implementation. Each forward pass run inside leaves a
     :class:`ForwardRecord` in :attr:`last`; ``keep_history`` also appends it to :attr:`history`.
+    ``materialise=True`` computes attention with the explicit kernel even where no score reads the
+    probabilities (see :func:`headstats.engine.attention.attention_with_stats`), so that passes with
+    different scores give bit-identical outputs.
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class Probe:
         keep_history: bool = False,
         record_scores: bool = True,
         chunk_bytes: int | None = None,
+        materialise: bool = False,
     ) -> None:
         check_supported(model)
         self.model = model
@@ -118,6 +122,7 @@ class Probe:
         self.keep_history = keep_history
         self.record_scores = record_scores
         self.chunk_bytes = chunk_bytes or attention.DEFAULT_CHUNK_BYTES
+        self.materialise = materialise
         config = model.config.get_text_config()
         self.num_layers = config.num_hidden_layers
         self.num_heads = int(getattr(config, "num_attention_heads", 1))
@@ -355,6 +360,7 @@ class Probe:
             causal=getattr(module, "is_causal", True),
             mask_cache=state.masks,
             pool_sums=state.mode != "whole",
+            materialise=self.materialise,
         )
         if state.mode == "prefix":
             pooled = raw

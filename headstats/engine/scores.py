@@ -123,6 +123,9 @@ class Score:
     ratio: Ratio | None = None  # normalised scores: how they derive from raw ones
     needs_out_proj: bool = False
     needs_weights: bool = False  # reads the (rows x keys) attention probabilities / logits
+    # Reads only the head's value vectors, which query heads sharing a KV head share (GQA): with one
+    # KV head per layer the score is the same for every head of a layer (see zeroing.tied_within_layers).
+    per_kv_head: bool = False
     description: str = ""
 
     @property
@@ -183,6 +186,7 @@ def _raw_with_ln(
             ratio=Ratio(id, id, "layer"),
             needs_out_proj=kw.get("needs_out_proj", False),
             needs_weights=kw.get("needs_weights", False),
+            per_kv_head=kw.get("per_kv_head", False),
             description=f"{id} divided by its mean over the heads of the same layer and sequence",
         )
     )
@@ -213,6 +217,7 @@ _raw_with_ln(
     value_norm,
     "first",
     "||V[first]||_2 of the head's (shared, under GQA) value vectors",
+    per_kv_head=True,
 )
 _raw_with_ln(
     "avvn",
@@ -221,6 +226,7 @@ _raw_with_ln(
     value_norm,
     "mean",
     "mean over valid tokens of ||V[t]||_2",
+    per_kv_head=True,
 )
 register(
     Score(

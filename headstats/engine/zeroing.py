@@ -14,6 +14,7 @@ of the sequence, before the output projection W_O.
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
 from collections.abc import Iterable, Iterator
@@ -26,11 +27,39 @@ from transformers import PreTrainedModel
 from headstats.engine import scores as S
 from headstats.engine.probe import ForwardRecord, Probe
 
+logger = logging.getLogger("headstats")
+
 
 def model_shape(model: PreTrainedModel) -> tuple[int, int]:
     """(layers, query heads per layer) of a decoder model."""
     config = model.config.get_text_config()
     return int(config.num_hidden_layers), int(config.num_attention_heads)
+
+
+def tied_within_layers(model: PreTrainedModel, score_ids: Iterable[str]) -> tuple[str, ...]:
+    """The scores among ``score_ids`` that give every query head of a layer the same value on
+    ``model``: statistics of the value vectors alone (``avvn``, ``ftvvn``) when each layer has a
+    single KV head (multi-query attention, e.g. Gemma-3 270M). They rank layers, not heads, and
+    their layer-normalised forms are exactly 1, so no threshold zeroes a head by them."""
+    config = model.config.get_text_config()
+    heads = int(getattr(config, "num_attention_heads", 1))
+    kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+    if kv_heads != 1 or heads == 1:
+        return ()
+    return tuple(sid for sid in score_ids if S.get_score(sid).per_kv_head)
+
+
+def warn_tied_scores(model: PreTrainedModel, score_ids: Iterable[str], model_name: str) -> tuple[str, ...]:
+    """Log a warning naming the scores that cannot rank ``model``'s heads within a layer; returns them."""
+    tied = tied_within_layers(model, score_ids)
+    if tied:
+        logger.warning(
+            "%s has one KV head per layer, so %s %s the same for every head of a layer: %s cannot rank heads within "
+            "a layer (a layer-normalised form is exactly 1 and zeroes no head at any target). Use a score that reads "
+            "the attention or the head outputs (ahon_ln, awft, entropy_ln) to rank this model's heads.",
+            model_name, ", ".join(tied), "is" if len(tied) == 1 else "are", "it" if len(tied) == 1 else "they",
+        )  # fmt: skip
+    return tied
 
 
 @dataclass
@@ -142,6 +171,7 @@ def ablate_heads(
     seed: int = 0,
     *,
     record_scores: bool = False,
+    materialise: bool = False,
 ) -> Iterator[Ablation]:
     """Zero attention heads of ``model`` for every forward pass run inside the ``with`` block.
 
@@ -152,6 +182,8 @@ def ablate_heads(
     :class:`Ablation` records the zero masks; ``ab.realised_fraction()`` is the fraction zeroed.
     Leaving the block restores the model's attention implementation, so it computes exactly what it
     did before. ``record_scores=True`` also keeps the scores each dynamic decision was taken on.
+    ``materialise=True`` runs the explicit attention kernel even where the fused one would do, so
+    that the pass is comparable bit for bit with a pass whose scores read the probabilities.
 
     Run the model with its 2-D ``attention_mask`` (padding must be known) and without a KV cache.
     """
@@ -174,7 +206,9 @@ def ablate_heads(
             return mask[layer].unsqueeze(0).expand(len(keys), num_heads)
 
         # No score ids: the attention function then computes attention only (the fast path).
-        probe = Probe(model, (), static_policy, seed=seed, keep_history=True, record_scores=False)
+        probe = Probe(
+            model, (), static_policy, seed=seed, keep_history=True, record_scores=False, materialise=materialise
+        )
         ablation = Ablation("static", None, None, static, num_layers, num_heads, probe)
     else:
         assert score is not None
@@ -184,7 +218,10 @@ def ablate_heads(
         def dynamic_policy(layer: int, scores: dict[str, torch.Tensor], _keys: torch.Tensor) -> torch.Tensor:
             return S.is_inactive(sid, scores[sid], tau)
 
-        probe = Probe(model, (sid,), dynamic_policy, seed=seed, keep_history=True, record_scores=record_scores)
+        probe = Probe(
+            model, (sid,), dynamic_policy, seed=seed, keep_history=True, record_scores=record_scores,
+            materialise=materialise,
+        )  # fmt: skip
         mode = "random" if S.get_score(sid).is_random else "dynamic"
         ablation = Ablation(mode, sid, tau, None, num_layers, num_heads, probe)
     with probe:

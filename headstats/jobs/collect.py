@@ -24,6 +24,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from headstats.engine import scores as S
 from headstats.engine.scoring import iter_score_tables
+from headstats.engine.zeroing import warn_tied_scores
 from headstats.io import store
 from headstats.io.models import model_identity, model_slug
 from headstats.jobs.specs import CollectSpec
@@ -127,6 +128,7 @@ def collect_scores(
     )
     partition = store.table_dir(out, "scores", model_slug(identity["model"]), source.name)
     store.check_resume(partition, settings, what="scores")  # before anything is created
+    warn_tied_scores(model, ids, identity["model"])
     questions = {k[0]: (k[1], k[2]) for k in keys} if has_questions and keys is not None else None
     schema = store.score_schema(ids, question_keys=questions is not None)
     with store.writer_lock(partition):

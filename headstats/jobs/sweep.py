@@ -9,9 +9,11 @@ point is skipped, an interrupted one left nothing behind. Points run coarse to f
 coarser grid. Each point file records its pass's wall and CPU time, when it finished, and the
 machine it ran on.
 
-The baseline runs through headstats' attention too (with nothing zeroed), so a point whose
-threshold zeroes no head reproduces the baseline exactly and paired differences measure only
-the intervention.
+The baseline runs through headstats' attention too (with nothing zeroed), and every pass of a sweep
+runs one attention kernel (:attr:`SweepPlan.materialise`; each point file records it, and a point of
+another kernel is computed again), so a point whose threshold zeroes no head reproduces the baseline
+bit for bit, in bf16 too, and paired differences measure only the intervention. A point that
+provably zeroes nothing (p = 0, or a threshold tied with the p = 0 one) reuses the baseline's answers.
 
 Calibration (``calibration=``):
 
@@ -24,6 +26,7 @@ Calibration (``calibration=``):
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import logging
 import math
 import os
@@ -41,7 +44,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from headstats.engine import scores as S
 from headstats.engine.probe import Probe
-from headstats.engine.zeroing import ablate_heads, model_shape
+from headstats.engine.zeroing import ablate_heads, model_shape, warn_tied_scores
 from headstats.io import store
 from headstats.jobs.specs import LoadOptions, SweepSpec, check_device, split_kwargs
 from headstats.stats.summary import BASELINE
@@ -104,9 +107,80 @@ class SweepPlan:
     def dynamic_scores(self) -> tuple[str, ...]:
         return tuple(s for s in self.scores if not S.get_score(s).is_random)
 
-    def pending(self) -> list[Point]:
-        """Points without a whole file (a truncated or damaged file does not count as finished)."""
-        return [p for p in self.points if not store.is_finished_file(self.partition / p.file_name)]
+    @property
+    def materialise(self) -> bool:
+        """Whether every pass of this sweep runs the explicit attention kernel (probabilities
+        materialised). A score that reads the probabilities needs that kernel for its calibration
+        and its points; the baseline and the other scores' points then run it too, so that a point
+        differs from the baseline only by the heads it zeroes. In a bf16 body, mixing the explicit
+        kernel with fused SDPA moves about 0.5% of answers with nothing zeroed."""
+        return any(S.SCORES[r].needs_weights for r in S.raw_closure(self.dynamic_scores))
+
+    def is_done(self, point: Point, prefix_free: bool | None = None) -> bool:
+        """Whether ``point`` has a whole file (a truncated or damaged one does not count) computed the
+        way this sweep computes every pass: with its attention kernel and on whole sequences (a file
+        computed otherwise is computed again). ``prefix_free``: whether none of the task's sequences
+        share a prefix (:func:`prefix_free`), which makes files of runs that predate the record (and
+        tried prefix reuse) equal to whole passes; None when not known."""
+        path = self.partition / point.file_name
+        if not store.is_finished_file(path):
+            return False
+        info = (store.file_provenance(path) or {}).get("point")
+        info = info if isinstance(info, dict) else {}
+        whole = info.get("whole_sequences", bool(prefix_free))
+        return bool(whole) and self.recorded_materialise(point, info) == self.materialise
+
+    def recorded_materialise(self, point: Point, info: dict) -> bool:
+        """The kernel a point file (its ``point`` record) was computed with. Files written before the
+        kernel was recorded (December 2026) followed the pass's own scores: the explicit kernel for a
+        score that reads the probabilities, fused SDPA otherwise, and for the baseline (and p = 0
+        points copied from it) the calibration pass's scores when eval calibration wrote it."""
+        if info.get("materialise") is not None:
+            return bool(info["materialise"])
+        if point.is_baseline or info.get("seconds") is None:
+            return self.calibration == "eval" and self.materialise
+        return any(S.SCORES[r].needs_weights for r in S.raw_closure((point.score,)))
+
+    def reuses_baseline(self, point: Point, thresholds: dict[float, float] | None) -> bool:
+        """Whether ``point`` provably zeroes nothing, so that its answers are the baseline's and no
+        pass runs. Random zeroing at p = 0 never fires (u < 0). A dynamic score calibrated on the
+        evaluation prompts gets the pooled minimum (maximum for "above" scores) as its p = 0 threshold,
+        which no head of those same prompts crosses strictly, and with nothing zeroed every layer sees
+        what the baseline saw (same sequences, same batches, same kernel). So does any target whose
+        threshold equals the p = 0 one: a score tied at its extreme over more than p of the rows
+        (Gemma-3's ``avvn_ln`` is 1 for every head, its layers having one KV head each). A held-out
+        calibration set gives no such guarantee, so those points are run. ``thresholds``: the
+        score's calibrated thresholds by target (None when not calibrated yet)."""
+        if point.is_baseline:
+            return False
+        if S.get_score(point.score).is_random or point.target == 0.0:
+            return point.target == 0.0 and (S.get_score(point.score).is_random or self.calibration == "eval")
+        if self.calibration != "eval" or not thresholds or 0.0 not in thresholds:
+            return False
+        return thresholds[0.0] == thresholds.get(point.target)
+
+    def pending(self, prefix_free: bool | None = None) -> list[Point]:
+        """Points still to compute (see :meth:`is_done`)."""
+        return [p for p in self.points if not self.is_done(p, prefix_free)]
+
+
+def saved_thresholds(plan: SweepPlan) -> dict[str, dict[float, float]]:
+    """The partition's calibrated thresholds per score and target (``_calibration.json``), when they
+    were calibrated for this run; empty otherwise."""
+    data = store.read_calibration(plan.partition)
+    if data is None or data.get("run_key") != plan.run_key:
+        return {}
+    return {sid: {float(t): float(v) for t, v in by_t.items()} for sid, by_t in data["thresholds"].items()}
+
+
+def prefix_free(sequences: Sequence) -> bool:
+    """Whether no two of the evaluator's planned ``sequences`` share a prefix that prefix reuse would
+    run once (:func:`headstats.engine.prefix.shared_prefix_groups`): then a pass that tried reuse
+    ran whole sequences anyway."""
+    from headstats.engine.prefix import shared_prefix_groups
+
+    groups, _ = shared_prefix_groups([s.input_ids for s in sequences], keep=[s.n_read for s in sequences])
+    return not groups
 
 
 # -- validation ------------------------------------------------------------------------------------
@@ -349,6 +423,7 @@ class _Runner:
         self.seed = seed
         self.progress = progress
         self.num_layers, self.num_heads = model_shape(model)
+        warn_tied_scores(model, plan.dynamic_scores, plan.model_name)
         param = next(model.parameters())
         identity = model_identity(model)
         # The weights, by content hash: a checkpoint saved again in place is another run.
@@ -362,14 +437,26 @@ class _Runner:
             machine=machine_info(param.device),
         )  # fmt: skip
 
-    # One evaluation of the task through ``probe`` (zeroing, or recording the baseline's scores).
+    # One evaluation of the task through ``probe`` (zeroing, or recording the baseline's scores), on
+    # whole sequences: zeroed passes must (dynamic and random zeroing decide heads per whole
+    # sequence), so the baseline does too, and a point differs from it only by what it zeroes (in a
+    # bf16 body, prefix reuse alone moved 5 of 114 MMLU answers against whole passes).
     def _evaluate(self, probe: Probe) -> pd.DataFrame:
         from headstats.jobs.evaluate import evaluate
 
         return evaluate(
             self.model, self.tokenizer, self.plan.task, batch_size=self.batch_size,
-            prompt_format=self.prompt_format, probe=probe, progress=self.progress,
+            prompt_format=self.prompt_format, probe=probe, progress=self.progress, share_prefix=False,
         )  # fmt: skip
+
+    @functools.cached_property
+    def _prefix_free(self) -> bool:
+        from headstats.io.tasks import PromptRenderer
+        from headstats.jobs.evaluate import format_for_model, model_max_length, plan_sequences
+
+        fmt = format_for_model(self.prompt_format, self.model, self.tokenizer)
+        renderer = PromptRenderer(fmt, self.tokenizer)
+        return prefix_free(plan_sequences(renderer, self.plan.task.questions, max_length=model_max_length(self.model)))
 
     def run(self, pending: list[Point]) -> None:
         with store.writer_lock(self.plan.partition):  # one writer per partition
@@ -377,7 +464,7 @@ class _Runner:
             self._run([p for p in pending if not self._finished(p)])
 
     def _finished(self, point: Point) -> bool:
-        return store.is_finished_file(self.plan.partition / point.file_name)
+        return self.plan.is_done(point, self._prefix_free)
 
     def _run(self, pending: list[Point]) -> None:
         thresholds = self._thresholds(pending)
@@ -391,26 +478,22 @@ class _Runner:
                     self._write(point, math.nan, frame, start)
             else:
                 tau = thresholds[point.score][point.target]
-                frame = self._zeroes_nothing(point)
+                frame = self._baseline_answers(point, thresholds[point.score])
                 if frame is not None:
                     self._write(point, tau, frame, None)  # no pass run: the baseline's answers
                 else:
-                    with ablate_heads(self.model, score=point.score, threshold=tau, seed=self.seed) as ablation:
+                    with ablate_heads(
+                        self.model, score=point.score, threshold=tau, seed=self.seed, materialise=self.plan.materialise
+                    ) as ablation:
                         frame = self._evaluate(ablation.probe)
                     self._write(point, tau, frame, start)
             bar.update(1)
         bar.close()
 
-    def _zeroes_nothing(self, point: Point) -> pd.DataFrame | None:
-        """The baseline's answers for a p = 0 point that provably zeroes nothing, saving a pass.
-
-        Random zeroing at p = 0 never fires (u < 0). A dynamic score calibrated on the evaluation
-        prompts gets the pooled minimum (maximum for "above" scores) as its p = 0 threshold, which no
-        head of those same prompts crosses strictly, and with nothing zeroed every layer sees what the
-        baseline saw. A held-out calibration set gives no such guarantee, so that point is run."""
-        if point.target != 0.0:
-            return None
-        if not (S.get_score(point.score).is_random or self.plan.calibration == "eval"):
+    def _baseline_answers(self, point: Point, thresholds: dict[float, float]) -> pd.DataFrame | None:
+        """The baseline's answers for a point that provably zeroes nothing
+        (:meth:`SweepPlan.reuses_baseline`), saving a pass; None when the point must run."""
+        if not self.plan.reuses_baseline(point, thresholds):
             return None
         baseline = Point(BASELINE, 0.0)
         if not self._finished(baseline):
@@ -427,7 +510,9 @@ class _Runner:
         def never(layer: int, scores: dict[str, torch.Tensor], keys: torch.Tensor) -> torch.Tensor:
             return torch.zeros(len(keys), heads, dtype=torch.bool)
 
-        with Probe(self.model, record_scores, never, seed=self.seed, keep_history=True) as probe:
+        with Probe(
+            self.model, record_scores, never, seed=self.seed, keep_history=True, materialise=self.plan.materialise
+        ) as probe:
             frame = self._evaluate(probe)
         return frame, probe
 
@@ -487,10 +572,7 @@ class _Runner:
         )
 
     def _load_calibration(self) -> dict[str, dict[float, float]]:
-        data = store.read_calibration(self.plan.partition)
-        if data is None or data.get("run_key") != self.plan.run_key:
-            return {}
-        return {sid: {float(t): float(v) for t, v in by_t.items()} for sid, by_t in data["thresholds"].items()}
+        return saved_thresholds(self.plan)
 
     def _save_calibration(self, thresholds: dict[str, dict[float, float]]) -> None:
         merged = self._load_calibration()
@@ -511,6 +593,8 @@ class _Runner:
                 "score": point.score,
                 "target": point.target,
                 "threshold": threshold,
+                "materialise": self.plan.materialise,
+                "whole_sequences": True,
                 "seconds": None if started is None else round(started.wall(), 2),
                 "cpu_seconds": None if started is None else round(started.cpu(), 2),
                 "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -197,6 +197,20 @@ def add_curve_sections(
     steps.close()
 
 
+NO_HEAD_ZEROED = "no head zeroed"
+
+
+def zeroes_no_head(points: pd.DataFrame) -> list[str]:
+    """Scores of one (model, task) whose points zeroed no head at any target above 0: the score is
+    tied at its extreme over the tested fractions (value-norm scores of a model with one KV head per
+    layer are the same for every head of a layer), so its curve measures nothing, not a robust model."""
+    tried = points[(points["score"] != BASELINE) & (points["target"] > 0)]
+    if not len(tried) or "realised_pct" not in tried.columns:
+        return []
+    zero = tried.groupby("score", sort=True)["realised_pct"].agg(lambda pct: bool((pct == 0).all()))
+    return [str(score) for score, none in zero.items() if none and score != "random"]
+
+
 def _certified_label(curve: pd.Series) -> str:
     """The certified within-1-point value, ``≥`` when every point of the sweep was certified."""
     if pd.isna(curve.get("within_1pt_certified")):
@@ -225,6 +239,9 @@ def main_table(points: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
             labels = ranking.within_one_point_labels(here, digits=1)
             for _, curve in here.iterrows():
                 row[str(curve["score"])] = labels.loc[model, curve["score"]] + _certified_label(curve)
+        mine = points[(points["model"] == model) & (points["task"] == task)]
+        for score in zeroes_no_head(mine):
+            row[score] = NO_HEAD_ZEROED
         rows.append(row)
     return pd.DataFrame(rows).fillna("")
 
@@ -242,7 +259,11 @@ def interventions(writer: Writer, context: Context) -> None:
             "(`≥`: the curve never dropped within the tested range, so this is a lower bound; `*`: it dropped and "
             "climbed back), then the largest realised % up to which every point's one-sided 95% upper bound of "
             "the paired drop is at most 1 point (`≥` when all were). A certified value of 0 means the data cannot "
-            "certify any zeroing, not that zeroing costs more than 1 point."
+            "certify any zeroing, not that zeroing costs more than 1 point. "
+            f"`{NO_HEAD_ZEROED}`: no point of the score zeroed a head, because the score is tied at its extreme "
+            "over the tested fractions (e.g. value-norm scores when each layer has one KV head, where the "
+            "layer-normalised score is exactly 1): the score cannot rank this model's heads, and its curve says "
+            "nothing about how many heads can be zeroed."
         )
         writer.table(main_table(points, curves), "main_table")
     for task in sorted(points["task"].unique()):
