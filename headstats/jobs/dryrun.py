@@ -186,11 +186,13 @@ def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, 
     fmt = format_for_model(sweep.prompt_format, model, tokenizer)
     questions = plan.task.questions
     planned = plan_sequences(PromptRenderer(fmt, tokenizer), questions, max_length=model_max_length(model))
-    pending = plan.pending(prefix_free(planned))
+    pending = plan.pending(lambda: prefix_free(planned))
     saved = saved_thresholds(plan)
     # Points that provably zero nothing (p = 0, tied thresholds) reuse the baseline's answers.
     points_left = [p for p in pending if not p.is_baseline and not plan.reuses_baseline(p, saved.get(p.score))]
-    needs_calibration = any(p.score in plan.dynamic_scores and p.score not in saved for p in points_left)
+    needs_calibration = any(
+        p.score in plan.dynamic_scores and p.target not in saved.get(p.score, {}) for p in points_left
+    )
     first_pass = any(p.is_baseline for p in pending) or needs_calibration  # the baseline records the scores
     passes_total = 1 + len([p for p in plan.points if not p.is_baseline and p.target != 0.0])
     chosen = sorted(rng.sample(range(len(questions)), min(n_probe, len(questions))))

@@ -31,7 +31,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,19 +116,22 @@ class SweepPlan:
         kernel with fused SDPA moves about 0.5% of answers with nothing zeroed."""
         return any(S.SCORES[r].needs_weights for r in S.raw_closure(self.dynamic_scores))
 
-    def is_done(self, point: Point, prefix_free: bool | None = None) -> bool:
+    def is_done(self, point: Point, prefix_free: Callable[[], bool] | None = None) -> bool:
         """Whether ``point`` has a whole file (a truncated or damaged one does not count) computed the
         way this sweep computes every pass: with its attention kernel and on whole sequences (a file
-        computed otherwise is computed again). ``prefix_free``: whether none of the task's sequences
-        share a prefix (:func:`prefix_free`), which makes files of runs that predate the record (and
-        tried prefix reuse) equal to whole passes; None when not known."""
+        computed otherwise is computed again). A file of a run that predates the whole-sequence
+        record tried prefix reuse, which equals whole passes when no two of the task's sequences
+        share a prefix: ``prefix_free`` says so (:func:`prefix_free`; asked only for such a file,
+        and taken as False when not given)."""
         path = self.partition / point.file_name
         if not store.is_finished_file(path):
             return False
         info = (store.file_provenance(path) or {}).get("point")
         info = info if isinstance(info, dict) else {}
-        whole = info.get("whole_sequences", bool(prefix_free))
-        return bool(whole) and self.recorded_materialise(point, info) == self.materialise
+        if self.recorded_materialise(point, info) != self.materialise:
+            return False
+        whole = info.get("whole_sequences")
+        return bool(whole) if whole is not None else prefix_free is not None and prefix_free()
 
     def recorded_materialise(self, point: Point, info: dict) -> bool:
         """The kernel a point file (its ``point`` record) was computed with. Files written before the
@@ -153,13 +156,15 @@ class SweepPlan:
         score's calibrated thresholds by target (None when not calibrated yet)."""
         if point.is_baseline:
             return False
-        if S.get_score(point.score).is_random or point.target == 0.0:
-            return point.target == 0.0 and (S.get_score(point.score).is_random or self.calibration == "eval")
-        if self.calibration != "eval" or not thresholds or 0.0 not in thresholds:
+        if S.get_score(point.score).is_random:
+            return point.target == 0.0
+        if self.calibration != "eval":
             return False
-        return thresholds[0.0] == thresholds.get(point.target)
+        if point.target == 0.0:
+            return True
+        return thresholds is not None and 0.0 in thresholds and thresholds[0.0] == thresholds.get(point.target)
 
-    def pending(self, prefix_free: bool | None = None) -> list[Point]:
+    def pending(self, prefix_free: Callable[[], bool] | None = None) -> list[Point]:
         """Points still to compute (see :meth:`is_done`)."""
         return [p for p in self.points if not self.is_done(p, prefix_free)]
 
@@ -464,7 +469,7 @@ class _Runner:
             self._run([p for p in pending if not self._finished(p)])
 
     def _finished(self, point: Point) -> bool:
-        return self.plan.is_done(point, self._prefix_free)
+        return self.plan.is_done(point, lambda: self._prefix_free)
 
     def _run(self, pending: list[Point]) -> None:
         thresholds = self._thresholds(pending)
