@@ -644,6 +644,7 @@ def test_sweep_points_record_their_kernel_and_points_of_another_kernel_are_run_a
     model, tokenizer = tiny_mmlu_model
     calls = []
     real_evaluate = ev.evaluate
+
     def recording(*a, **k):
         assert k["share_prefix"] is False  # every pass of a sweep runs whole sequences
         calls.append(k["probe"].materialise)

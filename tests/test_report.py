@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -376,3 +377,28 @@ def test_a_score_registered_in_user_code_reaches_the_report(tmp_path: Path, monk
     expected = st.wasserstein_distance(tables["m1"]["maxw"], tables["m2"]["maxw"])
     assert w1.loc["maxw", "w1"] == pytest.approx(expected, rel=1e-5)
     assert (out / "figures" / "ecdf_wide.png").is_file() and (out / "figures" / "w1_matrix_maxw_wide.png").is_file()
+
+
+def test_the_report_lists_points_computed_on_another_path_than_their_baseline(tiny_sweep: Path, tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    report.build_report(tiny_sweep, tmp_path / "clean", dpi=30, progress=False)
+    assert not (tmp_path / "clean" / "tables" / "mixed_paths.csv").exists()
+    assert "Computation paths" not in (tmp_path / "clean" / "index.html").read_text()
+    root = tmp_path / "results"
+    shutil.copytree(tiny_sweep, root)
+    partition = root / "model=tiny-llama" / "task=mmlu"
+    for name, change in (("point-ahon_ln-0.5.parquet", {"materialise": True}), ("point-ahon_ln-0.parquet", None)):
+        path = partition / name
+        prov = store.file_provenance(path)
+        if change is None:
+            del prov["point"]["whole_sequences"]  # as a file of an older run
+        else:
+            prov["point"].update(change)  # the baseline of this sweep ran fused SDPA
+        store.write_parquet_atomic(pq.read_table(path), path, prov)
+    report.build_report(root, tmp_path / "r", dpi=30, progress=False)
+    table = pd.read_csv(tmp_path / "r" / "tables" / "mixed_paths.csv")
+    assert table.to_dict("records") == [
+        {"model": "tiny-llama", "task": "mmlu", "points": 3, "other_kernel": 1, "unrecorded": 1}
+    ]
+    assert "Computation paths" in (tmp_path / "r" / "index.html").read_text()

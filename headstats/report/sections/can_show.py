@@ -173,6 +173,26 @@ def run_times(context: Context) -> pd.DataFrame | None:
     return pd.DataFrame(out)
 
 
+def mixed_paths(context: Context) -> pd.DataFrame | None:
+    """Per (model, task) whose points were not all computed the way one sweep computes them now (one
+    attention kernel, whole sequences): points in all, points of another kernel than the baseline's,
+    and points that predate the record. None when every sweep is on one path."""
+    passes = context.passes
+    if passes.empty:
+        return None
+    out = []
+    for (model, task), unit in passes.groupby(["model", "task"], sort=True):
+        base = unit[unit["score"] == BASELINE]["materialise"]
+        kernel = base.iloc[0] if len(base) else None
+        unrecorded = int((unit["materialise"].isna() | unit["whole_sequences"].isna()).sum())
+        other = int((unit["materialise"].notna() & (unit["materialise"] != kernel)).sum()) if kernel is not None else 0
+        if unrecorded or other:
+            out.append(
+                {"model": model, "task": task, "points": len(unit), "other_kernel": other, "unrecorded": unrecorded}
+            )
+    return pd.DataFrame(out) if out else None
+
+
 def _completeness_and_time(writer: Writer, context: Context) -> None:
     table = completeness(context)
     if table is not None:
@@ -196,6 +216,16 @@ def _completeness_and_time(writer: Writer, context: Context) -> None:
             "(all threads): wall time well above CPU time / threads means the run was paused or shared its cores."
         )
         writer.table(times, "run_times", floatfmt=".3g")
+    mixed = mixed_paths(context)
+    if mixed is not None:
+        writer.text(
+            "Computation paths: a sweep runs every pass on whole sequences through one attention kernel, so that a "
+            "point differs from its baseline only by the heads it zeroes. The points below ran otherwise "
+            "(`other_kernel`: another kernel than the baseline's) or predate that record (`unrecorded`; a resumed "
+            "sweep computes again those it cannot show to be equivalent). In a bf16 body, the path alone moves "
+            "1-3% of answers with nothing zeroed (`benchmarks/bench_paths.py`); in fp32, none."
+        )
+        writer.table(mixed, "mixed_paths")
 
 
 def what_this_run_can_show(writer: Writer, context: Context) -> None:

@@ -90,7 +90,9 @@ class Context:
         NaN where the point reused the baseline's answers or was written before timings were
         recorded, ``timed`` tells which), ``finished``, and the ``machine`` record and model ``dtype``
         of the run that wrote the point (a sweep resumed elsewhere has points of several machines);
-        files that predate per-point records take their partition's."""
+        files that predate per-point records take their partition's. ``materialise`` and
+        ``whole_sequences``: the pass's attention kernel and whether it ran whole sequences (None in
+        files that predate those records)."""
         rows = []
         for p in self.partitions:
             if p.kind != "interventions":
@@ -106,10 +108,12 @@ class Context:
                         "timed": "seconds" in point,
                         "finished": point.get("finished"), "machine": record.get("machine", partition.get("machine")),
                         "dtype": record.get("dtype", partition.get("dtype")),
+                        "materialise": point.get("materialise"), "whole_sequences": point.get("whole_sequences"),
                     }
                 )  # fmt: skip
         columns = [
             "model", "task", "score", "target", "seconds", "cpu_seconds", "timed", "finished", "machine", "dtype",
+            "materialise", "whole_sequences",
         ]  # fmt: skip
         out = pd.DataFrame(rows, columns=columns)
         out["seconds"] = pd.to_numeric(out["seconds"], errors="coerce")
