@@ -10,9 +10,12 @@ coarser grid. Each point file records its pass's wall and CPU time, when it fini
 machine it ran on.
 
 The baseline runs through headstats' attention too (with nothing zeroed), and every pass of a sweep
-runs one attention kernel (:attr:`SweepPlan.materialise`; each point file records it, and a point of
-another kernel is computed again), so a point whose threshold zeroes no head reproduces the baseline
-bit for bit, in bf16 too, and paired differences measure only the intervention. A point that
+runs whole sequences (no shared-prefix reuse) through one attention kernel
+(:attr:`SweepPlan.materialise`); each point file records both, and a point computed otherwise is
+computed again. So a point whose threshold zeroes no head reproduces the baseline bit for bit, in
+bf16 too, and paired differences measure only the intervention. (Calibrations written before
+these records, 2026-12-01, may come from prefix-reusing passes: equal to whole passes up to
+rounding.) A point that
 provably zeroes nothing (p = 0, or a threshold tied with the p = 0 one) reuses the baseline's answers.
 
 Calibration (``calibration=``):
@@ -112,8 +115,8 @@ class SweepPlan:
         """Whether every pass of this sweep runs the explicit attention kernel (probabilities
         materialised). A score that reads the probabilities needs that kernel for its calibration
         and its points; the baseline and the other scores' points then run it too, so that a point
-        differs from the baseline only by the heads it zeroes. In a bf16 body, mixing the explicit
-        kernel with fused SDPA moves about 0.5% of answers with nothing zeroed."""
+        differs from the baseline only by the heads it zeroes. In a bf16 body, fused SDPA against the
+        explicit kernel alone moves 1.3-1.7% of ARC-Easy answers (``benchmarks/bench_paths.py``)."""
         return any(S.SCORES[r].needs_weights for r in S.raw_closure(self.dynamic_scores))
 
     def is_done(self, point: Point, prefix_free: Callable[[], bool] | None = None) -> bool:
