@@ -308,6 +308,11 @@ def resolve(score_ids: Iterable[str] | None) -> tuple[str, ...]:
     return tuple(s for s in SCORES if s in wanted)
 
 
+def reads_weights(score_ids: Iterable[str]) -> bool:
+    """Whether computing ``score_ids`` reads the attention probabilities (the explicit kernel)."""
+    return any(SCORES[r].needs_weights for r in raw_closure(score_ids))
+
+
 def raw_closure(score_ids: Iterable[str]) -> tuple[str, ...]:
     """The raw (non-random) scores that must be computed to produce ``score_ids``."""
     raw: dict[str, None] = {}

@@ -177,31 +177,45 @@ def _collect_unit(analysis, name: str, model, tokenizer, dataset: str, n_probe: 
 
 
 def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, rng: random.Random) -> WorkUnit:
-    from headstats.io.tasks import PromptRenderer
-    from headstats.jobs.evaluate import format_for_model, model_max_length, plan_sequences, question_logliks
+    import functools
+
+    import torch
+
+    from headstats.engine.probe import Probe
+    from headstats.jobs.evaluate import model_sequences, question_logliks
     from headstats.jobs.sweep import plan_sweep, prefix_free, saved_thresholds
 
     sweep = narrow(ablation, SweepSpec)
     plan = plan_sweep(model, str(ablation.task), out=analysis.results, spec=sweep)
-    fmt = format_for_model(sweep.prompt_format, model, tokenizer)
     questions = plan.task.questions
-    planned = plan_sequences(PromptRenderer(fmt, tokenizer), questions, max_length=model_max_length(model))
-    pending = plan.pending(lambda: prefix_free(planned))
+    planned = model_sequences(model, tokenizer, questions, sweep.prompt_format)
+    plan.prefix_free = functools.cache(lambda: prefix_free(planned))
+    pending = plan.pending()
     saved = saved_thresholds(plan)
-    # Points that provably zero nothing (p = 0, tied thresholds) reuse the baseline's answers.
-    points_left = [p for p in pending if not p.is_baseline and not plan.reuses_baseline(p, saved.get(p.score))]
+
+    def runs(point) -> bool:  # points that provably zero nothing reuse the baseline's answers
+        return not point.is_baseline and not plan.reuses_baseline(point, saved.get(point.score))
+
+    points_left = [p for p in pending if runs(p)]
     needs_calibration = any(
-        p.score in plan.dynamic_scores and p.target not in saved.get(p.score, {}) for p in points_left
-    )
+        t not in saved.get(sid, {}) for sid in {p.score for p in points_left} & set(plan.dynamic_scores)
+        for t in plan.targets
+    )  # fmt: skip
     first_pass = any(p.is_baseline for p in pending) or needs_calibration  # the baseline records the scores
-    passes_total = 1 + len([p for p in plan.points if not p.is_baseline and p.target != 0.0])
+    passes_total = 1 + len([p for p in plan.points if runs(p)])
     chosen = sorted(rng.sample(range(len(questions)), min(n_probe, len(questions))))
     picked = set(chosen)
+    heads = model.config.get_text_config().num_attention_heads
 
-    def evaluate(batch: Sequence) -> None:  # whole sequences, as every zeroed pass runs
-        question_logliks(
-            model, tokenizer, batch, batch_size=sweep.batch_size, prompt_format=fmt, progress=False, share_prefix=False
-        )
+    def never(layer: int, scores: dict, keys: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(len(keys), heads, dtype=torch.bool)
+
+    def evaluate(batch: Sequence) -> None:  # as every pass of the sweep runs: whole sequences, its kernel
+        with Probe(model, (), never, materialise=plan.materialise) as probe:
+            question_logliks(
+                model, tokenizer, batch, batch_size=sweep.batch_size, prompt_format=sweep.prompt_format,
+                progress=False, share_prefix=False, probe=probe,
+            )  # fmt: skip
 
     lengths = [len(s.input_ids) for s in planned]
     probe_lengths = [n for s, n in zip(planned, lengths, strict=True) if s.question in picked]

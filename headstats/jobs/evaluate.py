@@ -126,6 +126,21 @@ def plan_sequences(
     return planned
 
 
+def model_sequences(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    questions: Sequence[Question],
+    prompt_format: str | PromptFormat = "tokenizer",
+    *,
+    one_pass_per_question: bool = True,
+) -> list[ScoringSequence]:
+    """:func:`plan_sequences` for ``model``: its prompt format and its longest input."""
+    renderer = PromptRenderer(format_for_model(prompt_format, model, tokenizer), tokenizer)
+    return plan_sequences(
+        renderer, questions, one_pass_per_question=one_pass_per_question, max_length=model_max_length(model)
+    )
+
+
 def _keeps_2d_positions(model: PreTrainedModel) -> bool:
     # transformers' slice_logits_to_keep accepts a (batch, positions) index tensor; older releases
     # sliced with a 1-D tensor only. The output shape is checked after the call as well.
@@ -212,11 +227,7 @@ def question_logliks(
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
     if not questions:
         raise ValueError("no questions to evaluate")
-    fmt = format_for_model(prompt_format, model, tokenizer)
-    renderer = PromptRenderer(fmt, tokenizer)
-    sequences = plan_sequences(
-        renderer, questions, one_pass_per_question=one_pass_per_question, max_length=model_max_length(model)
-    )
+    sequences = model_sequences(model, tokenizer, questions, prompt_format, one_pass_per_question=one_pass_per_question)
     logliks = [np.zeros(q.n_choices, dtype=np.float64) for q in questions]
     zeroed = np.zeros(len(questions), dtype=np.float64)
     counts = np.zeros(len(questions), dtype=np.int64)

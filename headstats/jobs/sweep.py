@@ -10,13 +10,13 @@ coarser grid. Each point file records its pass's wall and CPU time, when it fini
 machine it ran on.
 
 The baseline runs through headstats' attention too (with nothing zeroed), and every pass of a sweep
-runs whole sequences (no shared-prefix reuse) through one attention kernel
-(:attr:`SweepPlan.materialise`); each point file records both, and a point computed otherwise is
-computed again. So a point whose threshold zeroes no head reproduces the baseline bit for bit, in
-bf16 too, and paired differences measure only the intervention. (Calibrations written before
-these records, 2026-12-01, may come from prefix-reusing passes: equal to whole passes up to
-rounding.) A point that
-provably zeroes nothing (p = 0, or a threshold tied with the p = 0 one) reuses the baseline's answers.
+over the task (baseline, calibration on the evaluation prompts, points) runs whole sequences (no
+shared-prefix reuse) through one attention kernel (:attr:`SweepPlan.materialise`); each point file
+records both, and a point computed otherwise is computed again. So a point whose threshold zeroes
+no head reproduces the baseline bit for bit, in bf16 too, and paired differences measure only the
+intervention. A point that provably zeroes nothing (p = 0, or a threshold tied with the p = 0 one;
+:meth:`SweepPlan.reuses_baseline`) reuses the baseline's answers when its thresholds came from
+passes of this sweep's path (``_calibration.json`` records it).
 
 Calibration (``calibration=``):
 
@@ -98,6 +98,9 @@ class SweepPlan:
     calibration_limit: int
     data_dir: str | None
     table_thresholds: dict[str, np.ndarray] | None  # from a score-table directory, already computed
+    # Whether no two of the task's planned sequences share a prefix (:func:`prefix_free`), set by
+    # whoever holds the tokenizer; asked only about files that predate the whole-sequence record.
+    prefix_free: Callable[[], bool] | None = None
 
     @property
     def points(self) -> list[Point]:
@@ -110,22 +113,26 @@ class SweepPlan:
     def dynamic_scores(self) -> tuple[str, ...]:
         return tuple(s for s in self.scores if not S.get_score(s).is_random)
 
-    @property
+    @functools.cached_property
     def materialise(self) -> bool:
         """Whether every pass of this sweep runs the explicit attention kernel (probabilities
         materialised). A score that reads the probabilities needs that kernel for its calibration
         and its points; the baseline and the other scores' points then run it too, so that a point
         differs from the baseline only by the heads it zeroes. In a bf16 body, fused SDPA against the
-        explicit kernel alone moves 1.3-1.7% of ARC-Easy answers (``benchmarks/bench_paths.py``)."""
-        return any(S.SCORES[r].needs_weights for r in S.raw_closure(self.dynamic_scores))
+        explicit kernel alone moves 1.3-1.7% of ARC-Easy answers (``benchmarks/bench_paths.py``).
+        The scores already calibrated in the partition count too, so that sweeps of other score lists
+        into one partition share its baseline's kernel."""
+        return S.reads_weights([*self.dynamic_scores, *saved_thresholds(self)])
 
-    def is_done(self, point: Point, prefix_free: Callable[[], bool] | None = None) -> bool:
+    def _legacy_path_is_whole(self) -> bool:
+        return self.prefix_free is not None and self.prefix_free()
+
+    def is_done(self, point: Point) -> bool:
         """Whether ``point`` has a whole file (a truncated or damaged one does not count) computed the
         way this sweep computes every pass: with its attention kernel and on whole sequences (a file
         computed otherwise is computed again). A file of a run that predates the whole-sequence
         record tried prefix reuse, which equals whole passes when no two of the task's sequences
-        share a prefix: ``prefix_free`` says so (:func:`prefix_free`; asked only for such a file,
-        and taken as False when not given)."""
+        share a prefix (:attr:`prefix_free`; False when not known)."""
         path = self.partition / point.file_name
         if not store.is_finished_file(path):
             return False
@@ -133,43 +140,59 @@ class SweepPlan:
         info = info if isinstance(info, dict) else {}
         if self.recorded_materialise(point, info) != self.materialise:
             return False
+        copied = not point.is_baseline and info.get("seconds") is None
+        if copied and not self.reuses_baseline(point, saved_thresholds(self).get(point.score)):
+            return False  # a copy of the baseline's answers that nothing here proves right: run it
         whole = info.get("whole_sequences")
-        return bool(whole) if whole is not None else prefix_free is not None and prefix_free()
+        return bool(whole) if whole is not None else self._legacy_path_is_whole()
 
     def recorded_materialise(self, point: Point, info: dict) -> bool:
         """The kernel a point file (its ``point`` record) was computed with. Files written before the
-        kernel was recorded (December 2026) followed the pass's own scores: the explicit kernel for a
-        score that reads the probabilities, fused SDPA otherwise, and for the baseline (and p = 0
-        points copied from it) the calibration pass's scores when eval calibration wrote it."""
+        kernel was recorded (2026-12-01) followed the pass's own scores: the explicit kernel for a
+        score that reads the probabilities, fused SDPA otherwise; the baseline (and p = 0 points
+        copied from it), when eval calibration wrote it, the scores it calibrated."""
         if info.get("materialise") is not None:
             return bool(info["materialise"])
-        if point.is_baseline or info.get("seconds") is None:
-            return self.calibration == "eval" and self.materialise
-        return any(S.SCORES[r].needs_weights for r in S.raw_closure((point.score,)))
+        if point.is_baseline or (point.target == 0.0 and info.get("seconds") is None):
+            return self.calibration == "eval" and S.reads_weights(saved_thresholds(self))
+        return S.reads_weights([point.score])
+
+    def calibrated_on_this_path(self) -> bool:
+        """Whether the partition's calibration scores came from passes like this sweep's (its kernel,
+        whole sequences). A calibration written before the path was recorded (2026-12-01) counts
+        when the kernel of the scores it calibrated matches and whole passes equal prefix reuse
+        (:attr:`prefix_free`). True before any calibration: this sweep's will be on its path."""
+        data = store.read_calibration(self.partition)
+        if not data or data.get("run_key") != self.run_key:
+            return True  # not calibrated yet: this sweep calibrates on its own path
+        if "path" in data:  # null: thresholds of several paths
+            return data["path"] == {"materialise": self.materialise, "whole_sequences": True}
+        return S.reads_weights(saved_thresholds(self)) == self.materialise and self._legacy_path_is_whole()
 
     def reuses_baseline(self, point: Point, thresholds: dict[float, float] | None) -> bool:
         """Whether ``point`` provably zeroes nothing, so that its answers are the baseline's and no
         pass runs. Random zeroing at p = 0 never fires (u < 0). A dynamic score calibrated on the
-        evaluation prompts gets the pooled minimum (maximum for "above" scores) as its p = 0 threshold,
-        which no head of those same prompts crosses strictly, and with nothing zeroed every layer sees
-        what the baseline saw (same sequences, same batches, same kernel). So does any target whose
-        threshold equals the p = 0 one: a score tied at its extreme over more than p of the rows
-        (Gemma-3's ``avvn_ln`` is 1 for every head, its layers having one KV head each). A held-out
-        calibration set gives no such guarantee, so those points are run. ``thresholds``: the
-        score's calibrated thresholds by target (None when not calibrated yet)."""
+        evaluation prompts, on this sweep's path, gets the pooled minimum (maximum for "above"
+        scores) as its p = 0 threshold, which no head of those same prompts crosses strictly, and
+        with nothing zeroed every layer sees what the baseline saw (same sequences, same batches,
+        same kernel). So does any target whose threshold equals the p = 0 one: a score tied at its
+        extreme over more than p of the rows (Gemma-3's ``avvn_ln`` is 1 for every head, its layers
+        having one KV head each). A held-out calibration set, or one from another path, gives no
+        such guarantee, so those points are run. ``thresholds``: the score's calibrated thresholds
+        by target (None when not calibrated yet)."""
         if point.is_baseline:
             return False
         if S.get_score(point.score).is_random:
             return point.target == 0.0
-        if self.calibration != "eval":
+        if self.calibration != "eval" or not self.calibrated_on_this_path():
             return False
         if point.target == 0.0:
             return True
         return thresholds is not None and 0.0 in thresholds and thresholds[0.0] == thresholds.get(point.target)
 
-    def pending(self, prefix_free: Callable[[], bool] | None = None) -> list[Point]:
+    def pending(self) -> list[Point]:
         """Points still to compute (see :meth:`is_done`)."""
-        return [p for p in self.points if not self.is_done(p, prefix_free)]
+        return [p for p in self.points if not self.is_done(p)]
 
 
 def saved_thresholds(plan: SweepPlan) -> dict[str, dict[float, float]]:
@@ -422,6 +445,7 @@ class _Runner:
         progress: bool,
     ) -> None:
         from headstats.io.models import machine_info, model_identity
+        from headstats.jobs.evaluate import model_sequences
 
         self.plan = plan
         self.model = model
@@ -431,6 +455,9 @@ class _Runner:
         self.seed = seed
         self.progress = progress
         self.num_layers, self.num_heads = model_shape(model)
+        plan.prefix_free = functools.cache(
+            lambda: prefix_free(model_sequences(model, tokenizer, plan.task.questions, prompt_format))
+        )
         warn_tied_scores(model, plan.dynamic_scores, plan.model_name)
         param = next(model.parameters())
         identity = model_identity(model)
@@ -457,22 +484,13 @@ class _Runner:
             prompt_format=self.prompt_format, probe=probe, progress=self.progress, share_prefix=False,
         )  # fmt: skip
 
-    @functools.cached_property
-    def _prefix_free(self) -> bool:
-        from headstats.io.tasks import PromptRenderer
-        from headstats.jobs.evaluate import format_for_model, model_max_length, plan_sequences
-
-        fmt = format_for_model(self.prompt_format, self.model, self.tokenizer)
-        renderer = PromptRenderer(fmt, self.tokenizer)
-        return prefix_free(plan_sequences(renderer, self.plan.task.questions, max_length=model_max_length(self.model)))
-
     def run(self, pending: list[Point]) -> None:
         with store.writer_lock(self.plan.partition):  # one writer per partition
             store.check_resume(self.plan.partition, self.settings, what="sweep points")
             self._run([p for p in pending if not self._finished(p)])
 
     def _finished(self, point: Point) -> bool:
-        return self.plan.is_done(point, lambda: self._prefix_free)
+        return self.plan.is_done(point)
 
     def _run(self, pending: list[Point]) -> None:
         thresholds = self._thresholds(pending)
@@ -584,10 +602,14 @@ class _Runner:
 
     def _save_calibration(self, thresholds: dict[str, dict[float, float]]) -> None:
         merged = self._load_calibration()
+        # The path of the passes the scores came from; null once thresholds of several paths mix.
+        path: dict | None = {"materialise": self.plan.materialise, "whole_sequences": True}
+        if merged and (store.read_calibration(self.plan.partition) or {}).get("path") != path:
+            path = None
         for sid, by_t in thresholds.items():
             merged.setdefault(sid, {}).update(by_t)
         data = {
-            "run_key": self.plan.run_key, "quantile_method": QUANTILE_METHOD,
+            "run_key": self.plan.run_key, "quantile_method": QUANTILE_METHOD, "path": path,
             "thresholds": {sid: {repr(t): v for t, v in sorted(by_t.items())} for sid, by_t in merged.items()},
         }  # fmt: skip
         store.write_calibration(self.plan.partition, data)

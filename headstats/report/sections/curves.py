@@ -203,7 +203,8 @@ NO_HEAD_ZEROED = "no head zeroed"
 def zeroes_no_head(points: pd.DataFrame) -> list[str]:
     """Scores of one (model, task) whose points zeroed no head at any target above 0: the score is
     tied at its extreme over the tested fractions (value-norm scores of a model with one KV head per
-    layer are the same for every head of a layer), so its curve measures nothing, not a robust model."""
+    layer are the same for every head of a layer), or thresholds calibrated elsewhere select no head
+    here, so its curve measures nothing, not a robust model."""
     tried = points[(points["score"] != BASELINE) & (points["target"] > 0)]
     if not len(tried) or "realised_pct" not in tried.columns:
         return []
@@ -262,8 +263,8 @@ def interventions(writer: Writer, context: Context) -> None:
             "certify any zeroing, not that zeroing costs more than 1 point. "
             f"`{NO_HEAD_ZEROED}`: no point of the score zeroed a head, because the score is tied at its extreme "
             "over the tested fractions (e.g. value-norm scores when each layer has one KV head, where the "
-            "layer-normalised score is exactly 1): the score cannot rank this model's heads, and its curve says "
-            "nothing about how many heads can be zeroed."
+            "layer-normalised score is 1 for every head) or thresholds calibrated on other data select no head "
+            "here: the curve says nothing about how many heads can be zeroed."
         )
         writer.table(main_table(points, curves), "main_table")
     for task in sorted(points["task"].unique()):
