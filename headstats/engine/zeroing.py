@@ -55,7 +55,7 @@ def warn_tied_scores(model: PreTrainedModel, score_ids: Iterable[str], model_nam
     if tied:
         logger.warning(
             "%s has one KV head per layer, so %s %s the same for every head of a layer: %s cannot rank heads within "
-            "a layer (a layer-normalised form is exactly 1 and zeroes no head at any target). Use a score that reads "
+            "a layer (a layer-normalised form is 1 for every head and zeroes none at any target). Use a score reading "
             "the attention or the head outputs (ahon_ln, awft, entropy_ln) to rank this model's heads.",
             model_name, ", ".join(tied), "is" if len(tied) == 1 else "are", "it" if len(tied) == 1 else "they",
         )  # fmt: skip
