@@ -427,16 +427,20 @@ def test_summaries_refuse_bad_input() -> None:
 @pytest.fixture(scope="module")
 def tiny_mmlu_model():
     """A tiny random Llama that reads the embedded model's tokenizer, so real MMLU prompts run in seconds."""
+    return tiny_llama_with_real_tokenizer("tiny-llama", kv_heads=2)
+
+
+def tiny_llama_with_real_tokenizer(name: str, kv_heads: int):
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     tokenizer = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048,
+        num_key_value_heads=kv_heads, max_position_embeddings=2048,
     )  # fmt: skip
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval()
-    model.headstats_name = "tiny-llama"
+    model.headstats_name = name
     return model, tokenizer
 
 
@@ -723,20 +727,11 @@ def test_a_score_tied_at_its_extreme_zeroes_nothing_and_its_points_reuse_the_bas
     tmp_path, monkeypatch, caplog
 ) -> None:
     # One KV head per layer (Gemma-3 270M's geometry): avvn is the same for every query head of a
-    # layer, so avvn_ln is exactly 1 everywhere, every threshold is 1 and no head crosses it.
+    # layer, so avvn_ln is 1 everywhere, every threshold is 1 and no head crosses it.
     ev = importlib.import_module("headstats.jobs.evaluate")
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
     from headstats.jobs.sweep import run_sweep
 
-    tokenizer = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=1, max_position_embeddings=2048,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
-    model.headstats_name = "tiny-mqa"
+    model, tokenizer = tiny_llama_with_real_tokenizer("tiny-mqa", kv_heads=1)
     calls = []
     real_evaluate = ev.evaluate
     monkeypatch.setattr(ev, "evaluate", lambda *a, **k: calls.append(1) or real_evaluate(*a, **k))
