@@ -53,6 +53,45 @@ def test_censored_values_are_lower_bounds_in_the_awft_vs_best_table() -> None:
     assert labels.loc["p", "awft"] == "≥ 26.50" and labels.loc["p", "ahon_ln"] == "12.00*"
 
 
+def test_a_curve_that_zeroes_no_head_has_no_reading_no_rank_and_does_not_shrink_the_common_range() -> None:
+    """Gemma-3's avvn_ln (one KV head per layer): tied at 1, it zeroes nothing at any target. Read
+    as a curve it would be censored at 0, rank first by its flat area and pull every other curve's
+    common grid range down to 0 (all grid areas NaN)."""
+    rng = np.random.default_rng(0)
+    n = 400
+    base = rng.random(n) < 0.6
+    rows = []
+    plan = {"baseline": [0.0], "ahon_ln": [0.1, 0.2], "awft": [0.1, 0.2], "avvn_ln": [0.1, 0.2]}
+    for score, targets in plan.items():
+        for target in targets:
+            correct = base.copy()
+            zeroed = 0 if score in ("baseline", "avvn_ln") else int(100 * target)
+            if score == "awft":
+                correct[: int(40 * target)] = False  # awft loses more than ahon_ln
+            if score == "ahon_ln":
+                correct[: int(10 * target)] = False
+            rows.append(pd.DataFrame({
+                "model": "g", "task": "t", "question_id": np.arange(n), "score": score, "target": target,
+                "threshold": 1.0, "correct": correct, "n_zeroed": zeroed, "n_heads": 100,
+            }))  # fmt: skip
+    df = pd.concat(rows, ignore_index=True)
+    curves = summarize_curves(df, n_resamples=100).set_index("score")
+    assert bool(curves.loc["avvn_ln", "zeroes_none"]) and not curves["zeroes_none"].drop("avvn_ln").any()
+    silent = curves.loc["avvn_ln"]
+    assert all(math.isnan(silent[c]) for c in ("within_1pt", "grid_auc", "norm_auc", "within_1pt_certified"))
+    assert not silent["censored"]
+    # The other curves keep their common range (20% of heads), so their grid areas are comparable.
+    assert curves.loc["awft", "grid_upper"] == pytest.approx(20.0)
+    assert curves.loc["ahon_ln", "grid_auc"] > curves.loc["awft", "grid_auc"]
+    table = curves.reset_index()
+    ranks = ranking.rank_scores(table, "grid_auc")
+    assert pd.isna(ranks.loc["g", "avvn_ln"])
+    assert (ranks.loc["g", "ahon_ln"], ranks.loc["g", "awft"]) == (1, 2)
+    assert ranking.within_one_point_labels(table).loc["g", "avvn_ln"] == ranking.NO_HEAD_ZEROED
+    assert ranking.compare_with_reference(table).set_index("model").loc["g", "best_other_score"] == "ahon_ln"
+    assert ranking.top_k(table, 3, "grid_auc") == {"g": ["ahon_ln", "awft"]}
+
+
 def test_no_changed_answer_certifies_with_5000_questions_but_not_with_20() -> None:
     for n, certified in ((20, False), (5000, True)):
         same = np.arange(n) % 3 != 0

@@ -10,6 +10,9 @@ intervention results or from the study's published points (:func:`headstats.repo
 - ``grid_auc`` (the sound default): mean accuracy over the same realised-% range for every curve of
   a model.
 
+A curve that zeroed no head (``zeroes_none``: a score tied at its extreme) measures nothing and has
+no rank (NA), and is left out of the agreement between models.
+
 Ranks follow the study: 1 = largest area; a missing or NaN area ranks last (the study set NaN areas
 to 0, which is below every real accuracy area, so the order is the same); ties keep the canonical
 score order of :func:`headstats.engine.scores.score_ids` (the order the study's notebook iterated in).
@@ -26,6 +29,7 @@ from scipy import stats as _st
 from headstats.engine.scores import score_ids as registered_score_ids
 
 RANK_METRICS = ("norm_auc", "grid_auc")
+NO_HEAD_ZEROED = "no head zeroed"
 
 
 def _one_task(curves: pd.DataFrame, needed: Sequence[str]) -> pd.DataFrame:
@@ -109,7 +113,15 @@ def rank_correlation(curves: pd.DataFrame, by: str = "norm_auc") -> pd.DataFrame
 
 
 def _present(curves: pd.DataFrame, model: str) -> set[str]:
-    return set(curves.loc[curves["model"] == model, "score"])
+    """The scores of ``model`` with a curve that measured something (see ``zeroes_none``)."""
+    mine = curves[curves["model"] == model]
+    return set(mine.loc[~_flags(mine, "zeroes_none"), "score"])
+
+
+def _flags(curves: pd.DataFrame, column: str) -> pd.Series:
+    if column not in curves.columns:
+        return pd.Series(False, index=curves.index)
+    return curves[column].fillna(False).astype(bool)
 
 
 def top_k(curves: pd.DataFrame, k: int = 5, by: str = "norm_auc") -> dict[str, list[str]]:
@@ -146,14 +158,18 @@ def within_one_point_table(curves: pd.DataFrame) -> pd.DataFrame:
 def within_one_point_labels(curves: pd.DataFrame, digits: int = 2) -> pd.DataFrame:
     """:func:`within_one_point_table` as text: ``≥ 26.50`` for a censored curve (it never dropped a
     point within the tested range), a trailing ``*`` for a non-monotone one (it dropped below the
-    line and climbed back)."""
+    line and climbed back), ``no head zeroed`` for a curve that zeroed nothing."""
     values = within_one_point_table(curves)
     censored = _flag_table(curves, "censored", values)
     wobbly = _flag_table(curves, "non_monotone", values)
+    silent = _flag_table(curves, "zeroes_none", values)
     out = pd.DataFrame("", index=values.index, columns=values.columns)
     for m in values.index:
         for s in values.columns:
             v = values.loc[m, s]
+            if silent.loc[m, s]:
+                out.loc[m, s] = NO_HEAD_ZEROED
+                continue
             if pd.isna(v):
                 continue
             text = f"{float(v):.{digits}f}"
@@ -164,7 +180,7 @@ def within_one_point_labels(curves: pd.DataFrame, digits: int = 2) -> pd.DataFra
 def _flag_table(curves: pd.DataFrame, column: str, like: pd.DataFrame) -> pd.DataFrame:
     if column not in curves.columns:
         return pd.DataFrame(False, index=like.index, columns=like.columns)
-    flags = curves.assign(**{column: curves[column].fillna(False).astype(bool)})
+    flags = curves.assign(**{column: _flags(curves, column)})
     table = flags.pivot(index="model", columns="score", values=column)
     return table.reindex(index=like.index, columns=like.columns).fillna(False).astype(bool)
 

@@ -37,7 +37,12 @@ with the baseline as its point at 0% when it has none there (zeroing nothing is 
   point with realised % <= x has ``drop_lower > 1`` (a drop shown to exceed 1 point);
 - ``n_questions`` (paired questions) and ``mdd_80``: the smallest drop (points) a one-sided 5% test
   detects with 80% power for that n, at the curve's mean share of changed answers
-  (:func:`headstats.stats.paired.minimum_detectable_drop`).
+  (:func:`headstats.stats.paired.minimum_detectable_drop`);
+- ``zeroes_none``: the curve has points above target 0 and none of them zeroed a head (a score tied
+  at its extreme, such as value norms in a model with one KV head per layer, or thresholds that
+  select nothing here). Such a curve measures nothing, not a robust model: its readings
+  (``within_1pt``, areas, certified values) are NaN, it is left out of the common range of
+  ``grid_auc`` and out of rankings (:mod:`headstats.stats.ranking`).
 """
 
 from __future__ import annotations
@@ -70,7 +75,7 @@ POINT_COLUMNS = (
 CURVE_COLUMNS = (
     "model", "task", "score", "n_points", "baseline", "max_realised_pct", "reading", "within_1pt", "crosses",
     "censored", "non_monotone", "norm_auc", "grid_auc", "grid_upper", "within_1pt_certified", "certified_open",
-    "within_1pt_not_excluded", "n_questions", "mdd_80",
+    "within_1pt_not_excluded", "n_questions", "mdd_80", "zeroes_none",
 )  # fmt: skip
 
 
@@ -211,6 +216,27 @@ def _curve_points(points: pd.DataFrame, baseline: float) -> pd.DataFrame:
     return curve.reset_index(drop=True)
 
 
+def _zeroes_none(curve: pd.DataFrame) -> bool:
+    """Whether a curve has points above target 0 and none of them zeroed a head."""
+    if "target" not in curve.columns:
+        return False
+    tried = curve[curve["target"].fillna(0) > 0]
+    return bool(len(tried)) and bool((tried["realised_pct"] == 0).all())
+
+
+def _silent_curve(model: str, task: str, score: str, group: pd.DataFrame, baseline: float, reading: str) -> dict:
+    """The summary row of a curve that zeroed no head: counts and flags, no readings."""
+    mine = group[group["score"] == score]
+    n = float(mine["n_paired"].max()) if "n_paired" in mine.columns else math.nan
+    return {
+        "model": model, "task": task, "score": score, "n_points": len(mine), "baseline": baseline,
+        "max_realised_pct": 0.0, "reading": reading, "within_1pt": math.nan, "crosses": False, "censored": False,
+        "non_monotone": False, "norm_auc": math.nan, "grid_auc": math.nan, "grid_upper": math.nan,
+        "within_1pt_certified": math.nan, "certified_open": False, "within_1pt_not_excluded": math.nan,
+        "n_questions": n, "mdd_80": math.nan, "zeroes_none": True,
+    }  # fmt: skip
+
+
 def _honest_bracket(curve: pd.DataFrame, drop: float) -> tuple[float, bool, float]:
     """(certified, certified_open, not_excluded) as defined in the module docstring."""
     certified, certified_open = 0.0, True
@@ -277,8 +303,13 @@ def summarize_curves(
         }
         if not curves:
             continue
-        upper = C.common_upper([c["realised_pct"].to_numpy() for c in curves.values()])
+        silent = {score for score, curve in curves.items() if _zeroes_none(curve)}
+        measured = [c["realised_pct"].to_numpy() for s, c in curves.items() if s not in silent]
+        upper = C.common_upper(measured) if measured else 0.0
         for score, curve in curves.items():
+            if score in silent:
+                rows.append(_silent_curve(model, task, score, group, baseline, reading))
+                continue
             for col in ("drop_lower", "drop_upper"):
                 if col not in curve.columns:
                     curve[col] = math.nan
@@ -295,6 +326,7 @@ def summarize_curves(
                 "non_monotone": first.non_monotone, "norm_auc": C.normalised_auc(x, y), "grid_auc": grid,
                 "grid_upper": upper, "within_1pt_certified": certified, "certified_open": certified_open,
                 "within_1pt_not_excluded": not_excluded, "n_questions": n_questions, "mdd_80": mdd,
+                "zeroes_none": False,
             }  # fmt: skip
             rows.append(row)
     return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))

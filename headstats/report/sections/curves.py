@@ -122,7 +122,8 @@ def add_curve_sections(
             "changed answers, which stays honest when few or none changed) is at most 1 point; "
             "`within_1pt_not_excluded` the largest up to which no point's drop is shown to exceed 1 point. Between "
             "the two the data cannot decide. `mdd_80`: the smallest drop (points) detectable with 80% power at the "
-            "curve's number of questions and share of changed answers."
+            "curve's number of questions and share of changed answers. `zeroes_none`: the score zeroed no head at "
+            "any target, so its curve has no readings and no rank."
         )
         cols = [
             "model",
@@ -137,6 +138,7 @@ def add_curve_sections(
             "max_realised_pct",
             "n_questions",
             "mdd_80",
+            "zeroes_none",
         ]
         writer.table(
             curves[[c for c in cols if c in curves.columns]], f"{prefix}within_one_point_certified", floatfmt=".2f"
@@ -197,24 +199,9 @@ def add_curve_sections(
     steps.close()
 
 
-NO_HEAD_ZEROED = "no head zeroed"
-
-
-def zeroes_no_head(points: pd.DataFrame) -> list[str]:
-    """Scores of one (model, task) whose points zeroed no head at any target above 0: the score is
-    tied at its extreme over the tested fractions (value-norm scores of a model with one KV head per
-    layer are the same for every head of a layer), or thresholds calibrated elsewhere select no head
-    here, so its curve measures nothing, not a robust model."""
-    tried = points[(points["score"] != BASELINE) & (points["target"] > 0)]
-    if not len(tried) or "realised_pct" not in tried.columns:
-        return []
-    zero = tried.groupby("score", sort=True)["realised_pct"].agg(lambda pct: bool((pct == 0).all()))
-    return [str(score) for score, none in zero.items() if none and score != "random"]
-
-
 def _certified_label(curve: pd.Series) -> str:
     """The certified within-1-point value, ``≥`` when every point of the sweep was certified."""
-    if pd.isna(curve.get("within_1pt_certified")):
+    if pd.isna(curve.get("within_1pt_certified")) or bool(curve.get("zeroes_none", False)):
         return ""
     return f" | {'≥ ' if bool(curve.get('certified_open', False)) else ''}{float(curve['within_1pt_certified']):.1f}"
 
@@ -240,9 +227,6 @@ def main_table(points: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
             labels = ranking.within_one_point_labels(here, digits=1)
             for _, curve in here.iterrows():
                 row[str(curve["score"])] = labels.loc[model, curve["score"]] + _certified_label(curve)
-        mine = points[(points["model"] == model) & (points["task"] == task)]
-        for score in zeroes_no_head(mine):
-            row[score] = NO_HEAD_ZEROED
         rows.append(row)
     return pd.DataFrame(rows).fillna("")
 
@@ -261,8 +245,8 @@ def interventions(writer: Writer, context: Context) -> None:
             "climbed back), then the largest realised % up to which every point's one-sided 95% upper bound of "
             "the paired drop is at most 1 point (`≥` when all were). A certified value of 0 means the data cannot "
             "certify any zeroing, not that zeroing costs more than 1 point. "
-            f"`{NO_HEAD_ZEROED}`: no point of the score zeroed a head, because the score is tied at its extreme "
-            "over the tested fractions (e.g. value-norm scores when each layer has one KV head, where the "
+            f"`{ranking.NO_HEAD_ZEROED}`: no point of the score zeroed a head, because the score is tied at its "
+            "extreme over the tested fractions (e.g. value-norm scores when each layer has one KV head, where the "
             "layer-normalised score is 1 for every head) or thresholds calibrated on other data select no head "
             "here: the curve says nothing about how many heads can be zeroed."
         )
