@@ -136,3 +136,68 @@ def test_drop_bounds_cover_and_mdd_shrinks_with_n() -> None:
     assert minimum_detectable_drop(200) > minimum_detectable_drop(5000) > 0
     assert minimum_detectable_drop(200, 0.2) > minimum_detectable_drop(200)  # changed answers both ways cost power
     assert math.isnan(minimum_detectable_drop(1, 1.0)) or minimum_detectable_drop(1, 1.0) <= 1
+
+
+def _sweep_rows(n: int, losses: dict[str, float], subjects: int = 0, seed: int = 0) -> pd.DataFrame:
+    """Per-question rows of a sweep at targets 0.1 and 0.2: score s loses ``losses[s] * target * n``
+    of the baseline's right answers (10x the target as % of heads zeroed); ``subjects`` > 0 gives
+    the questions subjects, with the losses all in the first subjects (a clustered effect)."""
+    rng = np.random.default_rng(seed)
+    base = rng.random(n) < 0.6
+    subject = np.repeat([f"s{i}" for i in range(subjects)], n // subjects) if subjects else np.full(n, "")
+    rows = []
+    for score, targets in {"baseline": [0.0], **{s: [0.1, 0.2] for s in losses}}.items():
+        for target in targets:
+            correct = base.copy()
+            if score != "baseline":
+                right = np.flatnonzero(correct)
+                correct[right[: int(losses[score] * target * n)]] = False
+            rows.append(pd.DataFrame({
+                "model": "m", "task": "t", "subject": subject, "question_id": np.arange(n), "score": score,
+                "target": target, "threshold": 0.5, "correct": correct,
+                "n_zeroed": 0 if score == "baseline" else int(100 * target), "n_heads": 1000,
+            }))  # fmt: skip
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_rank_intervals_give_the_summary_areas_and_ranks_and_resample_curves_together() -> None:
+    df = _sweep_rows(600, {"ahon_ln": 0.05, "awft": 0.6, "entropy_ln": 0.6, "random": 0.3})
+    curves = summarize_curves(df, n_resamples=100)
+    for by in ranking.RANK_METRICS:
+        got = ranking.rank_intervals(df, by=by, n_resamples=300).set_index("score")
+        want = curves.set_index("score")[by]
+        assert got["area"].to_numpy() == pytest.approx(want[got.index].to_numpy(), rel=1e-12)
+        assert got["rank"].to_dict() == ranking.rank_scores(curves, by).loc["m"].astype(int).to_dict()
+        assert (got["area_low"] <= got["area"]).all() and (got["area"] <= got["area_high"]).all()
+    got = ranking.rank_intervals(df, n_resamples=300).set_index("score")
+    # ahon_ln loses least by far: first in every resample, and better than random.
+    assert (got.loc["ahon_ln", ["rank_low", "rank_high", "p_best"]] == [1, 1, 1.0]).all()
+    assert got.loc["ahon_ln", "vs_reference_low"] > 0 and got.loc["awft", "vs_reference_high"] < 0
+    # awft and entropy_ln lose the same answers: equal areas in every resample (the curves are
+    # resampled together), so their difference from random is the same and their ranks tie in order.
+    assert got.loc["awft", "area"] == got.loc["entropy_ln", "area"]
+    assert got.loc["awft", ["vs_reference_low", "vs_reference_high"]].tolist() == pytest.approx(
+        got.loc["entropy_ln", ["vs_reference_low", "vs_reference_high"]].tolist()
+    )
+    assert (got.loc["awft", "rank"], got.loc["entropy_ln", "rank"]) == (3, 4)
+    assert np.isnan(got.loc["random", "vs_reference"]) and got["cluster"].eq("question_id").all()
+
+
+def test_rank_intervals_resample_clusters_and_skip_curves_that_zero_nothing() -> None:
+    # The losses sit in a few subjects: resampling subjects (the default where a task has them)
+    # gives a wider interval than pretending the questions were independent.
+    df = _sweep_rows(1200, {"ahon_ln": 0.2, "random": 0.5}, subjects=40)
+    by_subject = ranking.rank_intervals(df, n_resamples=400).set_index("score")
+    by_question = ranking.rank_intervals(df, n_resamples=400, cluster="question_id").set_index("score")
+    assert by_subject["cluster"].eq("subject").all() and by_subject["n_clusters"].eq(40).all()
+    width = lambda t: t.loc["ahon_ln", "vs_reference_high"] - t.loc["ahon_ln", "vs_reference_low"]  # noqa: E731
+    assert width(by_subject) > 1.5 * width(by_question)
+    # A tied score zeroes nothing at either target: its answers are the baseline's.
+    base = df[df["score"] == "baseline"]
+    tied = pd.concat([base.assign(score="avvn_ln", target=t, threshold=1.0) for t in (0.1, 0.2)])
+    got = ranking.rank_intervals(pd.concat([df, tied]), n_resamples=100)
+    assert "avvn_ln" not in set(got["score"]) and len(got) == 2
+    with pytest.raises(ValueError, match="rank by one of"):
+        ranking.rank_intervals(df, by="auc")
+    with pytest.raises(ValueError, match="n_resamples must be at least 1"):
+        ranking.rank_intervals(df, n_resamples=0)

@@ -140,6 +140,13 @@ def test_report_numbers_match_independent_computations(results: Path, built: Pat
     assert got["realised_pct"] == pytest.approx(100 * (sel["n_zeroed"] / sel["n_heads"]).mean())
     within = pd.read_csv(built / "tables" / "mmlu_within_one_point.csv", index_col=0)
     assert within.shape == (2, 3)
+    # Ranks come with intervals over the same areas the rank table ranks by.
+    grid = pd.read_csv(built / "tables" / "mmlu_grid_auc.csv", index_col=0)
+    ranked = pd.read_csv(built / "tables" / "mmlu_rank_intervals.csv")
+    for _, r in ranked.iterrows():
+        assert r["area"] == pytest.approx(grid.loc[r["model"], r["score"]], abs=0.01)
+        assert r["rank_low"] <= r["rank"] <= r["rank_high"] and 0 <= r["p_best"] <= 1
+    assert (built / "figures" / "mmlu_area_intervals.png").stat().st_size > 1000
 
 
 def test_bad_results_directories_give_clear_errors(results: Path, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import textwrap
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -294,6 +295,35 @@ def rank_heatmap(ranks: pd.DataFrame, *, title: str = "Rank of score functions (
         ylabel="model",
         annotate=True,
     )
+
+
+def area_intervals(intervals: pd.DataFrame, *, labels: Mapping[str, str] | None = None) -> Figure:
+    """Each model's curve areas with their bootstrap intervals, best first, one panel per model
+    (``intervals``: :func:`headstats.stats.ranking.rank_intervals`); the reference curve's interval
+    is shaded across the panel, so a score whose interval clears it beats chance."""
+    if intervals.empty:
+        raise ValueError("no curve areas to draw: rank_intervals returned no rows")
+    models = list(dict.fromkeys(intervals["model"]))
+    height = 1.2 + 0.4 * intervals.groupby("model").size().max()
+    fig = Figure(figsize=(4.2 * len(models), height), layout="constrained")
+    axes = fig.subplots(1, len(models), squeeze=False)[0]
+    for ax, model in zip(axes, models, strict=True):
+        rows = intervals[intervals["model"] == model].sort_values("area", ascending=True, na_position="first")
+        ref = rows[rows["score"] == rows["reference"]]
+        if len(ref) and np.isfinite(ref["area_low"].iloc[0]):
+            ax.axvspan(ref["area_low"].iloc[0], ref["area_high"].iloc[0], color="0.85", zorder=0)
+        y = np.arange(len(rows))
+        for i, (_, row) in enumerate(rows.iterrows()):
+            color = score_style(str(row["score"])).get("color", "C0")
+            ax.errorbar(
+                row["area"], i, xerr=[[row["area"] - row["area_low"]], [row["area_high"] - row["area"]]],
+                fmt="o", color=color, capsize=3,
+            )  # fmt: skip
+        ax.set_yticks(y, [str(s) for s in rows["score"]])
+        ax.set_xlabel(f"{rows['by'].iloc[0]} (accuracy %)")
+        title = _panel_title(model, labels) or model
+        ax.set_title("\n".join(textwrap.fill(line, 48) for line in title.splitlines()), fontsize=8)
+    return fig
 
 
 def wasserstein_heatmap(result: DistanceMatrix, *, title: str | None = None) -> Figure:

@@ -238,3 +238,124 @@ def compare_with_reference(curves: pd.DataFrame, reference: str = "awft") -> pd.
         "",
     )
     return out
+
+
+RANK_INTERVAL_COLUMNS = (
+    "model", "task", "score", "by", "area", "area_low", "area_high", "rank", "rank_low", "rank_high", "p_best",
+    "reference", "vs_reference", "vs_reference_low", "vs_reference_high", "cluster", "n_clusters", "n_resamples",
+)  # fmt: skip
+
+
+def rank_intervals(
+    df: pd.DataFrame,
+    *,
+    by: str = "grid_auc",
+    metric: str = "correct",
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    cluster: str | None = None,
+    reference: str = "random",
+    grid_points: int = 61,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """How sure is a ranking? One row per (model, task, score) curve of per-question intervention
+    rows ``df`` (:func:`headstats.read_interventions`): the curve's area ``by`` (the value
+    :func:`headstats.summarize_curves` gives) with a percentile interval, its rank (1 = largest
+    area, as :func:`rank_scores`) with an interval, ``p_best`` (the share of resamples in which it
+    ranks first) and ``vs_reference``, its area minus ``reference``'s (``random``: does the score
+    find heads better than chance?) with an interval.
+
+    Every resample draws the questions' clusters with replacement (``cluster`` as in
+    :func:`headstats.summarize_interventions`: the subject where the task has one, else the
+    question) and recomputes every point's accuracy and realised % on the same draw, so the
+    curves of one model move together, as they do: they answer the same questions. Only questions
+    answered at every point of the (model, task) take part. A curve that zeroes no head has no area
+    and no rank (``zeroes_none``); an area undefined in a resample (a curve short of the common
+    range) ranks last there, as in :func:`rank_scores`.
+    """
+    from headstats.stats import curves as C
+    from headstats.stats import summary as S
+
+    _check_metric(by)
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be at least 1, not {n_resamples}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie in (0, 1), not {confidence}")
+    frame = S._prepare(df, metric)
+    rng = np.random.default_rng(seed)
+    alpha = (1 - confidence) / 2
+    rows = []
+    for (model, task), group in frame.groupby(list(S.GROUP), sort=True):
+        unit, labels = S._question_clusters(group, cluster)
+        group = group.assign(_cluster=labels, _share=100.0 * group["n_zeroed"] / group["n_heads"])
+        if not (group["score"] == S.BASELINE).any():
+            raise ValueError(f"no baseline rows for model {model!r}, task {task!r}: the curves need the baseline run")
+        index = ["score", "target"]
+        ok = group.pivot_table(index=list(S.QUESTION), columns=index, values="_ok", aggfunc="first").dropna()
+        if ok.empty:
+            raise ValueError(f"no question of {model}/{task} was answered at every point: mixed runs?")
+        share = group.pivot_table(index=list(S.QUESTION), columns=index, values="_share", aggfunc="first")
+        share = share.reindex(index=ok.index, columns=ok.columns)
+        clusters = group.drop_duplicates(list(S.QUESTION)).set_index(list(S.QUESTION))["_cluster"].reindex(ok.index)
+        codes, uniques = pd.factorize(clusters.to_numpy())
+        k = len(uniques)
+        sizes = np.bincount(codes, minlength=k).astype(float)
+        ok_sums = np.stack([np.bincount(codes, weights=ok[c].to_numpy(float), minlength=k) for c in ok.columns])
+        share_sums = np.stack([np.bincount(codes, weights=share[c].to_numpy(float), minlength=k) for c in ok.columns])
+        weights = np.vstack([np.ones(k), rng.multinomial(k, np.full(k, 1.0 / k), size=n_resamples)])
+        total = weights @ sizes
+        accuracy = 100.0 * (weights @ ok_sums.T) / total[:, None]  # (1 + resamples) x points
+        realised = (weights @ share_sums.T) / total[:, None]
+        columns = list(ok.columns)
+        base_col = next(i for i, (s, _) in enumerate(columns) if s == S.BASELINE)
+        by_score: dict[str, list[int]] = {}
+        for i, (s, _) in enumerate(columns):
+            if s != S.BASELINE:
+                by_score.setdefault(str(s), []).append(i)
+        silent = {
+            s for s, cols in by_score.items()
+            if any(columns[i][1] > 0 for i in cols) and all(realised[0, i] == 0 for i in cols if columns[i][1] > 0)
+        }  # fmt: skip
+        scores = _score_order([s for s in by_score if s not in silent])
+        areas = np.full((len(weights), len(scores)), np.nan)
+        for r in range(len(weights)):
+            curves = {}
+            for s in scores:
+                x, y = realised[r, by_score[s]], accuracy[r, by_score[s]]
+                if not (x == 0).any():
+                    x, y = np.append(0.0, x), np.append(accuracy[r, base_col], y)
+                curves[s] = (x, y)
+            upper = C.common_upper([x for x, _ in curves.values()]) if curves else 0.0
+            for j, (x, y) in enumerate(curves.values()):
+                if by == "norm_auc":
+                    areas[r, j] = C.normalised_auc(x, y)
+                elif upper > 0:
+                    areas[r, j] = C.grid_auc(x, y, upper, grid_points)
+        ranks = np.vstack([_ranks_of(pd.Series(row, index=scores)).to_numpy() for row in areas]) if scores else areas
+        ref = scores.index(reference) if reference in scores else None
+        for j, s in enumerate(scores):
+            boot_area, boot_rank = areas[1:, j], ranks[1:, j]
+            low, high = _percentiles(boot_area, alpha)
+            rank_low = int(np.quantile(boot_rank, alpha, method="lower"))
+            rank_high = int(np.quantile(boot_rank, 1 - alpha, method="higher"))
+            vs = vs_low = vs_high = np.nan
+            if ref is not None and ref != j:
+                diffs = areas[:, j] - areas[:, ref]
+                vs = diffs[0]
+                vs_low, vs_high = _percentiles(diffs[1:], alpha)
+            rows.append({
+                "model": model, "task": task, "score": s, "by": by, "area": areas[0, j], "area_low": low,
+                "area_high": high, "rank": int(ranks[0, j]), "rank_low": rank_low, "rank_high": rank_high,
+                "p_best": float((boot_rank == 1).mean()), "reference": reference if ref is not None else "",
+                "vs_reference": vs, "vs_reference_low": vs_low, "vs_reference_high": vs_high, "cluster": unit,
+                "n_clusters": k, "n_resamples": n_resamples,
+            })  # fmt: skip
+    return pd.DataFrame(rows, columns=list(RANK_INTERVAL_COLUMNS))
+
+
+def _percentiles(values: np.ndarray, alpha: float) -> tuple[float, float]:
+    """Percentile interval of the defined resampled values (NaN when none is)."""
+    finite = values[np.isfinite(values)]
+    if not len(finite):
+        return np.nan, np.nan
+    return float(np.quantile(finite, alpha)), float(np.quantile(finite, 1 - alpha))

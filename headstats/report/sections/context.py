@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from headstats.io import store
 from headstats.io.models import checkpoint_info
 from headstats.jobs.specs import ReportSpec
-from headstats.stats import distances
+from headstats.stats import distances, ranking
 from headstats.stats.distances import score_columns
 from headstats.stats.summary import summarize_curves, summarize_interventions
 
@@ -73,6 +73,17 @@ class Context:
     @cached_property
     def curves(self) -> pd.DataFrame | None:
         return None if self.points is None else summarize_curves(self.interventions, self.points)
+
+    @cached_property
+    def rank_intervals(self) -> pd.DataFrame | None:
+        """Per curve: its ranking area (``options.rank_by``) and rank with cluster-bootstrap intervals
+        over ``options.n_boot`` resamples (:func:`headstats.stats.ranking.rank_intervals`)."""
+        if self.curves is None or self.curves.empty:
+            return None
+        opt = self.options
+        return ranking.rank_intervals(
+            self.interventions, by=opt.rank_by, metric=opt.metric, n_resamples=opt.n_boot, seed=opt.seed
+        )
 
     @cached_property
     def models(self) -> dict[str, str]:

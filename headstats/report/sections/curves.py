@@ -63,11 +63,14 @@ def add_curve_sections(
     level: int = 2,
     progress: bool = False,
     labels: dict[str, str] | None = None,
+    intervals: pd.DataFrame | None = None,
 ) -> None:
     """Curves, within-1-point numbers, ranks and rank agreement for one task's points and curve
     summaries (own results or the published ones: the same tables, the same figures).
     ``key_tables_at_root`` writes the within-1-point and rank tables as ``out/<name>.csv`` rather
-    than under ``out/tables/``; ``labels`` titles each model's panel (e.g. its exact identity)."""
+    than under ``out/tables/``; ``labels`` titles each model's panel (e.g. its exact identity);
+    ``intervals``: the task's :func:`headstats.stats.ranking.rank_intervals` (only where the
+    per-question answers are at hand, not for the published curves)."""
 
     def key_csv(name: str) -> str | None:
         return f"{prefix}{name}.csv" if key_tables_at_root else None
@@ -160,6 +163,8 @@ def add_curve_sections(
     ranks = ranking.rank_scores(curves, rank_by)
     writer.figure(plots.rank_heatmap(ranks), f"{prefix}rank_heatmap", f"Rank of each score function by `{rank_by}`.")
     writer.table(ranks, f"{prefix}ranks", index=True, csv=key_csv("ranks"), collapsed=f"ranks by `{rank_by}`")
+    if intervals is not None and not intervals.empty:
+        _rank_intervals(writer, intervals, prefix, labels)
     for metric in ranking.RANK_METRICS:
         writer.table(
             ranking.metric_table(curves, metric),
@@ -197,6 +202,32 @@ def add_curve_sections(
         writer.table(iou, f"{prefix}top{k}_iou", floatfmt=".2f", index=True, collapsed=f"top-{k} IoU matrix")
     steps.update()
     steps.close()
+
+
+def _rank_intervals(writer: Writer, intervals: pd.DataFrame, prefix: str, labels: dict[str, str] | None) -> None:
+    first = intervals.iloc[0]
+    reference = str(first["reference"]) or "the reference"
+    writer.text(
+        f"How sure are these ranks? Each curve's `{first['by']}` (`area`) and rank with 95% percentile intervals "
+        f"over {int(first['n_resamples'])} resamples of the questions' clusters (`{first['cluster']}`, "
+        f"{int(first['n_clusters'])} of them per model): every resample redraws the questions and recomputes every "
+        "point of every curve of the model on them, the thresholds and zeroing fixed as run. `p_best`: the share "
+        f"of resamples in which the score ranks first; `vs_reference`: its area minus `{reference}`'s on the same "
+        f"resample, so an interval above 0 says the score picks heads better than chance. Two scores whose rank "
+        "intervals overlap are not shown to differ."
+    )
+    writer.figure(
+        plots.area_intervals(intervals, labels=labels),
+        f"{prefix}area_intervals",
+        f"`{first['by']}` per score with its 95% interval; grey: `{reference}`'s interval. The intervals are "
+        "marginal: the curves answer the same questions, so their paired differences (`vs_reference`) are "
+        "tighter than the overlap of two bars suggests.",
+    )
+    cols = [
+        "model", "score", "area", "area_low", "area_high", "rank", "rank_low", "rank_high", "p_best",
+        "vs_reference", "vs_reference_low", "vs_reference_high",
+    ]  # fmt: skip
+    writer.table(intervals[cols], f"{prefix}rank_intervals", floatfmt=".2f")
 
 
 def _certified_label(curve: pd.Series) -> str:
@@ -268,6 +299,7 @@ def interventions(writer: Writer, context: Context) -> None:
         if tc.empty:
             writer.text("Only the baseline was run: no curves to draw.")
             continue
+        intervals = context.rank_intervals
         add_curve_sections(
             writer,
             tp,
@@ -277,4 +309,5 @@ def interventions(writer: Writer, context: Context) -> None:
             level=3,
             progress=opt.progress,
             labels=context.models,
+            intervals=None if intervals is None else intervals[intervals["task"] == task],
         )
