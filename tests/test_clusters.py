@@ -68,6 +68,7 @@ def test_every_resampling_output_names_its_cluster_and_counts() -> None:
     assert np.isfinite(row["noise_floor"]) and row["p_holm"] >= row["p_value"]
     by_sequence = model_distance(table, "a", "b", depth_bins=0, n_boot=0, n_perm=0, n_split=10, cluster="sample_id")
     assert (by_sequence["cluster"].item(), by_sequence["n_clusters_a"].item()) == ("sample_id", 60)
+    assert np.isnan(by_sequence["p_holm_min"].item())  # no permutations, no p-values
     # Halving 12 subjects varies the halves far more than halving 60 questions of them: a higher floor.
     assert (
         row["noise_floor"]
@@ -77,6 +78,27 @@ def test_every_resampling_output_names_its_cluster_and_counts() -> None:
     assert (floor["cluster"].item(), floor["n_clusters"].item(), floor["n_splits"].item()) == ("subject", 12, 200)
     with pytest.raises(ValueError, match="cluster column 'document'"):
         model_distance(table, "a", "b", cluster="document")
+
+
+def test_a_table_says_when_its_permutations_cannot_reach_significance_after_holm() -> None:
+    from headstats.report.sections.context import permutation_resolution
+
+    table = _table(np.random.default_rng(1))
+    # 3 depth rows (overall + 2 bins) of one score: a family of 3 tests.
+    res = model_distance(table, "a", "b", depth_bins=2, n_boot=0, n_perm=49, n_split=0)
+    assert len(res) == 3 and res["n_tests"].eq(3).all()
+    assert res["p_holm_min"].eq(3 / 50).all() and (res["p_holm"] >= res["p_holm_min"] - 1e-12).all()
+    # The shift of 0.3 is far beyond what relabelling gives: no permutation reaches it, p at its floor.
+    assert res["p_value"].eq(1 / 50).all() and res["p_holm"].eq(3 / 50).all()
+    text = permutation_resolution(res)
+    assert "cannot fall below `p_holm_min` (0.06 here)" in text
+    assert "no distance here can test significant at 5%" in text and "at least 59 permutations" in text
+    assert distances.holm_floor(3, 59) <= 0.05 < distances.holm_floor(3, 58)
+    assert distances.permutations_for(3) == 59 and distances.permutations_for(84) == 1679
+    enough = model_distance(table, "a", "b", depth_bins=2, n_boot=0, n_perm=59, n_split=0)
+    assert "no distance here" not in permutation_resolution(enough) and (enough["p_holm"] <= 0.05).all()
+    with pytest.raises(ValueError, match="at least one test and one permutation"):
+        distances.holm_floor(0, 10)
 
 
 def test_paired_cluster_permutation_keeps_its_level() -> None:

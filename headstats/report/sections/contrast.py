@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from headstats.io import store
-from headstats.report.sections.context import Context, Writer
+from headstats.report.sections.context import Context, Writer, permutation_resolution
 from headstats.stats import distances
 
 
@@ -71,7 +71,11 @@ def format_contrast(writer: Writer, context: Context) -> None:
         "distance is only readable where it exceeds both its noise floor and this. `largest_finetuning_w1`: the "
         "largest W1 of any checkpoint from the reference on the same dataset and score, for scale."
     )
+    resolution = permutation_resolution(table)
+    if resolution:
+        writer.text(resolution)
     shown = ["model", "dataset", "formats", "score", "w1", "ci_low", "ci_high", "noise_floor", "above_noise", "p_holm"]
+    shown += ["p_holm_min"]
     shown += [c for c in ("largest_finetuning_w1",) if c in table.columns]
     writer.table(table[shown], "format_contrast", floatfmt=".3g")
 

@@ -8,7 +8,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from headstats.report import plots
-from headstats.report.sections.context import Context, Writer
+from headstats.report.sections.context import Context, Writer, permutation_resolution
 from headstats.stats import distances
 
 
@@ -48,6 +48,9 @@ def between_models(writer: Writer, context: Context) -> None:
     table = pd.concat(results, ignore_index=True)
     table = table[["dataset", *[c for c in table.columns if c != "dataset"]]]
     overall = table["depth"] == distances.ALL_DEPTHS
+    resolution = permutation_resolution(table)
+    if resolution:
+        writer.text(resolution)
     writer.table(table[overall], "w1_overall", floatfmt=".3g")
     writer.table(table[~overall], "w1_by_depth", floatfmt=".3g", collapsed="W1 per relative-depth bin")
     for dataset, ms in compared.items():

@@ -16,7 +16,7 @@ from itertools import pairwise
 import pandas as pd
 
 from headstats.report import plots
-from headstats.report.sections.context import Context, Writer
+from headstats.report.sections.context import Context, Writer, permutation_resolution
 from headstats.stats import distances
 from headstats.stats.movement import head_movement, moved_heads
 
@@ -194,7 +194,10 @@ def fine_tuning(writer: Writer, context: Context) -> None:
         "dotted: the pair's noise floor. Vertical lines: where each stage starts.",
     )
     shown = ["dataset", "stage", "step", "cumulative_step", "score", "w1", "ci_low", "ci_high", "noise_floor"]
-    writer.table(overall[[*shown, "above_noise", "p_holm"]], "finetuning_w1_by_step", floatfmt=".3g")
+    resolution = permutation_resolution(table)
+    if resolution:
+        writer.text(resolution)
+    writer.table(overall[[*shown, "above_noise", "p_holm", "p_holm_min"]], "finetuning_w1_by_step", floatfmt=".3g")
     ends = trained.groupby("stage", sort=False).tail(1)
     depth = table[table["model_b"].isin(ends["model"]) & (table["depth"] != distances.ALL_DEPTHS)]
     for dataset in sorted(depth["dataset"].unique()):
