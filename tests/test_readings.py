@@ -181,6 +181,13 @@ def test_rank_intervals_give_the_summary_areas_and_ranks_and_resample_curves_tog
     )
     assert (got.loc["awft", "rank"], got.loc["entropy_ln", "rank"]) == (3, 4)
     assert np.isnan(got.loc["random", "vs_reference"]) and got["cluster"].eq("question_id").all()
+    verdict = ranking.verdicts(got.reset_index()).iloc[0]
+    assert (verdict["better"], verdict["worse"], verdict["best"]) == ("ahon_ln", "awft, entropy_ln", "ahon_ln")
+    assert verdict["indistinguishable"] == ""
+    # Two scores that lose about the same answers cannot be told apart, nor ordered.
+    close = ranking.rank_intervals(_sweep_rows(600, {"ahon_ln": 0.1, "awft": 0.11, "random": 0.1}), n_resamples=300)
+    verdict = ranking.verdicts(close).iloc[0]
+    assert verdict["indistinguishable"] == "awft, ahon_ln" and verdict["best"].startswith("undecided: ")
 
 
 def test_rank_intervals_resample_clusters_and_skip_curves_that_zero_nothing() -> None:

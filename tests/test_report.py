@@ -147,6 +147,11 @@ def test_report_numbers_match_independent_computations(results: Path, built: Pat
         assert r["area"] == pytest.approx(grid.loc[r["model"], r["score"]], abs=0.01)
         assert r["rank_low"] <= r["rank"] <= r["rank_high"] and 0 <= r["p_best"] <= 1
     assert (built / "figures" / "mmlu_area_intervals.png").stat().st_size > 1000
+    verdicts = pd.read_csv(built / "tables" / "against_random.csv", dtype=str, keep_default_na=False)
+    for _, v in verdicts.iterrows():  # every ranked score of the model falls in exactly one verdict
+        here = ranked[(ranked["model"] == v["model"]) & (ranked["score"] != "random")]
+        named = [s for col in ("better", "indistinguishable", "worse") for s in v[col].split(", ") if s]
+        assert sorted(named) == sorted(here["score"])
 
 
 def test_bad_results_directories_give_clear_errors(results: Path, tmp_path: Path) -> None:

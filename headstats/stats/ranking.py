@@ -359,3 +359,28 @@ def _percentiles(values: np.ndarray, alpha: float) -> tuple[float, float]:
     if not len(finite):
         return np.nan, np.nan
     return float(np.quantile(finite, alpha)), float(np.quantile(finite, 1 - alpha))
+
+
+def verdicts(intervals: pd.DataFrame, sure: float = 0.95) -> pd.DataFrame:
+    """One row per (model, task) of :func:`rank_intervals`: which scores' areas beat the reference
+    (``better``: the interval of ``vs_reference`` lies above 0), which the data cannot tell from it
+    (``indistinguishable``) and which do worse (``worse``), and ``best``: the score that ranks first
+    in at least ``sure`` of the resamples, or the contenders with their ``p_best`` when none does."""
+    rows = []
+    for (model, task), unit in intervals.groupby(["model", "task"], sort=True):
+        others = unit[unit["score"] != unit["reference"]]
+        low, high = others["vs_reference_low"], others["vs_reference_high"]
+        top = unit.sort_values("p_best", ascending=False, kind="stable")
+        if top["p_best"].iloc[0] >= sure:
+            best = str(top["score"].iloc[0])
+        else:
+            contenders = top[top["p_best"] >= 1 - sure]
+            shares = zip(contenders["score"], contenders["p_best"], strict=True)
+            best = "undecided: " + ", ".join(f"{score} {share:.2f}" for score, share in shares)
+        rows.append({
+            "model": model, "task": task, "reference": str(unit["reference"].iloc[0]),
+            "better": ", ".join(others.loc[low > 0, "score"]),
+            "indistinguishable": ", ".join(others.loc[~(low > 0) & ~(high < 0), "score"]),
+            "worse": ", ".join(others.loc[high < 0, "score"]), "best": best,
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=["model", "task", "reference", "better", "indistinguishable", "worse", "best"])

@@ -282,6 +282,18 @@ def interventions(writer: Writer, context: Context) -> None:
             "here: the curve says nothing about how many heads can be zeroed."
         )
         writer.table(main_table(points, curves), "main_table")
+        intervals = context.rank_intervals
+        if intervals is not None and not intervals.empty and intervals["reference"].ne("").any():
+            ref = str(intervals.loc[intervals["reference"].ne(""), "reference"].iloc[0])
+            first = intervals.iloc[0]
+            writer.text(
+                f"Scores against `{ref}`, by the curves' `{first['by']}` (mean accuracy over the range of % of heads "
+                f"zeroed that all of a model's curves reach; {int(first['n_resamples'])} cluster-bootstrap resamples, "
+                "per task below): `better` / `worse` where the 95% interval of the paired area difference excludes "
+                f"0, `indistinguishable` where it does not; `best`: the score that ranks first in at least 95% of "
+                "the resamples, else the contenders with their share of firsts. The thresholds are taken as run."
+            )
+            writer.table(ranking.verdicts(intervals), "against_random")
     for task in sorted(points["task"].unique()):
         writer.heading(f"Interventions: task `{task}`")
         tp = points[points["task"] == task]
