@@ -188,6 +188,9 @@ def test_rank_intervals_give_the_summary_areas_and_ranks_and_resample_curves_tog
     close = ranking.rank_intervals(_sweep_rows(600, {"ahon_ln": 0.1, "awft": 0.11, "random": 0.1}), n_resamples=300)
     verdict = ranking.verdicts(close).iloc[0]
     assert verdict["indistinguishable"] == "awft, ahon_ln" and verdict["best"].startswith("undecided: ")
+    alone = ranking.rank_intervals(_sweep_rows(300, {"ahon_ln": 0.1, "awft": 0.5}), n_resamples=50)
+    verdict = ranking.verdicts(alone).iloc[0]  # no random curve: nothing to compare with
+    assert (verdict["reference"], verdict["indistinguishable"], verdict["best"]) == ("", "", "ahon_ln")
 
 
 def test_rank_intervals_resample_clusters_and_skip_curves_that_zero_nothing() -> None:

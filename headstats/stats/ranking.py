@@ -365,10 +365,12 @@ def verdicts(intervals: pd.DataFrame, sure: float = 0.95) -> pd.DataFrame:
     """One row per (model, task) of :func:`rank_intervals`: which scores' areas beat the reference
     (``better``: the interval of ``vs_reference`` lies above 0), which the data cannot tell from it
     (``indistinguishable``) and which do worse (``worse``), and ``best``: the score that ranks first
-    in at least ``sure`` of the resamples, or the contenders with their ``p_best`` when none does."""
+    in at least ``sure`` of the resamples, or the contenders with their ``p_best`` when none does.
+    The three lists are empty where the (model, task) has no reference curve."""
     rows = []
     for (model, task), unit in intervals.groupby(["model", "task"], sort=True):
-        others = unit[unit["score"] != unit["reference"]]
+        # Without a reference curve (a sweep without ``random``) there is nothing to hold the scores to.
+        others = unit[(unit["score"] != unit["reference"]) & (unit["reference"] != "")]
         low, high = others["vs_reference_low"], others["vs_reference_high"]
         top = unit.sort_values("p_best", ascending=False, kind="stable")
         if top["p_best"].iloc[0] >= sure:
