@@ -211,3 +211,39 @@ def test_rank_intervals_resample_clusters_and_skip_curves_that_zero_nothing() ->
         ranking.rank_intervals(df, by="auc")
     with pytest.raises(ValueError, match="n_resamples must be at least 1"):
         ranking.rank_intervals(df, n_resamples=0)
+
+
+def test_rank_interval_coverage_on_clustered_answers() -> None:
+    """Zeroing by ahon_ln costs answers in 30% of the subjects only (a subject effect). Over 100
+    synthetic tasks of 30 subjects x 20 questions, the subject bootstrap's 95% interval of its area
+    difference from random covers the true difference about 95% of the time; resampling questions as
+    if independent covers far less."""
+    rng = np.random.default_rng(0)
+    subjects, per = 30, 20
+    subject = np.repeat(np.arange(subjects), per)
+    n = subjects * per
+
+    def task() -> pd.DataFrame:
+        base = rng.random(n) < 0.6
+        heavy = rng.random(subjects) < 0.3
+        points = [("baseline", 0.0, base)]
+        for t in (0.1, 0.2):
+            points.append(("ahon_ln", t, base & ~(rng.random(n) < np.where(heavy, 2.0 * t, 0.0)[subject])))
+            points.append(("random", t, base & ~(rng.random(n) < 0.5 * t)))
+        return pd.concat([pd.DataFrame({
+            "model": "m", "task": "t", "subject": [f"s{k}" for k in subject], "question_id": np.arange(n),
+            "score": s, "target": t, "threshold": 0.5, "correct": c, "n_zeroed": int(100 * t), "n_heads": 100,
+        }) for s, t, c in points], ignore_index=True)  # fmt: skip
+
+    # Expected accuracies: 60% x (1 - loss); ahon_ln's loss is 0.3 x 2t on average, random's 0.5 t.
+    x = np.array([0.0, 10.0, 20.0])
+    truth = C.grid_auc(x, 60 * (1 - 0.6 * np.array([0, 0.1, 0.2])), 20) - C.grid_auc(
+        x, 60 * (1 - 0.5 * np.array([0, 0.1, 0.2])), 20
+    )
+    covered = {"subject": 0, "question_id": 0}
+    for draw in range(100):
+        rows = task()
+        for unit in covered:
+            got = ranking.rank_intervals(rows, cluster=unit, n_resamples=200, seed=draw).set_index("score")
+            covered[unit] += got.loc["ahon_ln", "vs_reference_low"] <= truth <= got.loc["ahon_ln", "vs_reference_high"]
+    assert covered["subject"] >= 88 and covered["question_id"] <= 85

@@ -331,7 +331,7 @@ def rank_intervals(
                     areas[r, j] = C.normalised_auc(x, y)
                 elif upper > 0:
                     areas[r, j] = C.grid_auc(x, y, upper, grid_points)
-        ranks = np.vstack([_ranks_of(pd.Series(row, index=scores)).to_numpy() for row in areas]) if scores else areas
+        ranks = _row_ranks(areas)
         ref = scores.index(reference) if reference in scores else None
         for j, s in enumerate(scores):
             boot_area, boot_rank = areas[1:, j], ranks[1:, j]
@@ -351,6 +351,16 @@ def rank_intervals(
                 "n_clusters": k, "n_resamples": n_resamples,
             })  # fmt: skip
     return pd.DataFrame(rows, columns=list(RANK_INTERVAL_COLUMNS))
+
+
+def _row_ranks(areas: np.ndarray) -> np.ndarray:
+    """:func:`_ranks_of` for every row of a (resamples x scores) array whose columns are in
+    canonical order: 1 = largest, NaN last, ties in column order."""
+    keyed = np.where(np.isnan(areas), -np.inf, areas)
+    order = np.argsort(-keyed, axis=1, kind="stable")
+    ranks = np.empty(areas.shape, dtype=np.int64)
+    np.put_along_axis(ranks, order, np.broadcast_to(np.arange(1, areas.shape[1] + 1), areas.shape), axis=1)
+    return ranks
 
 
 def _percentiles(values: np.ndarray, alpha: float) -> tuple[float, float]:
