@@ -160,16 +160,21 @@ def _sweep_rows(n: int, losses: dict[str, float], subjects: int = 0, seed: int =
     return pd.concat(rows, ignore_index=True)
 
 
-def test_rank_intervals_give_the_summary_areas_and_ranks_and_resample_curves_together() -> None:
+def test_curve_intervals_give_the_summary_areas_and_ranks_and_resample_curves_together() -> None:
     df = _sweep_rows(600, {"ahon_ln": 0.05, "awft": 0.6, "entropy_ln": 0.6, "random": 0.3})
     curves = summarize_curves(df, n_resamples=100)
     for by in ranking.RANK_METRICS:
-        got = ranking.rank_intervals(df, by=by, n_resamples=300).set_index("score")
+        got = ranking.curve_intervals(df, by=by, n_resamples=300).set_index("score")
         want = curves.set_index("score")[by]
         assert got["area"].to_numpy() == pytest.approx(want[got.index].to_numpy(), rel=1e-12)
         assert got["rank"].to_dict() == ranking.rank_scores(curves, by).loc["m"].astype(int).to_dict()
         assert (got["area_low"] <= got["area"]).all() and (got["area"] <= got["area_high"]).all()
-    got = ranking.rank_intervals(df, n_resamples=300).set_index("score")
+    got = ranking.curve_intervals(df, n_resamples=300).set_index("score")
+    # The first-drop reading is the summary's, inside its interval; ahon_ln's curve (a 0.6-point loss
+    # at 20%) never drops, so its reading and the top of its interval are lower bounds.
+    assert got["first_drop"].to_dict() == pytest.approx(curves.set_index("score")["within_1pt"].to_dict())
+    assert (got["first_low"] <= got["first_drop"]).all() and (got["first_drop"] <= got["first_high"]).all()
+    assert got.loc["ahon_ln", "first_high_open"] and not got.loc["awft", "first_high_open"]
     # ahon_ln loses least by far: first in every resample, and better than random.
     assert (got.loc["ahon_ln", ["rank_low", "rank_high", "p_best"]] == [1, 1, 1.0]).all()
     assert got.loc["ahon_ln", "vs_reference_low"] > 0 and got.loc["awft", "vs_reference_high"] < 0
@@ -185,32 +190,32 @@ def test_rank_intervals_give_the_summary_areas_and_ranks_and_resample_curves_tog
     assert (verdict["better"], verdict["worse"], verdict["best"]) == ("ahon_ln", "awft, entropy_ln", "ahon_ln")
     assert verdict["indistinguishable"] == ""
     # Two scores that lose about the same answers cannot be told apart, nor ordered.
-    close = ranking.rank_intervals(_sweep_rows(600, {"ahon_ln": 0.1, "awft": 0.11, "random": 0.1}), n_resamples=300)
+    close = ranking.curve_intervals(_sweep_rows(600, {"ahon_ln": 0.1, "awft": 0.11, "random": 0.1}), n_resamples=300)
     verdict = ranking.verdicts(close).iloc[0]
     assert verdict["indistinguishable"] == "awft, ahon_ln" and verdict["best"].startswith("undecided: ")
-    alone = ranking.rank_intervals(_sweep_rows(300, {"ahon_ln": 0.1, "awft": 0.5}), n_resamples=50)
+    alone = ranking.curve_intervals(_sweep_rows(300, {"ahon_ln": 0.1, "awft": 0.5}), n_resamples=50)
     verdict = ranking.verdicts(alone).iloc[0]  # no random curve: nothing to compare with
     assert (verdict["reference"], verdict["indistinguishable"], verdict["best"]) == ("", "", "ahon_ln")
 
 
-def test_rank_intervals_resample_clusters_and_skip_curves_that_zero_nothing() -> None:
+def test_curve_intervals_resample_clusters_and_skip_curves_that_zero_nothing() -> None:
     # The losses sit in a few subjects: resampling subjects (the default where a task has them)
     # gives a wider interval than pretending the questions were independent.
     df = _sweep_rows(1200, {"ahon_ln": 0.2, "random": 0.5}, subjects=40)
-    by_subject = ranking.rank_intervals(df, n_resamples=400).set_index("score")
-    by_question = ranking.rank_intervals(df, n_resamples=400, cluster="question_id").set_index("score")
+    by_subject = ranking.curve_intervals(df, n_resamples=400).set_index("score")
+    by_question = ranking.curve_intervals(df, n_resamples=400, cluster="question_id").set_index("score")
     assert by_subject["cluster"].eq("subject").all() and by_subject["n_clusters"].eq(40).all()
     width = lambda t: t.loc["ahon_ln", "vs_reference_high"] - t.loc["ahon_ln", "vs_reference_low"]  # noqa: E731
     assert width(by_subject) > 1.5 * width(by_question)
     # A tied score zeroes nothing at either target: its answers are the baseline's.
     base = df[df["score"] == "baseline"]
     tied = pd.concat([base.assign(score="avvn_ln", target=t, threshold=1.0) for t in (0.1, 0.2)])
-    got = ranking.rank_intervals(pd.concat([df, tied]), n_resamples=100)
+    got = ranking.curve_intervals(pd.concat([df, tied]), n_resamples=100)
     assert "avvn_ln" not in set(got["score"]) and len(got) == 2
     with pytest.raises(ValueError, match="rank by one of"):
-        ranking.rank_intervals(df, by="auc")
+        ranking.curve_intervals(df, by="auc")
     with pytest.raises(ValueError, match="n_resamples must be at least 1"):
-        ranking.rank_intervals(df, n_resamples=0)
+        ranking.curve_intervals(df, n_resamples=0)
 
 
 def test_rank_interval_coverage_on_clustered_answers() -> None:
@@ -244,6 +249,6 @@ def test_rank_interval_coverage_on_clustered_answers() -> None:
     for draw in range(100):
         rows = task()
         for unit in covered:
-            got = ranking.rank_intervals(rows, cluster=unit, n_resamples=200, seed=draw).set_index("score")
+            got = ranking.curve_intervals(rows, cluster=unit, n_resamples=200, seed=draw).set_index("score")
             covered[unit] += got.loc["ahon_ln", "vs_reference_low"] <= truth <= got.loc["ahon_ln", "vs_reference_high"]
     assert covered["subject"] >= 88 and covered["question_id"] <= 85

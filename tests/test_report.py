@@ -22,6 +22,7 @@ from headstats.report import sections
 from headstats.report import writer as report
 from headstats.report.sections.can_show import questions_to_certify
 from headstats.report.sections.context import model_identity_text
+from headstats.stats import ranking
 from headstats.stats.paired import drop_bound_from_counts, minimum_detectable_drop, wilson_interval
 
 
@@ -142,7 +143,7 @@ def test_report_numbers_match_independent_computations(results: Path, built: Pat
     assert within.shape == (2, 3)
     # Ranks come with intervals over the same areas the rank table ranks by.
     grid = pd.read_csv(built / "tables" / "mmlu_grid_auc.csv", index_col=0)
-    ranked = pd.read_csv(built / "tables" / "mmlu_rank_intervals.csv")
+    ranked = pd.read_csv(built / "tables" / "mmlu_curve_intervals.csv")
     for _, r in ranked.iterrows():
         assert r["area"] == pytest.approx(grid.loc[r["model"], r["score"]], abs=0.01)
         assert r["rank_low"] <= r["rank"] <= r["rank_high"] and 0 <= r["p_best"] <= 1
@@ -331,7 +332,10 @@ def test_the_main_table_gives_each_curves_reading_and_certified_value(tiny_sweep
     assert row["min_detectable_drop"] == f"{100 * minimum_detectable_drop(8):.1f}"
     first = ("≥ " if curve["censored"] else "") + f"{curve['within_1pt']:.1f}" + ("*" if curve["non_monotone"] else "")
     certified = ("≥ " if curve["certified_open"] else "") + f"{curve['within_1pt_certified']:.1f}"
-    assert row["ahon_ln"] == f"{first} | {certified}"
+    ci = ranking.curve_intervals(rows, n_resamples=200).iloc[0]  # the report's defaults: 200 resamples, seed 0
+    assert ci["first_drop"] == pytest.approx(curve["within_1pt"])
+    ends = [("≥ " if ci[f"first_{e}_open"] else "") + f"{ci[f'first_{e}']:.1f}" for e in ("low", "high")]
+    assert row["ahon_ln"] == f"{first} [{ends[0]}, {ends[1]}] | {certified}"
     assert not curve["certified_open"]  # 8 questions certify nothing
 
 

@@ -240,13 +240,14 @@ def compare_with_reference(curves: pd.DataFrame, reference: str = "awft") -> pd.
     return out
 
 
-RANK_INTERVAL_COLUMNS = (
+CURVE_INTERVAL_COLUMNS = (
     "model", "task", "score", "by", "area", "area_low", "area_high", "rank", "rank_low", "rank_high", "p_best",
-    "reference", "vs_reference", "vs_reference_low", "vs_reference_high", "cluster", "n_clusters", "n_resamples",
+    "reference", "vs_reference", "vs_reference_low", "vs_reference_high", "first_drop", "first_low", "first_high",
+    "first_low_open", "first_high_open", "cluster", "n_clusters", "n_resamples",
 )  # fmt: skip
 
 
-def rank_intervals(
+def curve_intervals(
     df: pd.DataFrame,
     *,
     by: str = "grid_auc",
@@ -255,15 +256,21 @@ def rank_intervals(
     confidence: float = 0.95,
     cluster: str | None = None,
     reference: str = "random",
+    drop: float = 1.0,
     grid_points: int = 61,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """How sure is a ranking? One row per (model, task, score) curve of per-question intervention
-    rows ``df`` (:func:`headstats.read_interventions`): the curve's area ``by`` (the value
-    :func:`headstats.summarize_curves` gives) with a percentile interval, its rank (1 = largest
-    area, as :func:`rank_scores`) with an interval, ``p_best`` (the share of resamples in which it
-    ranks first) and ``vs_reference``, its area minus ``reference``'s (``random``: does the score
-    find heads better than chance?) with an interval.
+    """How sure are a curve's readings? One row per (model, task, score) curve of per-question
+    intervention rows ``df`` (:func:`headstats.read_interventions`): the curve's area ``by`` (the
+    value :func:`headstats.summarize_curves` gives) with a percentile interval, its rank (1 =
+    largest area, as :func:`rank_scores`) with an interval, ``p_best`` (the share of resamples in
+    which it ranks first), ``vs_reference``, its area minus ``reference``'s (``random``: does the
+    score find heads better than chance?) with an interval, and ``first_drop``, the realised % at
+    the curve's first drop of ``drop`` points below its baseline (the ``first`` reading), with an
+    interval ``first_low``, ``first_high``. A resample in which the curve never drops is censored
+    at its largest realised %; where an interval end falls on such a resample it is a lower bound
+    (``first_low_open``, ``first_high_open``: read ``≥``). On a curve that runs flat near the line
+    the first-drop interval is wide: that is how far the reading can be trusted.
 
     Every resample draws the questions' clusters with replacement (``cluster`` as in
     :func:`headstats.summarize_interventions`: the subject where the task has one, else the
@@ -318,6 +325,8 @@ def rank_intervals(
         }  # fmt: skip
         scores = _score_order([s for s in by_score if s not in silent])
         areas = np.full((len(weights), len(scores)), np.nan)
+        firsts = np.full((len(weights), len(scores)), np.nan)
+        censored = np.zeros((len(weights), len(scores)), dtype=bool)
         for r in range(len(weights)):
             curves = {}
             for s in scores:
@@ -327,6 +336,8 @@ def rank_intervals(
                 curves[s] = (x, y)
             upper = C.common_upper([x for x, _ in curves.values()]) if curves else 0.0
             for j, (x, y) in enumerate(curves.values()):
+                crossing = C.within_one_point(x, y, accuracy[r, base_col], drop)
+                firsts[r, j], censored[r, j] = crossing.value, crossing.censored
                 if by == "norm_auc":
                     areas[r, j] = C.normalised_auc(x, y)
                 elif upper > 0:
@@ -343,14 +354,18 @@ def rank_intervals(
                 diffs = areas[:, j] - areas[:, ref]
                 vs = diffs[0]
                 vs_low, vs_high = _percentiles(diffs[1:], alpha)
+            first_low, first_low_open = _order_statistic(firsts[1:, j], censored[1:, j], alpha)
+            first_high, first_high_open = _order_statistic(firsts[1:, j], censored[1:, j], 1 - alpha)
             rows.append({
                 "model": model, "task": task, "score": s, "by": by, "area": areas[0, j], "area_low": low,
                 "area_high": high, "rank": int(ranks[0, j]), "rank_low": rank_low, "rank_high": rank_high,
                 "p_best": float((boot_rank == 1).mean()), "reference": reference if ref is not None else "",
-                "vs_reference": vs, "vs_reference_low": vs_low, "vs_reference_high": vs_high, "cluster": unit,
+                "vs_reference": vs, "vs_reference_low": vs_low, "vs_reference_high": vs_high,
+                "first_drop": firsts[0, j], "first_low": first_low, "first_high": first_high,
+                "first_low_open": first_low_open, "first_high_open": first_high_open, "cluster": unit,
                 "n_clusters": k, "n_resamples": n_resamples,
             })  # fmt: skip
-    return pd.DataFrame(rows, columns=list(RANK_INTERVAL_COLUMNS))
+    return pd.DataFrame(rows, columns=list(CURVE_INTERVAL_COLUMNS))
 
 
 def _row_ranks(areas: np.ndarray) -> np.ndarray:
@@ -363,6 +378,19 @@ def _row_ranks(areas: np.ndarray) -> np.ndarray:
     return ranks
 
 
+def _order_statistic(values: np.ndarray, censored: np.ndarray, q: float) -> tuple[float, bool]:
+    """The ``q``-quantile of resampled readings (the order statistic below for q < 0.5, above
+    otherwise, so the interval is never narrower than the data allow) and whether it is a censored
+    reading (a lower bound)."""
+    keep = np.isfinite(values)
+    if not keep.any():
+        return np.nan, False
+    v, c = values[keep], censored[keep]
+    order = np.lexsort((c, v))  # among equal values, an exact reading before a censored one
+    k = int(np.floor(q * (len(v) - 1))) if q < 0.5 else int(np.ceil(q * (len(v) - 1)))
+    return float(v[order[k]]), bool(c[order[k]])
+
+
 def _percentiles(values: np.ndarray, alpha: float) -> tuple[float, float]:
     """Percentile interval of the defined resampled values (NaN when none is)."""
     finite = values[np.isfinite(values)]
@@ -372,7 +400,7 @@ def _percentiles(values: np.ndarray, alpha: float) -> tuple[float, float]:
 
 
 def verdicts(intervals: pd.DataFrame, sure: float = 0.95) -> pd.DataFrame:
-    """One row per (model, task) of :func:`rank_intervals`: which scores' areas beat the reference
+    """One row per (model, task) of :func:`curve_intervals`: which scores' areas beat the reference
     (``better``: the interval of ``vs_reference`` lies above 0), which the data cannot tell from it
     (``indistinguishable``) and which do worse (``worse``), and ``best``: the score that ranks first
     in at least ``sure`` of the resamples, or the contenders with their ``p_best`` when none does.

@@ -75,13 +75,13 @@ class Context:
         return None if self.points is None else summarize_curves(self.interventions, self.points)
 
     @cached_property
-    def rank_intervals(self) -> pd.DataFrame | None:
+    def curve_intervals(self) -> pd.DataFrame | None:
         """Per curve: its ranking area (``options.rank_by``) and rank with cluster-bootstrap intervals
-        over ``options.n_boot`` resamples (:func:`headstats.stats.ranking.rank_intervals`)."""
+        over ``options.n_boot`` resamples (:func:`headstats.stats.ranking.curve_intervals`)."""
         if self.curves is None or self.curves.empty:
             return None
         opt = self.options
-        return ranking.rank_intervals(
+        return ranking.curve_intervals(
             self.interventions, by=opt.rank_by, metric=opt.metric, n_resamples=opt.n_boot, seed=opt.seed
         )
 

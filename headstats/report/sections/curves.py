@@ -69,7 +69,7 @@ def add_curve_sections(
     summaries (own results or the published ones: the same tables, the same figures).
     ``key_tables_at_root`` writes the within-1-point and rank tables as ``out/<name>.csv`` rather
     than under ``out/tables/``; ``labels`` titles each model's panel (e.g. its exact identity);
-    ``intervals``: the task's :func:`headstats.stats.ranking.rank_intervals` (only where the
+    ``intervals``: the task's :func:`headstats.stats.ranking.curve_intervals` (only where the
     per-question answers are at hand, not for the published curves)."""
 
     def key_csv(name: str) -> str | None:
@@ -164,7 +164,7 @@ def add_curve_sections(
     writer.figure(plots.rank_heatmap(ranks), f"{prefix}rank_heatmap", f"Rank of each score function by `{rank_by}`.")
     writer.table(ranks, f"{prefix}ranks", index=True, csv=key_csv("ranks"), collapsed=f"ranks by `{rank_by}`")
     if intervals is not None and not intervals.empty:
-        _rank_intervals(writer, intervals, prefix, labels)
+        _curve_intervals(writer, intervals, prefix, labels)
     for metric in ranking.RANK_METRICS:
         writer.table(
             ranking.metric_table(curves, metric),
@@ -204,17 +204,19 @@ def add_curve_sections(
     steps.close()
 
 
-def _rank_intervals(writer: Writer, intervals: pd.DataFrame, prefix: str, labels: dict[str, str] | None) -> None:
+def _curve_intervals(writer: Writer, intervals: pd.DataFrame, prefix: str, labels: dict[str, str] | None) -> None:
     first = intervals.iloc[0]
     reference = str(first["reference"]) or "the reference"
     writer.text(
-        f"How sure are these ranks? Each curve's `{first['by']}` (`area`) and rank with 95% percentile intervals "
+        f"How sure are these readings? Each curve's `{first['by']}` (`area`) and rank with 95% percentile intervals "
         f"over {int(first['n_resamples'])} resamples of the questions' clusters (`{first['cluster']}`, "
         f"{int(first['n_clusters'])} of them per model): every resample redraws the questions and recomputes every "
         "point of every curve of the model on them, the thresholds and zeroing fixed as run. `p_best`: the share "
         f"of resamples in which the score ranks first; `vs_reference`: its area minus `{reference}`'s on the same "
         f"resample, so an interval above 0 says the score picks heads better than chance. Two scores whose rank "
-        "intervals overlap are not shown to differ."
+        "intervals overlap are not shown to differ. `first_drop`: the first-drop reading with its interval "
+        "(`first_low`, `first_high`; `*_open` where that end is a resample in which the curve never dropped, a "
+        "lower bound)."
     )
     writer.figure(
         plots.area_intervals(intervals, labels=labels),
@@ -225,9 +227,10 @@ def _rank_intervals(writer: Writer, intervals: pd.DataFrame, prefix: str, labels
     )
     cols = [
         "model", "score", "area", "area_low", "area_high", "rank", "rank_low", "rank_high", "p_best",
-        "vs_reference", "vs_reference_low", "vs_reference_high",
+        "vs_reference", "vs_reference_low", "vs_reference_high", "first_drop", "first_low", "first_high",
+        "first_low_open", "first_high_open",
     ]  # fmt: skip
-    writer.table(intervals[cols], f"{prefix}rank_intervals", floatfmt=".2f")
+    writer.table(intervals[cols], f"{prefix}curve_intervals", floatfmt=".2f")
 
 
 def _certified_label(curve: pd.Series) -> str:
@@ -237,10 +240,25 @@ def _certified_label(curve: pd.Series) -> str:
     return f" | {'≥ ' if bool(curve.get('certified_open', False)) else ''}{float(curve['within_1pt_certified']):.1f}"
 
 
-def main_table(points: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+def _first_interval(intervals: pd.DataFrame | None, model: str, task: str, score: str) -> str:
+    """`` [2.9, ≥ 28.0]``: the first-drop reading's 95% interval (:func:`headstats.stats.ranking.curve_intervals`)."""
+    if intervals is None:
+        return ""
+    row = intervals[(intervals["model"] == model) & (intervals["task"] == task) & (intervals["score"] == score)]
+    if row.empty or pd.isna(row["first_low"].iloc[0]):
+        return ""
+    r = row.iloc[0]
+    low = ("≥ " if r["first_low_open"] else "") + f"{r['first_low']:.1f}"
+    high = ("≥ " if r["first_high_open"] else "") + f"{r['first_high']:.1f}"
+    return f" [{low}, {high}]"
+
+
+def main_table(points: pd.DataFrame, curves: pd.DataFrame, intervals: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per (model, task): questions, baseline accuracy with its 95% interval, the minimum
     detectable drop of the task, and per score its within-1-point reading
-    (:func:`headstats.stats.ranking.within_one_point_labels`) and certified value: ``≥ 28.0 | 12.3``."""
+    (:func:`headstats.stats.ranking.within_one_point_labels`), the reading's bootstrap interval when
+    ``intervals`` (:func:`headstats.stats.ranking.curve_intervals`) are given, and the certified
+    value: ``≥ 28.0 [12.6, ≥ 28.0] | 12.3``."""
     rows = []
     base = points[points["score"] == BASELINE]
     for (model, task), b in base.groupby(["model", "task"], sort=True):
@@ -257,7 +275,9 @@ def main_table(points: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
         if len(here):
             labels = ranking.within_one_point_labels(here, digits=1)
             for _, curve in here.iterrows():
-                row[str(curve["score"])] = labels.loc[model, curve["score"]] + _certified_label(curve)
+                score = str(curve["score"])
+                interval = "" if curve.get("zeroes_none", False) else _first_interval(intervals, model, task, score)
+                row[score] = labels.loc[model, score] + interval + _certified_label(curve)
         rows.append(row)
     return pd.DataFrame(rows).fillna("")
 
@@ -271,9 +291,11 @@ def interventions(writer: Writer, context: Context) -> None:
         writer.text(
             "Per model and task: questions, baseline accuracy (%) with its Wilson 95% interval, the smallest drop in "
             "points detectable with 80% power on these questions (as in the first section), and per score "
-            "`first | certified`: the realised % of heads zeroed at the first drop of 1 point "
+            "`first [95% interval] | certified`: the realised % of heads zeroed at the first drop of 1 point "
             "(`≥`: the curve never dropped within the tested range, so this is a lower bound; `*`: it dropped and "
-            "climbed back), then the largest realised % up to which every point's one-sided 95% upper bound of "
+            "climbed back) with its cluster-bootstrap interval (an end marked `≥` is a resample in which the curve "
+            "never dropped; a wide interval says the curve runs flat near the line and the reading is fragile), "
+            "then the largest realised % up to which every point's one-sided 95% upper bound of "
             "the paired drop is at most 1 point (`≥` when all were). A certified value of 0 means the data cannot "
             "certify any zeroing, not that zeroing costs more than 1 point. "
             f"`{ranking.NO_HEAD_ZEROED}`: no point of the score zeroed a head, because the score is tied at its "
@@ -281,17 +303,22 @@ def interventions(writer: Writer, context: Context) -> None:
             "layer-normalised score is 1 for every head) or thresholds calibrated on other data select no head "
             "here: the curve says nothing about how many heads can be zeroed."
         )
-        writer.table(main_table(points, curves), "main_table")
-        intervals = context.rank_intervals
+        intervals = context.curve_intervals
+        writer.table(main_table(points, curves, intervals), "main_table")
         if intervals is not None and not intervals.empty and intervals["reference"].ne("").any():
             ref = str(intervals.loc[intervals["reference"].ne(""), "reference"].iloc[0])
             first = intervals.iloc[0]
+            area = (
+                "mean accuracy over the range of % of heads zeroed that all of a model's curves reach"
+                if first["by"] == "grid_auc"
+                else "the study's area over each curve's own range"
+            )
             writer.text(
-                f"Scores against `{ref}`, by the curves' `{first['by']}` (mean accuracy over the range of % of heads "
-                f"zeroed that all of a model's curves reach; {int(first['n_resamples'])} cluster-bootstrap resamples, "
-                "per task below): `better` / `worse` where the 95% interval of the paired area difference excludes "
-                f"0, `indistinguishable` where it does not; `best`: the score that ranks first in at least 95% of "
-                "the resamples, else the contenders with their share of firsts. The thresholds are taken as run."
+                f"Scores against `{ref}`, by the curves' `{first['by']}` ({area}; {int(first['n_resamples'])} "
+                "cluster-bootstrap resamples, per task below): `better` / `worse` where the 95% interval of the "
+                "paired area difference excludes 0, `indistinguishable` where it does not; `best`: the score that "
+                "ranks first in at least 95% of the resamples, else the contenders with their share of firsts. The "
+                "thresholds are taken as run."
             )
             writer.table(ranking.verdicts(intervals), "against_random")
     for task in sorted(points["task"].unique()):
@@ -311,7 +338,7 @@ def interventions(writer: Writer, context: Context) -> None:
         if tc.empty:
             writer.text("Only the baseline was run: no curves to draw.")
             continue
-        intervals = context.rank_intervals
+        intervals = context.curve_intervals
         add_curve_sections(
             writer,
             tp,
