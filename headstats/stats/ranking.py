@@ -270,7 +270,9 @@ def curve_intervals(
     interval ``first_low``, ``first_high``. A resample in which the curve never drops is censored
     at its largest realised %; where an interval end falls on such a resample it is a lower bound
     (``first_low_open``, ``first_high_open``: read ``≥``). On a curve that runs flat near the line
-    the first-drop interval is wide: that is how far the reading can be trusted.
+    the first-drop interval is wide: that is how far the reading can be trusted. The first drop is
+    not a smooth statistic (it jumps where a point grazes the line); its percentile interval covered
+    the true crossing in 92-97% of simulated tasks (``tests/test_readings.py``).
 
     Every resample draws the questions' clusters with replacement (``cluster`` as in
     :func:`headstats.summarize_interventions`: the subject where the task has one, else the
