@@ -27,6 +27,8 @@ import pandas as pd
 from scipy import stats as _st
 
 from headstats.engine.scores import score_ids as registered_score_ids
+from headstats.stats import curves as C
+from headstats.stats import summary as S
 
 RANK_METRICS = ("norm_auc", "grid_auc")
 NO_HEAD_ZEROED = "no head zeroed"
@@ -282,20 +284,17 @@ def curve_intervals(
     and no rank (``zeroes_none``); an area undefined in a resample (a curve short of the common
     range) ranks last there, as in :func:`rank_scores`.
     """
-    from headstats.stats import curves as C
-    from headstats.stats import summary as S
-
     _check_metric(by)
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be at least 1, not {n_resamples}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must lie in (0, 1), not {confidence}")
-    frame = S._prepare(df, metric)
+    frame = S.prepare_rows(df, metric)
     rng = np.random.default_rng(seed)
     alpha = (1 - confidence) / 2
     rows = []
     for (model, task), group in frame.groupby(list(S.GROUP), sort=True):
-        unit, labels = S._question_clusters(group, cluster)
+        unit, labels = S.question_clusters(group, cluster)
         group = group.assign(_cluster=labels, _share=100.0 * group["n_zeroed"] / group["n_heads"])
         if not (group["score"] == S.BASELINE).any():
             raise ValueError(f"no baseline rows for model {model!r}, task {task!r}: the curves need the baseline run")

@@ -79,7 +79,10 @@ CURVE_COLUMNS = (
 )  # fmt: skip
 
 
-def _prepare(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+def prepare_rows(df: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per-question intervention rows checked (the SPEC §6 columns, 0/1 ``metric``, no question twice
+    in a point) and normalised (empty subjects as "", the baseline at target 0), with ``_ok`` the
+    metric as booleans."""
     if not isinstance(df, pd.DataFrame) or len(df) == 0:
         raise ValueError(
             "no intervention rows to summarise: run `headstats ablate` and read them with read_interventions"
@@ -117,7 +120,7 @@ def _prepare(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     return frame
 
 
-def _question_clusters(frame: pd.DataFrame, cluster: str | None) -> tuple[str, np.ndarray]:
+def question_clusters(frame: pd.DataFrame, cluster: str | None) -> tuple[str, np.ndarray]:
     """(name of the unit, label per row): ``cluster`` if given, else the subject where the task has
     one (a question without a subject is its own cluster), else the question."""
     question = frame["subject"].astype(str) + "\x1f" + frame["question_id"].astype(str)
@@ -157,11 +160,11 @@ def summarize_interventions(
     ``mcnemar_p_holm``. Pairing columns are NaN for the baseline row and when a model/task has no
     baseline.
     """
-    frame = _prepare(df, metric)
+    frame = prepare_rows(df, metric)
     rows = []
     for (model, task), group in frame.groupby(list(GROUP), sort=True):
         # The unit is chosen per task: MMLU has subjects, PIQA in the same table does not.
-        unit, labels = _question_clusters(group, cluster)
+        unit, labels = question_clusters(group, cluster)
         group = group.assign(_cluster=labels)
         base = group[group["score"] == BASELINE]
         base_ok = base.set_index(list(QUESTION))["_ok"] if len(base) else None
