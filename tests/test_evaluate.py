@@ -163,7 +163,11 @@ def test_table_columns_types_and_accuracies(model, data_dir: Path) -> None:
     tok = make_tokenizer(adds_bos=False)
     for task, norm in (("mmlu", False), ("hellaswag", True), ("arc_easy", True), ("winogrande", False)):
         frame = ev.evaluate(model, tok, load_task(task, data_dir=data_dir), progress=False)
-        assert list(frame.columns) == list(ev.RESULT_COLUMNS)
+        documents = ["document"] if task == "hellaswag" else []  # its contexts' source videos and articles
+        assert list(frame.columns) == [*ev.RESULT_COLUMNS, *documents]
+        if documents:
+            assert frame["document"].tolist() == ["activitynet~v_a", "activitynet~v_a", "wikihow~7"]
+            frame = frame.drop(columns="document")
         assert frame.dtypes.to_dict() == {
             "task": frame.dtypes["task"], "subject": np.dtype(object), "question_id": np.dtype("int64"),
             "correct": np.dtype(bool), "correct_norm": pd.BooleanDtype(), "gold_loglik": np.dtype("float64"),

@@ -280,3 +280,26 @@ def test_first_drop_interval_covers_the_true_reading() -> None:
         covered += got["first_low"] <= truth and (truth <= got["first_high"] or got["first_high_open"])
     assert truth == pytest.approx(20 + 5 / 9)  # 59.1% at 20% of heads, 58.2% at 25%: the line 59% in between
     assert covered >= 85
+
+
+def test_passages_of_one_document_are_one_cluster() -> None:
+    """HellaSwag's contexts come from videos and articles, several from one: rows that carry a
+    ``document`` resample by document; another task in the same table keeps its own unit."""
+    from headstats.jobs.sweep import Point, to_rows
+
+    rng = np.random.default_rng(0)
+    n = 60
+    evaluated = pd.DataFrame({
+        "task": "hellaswag", "subject": None, "question_id": np.arange(n), "correct": rng.random(n) < 0.5,
+        "correct_norm": pd.array([None] * n, dtype="boolean"), "gold_loglik": -1.0, "pred": np.int16(0),
+        "n_choices": np.int16(4), "n_zeroed": 0.0, "document": [f"v{i // 3}" for i in range(n)],
+    })  # fmt: skip
+    rows = to_rows(evaluated, Point("baseline", 0.0), float("nan"), 100)
+    assert rows["document"].tolist() == evaluated["document"].tolist()  # the intervention rows keep it
+    zeroed = to_rows(evaluated.assign(correct=rng.random(n) < 0.5, n_zeroed=10.0), Point("ahon_ln", 0.1), 0.5, 100)
+    hella = pd.concat([rows, zeroed]).assign(model="m", task="hellaswag")
+    arc = _sweep_rows(40, {"ahon_ln": 0.1}).drop(columns="subject").assign(task="arc_easy")
+    arc = arc[arc["target"] <= 0.1]
+    points = summarize_interventions(pd.concat([hella, arc], ignore_index=True), n_resamples=50)
+    units = points.groupby("task")[["cluster", "n_clusters"]].first()
+    assert units.loc["hellaswag"].tolist() == ["document", 20] and units.loc["arc_easy"].tolist() == ["question_id", 40]

@@ -73,10 +73,31 @@ WINOGRANDE = [
     ("Sam beat Max at chess as _ had practised more.", "Sam", "Max", "1"),
     ("The dog chased the cat until _ got tired of running.", "the dog", "the cat", "1"),
 ]
-HELLASWAG = [
-    ("Baking", "A woman mixes flour.", "she", ["adds eggs [title] to the bowl.", "flies.", "sings.", "sleeps."], "0"),
-    ("Running", "A man ties his shoes.", "then he", ["runs down the road.", "eats shoes.", "swims.", "melts."], "0"),
-    ("Painting", "A child holds a brush.", "the child", ["eats paint.", "paints a house.", "sleeps.", "runs."], "1"),
+HELLASWAG = [  # the first two contexts come from one video (one source_id): one cluster
+    (
+        "Baking",
+        "A woman mixes flour.",
+        "she",
+        ["adds eggs [title] to the bowl.", "flies.", "sings.", "sleeps."],
+        "0",
+        "activitynet~v_a",
+    ),
+    (
+        "Running",
+        "A man ties his shoes.",
+        "then he",
+        ["runs down the road.", "eats shoes.", "swims.", "melts."],
+        "0",
+        "activitynet~v_a",
+    ),
+    (
+        "Painting",
+        "A child holds a brush.",
+        "the child",
+        ["eats paint.", "paints a house.", "sleeps.", "runs."],
+        "1",
+        "wikihow~7",
+    ),
 ]
 ARC_EASY = [
     ("Which is a mammal?", ["Shark", "Whale", "Trout"], ["A", "B", "C"], "B"),
@@ -102,8 +123,8 @@ def build_data_dir(root: Path) -> Path:
     _save(root, "winogrande/winogrande_xl/validation",
           [{"sentence": s, "option1": a, "option2": b, "answer": y} for s, a, b, y in WINOGRANDE])  # fmt: skip
     _save(root, "hellaswag/none/validation",
-          [{"activity_label": a, "ctx_a": x, "ctx_b": y, "ctx": f"{x} {y}", "endings": e, "label": lab}
-           for a, x, y, e, lab in HELLASWAG])  # fmt: skip
+          [{"activity_label": a, "ctx_a": x, "ctx_b": y, "ctx": f"{x} {y}", "endings": e, "label": lab, "source_id": d}
+           for a, x, y, e, lab, d in HELLASWAG])  # fmt: skip
     for rel, rows in (("ai2_arc/ARC-Easy/validation", ARC_EASY), ("ai2_arc/ARC-Challenge/validation", ARC_CHALLENGE)):
         _save(root, rel, [{"id": str(i), "question": q, "choices": {"text": t, "label": lab}, "answerKey": k}
                           for i, (q, t, lab, k) in enumerate(rows)])  # fmt: skip
@@ -127,7 +148,7 @@ def corpus() -> list[str]:
     for rows in (MMLU_DEV, *MMLU_TEST.values()):
         texts += [q + " " + " ".join(c) for q, c, _ in rows]
     texts += [" ".join(r[:3]) for r in PIQA] + [" ".join(r[:3]) for r in WINOGRANDE]
-    texts += [" ".join([a, x, y, *e]) for a, x, y, e, _ in HELLASWAG]
+    texts += [" ".join([a, x, y, *e]) for a, x, y, e, _, _ in HELLASWAG]
     texts += [q + " " + " ".join(t) for q, t, _, _ in ARC_EASY]
     return texts * 3
 
@@ -285,6 +306,8 @@ def test_piqa_hellaswag_and_arc_follow_lm_eval_templates(data_dir: Path) -> None
     hella = load_task("hellaswag", data_dir=data_dir).questions
     assert r.context(hella[1], 0) == "Running: A man ties his shoes. Then he"
     assert hella[0].continuations[0] == "adds eggs. to the bowl."  # " [title]" -> ". ", as lm-eval cleans it
+    assert [q.document for q in hella] == ["activitynet~v_a", "activitynet~v_a", "wikihow~7"]
+    assert piqa.document is None
     arc = load_task("arc_easy", data_dir=data_dir).questions
     assert [q.n_choices for q in arc] == [3, 4] and [q.gold for q in arc] == [1, 0]
     assert r.context(arc[0], 2) == "Question: Which is a mammal?\nAnswer:"

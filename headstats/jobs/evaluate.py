@@ -373,14 +373,15 @@ def evaluate(
 
 
 def results_frame(scores: Sequence[QuestionLogliks], *, reports_norm: bool) -> pd.DataFrame:
-    """The per-question table of :func:`evaluate` from scored questions."""
+    """The per-question table of :func:`evaluate` from scored questions (:data:`RESULT_COLUMNS`,
+    then ``document`` where the task's questions come from source documents)."""
     preds = np.array([s.pred for s in scores], dtype=np.int16)
     gold = np.array([s.question.gold for s in scores], dtype=np.int16)
     if reports_norm:
         norm = pd.array([s.pred_norm == s.question.gold for s in scores], dtype="boolean")
     else:
         norm = pd.array([None] * len(scores), dtype="boolean")
-    return pd.DataFrame(
+    frame = pd.DataFrame(
         {
             "task": [s.question.task for s in scores],
             "subject": pd.Series([s.question.subject for s in scores], dtype=object),
@@ -394,3 +395,6 @@ def results_frame(scores: Sequence[QuestionLogliks], *, reports_norm: bool) -> p
         },
         columns=list(RESULT_COLUMNS),
     )
+    if any(s.question.document is not None for s in scores):
+        frame["document"] = pd.Series([s.question.document for s in scores], dtype=object)
+    return frame

@@ -61,6 +61,8 @@ ROW_COLUMNS = (
     "subject", "question_id", "score", "target", "threshold", "correct", "correct_norm", "gold_loglik", "pred",
     "n_choices", "n_zeroed", "n_heads",
 )  # fmt: skip
+# Added after ROW_COLUMNS where the task has it: the question's source document (its cluster).
+DOCUMENT = "document"
 
 
 @dataclass(frozen=True)
@@ -654,7 +656,8 @@ def to_rows(frame: pd.DataFrame, point: Point, threshold: float, n_heads: int) -
 
     ``subject`` stays null for tasks without subjects, ``correct_norm`` null where the task does not
     report it; ``n_zeroed`` is float64 because a question scored in several sequences (one per
-    choice) reports the mean count over them."""
+    choice) reports the mean count over them. A task whose questions come from source documents
+    (HellaSwag) adds ``document``."""
     missing = set(ROW_COLUMNS) - {"score", "target", "threshold", "n_heads"} - set(frame.columns)
     if missing:
         raise RuntimeError(f"the evaluator returned no {', '.join(sorted(missing))} column(s)")
@@ -675,4 +678,8 @@ def to_rows(frame: pd.DataFrame, point: Point, threshold: float, n_heads: int) -
             "n_heads": np.full(n, n_heads, dtype="int32"),
         }
     )
-    return rows[list(ROW_COLUMNS)].reset_index(drop=True)
+    columns = list(ROW_COLUMNS)
+    if DOCUMENT in frame.columns:
+        rows[DOCUMENT] = frame[DOCUMENT].astype(object).to_numpy()
+        columns.append(DOCUMENT)
+    return rows[columns].reset_index(drop=True)

@@ -10,7 +10,8 @@ comparison with the baseline *on the same questions*:
 
 - ``diff`` with a percentile bootstrap interval ``diff_low, diff_high`` that resamples *clusters*
   of questions (``cluster`` names the unit: ``subject`` where the task has subjects, whose questions
-  share a few-shot prefix; otherwise the question; ``n_clusters`` counts them);
+  share a few-shot prefix; ``document`` where its questions come from source documents, as
+  HellaSwag's contexts from videos and articles; otherwise the question; ``n_clusters`` counts them);
 - ``drop_lower, drop_upper``: one-sided 95% bounds of the drop (baseline - intervened) from Tango's
   score interval on the discordant pairs (:func:`headstats.stats.paired.drop_bound`), honest when
   few or no answers changed; ``certified`` when ``drop_upper <= 1`` point;
@@ -122,10 +123,16 @@ def prepare_rows(df: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 def question_clusters(frame: pd.DataFrame, cluster: str | None) -> tuple[str, np.ndarray]:
     """(name of the unit, label per row): ``cluster`` if given, else the subject where the task has
-    one (a question without a subject is its own cluster), else the question."""
+    one, else the source ``document`` where its questions have one (HellaSwag), else the question
+    (a question without a subject or document is its own cluster)."""
     question = frame["subject"].astype(str) + "\x1f" + frame["question_id"].astype(str)
     if cluster is None:
-        cluster = "subject" if (frame["subject"] != "").any() else "question_id"
+        if (frame["subject"] != "").any():
+            cluster = "subject"
+        elif "document" in frame.columns and frame["document"].notna().any():
+            cluster = "document"
+        else:
+            cluster = "question_id"
     if cluster == "question_id":
         return cluster, question.to_numpy()
     if cluster not in frame.columns:

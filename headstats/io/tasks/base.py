@@ -52,6 +52,9 @@ class Question:
     # Equal to question_id except for MMLU, where it is the index in the all-subjects test set, so
     # question 0 of two subjects does not get the same draws.
     sample_key: int = -1
+    # The source document of a passage question (HellaSwag: the video or article its context comes
+    # from): questions of one document are one cluster of the paired statistics (SPEC §3).
+    document: str | None = None
 
     def __post_init__(self) -> None:
         n = self.n_choices

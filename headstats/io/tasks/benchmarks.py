@@ -162,6 +162,7 @@ class ChoiceTask(Task):
     num_fewshot: int = 0
     fewshot_split: str = "train"  # used when the data has it; else shots come from `split`, never the question
     reports_norm: bool = True
+    doc_to_document: Callable[[dict], str] | None = None  # the question's source document (a cluster)
 
     def docs(self, data: DataRoot) -> datasets.Dataset:
         return data.load_split(self.dataset, self.split)
@@ -189,6 +190,7 @@ class ChoiceTask(Task):
         return Question(
             task=self.name, question_id=question_id, subject=None, gold=self.doc_to_gold(doc),
             prompts=(self.doc_to_text(doc),), continuations=choices, choice_texts=choices, shots=shots,
+            document=self.doc_to_document(doc) if self.doc_to_document else None,
         )  # fmt: skip
 
     def iter_questions(
@@ -265,6 +267,8 @@ register(
         doc_to_text=hellaswag_query,
         doc_to_choices=lambda d: [hellaswag_preprocess(e) for e in d["endings"]],
         doc_to_gold=lambda d: int(d["label"]),
+        # 10,042 contexts from 8,407 ActivityNet videos and WikiHow articles (up to 10 from one).
+        doc_to_document=lambda d: d.get("source_id"),
     )
 )  # fmt: skip
 for _name, _config in (("arc_easy", "ARC-Easy"), ("arc_challenge", "ARC-Challenge")):
