@@ -212,8 +212,9 @@ def permutation_resolution(table: pd.DataFrame) -> str | None:
     if floor.max() > 0.05:
         tests = int(table["n_tests"].max()) if "n_tests" in table.columns else 0
         needed = f" at least {distances.permutations_for(tests)}" if tests else " more"
+        which = "no distance here" if floor.min() > 0.05 else "no distance whose `p_holm_min` exceeds 0.05"
         text += (
-            " **With these permutations no distance here can test significant at 5% after Holm**, however large: "
+            f" **With these permutations {which} can test significant at 5% after Holm**, however large: "
             f"read `above_noise` and the intervals, or rebuild with{needed} permutations (`--n-perm`, or "
             "`n_perm` under `[report_options]`)."
         )
