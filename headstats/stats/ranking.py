@@ -417,7 +417,7 @@ def verdicts(intervals: pd.DataFrame, sure: float = 0.95) -> pd.DataFrame:
         else:
             contenders = top[top["p_best"] >= 1 - sure]
             shares = zip(contenders["score"], contenders["p_best"], strict=True)
-            best = "undecided: " + ", ".join(f"{score} {share:.2f}" for score, share in shares)
+            best = ("undecided: " + ", ".join(f"{score} {share:.2f}" for score, share in shares)).rstrip(": ")
         rows.append({
             "model": model, "task": task, "reference": str(unit["reference"].iloc[0]),
             "better": ", ".join(others.loc[low > 0, "score"]),
