@@ -191,3 +191,30 @@ def test_collect_command_on_the_embedded_model_and_real_mmlu(tmp_path: Path) -> 
     sidecar = json.loads(next(tmp_path.rglob(store.PROVENANCE_FILE)).read_text())
     assert sidecar["model"] == "smollm2-135m" and sidecar["revision"].startswith("sha256:")
     assert torch.isfinite(torch.tensor(table[list(SCORE_IDS)].to_numpy())).all()
+
+
+def test_hellaswag_score_tables_carry_their_source_documents_as_clusters(tmp_path: Path) -> None:
+    """Two of the fixture's three HellaSwag contexts come from one video: the score table names each
+    sequence's document, and distances, noise floors and the report resample documents."""
+    try:
+        from test_tasks import build_data_dir
+    except ImportError:
+        from tests.test_tasks import build_data_dir
+    from headstats.report.sections.can_show import score_samples
+    from headstats.report.sections.context import Context
+    from headstats.stats import distances
+
+    data = build_data_dir(tmp_path / "data")
+    tok = make_tokenizer(adds_bos=False)
+    for family in ("llama", "gpt2"):
+        model = tiny_model(family)
+        model.resize_token_embeddings(len(tok))
+        headstats.collect_scores(model, tok, "hellaswag", tmp_path / "out", data_dir=data, scores="ahon,awft")
+    table = headstats.read_scores(tmp_path / "out")
+    by_sample = table.drop_duplicates(["model", "sample_id"]).sort_values(["model", "question_id"])
+    assert by_sample["document"].tolist() == ["activitynet~v_a", "activitynet~v_a", "wikihow~7"] * 2
+    assert distances.cluster_column(table) == "document"
+    floor = distances.noise_floor(table, table["model"].iloc[0], depth_bins=0, n_split=4)
+    assert floor["cluster"].eq("document").all() and floor["n_clusters"].eq(2).all()
+    shown = score_samples(Context(tmp_path / "out"))
+    assert shown["cluster"].eq("document").all() and shown["n_clusters"].eq(2).all()

@@ -99,12 +99,18 @@ def partitioning(kind: Kind) -> pads.Partitioning:
     return pads.partitioning(pa.schema(fields), flavor="hive")
 
 
-def score_schema(score_ids: Sequence[str] | None = None, *, question_keys: bool = False) -> pa.Schema:
+def score_schema(
+    score_ids: Sequence[str] | None = None, *, question_keys: bool = False, documents: bool = False
+) -> pa.Schema:
+    """The columns of a score file: keys, one float32 per score id, then the task question's keys
+    when scored from a task's questions, and their source ``document`` where the task has one."""
     score_ids = registered_score_ids() if score_ids is None else score_ids
     fields = [pa.field(name, dtype) for name, dtype in SCORE_KEY_TYPES.items()]
     fields += [pa.field(sid, pa.float32()) for sid in score_ids]
     if question_keys:
         fields += [pa.field(name, dtype) for name, dtype in QUESTION_KEY_TYPES.items()]
+    if documents:
+        fields.append(pa.field("document", pa.string()))
     return pa.schema(fields)
 
 

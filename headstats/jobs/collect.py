@@ -130,7 +130,8 @@ def collect_scores(
     store.check_resume(partition, settings, what="scores")  # before anything is created
     warn_tied_scores(model, ids, identity["model"])
     questions = {k[0]: (k[1], k[2]) for k in keys} if has_questions and keys is not None else None
-    schema = store.score_schema(ids, question_keys=questions is not None)
+    documents = source.documents() if has_questions else {}
+    schema = store.score_schema(ids, question_keys=questions is not None, documents=bool(documents))
     with store.writer_lock(partition):
         store.check_resume(partition, settings, what="scores")  # again, now that no one else writes
         done = store.stored_sample_ids(partition)
@@ -160,7 +161,7 @@ def collect_scores(
                 progress=bar,
             ):
                 if questions is not None:
-                    table = _with_question_keys(table, questions)
+                    table = _with_question_keys(table, questions, documents)
                 writer.write(table)
                 n_new += len(set(table.column("sample_id").to_pylist()))
         except BaseException:
@@ -174,9 +175,16 @@ def collect_scores(
     return CollectResult(partition, total, n_new)
 
 
-def _with_question_keys(table: pa.Table, questions: dict[int, tuple[str | None, int | None]]) -> pa.Table:
-    """Add the task question's ``subject`` and ``question_id`` to each row (the keys of intervention rows)."""
-    keys = [questions[i] for i in table.column("sample_id").to_pylist()]
+def _with_question_keys(
+    table: pa.Table, questions: dict[int, tuple[str | None, int | None]], documents: dict[int, str]
+) -> pa.Table:
+    """Add the task question's ``subject`` and ``question_id`` to each row (the keys of intervention
+    rows), and its source ``document`` where the task has them (the cluster of its sequences)."""
+    samples = table.column("sample_id").to_pylist()
+    keys = [questions[i] for i in samples]
     subject = pa.array([k[0] for k in keys], pa.string())
     question_id = pa.array([k[1] for k in keys], pa.int64())
-    return table.append_column("subject", subject).append_column("question_id", question_id)
+    table = table.append_column("subject", subject).append_column("question_id", question_id)
+    if documents:
+        table = table.append_column("document", pa.array([documents.get(i) for i in samples], pa.string()))
+    return table

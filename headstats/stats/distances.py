@@ -221,8 +221,9 @@ def shared_datasets(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str]) ->
 
 def cluster_column(frame: pd.DataFrame, cluster: str | None = None) -> str:
     """The column whose values group sequences into clusters (see the module docstring): ``cluster``
-    if given, else ``subject`` when the table has subjects, else ``sample_id`` (every sequence its
-    own cluster)."""
+    if given, else ``subject`` when the table has subjects, else ``document`` when its sequences
+    come from source documents (HellaSwag's videos and articles), else ``sample_id`` (every
+    sequence its own cluster)."""
     if cluster is not None:
         if cluster not in frame.columns:
             raise ValueError(
@@ -232,6 +233,8 @@ def cluster_column(frame: pd.DataFrame, cluster: str | None = None) -> str:
         return cluster
     if "subject" in frame.columns and frame["subject"].notna().any():
         return "subject"
+    if "document" in frame.columns and frame["document"].notna().any():
+        return "document"
     return "sample_id"
 
 

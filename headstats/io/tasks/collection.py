@@ -163,6 +163,11 @@ class TaskSource(CollectionSource):
         for question in self.task.iter_questions(self.data):
             yield question.sample_key, question.subject, question.question_id
 
+    def documents(self) -> dict[int, str]:
+        """sample_id -> the question's source document, for tasks whose questions have one
+        (HellaSwag); empty otherwise. Score tables carry it as their cluster."""
+        return {q.sample_key: q.document for q in self.task.iter_questions(self.data) if q.document is not None}
+
     def _documents(self, renderer: PromptRenderer, keep: Collection[int] | None) -> Iterator[tuple[int, list[int]]]:
         for question in self.task.iter_questions(self.data):
             if keep is None or question.sample_key in keep:

@@ -11,6 +11,7 @@ import pandas as pd
 from scipy import stats as st
 
 from headstats.report.sections.context import Context, Writer
+from headstats.stats.distances import cluster_codes, cluster_column
 from headstats.stats.paired import minimum_detectable_drop
 from headstats.stats.summary import BASELINE
 
@@ -69,19 +70,20 @@ def what_it_can_show(context: Context) -> pd.DataFrame:
 
 def score_samples(context: Context) -> pd.DataFrame:
     """One row per (dataset, model) of the score tables: sequences scored and the clusters they come
-    from (a task's ``subject`` when the table carries it; else each sequence is its own)."""
+    from (:func:`headstats.stats.distances.cluster_column`: a task's ``subject`` or source
+    ``document`` when the table carries it; else each sequence is its own)."""
     scores = context.scores
     out = []
     for (dataset, model), rows in scores.groupby(["dataset", "model"], sort=True):
         sequences = int(rows["sample_id"].nunique())
-        has_subject = "subject" in rows.columns and rows["subject"].notna().any()
+        unit = cluster_column(rows)
         out.append(
             {
                 "dataset": dataset,
                 "model": model,
                 "sequences": sequences,
-                "cluster": "subject" if has_subject else "sequence",
-                "n_clusters": int(rows["subject"].nunique()) if has_subject else sequences,
+                "cluster": "sequence" if unit == "sample_id" else unit,
+                "n_clusters": len(np.unique(cluster_codes(rows, unit))),
                 "layers": int(rows["layer"].nunique()),
                 "heads": int(rows["head"].nunique()),
             }
