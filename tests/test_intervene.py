@@ -467,11 +467,13 @@ def test_sweep_writes_per_question_rows_one_file_per_point_and_resumes(tiny_mmlu
     from headstats.jobs.sweep import run_sweep
 
     model, tokenizer = tiny_mmlu_model
-    calls = []
-    real_evaluate = ev.evaluate
+    calls, planned = [], []
+    real_evaluate, real_plan = ev.evaluate, ev.model_sequences
     monkeypatch.setattr(ev, "evaluate", lambda *a, **k: calls.append(1) or real_evaluate(*a, **k))
+    monkeypatch.setattr(ev, "model_sequences", lambda *a, **k: planned.append(1) or real_plan(*a, **k))
     sweep = dict(task="mmlu", tokenizer=tokenizer, scores="ahon_ln,random", limit=2, out=tmp_path, progress=False)
     partition = run_sweep(model, targets=[0, 0.5], **sweep)
+    assert len(planned) == 1  # the task is tokenised once for all of the sweep's passes
     assert partition == tmp_path / "model=tiny-llama" / "task=mmlu"
     names = sorted(p.name for p in partition.glob("*.parquet"))
     assert names == sorted(

@@ -218,16 +218,22 @@ def question_logliks(
     progress: bool = True,
     desc: str = "evaluating",
     share_prefix: bool = True,
+    sequences: Sequence[ScoringSequence] | None = None,
 ) -> list[QuestionLogliks]:
     """Each question's per-choice log-likelihoods (see :func:`evaluate` for the table).
 
     ``share_prefix`` runs a prefix shared by several sequences once (see the module docstring); the
-    numbers are those of whole passes either way."""
+    numbers are those of whole passes either way. ``sequences``: the questions' planned inputs
+    (:func:`model_sequences` with the same format and ``one_pass_per_question``), when a caller that
+    evaluates the same questions many times (a sweep) tokenised them once."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
     if not questions:
         raise ValueError("no questions to evaluate")
-    sequences = model_sequences(model, tokenizer, questions, prompt_format, one_pass_per_question=one_pass_per_question)
+    if sequences is None:
+        sequences = model_sequences(
+            model, tokenizer, questions, prompt_format, one_pass_per_question=one_pass_per_question
+        )
     logliks = [np.zeros(q.n_choices, dtype=np.float64) for q in questions]
     zeroed = np.zeros(len(questions), dtype=np.float64)
     counts = np.zeros(len(questions), dtype=np.int64)
@@ -340,6 +346,7 @@ def evaluate(
     probe: Probe | None = None,
     progress: bool = True,
     share_prefix: bool = True,
+    sequences: Sequence[ScoringSequence] | None = None,
 ) -> pd.DataFrame:
     """Evaluate ``model`` on a task (a registered name, or a :func:`headstats.io.tasks.load_task` slice).
 
@@ -351,13 +358,15 @@ def evaluate(
     ``probe`` (e.g. ``ablation.probe`` of :func:`headstats.ablate_heads`) every pass runs through it.
     ``DataFrame.attrs["headstats"]`` records the task options and the resolved prompt format.
     ``share_prefix`` runs few-shot prefixes shared by several questions once (same numbers; see the
-    module docstring).
+    module docstring). ``sequences``: the task's inputs already planned by :func:`model_sequences`
+    (a sweep plans them once for all its passes).
     """
     selected = task if isinstance(task, TaskSlice) else load_task(task)
     fmt = format_for_model(prompt_format, model, tokenizer)
     scores = question_logliks(
         model, tokenizer, selected.questions, batch_size=batch_size, prompt_format=fmt,
         padding_side=padding_side, probe=probe, progress=progress, desc=selected.name, share_prefix=share_prefix,
+        sequences=sequences,
     )  # fmt: skip
     frame = results_frame(scores, reports_norm=selected.task.reports_norm)
     renderer = PromptRenderer(fmt, tokenizer)

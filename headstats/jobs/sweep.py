@@ -457,9 +457,9 @@ class _Runner:
         self.seed = seed
         self.progress = progress
         self.num_layers, self.num_heads = model_shape(model)
-        plan.prefix_free = functools.cache(
-            lambda: prefix_free(model_sequences(model, tokenizer, plan.task.questions, prompt_format))
-        )
+        # Every pass reads the same inputs: tokenised once (a tenth of a HellaSwag pass), on first use.
+        self.sequences = functools.cache(lambda: model_sequences(model, tokenizer, plan.task.questions, prompt_format))
+        plan.prefix_free = functools.cache(lambda: prefix_free(self.sequences()))
         warn_tied_scores(model, plan.dynamic_scores, plan.model_name)
         param = next(model.parameters())
         identity = model_identity(model)
@@ -484,6 +484,7 @@ class _Runner:
         return evaluate(
             self.model, self.tokenizer, self.plan.task, batch_size=self.batch_size,
             prompt_format=self.prompt_format, probe=probe, progress=self.progress, share_prefix=False,
+            sequences=self.sequences(),
         )  # fmt: skip
 
     def run(self, pending: list[Point]) -> None:
