@@ -320,10 +320,8 @@ def curve_intervals(
         for i, (s, _) in enumerate(columns):
             if s != S.BASELINE:
                 by_score.setdefault(str(s), []).append(i)
-        silent = {
-            s for s, cols in by_score.items()
-            if any(columns[i][1] > 0 for i in cols) and all(realised[0, i] == 0 for i in cols if columns[i][1] > 0)
-        }  # fmt: skip
+        targets = np.array([t for _, t in columns], dtype=float)
+        silent = {s for s, cols in by_score.items() if S.zeroes_none(targets[cols], realised[0, cols])}
         scores = _score_order([s for s in by_score if s not in silent])
         areas = np.full((len(weights), len(scores)), np.nan)
         firsts = np.full((len(weights), len(scores)), np.nan)

@@ -226,12 +226,17 @@ def _curve_points(points: pd.DataFrame, baseline: float) -> pd.DataFrame:
     return curve.reset_index(drop=True)
 
 
+def zeroes_none(targets: np.ndarray, realised: np.ndarray) -> bool:
+    """Whether a curve's points (``targets``, ``realised`` %) include some above target 0 and none
+    of those zeroed a head."""
+    tried = np.nan_to_num(np.asarray(targets, dtype=float)) > 0
+    return bool(tried.any()) and bool((np.asarray(realised, dtype=float)[tried] == 0).all())
+
+
 def _zeroes_none(curve: pd.DataFrame) -> bool:
-    """Whether a curve has points above target 0 and none of them zeroed a head."""
     if "target" not in curve.columns:
         return False
-    tried = curve[curve["target"].fillna(0) > 0]
-    return bool(len(tried)) and bool((tried["realised_pct"] == 0).all())
+    return zeroes_none(curve["target"].to_numpy(), curve["realised_pct"].to_numpy())
 
 
 def _silent_curve(model: str, task: str, score: str, group: pd.DataFrame, baseline: float, reading: str) -> dict:
