@@ -401,20 +401,27 @@ def test_the_report_lists_points_computed_on_another_path_than_their_baseline(ti
     report.build_report(tiny_sweep, tmp_path / "clean", dpi=30, progress=False)
     assert not (tmp_path / "clean" / "tables" / "mixed_paths.csv").exists()
     assert "Computation paths" not in (tmp_path / "clean" / "index.html").read_text()
-    root = tmp_path / "results"
-    shutil.copytree(tiny_sweep, root)
-    partition = root / "model=tiny-llama" / "task=mmlu"
-    for name, change in (("point-ahon_ln-0.5.parquet", {"materialise": True}), ("point-ahon_ln-0.parquet", None)):
-        path = partition / name
+
+    def edited(name: str, file: str, change: dict | None) -> Path:
+        root = tmp_path / name / "results"
+        shutil.copytree(tiny_sweep, root)
+        path = root / "model=tiny-llama" / "task=mmlu" / file
         prov = store.file_provenance(path)
         if change is None:
             del prov["point"]["whole_sequences"]  # as a file of an older run
         else:
-            prov["point"].update(change)  # the baseline of this sweep ran fused SDPA
+            prov["point"].update(change)
         store.write_parquet_atomic(pq.read_table(path), path, prov)
-    report.build_report(root, tmp_path / "r", dpi=30, progress=False)
-    table = pd.read_csv(tmp_path / "r" / "tables" / "mixed_paths.csv")
-    assert table.to_dict("records") == [
-        {"model": "tiny-llama", "task": "mmlu", "points": 3, "other_kernel": 1, "unrecorded": 1}
-    ]
-    assert "Computation paths" in (tmp_path / "r" / "index.html").read_text()
+        report.build_report(root, tmp_path / name / "r", dpi=30, progress=False)
+        return tmp_path / name / "r"
+
+    # p = 0 copies the baseline's answers: on the baseline's path whatever its record says
+    out = edited("copy", "point-ahon_ln-0.parquet", None)
+    assert not (out / "tables" / "mixed_paths.csv").exists()
+    for name, change, other, unrecorded in (("kernel", {"materialise": True}, 1, 0), ("old", None, 0, 1)):
+        out = edited(name, "point-ahon_ln-0.5.parquet", change)  # a pass that ran (the baseline ran fused SDPA)
+        table = pd.read_csv(out / "tables" / "mixed_paths.csv")
+        assert table.to_dict("records") == [
+            {"model": "tiny-llama", "task": "mmlu", "points": 3, "other_kernel": other, "unrecorded": unrecorded}
+        ]
+        assert "Computation paths" in (out / "index.html").read_text()
