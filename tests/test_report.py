@@ -257,6 +257,7 @@ def test_what_this_run_can_show_for_a_powered_task(results: Path, built: Path) -
         assert row.chance == pytest.approx(25.0) and not row.at_chance
         assert row.min_detectable_drop == pytest.approx(100 * minimum_detectable_drop(200))
         assert not row.can_certify_1pt  # 200 < 268 questions
+        assert row.baseline_correct_norm == pytest.approx(100 * base["correct_norm"].astype(float).mean())
     samples = pd.read_csv(built / "tables" / "score_samples.csv").set_index(["dataset", "model"])
     assert len(samples) == 3 and samples.loc[("wide", "tuned"), "sequences"] == 10
     assert (
@@ -306,6 +307,7 @@ def test_report_on_a_single_score_sweep_says_the_task_is_at_chance(tiny_sweep: P
     index = report.build_report(tiny_sweep, tmp_path / "r", dpi=30, progress=False)
     page = index.read_text()
     table = pd.read_csv(tmp_path / "r" / "tables" / "what_this_run_can_show.csv")
+    assert "baseline_correct_norm" not in table.columns  # MMLU's letters have no length-normalised accuracy
     assert len(table) == 1
     row = table.iloc[0]
     assert row["n_questions"] == 8 and row["points_per_question"] == pytest.approx(12.5)

@@ -36,10 +36,18 @@ def _chance(rows: pd.DataFrame) -> float:
     return 100.0 * float(np.mean(1.0 / choices)) if len(choices) else math.nan
 
 
+def _other_metric(metric: str) -> str:
+    return "correct_norm" if metric == "correct" else "correct"
+
+
 def what_it_can_show(context: Context) -> pd.DataFrame:
     """One row per (task, model): questions, points per question, baseline with its 95% interval,
-    chance, whether the interval includes chance, and the minimum detectable drop."""
+    chance, whether the interval includes chance, and the minimum detectable drop; and
+    ``baseline_<other>``, the baseline under the accuracy the report does not read (``correct_norm``,
+    lm-eval's acc_norm, for a report of ``correct``), where some task has it, so that a baseline can
+    be set beside published numbers of either kind."""
     rows, points = context.interventions, context.points
+    other = _other_metric(context.options.metric)
     out = []
     for (task, model), base in points[points["score"] == BASELINE].groupby(["task", "model"], sort=True):
         b = base.iloc[0]
@@ -63,9 +71,19 @@ def what_it_can_show(context: Context) -> pd.DataFrame:
                 "at_chance": at_chance,
                 "min_detectable_drop": 100.0 * minimum_detectable_drop(n, power=POWER),
                 "can_certify_1pt": n >= questions_to_certify(),
+                f"baseline_{other}": _mean_percent(asked, other),
             }
         )
-    return pd.DataFrame(out)
+    table = pd.DataFrame(out)
+    return table.dropna(axis=1, how="all") if len(table) else table
+
+
+def _mean_percent(rows: pd.DataFrame, column: str) -> float:
+    """100 x the mean of a boolean accuracy column over its non-missing rows (NaN when none)."""
+    if column not in rows.columns:
+        return math.nan
+    values = pd.to_numeric(rows[column].astype("Float64"), errors="coerce").dropna()
+    return 100.0 * float(values.mean()) if len(values) else math.nan
 
 
 def score_samples(context: Context) -> pd.DataFrame:
@@ -263,6 +281,14 @@ def what_this_run_can_show(writer: Writer, context: Context) -> None:
         "changed answer is a loss (answers that change both ways need larger drops). Certifying 'within 1 point' "
         f"(one-sided {CONFIDENCE:.0%} score bound of the paired drop at most 1 point) needs at least {need} "
         "questions even when no answer changes (`can_certify_1pt`)."
+        + (
+            f" `baseline_{_other_metric(context.options.metric)}`: the baseline under the accuracy this report does "
+            "not read (`correct_norm` is lm-eval's acc_norm, log-likelihoods divided by the answer's length in "
+            "characters), to set beside published numbers; every other reading here is of "
+            f"`{context.options.metric}`."
+            if f"baseline_{_other_metric(context.options.metric)}" in table.columns
+            else ""
+        )
     )
     writer.table(table, "what_this_run_can_show", floatfmt=".3g")
     for row in table.itertuples(index=False):
