@@ -75,7 +75,8 @@ def what_it_can_show(context: Context) -> pd.DataFrame:
             }
         )
     table = pd.DataFrame(out)
-    return table.dropna(axis=1, how="all") if len(table) else table
+    column = f"baseline_{other}"
+    return table.drop(columns=column) if len(table) and table[column].isna().all() else table
 
 
 def _mean_percent(rows: pd.DataFrame, column: str) -> float:
