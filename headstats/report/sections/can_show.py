@@ -163,6 +163,11 @@ def _machine_text(machine: object) -> str:
     return text
 
 
+def _reused_baseline(passes: pd.DataFrame) -> pd.Series:
+    """Points that copied the baseline's answers: their file records pass times, with none."""
+    return passes["timed"] & passes["seconds"].isna()
+
+
 def run_times(context: Context) -> pd.DataFrame | None:
     """Per (model, task, machine, dtype): passes run and their total and mean wall time, their CPU
     time (all threads; wall time well above CPU time / threads means the run was paused or starved),
@@ -184,7 +189,7 @@ def run_times(context: Context) -> pd.DataFrame | None:
                 "hours": float(ran.sum()) / 3600.0,
                 "cpu_hours": float(unit["cpu_seconds"].sum()) / 3600.0,
                 "min_per_pass": float(ran.mean()) / 60.0 if len(ran) else float("nan"),
-                "reused_baseline": int((unit["timed"] & unit["seconds"].isna()).sum()),
+                "reused_baseline": int(_reused_baseline(unit).sum()),
                 "untimed": int((~unit["timed"]).sum()),
                 "last_finished": finished.max() if len(finished) else "",
                 "dtype": dtype,
@@ -208,8 +213,7 @@ def mixed_paths(context: Context) -> pd.DataFrame | None:
     for (model, task), unit in passes.groupby(["model", "task"], sort=True):
         base = unit[unit["score"] == BASELINE]["materialise"]
         kernel = base.iloc[0] if len(base) else None
-        copied = unit["timed"] & unit["seconds"].isna()
-        ran = (unit["score"] != BASELINE) & ~copied
+        ran = (unit["score"] != BASELINE) & ~_reused_baseline(unit)
         unrecorded = int((ran & (unit["materialise"].isna() | unit["whole_sequences"].isna())).sum())
         other = int((unit["materialise"].notna() & (unit["materialise"] != kernel)).sum()) if kernel is not None else 0
         if unrecorded or other:
@@ -273,6 +277,7 @@ def what_this_run_can_show(writer: Writer, context: Context) -> None:
         return
     table = what_it_can_show(context)
     need = questions_to_certify()
+    other = f"baseline_{_other_metric(context.options.metric)}"
     writer.text(
         "Per task and model: questions asked and the clusters they fall in (`cluster`, `n_clusters`: MMLU "
         "questions of one subject share a few-shot prefix, so intervals resample whole subjects), what one "
@@ -283,11 +288,10 @@ def what_this_run_can_show(writer: Writer, context: Context) -> None:
         f"(one-sided {CONFIDENCE:.0%} score bound of the paired drop at most 1 point) needs at least {need} "
         "questions even when no answer changes (`can_certify_1pt`)."
         + (
-            f" `baseline_{_other_metric(context.options.metric)}`: the baseline under the accuracy this report does "
-            "not read (`correct_norm` is lm-eval's acc_norm, log-likelihoods divided by the answer's length in "
-            "characters), to set beside published numbers; every other reading here is of "
-            f"`{context.options.metric}`."
-            if f"baseline_{_other_metric(context.options.metric)}" in table.columns
+            f" `{other}`: the baseline under the accuracy this report does not read (`correct_norm` is lm-eval's "
+            "acc_norm, log-likelihoods divided by the answer's length in characters), to set beside published "
+            f"numbers; every other reading here is of `{context.options.metric}`."
+            if other in table.columns
             else ""
         )
     )
