@@ -427,3 +427,28 @@ def test_the_report_lists_points_computed_on_another_path_than_their_baseline(ti
             {"model": "tiny-llama", "task": "mmlu", "points": 3, "other_kernel": other, "unrecorded": unrecorded}
         ]
         assert "Computation paths" in (out / "index.html").read_text()
+        if name == "old":  # rebuilt where the table is no longer produced: the old CSV goes with its text
+            report.build_report(tiny_sweep, out, dpi=30, progress=False)
+            assert not (out / "tables" / "mixed_paths.csv").exists()
+
+
+def test_a_rebuilt_report_keeps_only_the_tables_and_figures_it_wrote(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    out = tmp_path / "r"
+    for folder, name in (("tables", "renamed_section.csv"), ("figures", "old.png"), ("figures", "old.svg")):
+        (out / folder).mkdir(parents=True, exist_ok=True)
+        (out / folder / name).write_text("from an earlier build")
+    (out / "tables" / "my_notes.txt").write_text("not a report file")
+    (out / "ranks.csv").write_text("outside the two folders")
+    writer = report.ReportWriter(out, "t", dpi=20)
+    writer.table(pd.DataFrame({"a": [1]}), "kept")
+    fig, _ = plt.subplots()
+    writer.figure(fig, "curve", "a curve")
+    plt.close(fig)
+    writer.write()
+    assert sorted(p.name for p in (out / "tables").iterdir()) == ["kept.csv", "my_notes.txt"]
+    assert sorted(p.name for p in (out / "figures").iterdir()) == ["curve.png", "curve.svg"]
+    assert (out / "ranks.csv").exists()
+    page = (out / "index.html").read_text()
+    assert "tables/kept.csv" in page and "figures/curve.svg" in page

@@ -560,7 +560,7 @@ class _Runner:
                 out[sid] = dict(zip(plan.targets, plan.table_thresholds[sid].tolist(), strict=True))
             self._save_calibration(out)
             return out
-        saved = self._load_calibration()
+        saved = saved_thresholds(self.plan)
         if all(all(t in saved.get(sid, {}) for t in plan.targets) for sid in needed):
             out.update({sid: saved[sid] for sid in needed})
             return out
@@ -600,11 +600,8 @@ class _Runner:
             self.model, seqs, self.batch_size, scores=score_ids, seed=self.seed, progress=self.progress
         )
 
-    def _load_calibration(self) -> dict[str, dict[float, float]]:
-        return saved_thresholds(self.plan)
-
     def _save_calibration(self, thresholds: dict[str, dict[float, float]]) -> None:
-        merged = self._load_calibration()
+        merged = saved_thresholds(self.plan)
         # The path of the passes the scores came from; null once thresholds of several paths mix.
         path: dict | None = {"materialise": self.plan.materialise, "whole_sequences": True}
         if merged and (store.read_calibration(self.plan.partition) or {}).get("path") != path:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import html
+import logging
 import os
 import re
 import shlex
@@ -37,6 +38,8 @@ from headstats.jobs.specs import ReportSpec
 from headstats.report import plots
 from headstats.report import sections as report_sections
 from headstats.report.sections.context import Context, Section
+
+logger = logging.getLogger("headstats")
 
 # --- no local paths in what is written ------------------------------------------------------------
 
@@ -120,6 +123,9 @@ class ReportWriter:
 
     Figures go to ``out/figures`` (PNG and SVG) and are embedded in the HTML as PNG; tables are
     written as CSV (``out/tables/<name>.csv`` unless given another path relative to ``out``).
+    :meth:`write` then removes the tables and figures an earlier build left in those two folders and
+    this one did not write (a section renamed, a table no longer produced), so that every file of the
+    report belongs to the text beside it.
     """
 
     def __init__(self, out: str | os.PathLike, title: str, *, dpi: int = 90, subtitle: str | None = None) -> None:
@@ -129,6 +135,7 @@ class ReportWriter:
         self.dpi = dpi
         self._html: list[str] = []
         self._md: list[str] = []
+        self._written: set[Path] = set()
 
     def heading(self, text: str, level: int = 2) -> None:
         self._html.append(f"<h{level}>{_inline_html(text)}</h{level}>")
@@ -156,6 +163,7 @@ class ReportWriter:
         tmp = path.parent / f".{path.name}.tmp"
         frame.to_csv(tmp, index=index)
         os.replace(tmp, path)
+        self._written.add(path)
         body = frame.to_html(
             index=index, border=0, classes="t", na_rep="", float_format=lambda v: format(v, floatfmt), escape=True
         )
@@ -178,6 +186,7 @@ class ReportWriter:
 
     def figure(self, fig: Figure, name: str, caption: str) -> Path:
         paths = plots.save_figure(fig, self.out / "figures", name, dpi=self.dpi)
+        self._written.update(paths.values())
         data = base64.b64encode(paths["png"].read_bytes()).decode("ascii")
         rel_svg = paths["svg"].relative_to(self.out).as_posix()
         self._html.append(
@@ -213,7 +222,26 @@ class ReportWriter:
             tmp = path.parent / f".{path.name}.tmp"
             tmp.write_text(public_text(text), encoding="utf-8")
             os.replace(tmp, path)
+        self._remove_stale()
         return index
+
+    def _remove_stale(self) -> None:
+        """Remove the ``tables/*.csv`` and ``figures/*.png|svg`` this build did not write."""
+        stale = [
+            path
+            for folder, suffixes in (("tables", {".csv"}), ("figures", {".png", ".svg"}))
+            if (self.out / folder).is_dir()
+            for path in sorted((self.out / folder).iterdir())
+            if path.is_file() and path.suffix in suffixes and path not in self._written
+        ]
+        for path in stale:
+            path.unlink()
+        if stale:
+            logger.info(
+                "removed %d table(s) and figure(s) of an earlier build: %s",
+                len(stale),
+                ", ".join(p.relative_to(self.out).as_posix() for p in stale),
+            )
 
 
 # --- a report: the list of sections over one results folder ---------------------------------------
