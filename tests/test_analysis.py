@@ -283,3 +283,22 @@ def test_the_study_file_is_the_powered_study() -> None:
     for ablation in spec.ablate:
         assert set(ablation.scores) == {"ahon_ln", "awft", "entropy_ln", "avvn_ln", "random"}
         assert [round(t, 2) for t in ablation.targets] == [0, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3]
+
+
+def test_the_fine_grid_reruns_the_studys_gemma_sweeps_below_its_first_target() -> None:
+    """study_fine.toml asks the study's question on a finer grid: every setting that enters a run
+    (task, sample, format, calibration, dtype, batch) is the study's, so its baselines are the study's."""
+    import dataclasses
+
+    study, fine = (load_analysis(ANALYSES / f"{name}.toml") for name in ("study", "study_fine"))
+    assert fine.models == ["gemma3-270m"] and fine.load == study.load
+    assert fine.results != study.results and fine.report != study.report
+    studied = {a.task: a for a in study.ablate}
+    assert [a.task for a in fine.ablate] == ["arc_easy", "piqa", "hellaswag"]
+    for ablation in fine.ablate:
+        first = min(t for t in studied[ablation.task].targets if t > 0)
+        assert 0 in ablation.targets and all(t < first for t in ablation.targets)
+        same = dataclasses.replace(
+            ablation, scores=studied[ablation.task].scores, targets=studied[ablation.task].targets
+        )
+        assert same == studied[ablation.task]
