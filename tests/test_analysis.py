@@ -148,7 +148,7 @@ targets = [0.5]
 [report_options]
 n_boot = 20
 n_perm = 20
-notes = "The model body ran in float32."
+notes = "The model body ran in float32.\\n\\nA second paragraph."
 """,
     )
     spec = load_analysis(spec_path)
@@ -171,7 +171,9 @@ notes = "The model body ran in float32."
     ]
     page = index.read_text()
     assert "<b>This report is partial</b>: 4 of the 7 sweep points" in page
-    assert "What this run can show</h2>\n<p>The model body ran in float32.</p>" in page  # the file's notes come first
+    # the file's notes come first, a blank line in them starting a paragraph
+    assert "What this run can show</h2>\n<p>The model body ran in float32.</p>\n<p>A second paragraph.</p>" in page
+    assert "float32.\n\nA second paragraph." in (tmp_path / "report" / "summary.md").read_text()
     # Run time: the passes' own records (baseline and ahon_ln @ 0.3 ran; the p = 0 points reused the baseline).
     files = sorted((slug_dir / "task=piqa").glob("*.parquet"))
     seconds = [store.file_provenance(f)["point"]["seconds"] for f in files]

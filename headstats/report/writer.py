@@ -142,8 +142,10 @@ class ReportWriter:
         self._md.append(f"{'#' * level} {text}")
 
     def text(self, text: str) -> None:
-        self._html.append(f"<p>{_inline_html(text)}</p>")
-        self._md.append(text)
+        """A paragraph; a blank line in ``text`` starts another (an analysis file's long notes)."""
+        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+        self._html.extend(f"<p>{_inline_html(p)}</p>" for p in paragraphs)
+        self._md.append("\n\n".join(paragraphs))
 
     def table(
         self,
