@@ -149,3 +149,11 @@ def test_long_model_identities_stay_inside_their_panels(published) -> None:
         figure_box = fig.bbox
         assert all(b.x0 >= figure_box.x0 and b.x1 <= figure_box.x1 for b in boxes)
         assert [ax.title.get_text().splitlines()[0] for ax in fig.axes if ax.has_data()] == MODELS
+
+
+def test_a_score_without_a_rank_is_marked_not_left_pale() -> None:
+    ranks = pd.DataFrame({"awft": [2.0, 1.0], "avvn_ln": [np.nan, 3.0], "random": [1.0, 2.0]}, index=["g", "s"])
+    ax = plots.rank_heatmap(ranks).axes[0]
+    marked = [p for p in ax.patches if p.get_label() == "no rank"]
+    assert [(p.get_x(), p.get_y()) for p in marked] == [(1, 0)]  # column avvn_ln, row g
+    assert [t.get_text() for t in ax.texts].count("none") == 1

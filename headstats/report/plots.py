@@ -289,9 +289,12 @@ def matrix_heatmap(
 
 
 def rank_heatmap(ranks: pd.DataFrame, *, title: str = "Rank of score functions (1 = best)") -> Figure:
-    """Models x score functions, annotated with ranks (the study's Figure 3)."""
-    return matrix_heatmap(
-        ranks.astype(float),
+    """Models x score functions, annotated with ranks (the study's Figure 3). A score without a rank
+    (it zeroed no head) gets a grey cell marked "none": left blank, it would read as the palest
+    colour, the worst rank."""
+    values = ranks.astype(float)
+    fig = matrix_heatmap(
+        values,
         title=title,
         cmap="Blues_r",
         fmt=".0f",
@@ -299,6 +302,11 @@ def rank_heatmap(ranks: pd.DataFrame, *, title: str = "Rank of score functions (
         ylabel="model",
         annotate=True,
     )
+    ax = fig.axes[0]
+    for i, j in zip(*np.nonzero(values.isna().to_numpy()), strict=True):
+        ax.add_patch(Rectangle((j, i), 1, 1, facecolor="0.85", edgecolor="white", linewidth=0.5, label="no rank"))
+        ax.text(j + 0.5, i + 0.5, "none", ha="center", va="center", fontsize=7, color="0.3")
+    return fig
 
 
 def area_intervals(intervals: pd.DataFrame, *, labels: Mapping[str, str] | None = None) -> Figure:

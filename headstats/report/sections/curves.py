@@ -161,7 +161,11 @@ def add_curve_sections(
         "stop early); `grid_auc` the mean accuracy over a realised-% range common to all curves of a model."
     )
     ranks = ranking.rank_scores(curves, rank_by)
-    writer.figure(plots.rank_heatmap(ranks), f"{prefix}rank_heatmap", f"Rank of each score function by `{rank_by}`.")
+    writer.figure(
+        plots.rank_heatmap(ranks),
+        f"{prefix}rank_heatmap",
+        f"Rank of each score function by `{rank_by}`; `none`: the score zeroed no head, so it has no rank.",
+    )
     writer.table(ranks, f"{prefix}ranks", index=True, csv=key_csv("ranks"), collapsed=f"ranks by `{rank_by}`")
     if intervals is not None and not intervals.empty:
         _curve_intervals(writer, intervals, prefix, labels)
