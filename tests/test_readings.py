@@ -12,7 +12,7 @@ import pytest
 
 from headstats.stats import curves as C
 from headstats.stats import ranking
-from headstats.stats.paired import drop_bound, drop_bound_from_counts, minimum_detectable_drop
+from headstats.stats.paired import drop_bound, drop_bound_from_counts, mcnemar_exact, minimum_detectable_drop
 from headstats.stats.summary import summarize_curves, summarize_interventions
 
 
@@ -303,3 +303,22 @@ def test_passages_of_one_document_are_one_cluster() -> None:
     points = summarize_interventions(pd.concat([hella, arc], ignore_index=True), n_resamples=50)
     units = points.groupby("task")[["cluster", "n_clusters"]].first()
     assert units.loc["hellaswag"].tolist() == ["document", 20] and units.loc["arc_easy"].tolist() == ["question_id", 40]
+
+
+def test_points_of_a_clustered_task_take_their_bound_and_test_at_the_cluster_level() -> None:
+    """Losses all in the first subjects (clustered): the points table's bound is taken at the
+    effective n and its McNemar test flips subjects; by question the same answers give design
+    effect 1 and the plain bound."""
+    df = _sweep_rows(1200, {"ahon_ln": 0.2}, subjects=40)
+    by_subject = summarize_interventions(df, n_resamples=50).set_index(["score", "target"])
+    by_question = summarize_interventions(df, n_resamples=50, cluster="question_id").set_index(["score", "target"])
+    base = df[df["score"] == "baseline"].sort_values("question_id")
+    for target in (0.1, 0.2):
+        point = df[(df["score"] == "ahon_ln") & (df["target"] == target)].sort_values("question_id")
+        a, b, subjects = base["correct"].to_numpy(), point["correct"].to_numpy(), point["subject"].to_numpy()
+        row, plain = by_subject.loc[("ahon_ln", target)], by_question.loc[("ahon_ln", target)]
+        assert row["cluster"] == "subject" and row["design_effect"] > 2
+        assert row["drop_upper"] == pytest.approx(100 * drop_bound(a, b, clusters=subjects).upper, rel=1e-12)
+        assert row["mcnemar_p"] == pytest.approx(mcnemar_exact(a, b, clusters=subjects).pvalue, rel=1e-12)
+        assert plain["design_effect"] == 1.0 and plain["drop_upper"] == pytest.approx(100 * drop_bound(a, b).upper)
+        assert row["drop_upper"] > plain["drop_upper"] and row["mcnemar_p"] > plain["mcnemar_p"]

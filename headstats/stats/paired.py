@@ -5,14 +5,19 @@ question by question: a question answered correctly by both (or by neither) says
 difference. That pairing is why intervention results are stored per question.
 
 - :func:`wilson_interval`, :func:`clopper_pearson_interval`: a 95% interval of one accuracy.
-- :func:`mcnemar_exact`: the exact McNemar test (a two-sided binomial test on the discordant pairs).
+- :func:`mcnemar_exact`: the exact McNemar test (a two-sided binomial test on the discordant pairs);
+  with ``clusters``, the exact randomisation test that flips whole clusters, which is McNemar's when
+  every question is its own cluster.
 - :func:`paired_bootstrap`: a percentile bootstrap interval of the mean paired difference,
   resampling questions, or whole clusters of questions (MMLU subjects share their few-shot prefix).
 - :func:`drop_bound`: one-sided bounds of the paired accuracy *drop* (baseline - intervened) from
   Tango's score interval, the basis of "certified within 1 point" (SPEC §3). A bootstrap of a pair
   of identical answer vectors is exactly [0, 0] and would certify a drop of 0 from 5 questions; the
   score interval stays honest when few or no answers changed: with no changed answer among n
-  questions its upper bound is z² / (n + z²) (11.9% for n = 20, 0.054% for n = 5,000).
+  questions its upper bound is z² / (n + z²) (11.9% for n = 20, 0.054% for n = 5,000). With
+  ``clusters`` the bound is taken at the effective number of questions, n over the
+  :func:`design_effect` of the changed answers (Korn & Graubard's rule for proportions from
+  clustered samples): questions that change together count as fewer independent ones.
 - :func:`minimum_detectable_drop`: the drop a one-sided McNemar-type test at level 5% detects with
   80% power for n questions (Connor's sample-size formula, solved for the drop).
 
@@ -75,17 +80,76 @@ def _check_confidence(confidence: float) -> None:
         raise ValueError(f"confidence must lie strictly between 0 and 1, not {confidence}")
 
 
-def mcnemar_exact(a: ArrayLike, b: ArrayLike) -> McNemar:
+def _cluster_codes(clusters: ArrayLike | None, n: int) -> tuple[np.ndarray, int] | None:
+    """(code per question, number of clusters), or None when every question is its own cluster."""
+    if clusters is None:
+        return None
+    labels = np.asarray(clusters)
+    if labels.shape != (n,):
+        raise ValueError(f"clusters needs one label per question: {labels.shape} vs ({n},)")
+    codes, uniques = pd.factorize(labels)
+    return None if len(uniques) == n else (codes, len(uniques))
+
+
+def mcnemar_exact(a: ArrayLike, b: ArrayLike, clusters: ArrayLike | None = None) -> McNemar:
     """Exact McNemar test (statsmodels): under H0 (a and b equally accurate) each discordant
     question is a fair coin; the p-value is the two-sided binomial tail of ``min(only_a, only_b)``
-    among ``only_a + only_b`` flips at 1/2."""
+    among ``only_a + only_b`` flips at 1/2.
+
+    With ``clusters`` (a label per question), the coins are whole clusters: under H0 each cluster's
+    summed difference ``s_c`` is as likely to be ``-s_c``, and the p-value is the exact probability,
+    over the 2^k sign flips, that ``|sum of ±s_c|`` reaches the observed ``|sum of s_c|``. Questions
+    sharing a few-shot prefix change together, and counting them as independent coins overstates
+    the evidence. With singleton clusters this is the test above."""
     x, y = _paired(a, b)
     only_a = int(np.count_nonzero(x & ~y))
     only_b = int(np.count_nonzero(y & ~x))
     if only_a + only_b == 0:
         return McNemar(only_a, only_b, 1.0)
-    table = [[int(np.count_nonzero(x & y)), only_a], [only_b, int(np.count_nonzero(~x & ~y))]]
-    return McNemar(only_a, only_b, float(_sm_mcnemar(table, exact=True).pvalue))
+    grouped = _cluster_codes(clusters, len(x))
+    if grouped is None:
+        table = [[int(np.count_nonzero(x & y)), only_a], [only_b, int(np.count_nonzero(~x & ~y))]]
+        return McNemar(only_a, only_b, float(_sm_mcnemar(table, exact=True).pvalue))
+    codes, k = grouped
+    sums = np.bincount(codes, weights=x.astype(np.int64) - y.astype(np.int64), minlength=k).astype(np.int64)
+    return McNemar(only_a, only_b, _sign_flip_pvalue(sums))
+
+
+def _sign_flip_pvalue(sums: np.ndarray) -> float:
+    """P(|sum of ±s_c| >= |sum of s_c|) over independent fair signs, exactly: clusters with the same
+    |s_c| = v contribute v * (2 Binomial(m, 1/2) - m), and those few distributions are convolved on
+    the integer support."""
+    observed = abs(int(sums.sum()))
+    values, counts = np.unique(np.abs(sums[sums != 0]), return_counts=True)
+    pmf = np.ones(1)  # over the support -total..total, offset by total
+    for v, m in zip(values.tolist(), counts.tolist(), strict=True):
+        kernel = np.zeros(2 * v * m + 1)
+        kernel[:: 2 * v] = _st.binom.pmf(np.arange(m + 1), m, 0.5)
+        pmf = np.convolve(pmf, kernel)
+    total = (len(pmf) - 1) // 2
+    support = np.abs(np.arange(-total, total + 1))
+    return float(min(1.0, pmf[support >= observed].sum()))
+
+
+def design_effect(baseline: ArrayLike, intervened: ArrayLike, clusters: ArrayLike | None) -> float:
+    """How much the clustering of questions inflates the variance of the mean paired difference
+    (Kish's design effect): the cluster-robust variance over the independent-questions one, each with
+    its small-sample factor. At least 1: the bound is never made narrower than for independent
+    questions; and 1 where it cannot be estimated (every question its own cluster, a single cluster,
+    or no changed answer, where Korn & Graubard keep the nominal n)."""
+    x, y = _paired(baseline, intervened)
+    grouped = _cluster_codes(clusters, len(x))
+    n = len(x)
+    if grouped is None or grouped[1] < 2:
+        return 1.0
+    codes, k = grouped
+    resid = x.astype(float) - y.astype(float)
+    resid -= resid.mean()
+    within = n / (n - 1) * float(resid @ resid)
+    if within <= 0:
+        return 1.0
+    between = k / (k - 1) * float(np.square(np.bincount(codes, weights=resid, minlength=k)).sum())
+    return max(1.0, between / within)
 
 
 def paired_bootstrap(
@@ -114,17 +178,14 @@ def paired_bootstrap(
     diff = y.astype(np.int8) - x.astype(np.int8)
     rng = np.random.default_rng(seed)
     alpha = 1 - confidence
-    labels = None if clusters is None else np.asarray(clusters)
-    if labels is not None and labels.shape != diff.shape:
-        raise ValueError(f"clusters needs one label per question: {labels.shape} vs {diff.shape}")
-    codes, uniques = pd.factorize(labels) if labels is not None else (None, ())
-    if codes is None or len(uniques) == len(diff):  # every question its own cluster
+    grouped = _cluster_codes(clusters, len(diff))
+    if grouped is None:  # every question its own cluster
         values, counts = np.unique(diff, return_counts=True)
         n = len(diff)
         draws = rng.multinomial(n, counts / n, size=n_resamples)
         means = draws @ values.astype(float) / n
     else:
-        k = len(uniques)
+        codes, k = grouped
         sums = np.bincount(codes, weights=diff, minlength=k)
         sizes = np.bincount(codes, minlength=k).astype(float)
         means = np.empty(n_resamples)
@@ -149,9 +210,10 @@ class DropBound:
     n: int
     confidence: float
     method: str = "Tango score"
+    design_effect: float = 1.0  # the bound is taken at n / design_effect questions
 
 
-def _tango_statistic(lost: int, gained: int, n: int, delta: float) -> float:
+def _tango_statistic(lost: float, gained: float, n: float, delta: float) -> float:
     """Tango's score statistic for H0: drop = delta (Tango 1998; Fagerland, Lydersen & Laake 2013):
     the difference of discordant counts against its variance under the constrained maximum
     likelihood estimate of the gain probability."""
@@ -166,13 +228,16 @@ def _tango_statistic(lost: int, gained: int, n: int, delta: float) -> float:
     return numerator / math.sqrt(var)
 
 
-def drop_bound(baseline: ArrayLike, intervened: ArrayLike, confidence: float = 0.95) -> DropBound:
+def drop_bound(
+    baseline: ArrayLike, intervened: ArrayLike, confidence: float = 0.95, clusters: ArrayLike | None = None
+) -> DropBound:
     """One-sided ``confidence`` bounds of the paired accuracy drop, from Tango's score interval.
 
     The bound is the drop at which the score statistic reaches the one-sided critical value: it
     uses the discordant counts and n only, needs no resampling, and stays away from 0 when nothing
     changed (no changed answer among n questions: upper bound z² / (n + z²)). No library offers a
-    score interval for paired proportions, hence the few lines here.
+    score interval for paired proportions, hence the few lines here. ``clusters`` (a label per
+    question) takes the bound at the effective number of questions (:func:`design_effect`).
     """
     x, y = _paired(baseline, intervened)
     n = len(x)
@@ -181,28 +246,38 @@ def drop_bound(baseline: ArrayLike, intervened: ArrayLike, confidence: float = 0
     _check_confidence(confidence)
     lost = int(np.count_nonzero(x & ~y))
     gained = int(np.count_nonzero(~x & y))
-    return drop_bound_from_counts(lost, gained, n, confidence)
+    return drop_bound_from_counts(lost, gained, n, confidence, design_effect(x, y, clusters))
 
 
-def drop_bound_from_counts(lost: int, gained: int, n: int, confidence: float = 0.95) -> DropBound:
-    """:func:`drop_bound` from the discordant counts and the number of paired questions."""
+def drop_bound_from_counts(
+    lost: int, gained: int, n: int, confidence: float = 0.95, design_effect: float = 1.0
+) -> DropBound:
+    """:func:`drop_bound` from the discordant counts and the number of paired questions; with a
+    ``design_effect`` above 1 the counts and n are divided by it (the same shares of lost and gained
+    answers among fewer independent questions)."""
     if n <= 0 or lost < 0 or gained < 0 or lost + gained > n:
         raise ValueError(f"need 0 <= lost + gained <= n with n >= 1: lost={lost}, gained={gained}, n={n}")
+    if not design_effect >= 1:
+        raise ValueError(f"a design effect is at least 1 (independent questions), not {design_effect}")
     _check_confidence(confidence)
     z = float(_st.norm.ppf(confidence))
     drop = (lost - gained) / n
+    eff_lost, eff_gained, eff_n = lost / design_effect, gained / design_effect, n / design_effect
     eps = 1e-12
 
+    def statistic(d: float) -> float:
+        return _tango_statistic(eff_lost, eff_gained, eff_n, d)
+
     def solve(target: float, lo: float, hi: float, edge: float) -> float:
-        f_lo = _tango_statistic(lost, gained, n, lo) - target
-        f_hi = _tango_statistic(lost, gained, n, hi) - target
-        if f_lo * f_hi > 0:
+        if (statistic(lo) - target) * (statistic(hi) - target) > 0:
             return edge  # the statistic never reaches the critical value inside (-1, 1)
-        return float(brentq(lambda d: _tango_statistic(lost, gained, n, d) - target, lo, hi, xtol=1e-12))
+        return float(brentq(lambda d: statistic(d) - target, lo, hi, xtol=1e-12))
 
     upper = solve(-z, drop, 1.0 - eps, 1.0)
     lower = solve(z, -1.0 + eps, drop, -1.0)
-    return DropBound(drop, min(lower, drop), max(upper, drop), lost, gained, n, confidence)
+    return DropBound(
+        drop, min(lower, drop), max(upper, drop), lost, gained, n, confidence, design_effect=float(design_effect)
+    )
 
 
 def minimum_detectable_drop(

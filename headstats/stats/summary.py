@@ -14,9 +14,11 @@ comparison with the baseline *on the same questions*:
   HellaSwag's contexts from videos and articles; otherwise the question; ``n_clusters`` counts them);
 - ``drop_lower, drop_upper``: one-sided 95% bounds of the drop (baseline - intervened) from Tango's
   score interval on the discordant pairs (:func:`headstats.stats.paired.drop_bound`), honest when
-  few or no answers changed; ``certified`` when ``drop_upper <= 1`` point;
-- the exact McNemar ``mcnemar_p`` and ``mcnemar_p_holm``, Holm-adjusted over every point of the
-  returned table.
+  few or no answers changed, taken at the effective number of questions n / ``design_effect``
+  (1 where every question is its own cluster; above 1 where answers change together within
+  clusters); ``certified`` when ``drop_upper <= 1`` point;
+- the exact McNemar ``mcnemar_p`` (on clustered tasks its exact randomisation form, flipping whole
+  clusters) and ``mcnemar_p_holm``, Holm-adjusted over every point of the returned table.
 
 Per curve (:func:`summarize_curves`), the curve being a score's points as (realised %, accuracy %),
 with the baseline as its point at 0% when it has none there (zeroing nothing is the baseline model):
@@ -56,7 +58,7 @@ import pandas as pd
 from headstats.stats import curves as C
 from headstats.stats.distances import holm
 from headstats.stats.paired import (
-    drop_bound_from_counts,
+    drop_bound,
     mcnemar_exact,
     minimum_detectable_drop,
     paired_bootstrap,
@@ -71,7 +73,7 @@ CERTIFY_CONFIDENCE = 0.95  # one-sided, for drop_lower / drop_upper
 POINT_COLUMNS = (
     "model", "task", "score", "target", "threshold", "realised_pct", "n_questions", "accuracy", "acc_low",
     "acc_high", "n_paired", "diff", "diff_low", "diff_high", "cluster", "n_clusters", "only_baseline",
-    "only_intervened", "drop_lower", "drop_upper", "certified", "mcnemar_p", "mcnemar_p_holm",
+    "only_intervened", "design_effect", "drop_lower", "drop_upper", "certified", "mcnemar_p", "mcnemar_p_holm",
 )  # fmt: skip
 CURVE_COLUMNS = (
     "model", "task", "score", "n_points", "baseline", "max_realised_pct", "reading", "within_1pt", "crosses",
@@ -186,24 +188,25 @@ def summarize_interventions(
                 "n_questions": n, "accuracy": 100.0 * k / n, "acc_low": 100.0 * low, "acc_high": 100.0 * high,
                 "n_paired": 0, "diff": math.nan, "diff_low": math.nan, "diff_high": math.nan, "cluster": unit,
                 "n_clusters": int(point["_cluster"].nunique()), "only_baseline": math.nan,
-                "only_intervened": math.nan, "drop_lower": math.nan, "drop_upper": math.nan, "certified": False,
-                "mcnemar_p": math.nan,
+                "only_intervened": math.nan, "design_effect": math.nan, "drop_lower": math.nan,
+                "drop_upper": math.nan, "certified": False, "mcnemar_p": math.nan,
             }  # fmt: skip
             if score != BASELINE and base_ok is not None:
                 here = point.set_index(list(QUESTION))[["_ok", "_cluster"]].rename(columns={"_ok": "b"})
                 joined = here.join(base_ok.rename("a"), how="inner")
                 if len(joined):
                     a, b = joined["a"].to_numpy(), joined["b"].to_numpy()
-                    test = mcnemar_exact(a, b)
+                    labels = None if unit == "question_id" else joined["_cluster"].to_numpy()
+                    test = mcnemar_exact(a, b, clusters=labels)
                     boot = paired_bootstrap(
-                        a, b, n_resamples=n_resamples, confidence=confidence, seed=seed,
-                        clusters=None if unit == "question_id" else joined["_cluster"].to_numpy(),
-                    )  # fmt: skip
-                    bound = drop_bound_from_counts(test.only_a, test.only_b, len(joined), CERTIFY_CONFIDENCE)
+                        a, b, n_resamples=n_resamples, confidence=confidence, seed=seed, clusters=labels
+                    )
+                    bound = drop_bound(a, b, CERTIFY_CONFIDENCE, clusters=labels)
                     row.update(
                         n_paired=len(joined), diff=100.0 * boot.estimate, diff_low=100.0 * boot.low,
                         diff_high=100.0 * boot.high, n_clusters=int(joined["_cluster"].nunique()),
-                        only_baseline=test.only_a, only_intervened=test.only_b, drop_lower=100.0 * bound.lower,
+                        only_baseline=test.only_a, only_intervened=test.only_b,
+                        design_effect=bound.design_effect, drop_lower=100.0 * bound.lower,
                         drop_upper=100.0 * bound.upper, certified=bool(100.0 * bound.upper <= drop),
                         mcnemar_p=test.pvalue,
                     )  # fmt: skip

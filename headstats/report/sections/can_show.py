@@ -284,7 +284,8 @@ def what_this_run_can_show(writer: Writer, context: Context) -> None:
         "question is worth in accuracy points, the baseline accuracy with its 95% interval against chance (the "
         "mean of 1 / number of choices), and `min_detectable_drop`: the smallest drop in points that a paired "
         f"comparison on these questions detects with {POWER:.0%} power at one-sided level 5% even when every "
-        "changed answer is a loss (answers that change both ways need larger drops). Certifying 'within 1 point' "
+        "changed answer is a loss (answers that change both ways, or together within a cluster, need larger "
+        "drops). Certifying 'within 1 point' "
         f"(one-sided {CONFIDENCE:.0%} score bound of the paired drop at most 1 point) needs at least {need} "
         "questions even when no answer changes (`can_certify_1pt`)."
         + (

@@ -331,14 +331,24 @@ def interventions(writer: Writer, context: Context) -> None:
         tp = points[points["task"] == task]
         unit = str(tp["cluster"].iloc[0]) if "cluster" in tp.columns else "question_id"
         tested = int(points["mcnemar_p"].notna().sum())
+        clustered = unit != "question_id"
         writer.text(
             f"Accuracy (`{opt.metric}`, %) with Wilson 95% intervals; against the baseline on the same questions: "
             f"`diff` (points) with a 95% bootstrap interval resampling whole clusters (`{unit}`, `n_clusters` of "
-            "them), `drop_upper` the one-sided 95% upper bound of the drop (Tango's score bound), `certified` when "
-            f"it is at most 1 point, the exact McNemar p-value and `mcnemar_p_holm`, Holm-adjusted over all {tested} "
-            "points of this report."
+            "them), `drop_upper` the one-sided 95% upper bound of the drop (Tango's score bound"
+            + (
+                ", taken at n / `design_effect` questions: answers that change together within a cluster count as "
+                "fewer independent ones"
+                if clustered
+                else ""
+            )
+            + "), `certified` when it is at most 1 point, the exact McNemar p-value"
+            + (" (flipping whole clusters)" if clustered else "")
+            + f" and `mcnemar_p_holm`, Holm-adjusted over all {tested} points of this report."
         )
-        writer.table(tp[[c for c in POINT_TABLE if c in tp.columns]], f"{task}_points", floatfmt=".3g")
+        at = POINT_TABLE.index("n_clusters") + 1
+        columns = [*POINT_TABLE[:at], "design_effect", *POINT_TABLE[at:]] if clustered else POINT_TABLE
+        writer.table(tp[[c for c in columns if c in tp.columns]], f"{task}_points", floatfmt=".3g")
         tc = curves[curves["task"] == task]
         if tc.empty:
             writer.text("Only the baseline was run: no curves to draw.")
