@@ -322,3 +322,11 @@ def test_points_of_a_clustered_task_take_their_bound_and_test_at_the_cluster_lev
         assert row["mcnemar_p"] == pytest.approx(mcnemar_exact(a, b, clusters=subjects).pvalue, rel=1e-12)
         assert plain["design_effect"] == 1.0 and plain["drop_upper"] == pytest.approx(100 * drop_bound(a, b).upper)
         assert row["drop_upper"] > plain["drop_upper"] and row["mcnemar_p"] > plain["mcnemar_p"]
+    # The curve's detectable drop is taken at the effective number of questions too.
+    points = summarize_interventions(df, n_resamples=50)
+    curve = summarize_curves(df, points).set_index("score").loc["ahon_ln"]
+    measured = points[points["score"] == "ahon_ln"]
+    changed = ((measured["only_baseline"] + measured["only_intervened"]) / measured["n_paired"]).mean()
+    effective = 1200 / measured["design_effect"].mean()
+    assert curve["mdd_80"] == pytest.approx(100 * minimum_detectable_drop(effective, changed))
+    assert curve["mdd_80"] > 100 * minimum_detectable_drop(1200, changed)

@@ -281,7 +281,7 @@ def drop_bound_from_counts(
 
 
 def minimum_detectable_drop(
-    n: int, discordance: float | None = None, *, alpha: float = 0.05, power: float = 0.8
+    n: float, discordance: float | None = None, *, alpha: float = 0.05, power: float = 0.8
 ) -> float:
     """The smallest paired drop (fraction) a one-sided test at level ``alpha`` detects with
     probability ``power`` among ``n`` questions (Connor 1987: n = (z_a sqrt(psi) + z_b sqrt(psi -

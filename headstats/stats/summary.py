@@ -39,8 +39,8 @@ with the baseline as its point at 0% when it has none there (zeroing nothing is 
 - ``within_1pt_not_excluded``: the other end of the bracket: the largest realised % x such that no
   point with realised % <= x has ``drop_lower > 1`` (a drop shown to exceed 1 point);
 - ``n_questions`` (paired questions) and ``mdd_80``: the smallest drop (points) a one-sided 5% test
-  detects with 80% power for that n, at the curve's mean share of changed answers
-  (:func:`headstats.stats.paired.minimum_detectable_drop`);
+  detects with 80% power for that n (on a clustered task, n over the points' mean design effect),
+  at the curve's mean share of changed answers (:func:`headstats.stats.paired.minimum_detectable_drop`);
 - ``zeroes_none``: the curve has points above target 0 and none of them zeroed a head (a score tied
   at its extreme, such as value norms in a model with one KV head per layer, or thresholds that
   select nothing here). Such a curve measures nothing, not a robust model: its readings
@@ -286,7 +286,9 @@ def _detectable(curve: pd.DataFrame) -> tuple[float, float]:
         return math.nan, math.nan
     n = int(measured["n_paired"].max())
     changed = (measured["only_baseline"] + measured["only_intervened"]) / measured["n_paired"]
-    return float(n), 100.0 * minimum_detectable_drop(n, float(changed.mean()))
+    deff = float(measured["design_effect"].mean()) if "design_effect" in measured.columns else math.nan
+    effective = n / deff if np.isfinite(deff) and deff >= 1 else n  # answers that change together count less
+    return float(n), 100.0 * minimum_detectable_drop(max(effective, 1.0), float(changed.mean()))
 
 
 def summarize_curves(
