@@ -28,6 +28,7 @@ from headstats import (
 from headstats.engine.batching import pad_batch
 from headstats.engine.probe import Probe
 from headstats.stats import curves as C
+from headstats.stats.paired import mcnemar_exact
 
 FAMILIES = ["llama", "qwen2", "gpt2"]
 SEQUENCES = [
@@ -355,7 +356,12 @@ def test_point_summary_accuracy_interval_and_paired_tests_against_statsmodels() 
     assert row["diff"] == pytest.approx(100 * (point.mean() - base.mean()))
     assert (row["only_baseline"], row["only_intervened"]) == (9, 3)
     table = [[int((base & point).sum()), 9], [3, int((~base & ~point).sum())]]
-    assert row["mcnemar_p"] == pytest.approx(sm_mcnemar(table, exact=True).pvalue)
+    # The rows have subjects, so the test flips whole subjects; by question it is McNemar's exact test.
+    subjects = np.where(np.arange(200) % 2 == 0, "s1", "s2")
+    assert row["cluster"] == "subject"
+    assert row["mcnemar_p"] == pytest.approx(mcnemar_exact(base, point, clusters=subjects).pvalue)
+    by_question = summarize_interventions(df, n_resamples=4000, cluster="question_id").iloc[1]
+    assert by_question["mcnemar_p"] == pytest.approx(sm_mcnemar(table, exact=True).pvalue)
     assert row["diff_low"] <= row["diff"] <= row["diff_high"]
     assert math.isnan(summary.iloc[0]["mcnemar_p"]) and math.isnan(summary.iloc[0]["threshold"])
     # Pairing is by (subject, question_id), not by row order.
