@@ -58,7 +58,8 @@ import pandas as pd
 from headstats.stats import curves as C
 from headstats.stats.distances import holm
 from headstats.stats.paired import (
-    drop_bound,
+    design_effect,
+    drop_bound_from_counts,
     mcnemar_exact,
     minimum_detectable_drop,
     paired_bootstrap,
@@ -201,7 +202,9 @@ def summarize_interventions(
                     boot = paired_bootstrap(
                         a, b, n_resamples=n_resamples, confidence=confidence, seed=seed, clusters=labels
                     )
-                    bound = drop_bound(a, b, CERTIFY_CONFIDENCE, clusters=labels)
+                    bound = drop_bound_from_counts(
+                        test.only_a, test.only_b, len(joined), CERTIFY_CONFIDENCE, design_effect(a, b, labels)
+                    )
                     row.update(
                         n_paired=len(joined), diff=100.0 * boot.estimate, diff_low=100.0 * boot.low,
                         diff_high=100.0 * boot.high, n_clusters=int(joined["_cluster"].nunique()),
@@ -287,7 +290,7 @@ def _detectable(curve: pd.DataFrame) -> tuple[float, float]:
     n = int(measured["n_paired"].max())
     changed = (measured["only_baseline"] + measured["only_intervened"]) / measured["n_paired"]
     deff = float(measured["design_effect"].mean()) if "design_effect" in measured.columns else math.nan
-    effective = n / deff if np.isfinite(deff) and deff >= 1 else n  # answers that change together count less
+    effective = n / deff if np.isfinite(deff) else n  # answers that change together count less
     return float(n), 100.0 * minimum_detectable_drop(max(effective, 1.0), float(changed.mean()))
 
 
