@@ -288,8 +288,10 @@ def test_the_study_file_is_the_powered_study() -> None:
 
 
 def test_the_fine_grid_reruns_the_studys_gemma_sweeps_below_its_first_target() -> None:
-    """study_fine.toml asks the study's question on a finer grid: every setting that enters a run
-    (task, sample, format, calibration, dtype, batch) is the study's, so its baselines are the study's."""
+    """study_fine.toml asks the study's question on a finer grid: every setting of a run (task,
+    sample, format, calibration, dtype, batch) is the study's. Only the attention kernel follows
+    the score list (a sweep of `ahon_ln` alone runs the fused one), so in a bf16 body the
+    baselines agree with the study's up to that path's noise, not answer for answer."""
     import dataclasses
 
     study, fine = (load_analysis(ANALYSES / f"{name}.toml") for name in ("study", "study_fine"))
