@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 from pathlib import Path
@@ -432,23 +433,43 @@ def test_the_report_lists_points_computed_on_another_path_than_their_baseline(ti
             assert not (out / "tables" / "mixed_paths.csv").exists()
 
 
-def test_a_rebuilt_report_keeps_only_the_tables_and_figures_it_wrote(tmp_path: Path) -> None:
+def test_a_rebuilt_report_removes_only_what_its_previous_build_wrote(tmp_path: Path, caplog) -> None:
     import matplotlib.pyplot as plt
 
     out = tmp_path / "r"
-    for folder, name in (("tables", "renamed_section.csv"), ("figures", "old.png"), ("figures", "old.svg")):
-        (out / folder).mkdir(parents=True, exist_ok=True)
-        (out / folder / name).write_text("from an earlier build")
-    (out / "tables" / "my_notes.txt").write_text("not a report file")
-    (out / "ranks.csv").write_text("outside the two folders")
-    writer = report.ReportWriter(out, "t", dpi=20)
-    writer.table(pd.DataFrame({"a": [1]}), "kept")
-    fig, _ = plt.subplots()
-    writer.figure(fig, "curve", "a curve")
-    plt.close(fig)
-    writer.write()
-    assert sorted(p.name for p in (out / "tables").iterdir()) == ["kept.csv", "my_notes.txt"]
-    assert sorted(p.name for p in (out / "figures").iterdir()) == ["curve.png", "curve.svg"]
-    assert (out / "ranks.csv").exists()
+    (out / "tables").mkdir(parents=True)
+    user_files = ["tables/my_thesis_results.csv", "figures/mine.png", "ranks.csv", "tables/my_notes.txt"]
+    for rel in user_files:
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text("the user's own")
+
+    def build(tables: list[str], figures: list[str]) -> None:
+        writer = report.ReportWriter(out, "t", dpi=20)
+        for name in tables:
+            writer.table(pd.DataFrame({"a": [1]}), name)
+        for name in figures:
+            fig, _ = plt.subplots()
+            writer.figure(fig, name, "a curve")
+            plt.close(fig)
+        writer.write()
+
+    with caplog.at_level(logging.INFO, logger="headstats"):
+        build(["kept", "renamed_section"], ["curve", "old"])
+        caplog.clear()
+        build(["kept"], ["curve"])  # a section renamed, a figure no longer drawn
+    assert sorted(p.name for p in (out / "tables").iterdir()) == ["kept.csv", "my_notes.txt", "my_thesis_results.csv"]
+    assert sorted(p.name for p in (out / "figures").iterdir()) == ["curve.png", "curve.svg", "mine.png"]
+    assert all((out / rel).read_text() == "the user's own" for rel in user_files)
+    manifest = json.loads((out / "_manifest.json").read_text())["files"]
+    assert manifest == sorted(["index.html", "summary.md", "tables/kept.csv", "figures/curve.png", "figures/curve.svg"])
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "4 file(s) that no headstats build listed" in warnings[0]
+    assert "tables/my_thesis_results.csv" in warnings[0]
+    # A manifest entry that points outside the folder is never followed.
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not ours")
+    (out / "_manifest.json").write_text(json.dumps({"files": ["../outside.txt", str(outside), "tables/kept.csv"]}))
+    build([], [])
+    assert outside.read_text() == "not ours" and not (out / "tables" / "kept.csv").exists()
     page = (out / "index.html").read_text()
-    assert "tables/kept.csv" in page and "figures/curve.svg" in page
+    assert "tables/kept.csv" not in page

@@ -18,12 +18,15 @@ function taking a :class:`TokenRows`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal
 
 import torch
+
+from headstats.names import check_name
 
 Direction = Literal["above", "below"]
 Pool = Literal["mean", "first", "last"]
@@ -127,6 +130,9 @@ class Score:
     # KV head per layer the score is the same for every head of a layer (see zeroing.tied_within_layers).
     per_kv_head: bool = False
     description: str = ""
+    # The values the score can take: a threshold outside them zeroes every head or none (checked by
+    # :func:`check_threshold`). A user's score may take any value unless it says otherwise.
+    bounds: tuple[float, float] = (-math.inf, math.inf)
 
     @property
     def is_random(self) -> bool:
@@ -161,7 +167,9 @@ SCORES: dict[str, Score] = {}
 
 
 def register(score: Score) -> Score:
-    """Add a score to the registry; its id becomes a column name in every table."""
+    """Add a score to the registry; its id becomes a column name in every table and part of the
+    file name of every sweep point, so it must be a safe name (:func:`headstats.names.check_name`)."""
+    check_name(score.id, "score id")
     if score.id in SCORES:
         raise ValueError(f"score id {score.id!r} is already registered")
     if score.ratio is not None:
@@ -175,14 +183,22 @@ def register(score: Score) -> Score:
 
 
 def _raw_with_ln(
-    id: str, name: str, inactive_when: Direction, stat: TokenStat, pool: Pool, description: str, **kw: bool
+    id: str,
+    name: str,
+    inactive_when: Direction,
+    stat: TokenStat,
+    pool: Pool,
+    description: str,
+    bounds: tuple[float, float] = (0.0, math.inf),
+    **kw: bool,
 ) -> None:
-    register(Score(id, name, inactive_when, stat=stat, pool=pool, description=description, **kw))
+    register(Score(id, name, inactive_when, stat=stat, pool=pool, description=description, bounds=bounds, **kw))
     register(
         Score(
             f"{id}_ln",
             f"{name}, layer-normalised",
             inactive_when,
+            bounds=(0.0, math.inf),  # a ratio of non-negative scores
             ratio=Ratio(id, id, "layer"),
             needs_out_proj=kw.get("needs_out_proj", False),
             needs_weights=kw.get("needs_weights", False),
@@ -199,6 +215,7 @@ _raw_with_ln(
     first_token_weight,
     "mean",
     "mean over valid query rows t of A[t, first]; high = an attention sink",
+    bounds=(0.0, 1.0),  # a mean of probabilities
     needs_weights=True,
 )
 _raw_with_ln(
@@ -236,6 +253,7 @@ register(
         stat=output_norm,
         pool="last",
         description="||O[T]||_2 at the last valid token T",
+        bounds=(0.0, math.inf),
     )
 )
 register(
@@ -245,6 +263,7 @@ register(
         "below",
         ratio=Ratio("lthon", "ahon", "layer"),
         description="||O[T]|| divided by the layer mean of the token-averaged norm (ahon)",
+        bounds=(0.0, math.inf),
     )
 )
 register(
@@ -254,6 +273,7 @@ register(
         "below",
         ratio=Ratio("lthon", "ahon", "head"),
         description="||O[T]|| divided by the same head's token-averaged norm (ahon)",
+        bounds=(0.0, math.inf),
     )
 )
 _raw_with_ln(
@@ -279,6 +299,7 @@ register(
         "random baseline",
         "below",
         description="u ~ U(0, 1) in fp32, independent per (sequence, layer, head); zeroes a fraction p when tau = p",
+        bounds=(0.0, 1.0),
     )
 )
 
@@ -287,6 +308,17 @@ def score_ids() -> tuple[str, ...]:
     """Every registered score id, in registration order: the column order of every table (the
     built-in scores are registered in the order of SPEC §2; a user's scores follow)."""
     return tuple(SCORES)
+
+
+def tied_within_layer(score_ids: Iterable[str], n_heads: int, n_kv_heads: int) -> tuple[str, ...]:
+    """The scores among ``score_ids`` that give every query head of a layer the same value when a
+    layer of ``n_heads`` query heads has ``n_kv_heads`` KV heads: the statistics of the value vectors
+    alone (``per_kv_head``: ``avvn``, ``ftvvn`` and their layer-normalised forms) when a single KV head
+    serves every query head (multi-query attention, e.g. Gemma-3 270M). They rank layers, not heads,
+    and their layer-normalised forms are exactly 1."""
+    if n_kv_heads != 1 or n_heads <= 1:
+        return ()
+    return tuple(sid for sid in score_ids if get_score(sid).per_kv_head)
 
 
 def get_score(score_id: str) -> Score:
@@ -325,6 +357,30 @@ def raw_closure(score_ids: Iterable[str]) -> tuple[str, ...]:
                 raise ValueError(f"score {sid!r} derives from {dep!r}, which is not a registered raw score")
             raw[dep] = None
     return tuple(raw)
+
+
+def check_threshold(score_id: str, threshold: float) -> float:
+    """``threshold`` as a float if it lies within the values the score can take (:attr:`Score.bounds`),
+    else a ``ValueError``: outside them a threshold zeroes every head or none (``awft`` with -1 zeroes
+    every head), which is never what a sweep point means."""
+    score = get_score(score_id)
+    try:
+        value = float(threshold)
+    except (TypeError, ValueError):
+        raise ValueError(f"threshold of {score_id!r} must be a number, not {threshold!r}") from None
+    low, high = score.bounds
+    if math.isnan(value) or not low <= value <= high:
+        what = "zeroes every head" if (value < low) == (score.inactive_when == "above") else "zeroes no head"
+        raise ValueError(
+            f"threshold {threshold!r} of {score_id!r} is outside the values the score takes [{low:g}, {high:g}]"
+            + ("" if math.isnan(value) else f", so it {what}")
+            + (
+                "; give p in [0, 1] (the fraction of heads to zero)"
+                if score.is_random
+                else "; give a threshold inside that range (headstats.thresholds_for_fractions calibrates one)"
+            )
+        )
+    return value
 
 
 def is_inactive(score_id: str, values: torch.Tensor, threshold: float) -> torch.Tensor:

@@ -17,8 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -44,9 +43,7 @@ def tied_within_layers(model: PreTrainedModel, score_ids: Iterable[str]) -> tupl
     config = model.config.get_text_config()
     heads = int(getattr(config, "num_attention_heads", 1))
     kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
-    if kv_heads != 1 or heads == 1:
-        return ()
-    return tuple(sid for sid in score_ids if S.get_score(sid).per_kv_head)
+    return S.tied_within_layer(score_ids, heads, kv_heads)
 
 
 def warn_tied_scores(model: PreTrainedModel, score_ids: Iterable[str], model_name: str) -> tuple[str, ...]:
@@ -133,11 +130,7 @@ def _check_threshold(score: str, threshold: object) -> float:
     value = float(threshold)
     if not math.isfinite(value):
         raise ValueError(f"threshold must be finite, not {value}")
-    if S.get_score(score).is_random and not 0.0 <= value <= 1.0:
-        raise ValueError(
-            f"for score 'random' the threshold is the zeroing probability p and must lie in [0, 1], not {value}"
-        )
-    return value
+    return S.check_threshold(score, value)
 
 
 def _check_heads(heads: Iterable[object], num_layers: int, num_heads: int) -> tuple[tuple[int, int], ...]:
@@ -162,7 +155,6 @@ def _check_heads(heads: Iterable[object], num_layers: int, num_heads: int) -> tu
     return tuple(checked)
 
 
-@contextmanager
 def ablate_heads(
     model: PreTrainedModel,
     score: str | None = None,
@@ -172,7 +164,7 @@ def ablate_heads(
     *,
     record_scores: bool = False,
     materialise: bool = False,
-) -> Iterator[Ablation]:
+) -> AblationContext:
     """Zero attention heads of ``model`` for every forward pass run inside the ``with`` block.
 
     ``with ablate_heads(model, score="ahon_ln", threshold=t) as ab:`` zeroes, per sequence and layer,
@@ -186,6 +178,8 @@ def ablate_heads(
     that the pass is comparable bit for bit with a pass whose scores read the probabilities.
 
     Run the model with its 2-D ``attention_mask`` (padding must be known) and without a KV cache.
+    The arguments are checked at the call; the returned object can be entered again (each ``with``
+    block yields a new :class:`Ablation`, with the passes of that block only).
     """
     num_layers, num_heads = model_shape(model)
     if (score is None) == (heads is None):
@@ -205,11 +199,14 @@ def ablate_heads(
         def static_policy(layer: int, _scores: dict[str, torch.Tensor], keys: torch.Tensor) -> torch.Tensor:
             return mask[layer].unsqueeze(0).expand(len(keys), num_heads)
 
-        # No score ids: the attention function then computes attention only (the fast path).
-        probe = Probe(
-            model, (), static_policy, seed=seed, keep_history=True, record_scores=False, materialise=materialise
-        )
-        ablation = Ablation("static", None, None, static, num_layers, num_heads, probe)
+        def static_ablation() -> Ablation:
+            # No score ids: the attention function then computes attention only (the fast path).
+            probe = Probe(
+                model, (), static_policy, seed=seed, keep_history=True, record_scores=False, materialise=materialise
+            )
+            return Ablation("static", None, None, static, num_layers, num_heads, probe)
+
+        return AblationContext(static_ablation)
     else:
         assert score is not None
         sid = S.get_score(score).id
@@ -218,11 +215,35 @@ def ablate_heads(
         def dynamic_policy(layer: int, scores: dict[str, torch.Tensor], _keys: torch.Tensor) -> torch.Tensor:
             return S.is_inactive(sid, scores[sid], tau)
 
-        probe = Probe(
-            model, (sid,), dynamic_policy, seed=seed, keep_history=True, record_scores=record_scores,
-            materialise=materialise,
-        )  # fmt: skip
         mode = "random" if S.get_score(sid).is_random else "dynamic"
-        ablation = Ablation(mode, sid, tau, None, num_layers, num_heads, probe)
-    with probe:
-        yield ablation
+
+        def dynamic_ablation() -> Ablation:
+            probe = Probe(
+                model, (sid,), dynamic_policy, seed=seed, keep_history=True, record_scores=record_scores,
+                materialise=materialise,
+            )  # fmt: skip
+            return Ablation(mode, sid, tau, None, num_layers, num_heads, probe)
+
+        return AblationContext(dynamic_ablation)
+
+
+class AblationContext:
+    """What :func:`ablate_heads` returns: a context manager that zeroes heads inside each ``with``
+    block it is entered in, yielding a new :class:`Ablation` each time."""
+
+    def __init__(self, make: Callable[[], Ablation]) -> None:
+        self._make = make
+        self._active: Ablation | None = None
+
+    def __enter__(self) -> Ablation:
+        if self._active is not None:
+            raise RuntimeError("this ablate_heads(...) is already active; leave its with block before entering again")
+        ablation = self._make()
+        ablation.probe.__enter__()
+        self._active = ablation
+        return ablation
+
+    def __exit__(self, *exc: object) -> None:
+        ablation, self._active = self._active, None
+        if ablation is not None:
+            ablation.probe.__exit__(*exc)

@@ -47,6 +47,7 @@ import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
 from headstats.engine.scores import score_ids as registered_score_ids
+from headstats.names import check_name
 
 log = logging.getLogger("headstats")
 
@@ -153,8 +154,10 @@ def _jsonable(value: object) -> object:
 def partition_dir(root: str | os.PathLike, **partitions: str) -> Path:
     path = Path(root)
     for key, value in partitions.items():
-        if not value or "/" in value or value.startswith("."):
-            raise StoreError(f"invalid partition value {key}={value!r}")
+        try:
+            check_name(value, f"{key} name")
+        except ValueError as err:
+            raise StoreError(str(err)) from None
         path = path / f"{key}={value}"
     return path
 
@@ -166,6 +169,7 @@ def table_dir(root: str | os.PathLike, kind: Kind, model: str, name: str) -> Pat
 
 def point_file_name(score: str, target: float) -> str:
     """The file of one sweep point in an intervention partition (the baseline's for ``score='baseline'``)."""
+    check_name(score, "score id")
     return BASELINE_FILE if score == "baseline" else f"point-{score}-{target:.6g}.parquet"
 
 

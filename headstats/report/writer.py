@@ -8,7 +8,9 @@ machine from the results alone. What the report holds is the list
 figures when its inputs are there. This module is the writer they write to (:class:`ReportWriter`),
 which renders one content stream twice:
 
-- ``index.html``: self-contained (figures embedded as PNG, tables inline);
+- ``index.html``: self-contained (figures embedded as SVG or PNG, tables inline), led by the
+  answer: title, abstract, headline figure and main table, then contents, body and the
+  "Methods and caveats" appendix;
 - ``summary.md``: the same content in markdown, linking the figure files;
 - ``figures/*.png|svg`` and ``tables/*.csv``.
 
@@ -19,14 +21,16 @@ directory ``~`` (:func:`public_text`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as _dt
 import html
+import json
 import logging
 import os
 import re
 import shlex
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Iterator, Sequence
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pandas as pd
@@ -80,24 +84,59 @@ def _public_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 # --- the writer: one content stream, two renderings -----------------------------------------------
 
+ABSTRACT_WORDS = 150  # the most words an abstract may have: read in 30 seconds
+APPENDIX_TITLE = "Methods and caveats"
+APPENDIX_ANCHOR = "methods-and-caveats"
+MANIFEST_FILE = "_manifest.json"  # the files a build wrote: the only ones the next build may remove
+SVG_RATIO = 1.5  # embed a figure as SVG (crisp) unless its SVG is this many times its PNG's size
+MD_ROWS = 25  # rows of a table shown in summary.md; the CSV has them all
 
 _CSS = """
-body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
-h1 { font-size: 1.6em; margin-bottom: .2em; } p.subtitle { margin-top: 0; color: #444; }
+*, *::before, *::after { box-sizing: border-box; }
+body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 1.5em auto; padding: 0 1em; color: #222;
+line-height: 1.45; }
+h1 { font-size: 1.6em; margin: 0 0 .2em; } p.subtitle { margin-top: 0; color: #444; font-size: .9em; }
+h1, h2, h3, p, li, figcaption, summary { overflow-wrap: anywhere; }
 h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
-table.t { border-collapse: collapse; font-size: .82em; margin: .5em 0 1.2em; }
+#abstract { font-size: 1.02em; background: #f6f8fa; border-left: 4px solid #225; padding: .4em .9em; margin: .6em 0; }
+#abstract p { margin: .3em 0; }
+.scroll { overflow-x: auto; max-width: 100%; margin: .5em 0 1.2em; }
+table.t { border-collapse: collapse; font-size: .82em; }
 table.t th, table.t td { border: 1px solid #ddd; padding: .2em .5em; text-align: right; }
 table.t th { background: #f4f4f4; } table.t td:first-child { text-align: left; }
-figure { margin: 1em 0 2em; } figure img { max-width: 100%; } figcaption { font-size: .85em; color: #555; }
+p.legend { font-size: .85em; color: #444; margin: -.8em 0 1em; }
+figure { margin: 1em 0 2em; } figure img { max-width: 100%; height: auto; }
+figure.headline { margin: .5em 0 1em; } figure.headline img { max-height: 640px; width: auto; }
+figcaption { font-size: .85em; color: #555; }
+nav#contents { font-size: .92em; columns: 2; column-gap: 2em; background: #fafafa; padding: .5em 1em;
+border: 1px solid #eee; } nav#contents ul { margin: 0; padding-left: 1.2em; } nav#contents > ul { padding-left: 0;
+list-style: none; } nav#contents h2 { margin: 0 0 .3em; border: 0; font-size: 1.05em; column-span: all; }
 code { background: #f4f4f4; padding: 0 .2em; } pre { background: #f8f8f8; padding: .6em; overflow-x: auto;
-font-size: .8em; } details { margin: .5em 0 1em; } summary { cursor: pointer; color: #225; }
+max-width: 100%; font-size: .8em; } details { margin: .5em 0 1em; } summary { cursor: pointer; color: #225; }
 """
+
+_LINK = re.compile(r"\[([^\]]+)\]\((#[A-Za-z0-9_-]+)\)")
 
 
 def _inline_html(text: str) -> str:
+    """Markdown's inline code, bold and in-page links (``[text](#anchor)``) as HTML."""
     escaped = html.escape(text)
     escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
+    escaped = _LINK.sub(r'<a href="\2">\1</a>', escaped)
     return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", escaped)
+
+
+def anchor_slug(text: str) -> str:
+    """The anchor of a heading as GitHub derives it (lower case, punctuation dropped, spaces as
+    hyphens), so that the contents' links work in ``summary.md`` on GitHub and in ``index.html``."""
+    slug = re.sub(r"[^\w\- ]", "", text.strip().lower())
+    return slug.replace(" ", "-")
+
+
+def word_count(text: str) -> int:
+    """Words of a text as a reader counts them (markdown marks and links do not count)."""
+    plain = _LINK.sub(r"\1", text).replace("`", "").replace("**", "")
+    return len(plain.split())
 
 
 def _format_cell(value: object, floatfmt: str) -> str:
@@ -118,14 +157,33 @@ def markdown_table(frame: pd.DataFrame, floatfmt: str = ".3g", index: bool = Fal
     return "\n".join(lines)
 
 
-class ReportWriter:
-    """Collects headings, text, tables and figures, and writes ``index.html`` + ``summary.md``.
+class _Stream:
+    """One part of a report (its body, or the methods appendix) in both renderings."""
 
-    Figures go to ``out/figures`` (PNG and SVG) and are embedded in the HTML as PNG; tables are
-    written as CSV (``out/tables/<name>.csv`` unless given another path relative to ``out``).
-    :meth:`write` then removes the tables and figures an earlier build left in those two folders and
-    this one did not write (a section renamed, a table no longer produced), so that every file of the
-    report belongs to the text beside it.
+    def __init__(self) -> None:
+        self.html: list[str] = []
+        self.md: list[str] = []
+        self.toc: list[tuple[int, str, str]] = []  # (level, text, anchor)
+
+
+class ReportWriter:
+    """Collects a report's parts and writes ``index.html`` + ``summary.md``, read top-down:
+
+    1. the title, the :meth:`abstract` (at most :data:`ABSTRACT_WORDS` words), one :meth:`headline`
+       figure and the :meth:`main_table` with its one-line legend, whatever the order of the calls;
+    2. a table of contents linking every heading of levels 2 and 3;
+    3. the body: what sections write with :meth:`heading`, :meth:`text`, :meth:`table`,
+       :meth:`figure` and :meth:`details` (inside ``with`` :meth:`collapsed` in a ``<details>`` block);
+    4. the "Methods and caveats" appendix: what sections write inside ``with`` :meth:`appendix`.
+
+    Figures go to ``out/figures`` (PNG and SVG) and are embedded in the HTML, as SVG unless that is
+    more than :data:`SVG_RATIO` times the PNG; tables are written as CSV (``out/tables/<name>.csv``
+    unless given another path relative to ``out``) and shown in boxes that scroll sideways on their
+    own, so the page never does. In ``summary.md`` a collapsed table is a link to its CSV.
+    :meth:`write` lists every file it wrote in ``out/_manifest.json`` and removes the files the
+    previous build's manifest lists and this one did not write (a section renamed, a table no longer
+    produced), so that every file of the report belongs to the text beside it; a file that no build
+    listed (a user's own) is never removed.
     """
 
     def __init__(self, out: str | os.PathLike, title: str, *, dpi: int = 90, subtitle: str | None = None) -> None:
@@ -133,19 +191,106 @@ class ReportWriter:
         self.title = title
         self.subtitle = subtitle  # under the title, e.g. the exact identity of every model
         self.dpi = dpi
-        self._html: list[str] = []
-        self._md: list[str] = []
+        self._lead: dict[str, tuple[str, str]] = {}  # abstract, headline, main table: (html, md)
+        self._body, self._appendix = _Stream(), _Stream()
+        self._stream = self._body
+        self._collapsed = 0
+        self._anchors: set[str] = {APPENDIX_ANCHOR, "contents", "abstract"}
         self._written: set[Path] = set()
 
-    def heading(self, text: str, level: int = 2) -> None:
-        self._html.append(f"<h{level}>{_inline_html(text)}</h{level}>")
-        self._md.append(f"{'#' * level} {text}")
+    # --- the lead: what a reader with 30 seconds sees ---
+
+    def abstract(self, text: str) -> None:
+        """The answer in plain words with the main numbers: at most :data:`ABSTRACT_WORDS` words."""
+        words = word_count(text)
+        if words > ABSTRACT_WORDS:
+            raise ValueError(
+                f"an abstract has at most {ABSTRACT_WORDS} words, this one {words}: keep the answer and its main "
+                "numbers, and move the rest to the body"
+            )
+        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+        self._lead["abstract"] = (
+            '<div id="abstract">' + "".join(f"<p>{_inline_html(p)}</p>" for p in paragraphs) + "</div>",
+            "\n\n".join(paragraphs),
+        )
+
+    def headline(self, fig: Figure, name: str, caption: str) -> Path:
+        """The one figure shown under the abstract."""
+        html_block, md = self._figure_blocks(fig, name, caption, css_class="headline")
+        self._lead["headline"] = (html_block, md)
+        return self.out / "figures" / f"{name}.png"
+
+    def main_table(
+        self, frame: pd.DataFrame, name: str, *, legend: str, full_legend: str | None = None, floatfmt: str = ".3g"
+    ) -> Path:
+        """The report's main table under the headline figure, with a one-line ``legend`` and a link to
+        the heading ``full_legend`` (its anchor) where the columns are explained in full."""
+        path = self._write_csv(frame, name, None, False)
+        more = f" [Full legend](#{full_legend})." if full_legend else ""
+        self._lead["table"] = (
+            self._table_html(frame, path, floatfmt, False) + f'<p class="legend">{_inline_html(legend + more)}</p>',
+            markdown_table(frame, floatfmt) + f"\n\n*{legend}{more}*",
+        )
+        return path
+
+    # --- the body, and the appendix ---
+
+    @contextlib.contextmanager
+    def appendix(self) -> Iterator[None]:
+        """Write into the "Methods and caveats" appendix at the end (paths, dtypes, history, legends)."""
+        previous, self._stream = self._stream, self._appendix
+        try:
+            yield
+        finally:
+            self._stream = previous
+
+    @contextlib.contextmanager
+    def collapsed(self, summary: str) -> Iterator[None]:
+        """Write into a ``<details>`` block titled ``summary`` (closed until the reader opens it)."""
+        self._stream.html.append(f"<details><summary>{_inline_html(summary)}</summary>")
+        self._stream.md.append(f"**{summary}** (collapsed in index.html):")
+        self._collapsed += 1
+        try:
+            yield
+        finally:
+            self._collapsed -= 1
+            self._stream.html.append("</details>")
+
+    def heading(self, text: str, level: int = 2) -> str:
+        """A heading with an anchor (returned; listed in the contents at levels 2 and 3)."""
+        base = anchor_slug(text) or "section"
+        anchor, n = base, 0
+        while anchor in self._anchors:
+            n += 1
+            anchor = f"{base}-{n}"
+        self._anchors.add(anchor)
+        self._stream.html.append(f'<h{level} id="{anchor}">{_inline_html(text)}</h{level}>')
+        self._stream.md.append(f"{'#' * level} {text}")
+        if level <= 3 and not self._collapsed:
+            self._stream.toc.append((level, text, anchor))
+        return anchor
 
     def text(self, text: str) -> None:
         """A paragraph; a blank line in ``text`` starts another (an analysis file's long notes)."""
         paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
-        self._html.extend(f"<p>{_inline_html(p)}</p>" for p in paragraphs)
-        self._md.append("\n\n".join(paragraphs))
+        self._stream.html.extend(f"<p>{_inline_html(p)}</p>" for p in paragraphs)
+        self._stream.md.append("\n\n".join(paragraphs))
+
+    def _write_csv(self, frame: pd.DataFrame, name: str, csv: str | None, index: bool) -> Path:
+        path = self.out / (csv or f"tables/{name}.csv")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{path.name}.tmp"
+        frame.to_csv(tmp, index=index)
+        os.replace(tmp, path)
+        self._written.add(path)
+        return path
+
+    def _table_html(self, frame: pd.DataFrame, path: Path, floatfmt: str, index: bool) -> str:
+        body = frame.to_html(
+            index=index, border=0, classes="t", na_rep="", float_format=lambda v: format(v, floatfmt), escape=True
+        )
+        rel = html.escape(path.relative_to(self.out).as_posix())
+        return f'<div class="scroll">{body}</div><p><small>CSV: <a href="{rel}">{rel}</a></small></p>'
 
     def table(
         self,
@@ -156,53 +301,84 @@ class ReportWriter:
         index: bool = False,
         csv: str | None = None,
         collapsed: str | None = None,
-        max_md_rows: int = 60,
+        max_md_rows: int = MD_ROWS,
     ) -> Path:
         """Add a table (in a collapsed block titled ``collapsed`` if given) and write it as CSV."""
         frame = _public_frame(frame)
-        path = self.out / (csv or f"tables/{name}.csv")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".{path.name}.tmp"
-        frame.to_csv(tmp, index=index)
-        os.replace(tmp, path)
-        self._written.add(path)
-        body = frame.to_html(
-            index=index, border=0, classes="t", na_rep="", float_format=lambda v: format(v, floatfmt), escape=True
-        )
-        link = (
-            f'<p><small>CSV: <a href="{html.escape(path.relative_to(self.out).as_posix())}">'
-            f"{html.escape(path.relative_to(self.out).as_posix())}</a></small></p>"
-        )
-        block = body + link
+        path = self._write_csv(frame, name, csv, index)
+        block = self._table_html(frame, path, floatfmt, index)
         if collapsed:
             block = f"<details><summary>{_inline_html(collapsed)}</summary>{block}</details>"
-        self._html.append(block)
+        self._stream.html.append(block)
+        rel = path.relative_to(self.out).as_posix()
+        if collapsed or self._collapsed:
+            title = f"{collapsed}: " if collapsed else ""
+            self._stream.md.append(f"{title}[`{rel}`]({rel}) ({len(frame)} rows).")
+            return path
         shown = frame if len(frame) <= max_md_rows else frame.head(max_md_rows)
         md = markdown_table(shown, floatfmt, index)
         if len(frame) > max_md_rows:
-            md += f"\n\n({len(frame) - max_md_rows} more rows in `{path.relative_to(self.out).as_posix()}`)"
-        elif collapsed:
-            md = f"{collapsed}:\n\n{md}"
-        self._md.append(md)
+            md += f"\n\n({len(frame) - max_md_rows} more rows in [`{rel}`]({rel}))"
+        self._stream.md.append(md)
         return path
 
-    def figure(self, fig: Figure, name: str, caption: str) -> Path:
+    def _figure_blocks(self, fig: Figure, name: str, caption: str, css_class: str = "") -> tuple[str, str]:
         paths = plots.save_figure(fig, self.out / "figures", name, dpi=self.dpi)
         self._written.update(paths.values())
-        data = base64.b64encode(paths["png"].read_bytes()).decode("ascii")
+        svg, png = paths["svg"].read_bytes(), paths["png"].read_bytes()
+        kind, data = ("svg+xml", svg) if len(svg) <= SVG_RATIO * len(png) else ("png", png)
+        encoded = base64.b64encode(data).decode("ascii")
         rel_svg = paths["svg"].relative_to(self.out).as_posix()
-        self._html.append(
-            f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{data}">'
+        klass = f' class="{css_class}"' if css_class else ""
+        block = (
+            f'<figure{klass}><img alt="{html.escape(name)}" src="data:image/{kind};base64,{encoded}">'
             f'<figcaption>{_inline_html(caption)} <a href="{html.escape(rel_svg)}">(SVG)</a></figcaption></figure>'
         )
-        self._md.append(f"![{name}]({paths['png'].relative_to(self.out).as_posix()})\n\n*{caption}*")
-        return paths["png"]
+        return block, f"![{name}]({paths['png'].relative_to(self.out).as_posix()})\n\n*{caption}*"
 
-    def details(self, summary: str, body: str) -> None:
-        self._html.append(
+    def figure(self, fig: Figure, name: str, caption: str) -> Path:
+        block, md = self._figure_blocks(fig, name, caption)
+        self._stream.html.append(block)
+        self._stream.md.append(md)
+        return self.out / "figures" / f"{name}.png"
+
+    def details(self, summary: str, body: str, file: str | None = None) -> None:
+        """Preformatted text in a collapsed block; with ``file`` (a path relative to ``out``), also
+        written there, and ``summary.md`` links the file instead of repeating it."""
+        self._stream.html.append(
             f"<details><summary>{_inline_html(summary)}</summary><pre>{html.escape(body)}</pre></details>"
         )
-        self._md.append(f"<details><summary>{summary}</summary>\n\n```\n{body}\n```\n\n</details>")
+        if file is None:
+            self._stream.md.append(f"<details><summary>{summary}</summary>\n\n```\n{body}\n```\n\n</details>")
+            return
+        path = self.out / file
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{path.name}.tmp"
+        tmp.write_text(public_text(body), encoding="utf-8")
+        os.replace(tmp, path)
+        self._written.add(path)
+        self._stream.md.append(f"{summary}: [`{file}`]({file}).")
+
+    # --- rendering ---
+
+    def _contents(self) -> tuple[str, str]:
+        entries = [*self._body.toc, (2, APPENDIX_TITLE, APPENDIX_ANCHOR)] if self._appendix.html else self._body.toc
+        entries += [e for e in self._appendix.toc if e[0] <= 3 and self._appendix.html]
+        if not entries:
+            return "", ""
+        html_items, md_items, open_sub = [], [], False
+        for level, text, anchor in entries:
+            item = f'<li><a href="#{anchor}">{_inline_html(text)}</a>'
+            if level == 2:
+                html_items.append(("</ul></li>" if open_sub else "</li>" if html_items else "") + item)
+                open_sub = False
+            else:
+                html_items.append(("" if open_sub else "<ul>") + item + "</li>")
+                open_sub = True
+            md_items.append(("  " if level > 2 else "") + f"- [{text}](#{anchor})")
+        closing = "</ul></li>" if open_sub else "</li>"
+        nav = '<nav id="contents"><h2>Contents</h2><ul>' + "".join(html_items) + closing + "</ul></nav>"
+        return nav, "**Contents**\n\n" + "\n".join(md_items)
 
     def write(self) -> Path:
         """Write ``index.html`` and ``summary.md`` atomically; returns the HTML path."""
@@ -210,15 +386,24 @@ class ReportWriter:
         from headstats import __version__
 
         footer = f"Generated by headstats {__version__} on {stamp}."
+        lead = [self._lead[k] for k in ("abstract", "headline", "table") if k in self._lead]
+        nav, md_nav = self._contents()
+        appendix_html, appendix_md = [], []
+        if self._appendix.html:
+            appendix_html = [f'<h2 id="{APPENDIX_ANCHOR}">{APPENDIX_TITLE}</h2>', *self._appendix.html]
+            appendix_md = [f"## {APPENDIX_TITLE}", *self._appendix.md]
         page = (
-            f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(self.title)}</title>'
-            f"<style>{_CSS}</style></head><body>\n<h1>{html.escape(self.title)}</h1>\n"
+            f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{html.escape(self.title)}</title><style>{_CSS}</style></head><body>\n"
+            f"<h1>{html.escape(self.title)}</h1>\n"
             + (f'<p class="subtitle">{_inline_html(self.subtitle)}</p>\n' if self.subtitle else "")
-            + "\n".join(self._html)
+            + "\n".join([*(h for h, _ in lead), nav, *self._body.html, *appendix_html])
             + f"\n<hr><p><small>{html.escape(footer)}</small></p></body></html>\n"
         )
         head = f"# {self.title}\n\n" + (f"{self.subtitle}\n\n" if self.subtitle else "")
-        md = head + "\n\n".join(self._md) + f"\n\n---\n{footer}\n"
+        parts = [*(m for _, m in lead), md_nav, *self._body.md, *appendix_md]
+        md = head + "\n\n".join(p for p in parts if p) + f"\n\n---\n{footer}\n"
         index = self.out / "index.html"
         for path, text in ((index, page), (self.out / "summary.md", md)):
             tmp = path.parent / f".{path.name}.tmp"
@@ -228,22 +413,55 @@ class ReportWriter:
         return index
 
     def _remove_stale(self) -> None:
-        """Remove the ``tables/*.csv`` and ``figures/*.png|svg`` this build did not write."""
-        stale = [
-            path
-            for folder, suffixes in (("tables", {".csv"}), ("figures", {".png", ".svg"}))
-            if (self.out / folder).is_dir()
-            for path in sorted((self.out / folder).iterdir())
-            if path.is_file() and path.suffix in suffixes and path not in self._written
-        ]
-        for path in stale:
-            path.unlink()
+        """Write this build's manifest, and remove the files the previous build listed in its manifest
+        that this one did not write (a section renamed, a table no longer produced). Nothing else in
+        ``out`` is touched: files no headstats build wrote stay, with one warning naming them."""
+        written = {p.relative_to(self.out).as_posix() for p in self._written}
+        written |= {"index.html", "summary.md"}
+        previous = read_manifest(self.out)
+        stale = sorted(rel for rel in previous - written if (self.out / rel).is_file())
+        for rel in stale:
+            (self.out / rel).unlink()
+        store.write_json_atomic({"written_by": "headstats", "files": sorted(written)}, self.out / MANIFEST_FILE)
         if stale:
-            logger.info(
-                "removed %d table(s) and figure(s) of an earlier build: %s",
-                len(stale),
-                ", ".join(p.relative_to(self.out).as_posix() for p in stale),
-            )
+            logger.info("removed %d file(s) of the previous build: %s", len(stale), ", ".join(stale))
+        foreign = sorted(
+            p.relative_to(self.out).as_posix()
+            for p in self.out.rglob("*")
+            if p.is_file()
+            and not any(part.startswith(".") for part in p.relative_to(self.out).parts)
+            and p.name != MANIFEST_FILE
+            and p.relative_to(self.out).as_posix() not in written | previous
+        )
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+            logger.warning(
+                "%s holds %d file(s) that no headstats build listed in %s; they were kept: %s",
+                self.out, len(foreign), MANIFEST_FILE, shown,
+            )  # fmt: skip
+
+
+def read_manifest(out: Path) -> set[str]:
+    """The files (relative paths) the previous build in ``out`` wrote, from its manifest; empty when
+    there is none or it cannot be read. Entries that would leave ``out`` are ignored."""
+    path = out / MANIFEST_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    files = data.get("files") if isinstance(data, dict) else None
+    if not isinstance(files, list):
+        return set()
+    return {
+        rel
+        for rel in files
+        if isinstance(rel, str)
+        and rel
+        and "\0" not in rel
+        and not PurePosixPath(rel).is_absolute()
+        and ".." not in PurePosixPath(rel).parts
+        and rel != MANIFEST_FILE
+    }
 
 
 # --- a report: the list of sections over one results folder ---------------------------------------
@@ -288,16 +506,17 @@ def build_report(
     )
     kinds = [p.kind for p in context.partitions]
     title = f" --title {shlex.quote(spec.title)}" if spec.title else ""
-    writer.text(
-        f"Built from `{results}` only (no model loaded): {kinds.count('scores')} score table(s), "
-        f"{kinds.count('interventions')} intervention table(s). Rebuild with "
-        f"`headstats report {results} --out {out}{title}`."
-    )
-    if context.stray:
+    with writer.appendix():
         writer.text(
-            f"{len(context.stray)} Parquet file(s) outside the results layout were ignored, e.g. "
-            f"`{context.stray[0].relative_to(results).as_posix()}`."
+            f"Built from `{results}` only (no model loaded): {kinds.count('scores')} score table(s), "
+            f"{kinds.count('interventions')} intervention table(s). Rebuild with "
+            f"`headstats report {results} --out {out}{title}`."
         )
+        if context.stray:
+            writer.text(
+                f"{len(context.stray)} Parquet file(s) outside the results layout were ignored, e.g. "
+                f"`{context.stray[0].relative_to(results).as_posix()}`."
+            )
     for section in report_sections.SECTIONS if sections is None else sections:
         section(writer, context)
     return writer.write()
