@@ -14,6 +14,9 @@ Three readings of "within 1 point" (:func:`within_one_point`, ``reading=``):
   it as a lower bound;
 - ``"study"``: the study's rule, x of the *last* crossing in either direction, 0 if none (used only
   to reproduce the paper's numbers).
+
+:func:`within_one_point_monotone` reads the first drop of the curve's non-increasing (isotonic) fit,
+a steadier reading of curves that run flat near the line.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+from scipy.optimize import isotonic_regression
 
 Reading = Literal["first", "study"]
 READINGS: tuple[str, ...] = ("first", "study")
@@ -99,6 +103,23 @@ def within_one_point(
     if j > 0:  # the segment (j - 1, j) goes from above the line to on or below it
         value = float(x[j - 1] + (level - y[j - 1]) * (x[j] - x[j - 1]) / (y[j] - y[j - 1]))
     return Crossing(value, True, censored=False, non_monotone=bool((y[j + 1 :] > level).any()))
+
+
+def within_one_point_monotone(
+    realised: Sequence[float], accuracy: Sequence[float], baseline: float, drop: float = 1.0
+) -> Crossing:
+    """The first-drop reading of the curve's monotone fit: accuracy regressed on realised % under the
+    constraint that it never rises (isotonic regression, pool-adjacent-violators, equal weights since
+    every point answers the same questions), then read as :func:`within_one_point` against the
+    observed ``baseline``. A point that grazes the line and a later point that climbs back are pooled
+    instead of deciding the reading alone, so the reading moves less with a few answers. The fit never
+    rises, so it is never ``non_monotone``; censored as :func:`within_one_point` when the fit stays
+    above the line."""
+    x, y = _sorted(realised, accuracy)
+    if len(x) < 2:
+        return within_one_point(x, y, baseline, drop)
+    fitted = isotonic_regression(y, increasing=False).x
+    return within_one_point(x, fitted, baseline, drop)
 
 
 def normalised_auc(realised: Sequence[float], accuracy: Sequence[float]) -> float:

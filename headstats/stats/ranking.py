@@ -29,6 +29,7 @@ from scipy import stats as _st
 from headstats.engine.scores import score_ids as registered_score_ids
 from headstats.stats import curves as C
 from headstats.stats import summary as S
+from headstats.stats.distances import holm
 
 RANK_METRICS = ("norm_auc", "grid_auc")
 NO_HEAD_ZEROED = "no head zeroed"
@@ -245,7 +246,9 @@ def compare_with_reference(curves: pd.DataFrame, reference: str = "awft") -> pd.
 CURVE_INTERVAL_COLUMNS = (
     "model", "task", "score", "by", "area", "area_low", "area_high", "rank", "rank_low", "rank_high", "p_best",
     "reference", "vs_reference", "vs_reference_low", "vs_reference_high", "first_drop", "first_low", "first_high",
-    "first_low_open", "first_high_open", "cluster", "n_clusters", "n_resamples",
+    "first_low_open", "first_high_open", "first_median", "first_q25", "first_q75", "first_unstable",
+    "first_mono", "first_mono_low", "first_mono_high", "first_mono_low_open", "first_mono_high_open",
+    "vs_reference_p", "cluster", "n_clusters", "n_resamples",
 )  # fmt: skip
 
 
@@ -275,6 +278,16 @@ def curve_intervals(
     the first-drop interval is wide: that is how far the reading can be trusted. The first drop is
     not a smooth statistic (it jumps where a point grazes the line); its percentile interval covered
     the true crossing in 92-97% of simulated tasks (``tests/test_readings.py``).
+
+    How far the point reading can be trusted: ``first_median``, ``first_q25`` and ``first_q75`` are
+    the median and quartiles of its bootstrap distribution (censored resamples sort as their lower
+    bound), and ``first_unstable`` is True when the reading lies outside that central half, that is,
+    when most resamples read it elsewhere. ``first_mono`` is the first drop of the curve's monotone
+    (isotonic) fit (:func:`headstats.stats.curves.within_one_point_monotone`) with its percentile
+    interval ``first_mono_low``, ``first_mono_high`` (``*_open`` as above). ``vs_reference_p``: the
+    two-sided bootstrap p-value of ``vs_reference`` (twice the smaller share of resamples on either
+    side of 0, each counted as (k + 1) / (B + 1)), so that verdicts over many curves can be adjusted
+    for multiplicity (:func:`verdicts`).
 
     Every resample draws the questions' clusters with replacement (``cluster`` as in
     :func:`headstats.summarize_interventions`: the subject where the task has one, else the
@@ -326,6 +339,8 @@ def curve_intervals(
         areas = np.full((len(weights), len(scores)), np.nan)
         firsts = np.full((len(weights), len(scores)), np.nan)
         censored = np.zeros((len(weights), len(scores)), dtype=bool)
+        monos = np.full((len(weights), len(scores)), np.nan)
+        mono_censored = np.zeros((len(weights), len(scores)), dtype=bool)
         for r in range(len(weights)):
             curves = {}
             for s in scores:
@@ -337,6 +352,8 @@ def curve_intervals(
             for j, (x, y) in enumerate(curves.values()):
                 crossing = C.within_one_point(x, y, accuracy[r, base_col], drop)
                 firsts[r, j], censored[r, j] = crossing.value, crossing.censored
+                mono = C.within_one_point_monotone(x, y, accuracy[r, base_col], drop)
+                monos[r, j], mono_censored[r, j] = mono.value, mono.censored
                 if by == "norm_auc":
                     areas[r, j] = C.normalised_auc(x, y)
                 elif upper > 0:
@@ -348,23 +365,52 @@ def curve_intervals(
             low, high = _percentiles(boot_area, alpha)
             rank_low = int(np.quantile(boot_rank, alpha, method="lower"))
             rank_high = int(np.quantile(boot_rank, 1 - alpha, method="higher"))
-            vs = vs_low = vs_high = np.nan
+            vs = vs_low = vs_high = vs_p = np.nan
             if ref is not None and ref != j:
                 diffs = areas[:, j] - areas[:, ref]
                 vs = diffs[0]
                 vs_low, vs_high = _percentiles(diffs[1:], alpha)
+                vs_p = bootstrap_pvalue(diffs[1:])
             first_low, first_low_open = _order_statistic(firsts[1:, j], censored[1:, j], alpha)
             first_high, first_high_open = _order_statistic(firsts[1:, j], censored[1:, j], 1 - alpha)
+            quartiles = [_order_statistic(firsts[1:, j], censored[1:, j], q)[0] for q in (0.25, 0.5, 0.75)]
+            mono_low, mono_low_open = _order_statistic(monos[1:, j], mono_censored[1:, j], alpha)
+            mono_high, mono_high_open = _order_statistic(monos[1:, j], mono_censored[1:, j], 1 - alpha)
             rows.append({
                 "model": model, "task": task, "score": s, "by": by, "area": areas[0, j], "area_low": low,
                 "area_high": high, "rank": int(ranks[0, j]), "rank_low": rank_low, "rank_high": rank_high,
                 "p_best": float((boot_rank == 1).mean()), "reference": reference if ref is not None else "",
                 "vs_reference": vs, "vs_reference_low": vs_low, "vs_reference_high": vs_high,
                 "first_drop": firsts[0, j], "first_low": first_low, "first_high": first_high,
-                "first_low_open": first_low_open, "first_high_open": first_high_open, "cluster": unit,
-                "n_clusters": k, "n_resamples": n_resamples,
+                "first_low_open": first_low_open, "first_high_open": first_high_open, "first_median": quartiles[1],
+                "first_q25": quartiles[0], "first_q75": quartiles[2],
+                "first_unstable": unstable(firsts[0, j], quartiles[0], quartiles[2]), "first_mono": monos[0, j],
+                "first_mono_low": mono_low, "first_mono_high": mono_high, "first_mono_low_open": mono_low_open,
+                "first_mono_high_open": mono_high_open, "vs_reference_p": vs_p, "cluster": unit, "n_clusters": k,
+                "n_resamples": n_resamples,
             })  # fmt: skip
     return pd.DataFrame(rows, columns=list(CURVE_INTERVAL_COLUMNS))
+
+
+def unstable(reading: float, q25: float, q75: float) -> bool:
+    """Whether a point reading lies outside the central half [``q25``, ``q75``] of its bootstrap
+    distribution (False when either is undefined)."""
+    if not (np.isfinite(reading) and np.isfinite(q25) and np.isfinite(q75)):
+        return False
+    return bool(reading < q25 or reading > q75)
+
+
+def bootstrap_pvalue(diffs: np.ndarray) -> float:
+    """Two-sided p-value of "the difference is 0" from its bootstrap resamples ``diffs``: twice the
+    smaller of the shares at or below and at or above 0, each as (k + 1) / (B + 1) so that it is never
+    0; at most 1. It rejects at level a where the percentile interval at 1 - a excludes 0 (NaN when no
+    resample is defined)."""
+    d = diffs[np.isfinite(diffs)]
+    if not len(d):
+        return np.nan
+    below = (np.count_nonzero(d <= 0) + 1) / (len(d) + 1)
+    above = (np.count_nonzero(d >= 0) + 1) / (len(d) + 1)
+    return float(min(1.0, 2.0 * min(below, above)))
 
 
 def _row_ranks(areas: np.ndarray) -> np.ndarray:
@@ -398,17 +444,52 @@ def _percentiles(values: np.ndarray, alpha: float) -> tuple[float, float]:
     return float(np.quantile(finite, alpha)), float(np.quantile(finite, 1 - alpha))
 
 
-def verdicts(intervals: pd.DataFrame, sure: float = 0.95) -> pd.DataFrame:
+AGAINST_REFERENCE_COLUMNS = (
+    "model", "task", "score", "reference", "vs_reference", "vs_reference_low", "vs_reference_high",
+    "vs_reference_p", "vs_reference_p_holm", "unadjusted", "holm",
+)  # fmt: skip
+
+
+def _verdict(diff: float, significant: bool) -> str:
+    if not significant:
+        return "indistinguishable"
+    return "better" if diff > 0 else "worse"
+
+
+def against_reference(intervals: pd.DataFrame, level: float = 0.05) -> pd.DataFrame:
+    """One row per curve of :func:`curve_intervals` that has a reference to be held to: its paired
+    area difference from the reference with interval and bootstrap p-value, ``vs_reference_p_holm``
+    Holm-adjusted over every such curve of ``intervals`` (pass the whole report's curves: that is the
+    family whose verdicts are read together), and the verdict (``better``, ``worse`` or
+    ``indistinguishable`` at ``level``) before (``unadjusted``: the percentile interval excludes 0)
+    and after (``holm``) the adjustment."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), not {level}")
+    tested = intervals[(intervals["reference"] != "") & (intervals["score"] != intervals["reference"])].copy()
+    tested["vs_reference_p_holm"] = holm(tested["vs_reference_p"].to_numpy(dtype=float))
+    low, high = tested["vs_reference_low"], tested["vs_reference_high"]
+    tested["unadjusted"] = [
+        _verdict(d, bool(lo > 0 or hi < 0)) for d, lo, hi in zip(tested["vs_reference"], low, high, strict=True)
+    ]
+    tested["holm"] = [
+        _verdict(d, bool(p < level)) for d, p in zip(tested["vs_reference"], tested["vs_reference_p_holm"], strict=True)
+    ]
+    return tested[list(AGAINST_REFERENCE_COLUMNS)].reset_index(drop=True)
+
+
+def verdicts(intervals: pd.DataFrame, sure: float = 0.95, level: float = 0.05) -> pd.DataFrame:
     """One row per (model, task) of :func:`curve_intervals`: which scores' areas beat the reference
-    (``better``: the interval of ``vs_reference`` lies above 0), which the data cannot tell from it
-    (``indistinguishable``) and which do worse (``worse``), and ``best``: the score that ranks first
-    in at least ``sure`` of the resamples, or the contenders with their ``p_best`` when none does.
-    The three lists are empty where the (model, task) has no reference curve."""
+    (``better``), which the data cannot tell from it (``indistinguishable``) and which do worse
+    (``worse``), each decided by the Holm-adjusted bootstrap p-value at ``level`` over every curve of
+    ``intervals`` (:func:`against_reference`); ``unadjusted_differs`` names the curves whose verdict
+    from their own 95% interval alone would differ (``ahon_ln: better unadjusted, p = 0.04, Holm
+    0.10``); and ``best``: the score that ranks first in at least ``sure`` of the resamples, or the
+    contenders with their ``p_best`` when none does. The three lists are empty where the (model,
+    task) has no reference curve."""
+    tests = against_reference(intervals, level)
     rows = []
     for (model, task), unit in intervals.groupby(["model", "task"], sort=True):
-        # Without a reference curve (a sweep without ``random``) there is nothing to hold the scores to.
-        others = unit[(unit["score"] != unit["reference"]) & (unit["reference"] != "")]
-        low, high = others["vs_reference_low"], others["vs_reference_high"]
+        mine = tests[(tests["model"] == model) & (tests["task"] == task)]
         top = unit.sort_values("p_best", ascending=False, kind="stable")
         if top["p_best"].iloc[0] >= sure:
             best = str(top["score"].iloc[0])
@@ -416,10 +497,17 @@ def verdicts(intervals: pd.DataFrame, sure: float = 0.95) -> pd.DataFrame:
             contenders = top[top["p_best"] >= 1 - sure]
             shares = zip(contenders["score"], contenders["p_best"], strict=True)
             best = ("undecided: " + ", ".join(f"{score} {share:.2f}" for score, share in shares)).rstrip(": ")
+        differs = mine[mine["unadjusted"] != mine["holm"]]
         rows.append({
             "model": model, "task": task, "reference": str(unit["reference"].iloc[0]),
-            "better": ", ".join(others.loc[low > 0, "score"]),
-            "indistinguishable": ", ".join(others.loc[~(low > 0) & ~(high < 0), "score"]),
-            "worse": ", ".join(others.loc[high < 0, "score"]), "best": best,
+            "better": ", ".join(mine.loc[mine["holm"] == "better", "score"]),
+            "indistinguishable": ", ".join(mine.loc[mine["holm"] == "indistinguishable", "score"]),
+            "worse": ", ".join(mine.loc[mine["holm"] == "worse", "score"]),
+            "unadjusted_differs": "; ".join(
+                f"{r.score}: {r.unadjusted} unadjusted, p = {r.vs_reference_p:.3f}, Holm {r.vs_reference_p_holm:.2f}"
+                for r in differs.itertuples()
+            ),
+            "best": best,
         })  # fmt: skip
-    return pd.DataFrame(rows, columns=["model", "task", "reference", "better", "indistinguishable", "worse", "best"])
+    columns = ["model", "task", "reference", "better", "indistinguishable", "worse", "unadjusted_differs", "best"]
+    return pd.DataFrame(rows, columns=columns)

@@ -36,6 +36,12 @@ with the baseline as its point at 0% when it has none there (zeroing nothing is 
   has ``drop_upper <= 1`` (the data show, at one-sided level 5%, that the drop is below 1 point);
   points at 0% pass trivially. Small question sets certify nothing; that is the honest answer.
   ``certified_open`` is True when every point passed, so the true value may lie beyond the sweep;
+- ``within_1pt_certified_fw``: the same, with every point's bound taken at the one-sided level
+  ``0.05 / family_size`` (Bonferroni over the table's curves that zeroed a head): a "best" or "at
+  most" read off the table (the largest certified share of several curves) picks one curve of the
+  family, and only the adjusted values hold for all of them at once with 95% confidence. Within one
+  curve the points are tested in order of realised % and the reading stops at the first failure (a
+  fixed-sequence procedure), which needs no adjustment over the points;
 - ``within_1pt_not_excluded``: the other end of the bracket: the largest realised % x such that no
   point with realised % <= x has ``drop_lower > 1`` (a drop shown to exceed 1 point);
 - ``n_questions`` (paired questions) and ``mdd_80``: the smallest drop (points) a one-sided 5% test
@@ -79,7 +85,8 @@ POINT_COLUMNS = (
 CURVE_COLUMNS = (
     "model", "task", "score", "n_points", "baseline", "max_realised_pct", "reading", "within_1pt", "crosses",
     "censored", "non_monotone", "norm_auc", "grid_auc", "grid_upper", "within_1pt_certified", "certified_open",
-    "within_1pt_not_excluded", "n_questions", "mdd_80", "zeroes_none",
+    "within_1pt_not_excluded", "within_1pt_certified_fw", "certified_fw_open", "family_size", "n_questions",
+    "mdd_80", "zeroes_none",
 )  # fmt: skip
 
 
@@ -254,7 +261,8 @@ def _silent_curve(model: str, task: str, score: str, group: pd.DataFrame, baseli
         "max_realised_pct": 0.0, "reading": reading, "within_1pt": math.nan, "crosses": False, "censored": False,
         "non_monotone": False, "norm_auc": math.nan, "grid_auc": math.nan, "grid_upper": math.nan,
         "within_1pt_certified": math.nan, "certified_open": False, "within_1pt_not_excluded": math.nan,
-        "n_questions": n, "mdd_80": math.nan, "zeroes_none": True,
+        "within_1pt_certified_fw": math.nan, "certified_fw_open": False, "family_size": 0, "n_questions": n,
+        "mdd_80": math.nan, "zeroes_none": True,
     }  # fmt: skip
 
 
@@ -280,6 +288,21 @@ def _honest_bracket(curve: pd.DataFrame, drop: float) -> tuple[float, bool, floa
     return certified, certified_open, not_excluded
 
 
+def adjusted_drop_upper(points: pd.DataFrame, confidence: float) -> np.ndarray:
+    """Each point's one-sided upper bound of the drop (points) at ``confidence``, from the discordant
+    counts and design effect :func:`summarize_interventions` recorded (NaN where a point has none)."""
+    out = np.full(len(points), math.nan)
+    columns = ("only_baseline", "only_intervened", "n_paired", "design_effect")
+    if not all(c in points.columns for c in columns):
+        return out
+    for i, (lost, gained, n, deff) in enumerate(points[list(columns)].itertuples(index=False)):
+        if not (np.isfinite(lost) and np.isfinite(gained) and n > 0):
+            continue
+        deff = float(deff) if np.isfinite(deff) else 1.0
+        out[i] = 100.0 * drop_bound_from_counts(int(lost), int(gained), int(n), confidence, deff).upper
+    return out
+
+
 def _detectable(curve: pd.DataFrame) -> tuple[float, float]:
     """(paired questions, minimum detectable drop in points) of one curve's measured points."""
     if "n_paired" not in curve.columns:
@@ -301,6 +324,7 @@ def summarize_curves(
     drop: float = 1.0,
     grid_points: int = 61,
     reading: C.Reading = "first",
+    family_size: int | None = None,
     **kwargs: object,
 ) -> pd.DataFrame:
     """One row per (model, task, score) curve; see the module docstring for every column.
@@ -308,13 +332,18 @@ def summarize_curves(
     ``points`` is :func:`summarize_interventions`' output for ``df`` if already computed (it is
     recomputed otherwise, with ``kwargs`` passed on). ``drop`` is the tolerated drop in points.
     ``reading`` is ``"first"`` (default) or ``"study"`` (the study's last crossing, for ``headstats
-    paper`` only); the ``reading`` column says which was used.
+    paper`` only); the ``reading`` column says which was used. ``family_size``: the number of curves
+    a statement across curves picks from (default: the curves of this table that zeroed a head);
+    ``within_1pt_certified_fw`` holds at one-sided level 0.05 / ``family_size`` per curve.
     """
     if reading not in C.READINGS:
         raise ValueError(f"reading must be one of {', '.join(C.READINGS)}, not {reading!r}")
+    if family_size is not None and family_size < 1:
+        raise ValueError(f"family_size must be at least 1 (the curves a statement picks from), not {family_size}")
     if points is None:
         points = summarize_interventions(df, drop=drop, **kwargs)  # type: ignore[arg-type]
     rows = []
+    curve_points: dict[tuple[str, str, str], pd.DataFrame] = {}
     for (model, task), group in points.groupby(list(GROUP), sort=True):
         base = group[group["score"] == BASELINE]
         if base.empty:
@@ -341,6 +370,7 @@ def summarize_curves(
             crossing = first if reading == "first" else C.within_one_point(x, y, baseline, drop, reading=reading)
             grid = C.grid_auc(x, y, upper, grid_points) if upper > 0 else math.nan
             certified, certified_open, not_excluded = _honest_bracket(curve, drop)
+            curve_points[(model, task, score)] = curve
             n_questions, mdd = _detectable(curve)
             row = {
                 "model": model, "task": task, "score": score, "n_points": len(group[group["score"] == score]),
@@ -352,4 +382,55 @@ def summarize_curves(
                 "zeroes_none": False,
             }  # fmt: skip
             rows.append(row)
-    return pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
+    m = family_size if family_size is not None else len(curve_points)
+    level = 1.0 - (1.0 - CERTIFY_CONFIDENCE) / max(m, 1)
+    for row in rows:
+        curve = curve_points.get((row["model"], row["task"], row["score"]))
+        if curve is None:
+            continue
+        adjusted = curve.assign(drop_upper=np.where(curve["realised_pct"] == 0, 0.0, adjusted_drop_upper(curve, level)))
+        row["within_1pt_certified_fw"], row["certified_fw_open"], _ = _honest_bracket(adjusted, drop)
+        row["family_size"] = m
+    out = pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
+    out.attrs["family"] = f"within_1pt_certified_fw: one-sided level 0.05 / {m} per curve (Bonferroni over {m} curves)"
+    return out
+
+
+HEADLINE_COLUMNS = (
+    "scope", "family_size", "certified", "certified_curve", "certified_fw", "certified_fw_curve", "adjustment",
+)  # fmt: skip
+
+
+def _largest(curves: pd.DataFrame, column: str) -> tuple[float, str]:
+    """The largest value of ``column`` and the curve(s) holding it (``model/task/score``; ties joined)."""
+    values = curves[column].astype(float)
+    if values.isna().all() or values.max() <= 0:
+        return 0.0, ""
+    best = values.max()
+    at = curves.loc[values == best]
+    names = [f"{m}/{t}/{s}" for m, t, s in zip(at["model"], at["task"], at["score"], strict=True)]
+    return float(best), ", ".join(names)
+
+
+def certified_headline(curves: pd.DataFrame) -> pd.DataFrame:
+    """The statement "zeroing certified within 1 point reaches at most X% of heads", for all the curves of
+    :func:`summarize_curves` and per model: the largest ``within_1pt_certified`` (unadjusted, the
+    best of the family) beside the largest ``within_1pt_certified_fw`` (each curve at one-sided level
+    0.05 / ``family_size``, Bonferroni over the family the best was picked from), with the curves
+    that give them. Curves that zeroed no head are not in the family. 0 with no curve: nothing
+    certified."""
+    measured = curves[~curves["zeroes_none"].fillna(False).astype(bool)]
+    if measured.empty:
+        raise ValueError("no curve zeroed a head: there is no certified share to state")
+    m = int(measured["family_size"].max())
+    rows = []
+    scopes = [("all curves", measured)] + [(f"model {k}", g) for k, g in measured.groupby("model", sort=True)]
+    for scope, group in scopes:
+        value, curve = _largest(group, "within_1pt_certified")
+        adjusted, adjusted_curve = _largest(group, "within_1pt_certified_fw")
+        rows.append({
+            "scope": scope, "family_size": m, "certified": value, "certified_curve": curve,
+            "certified_fw": adjusted, "certified_fw_curve": adjusted_curve,
+            "adjustment": f"Bonferroni over the {m} curves: one-sided level 0.05/{m} = {0.05 / m:.2g} per curve",
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=list(HEADLINE_COLUMNS))
