@@ -303,6 +303,15 @@ def headstats_attention(
 ) -> tuple[torch.Tensor, None]:
     """The function transformers calls for ``attn_implementation="headstats"``."""
     probe = ACTIVE.get()
+    if probe is not None and getattr(getattr(module, "config", None), "headstats_pruning", None):
+        raise UnsupportedModelError(
+            "this model was pruned by headstats prune (its layers have different head counts); score and zero heads "
+            "of the unpruned model, or run the pruned one without headstats.ablate_heads / Probe"
+        )
+    heads = getattr(module, "headstats_heads", None)
+    if heads is not None:
+        # A pruned layer with unequal KV groups: one K/V head per kept query head (headstats.engine.prune).
+        query, key, value = heads.gather(query, key, value)
     if probe is None:
         if isinstance(attention_mask, RowMask):
             attention_mask = attention_mask.materialise()

@@ -8,7 +8,9 @@ import os
 import pickle
 import platform
 import re
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 from safetensors import SafetensorError
@@ -23,6 +25,7 @@ from transformers import (
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from headstats.engine.attention import ATTN_IMPLEMENTATION, UnsupportedModelError, check_supported, register
+from headstats.engine.prune import CONFIG_KEY, pruned_class
 from headstats.io import assets
 
 
@@ -113,7 +116,65 @@ def resolve_model_path(name_or_path: str) -> str:
         return str(path)
     if not _HUB_ID.match(name_or_path):
         raise ModelNotFoundError(_not_found(name_or_path))
+    if not _in_hf_cache(name_or_path) and not hub_reachable():
+        raise ModelNotFoundError(
+            f"{_not_found(name_or_path)}; it is not in the local Hugging Face cache and the Hub is not reachable "
+            "from this machine"
+        )
     return name_or_path
+
+
+_HUB: dict[str, bool] = {}
+
+
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face Hub can be reached, asked once per process (one TCP connection with a
+    short timeout) instead of letting every download retry for half a minute. False under
+    ``HF_HUB_OFFLINE``; when it is not reachable, offline mode is switched on, so that models in the
+    local cache load from it at once. Behind a proxy (``HTTPS_PROXY``) the proxy decides: True."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return False
+    if "reachable" not in _HUB:
+        if any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+            _HUB["reachable"] = True
+        else:
+            url = urlparse(constants.ENDPOINT)
+            try:
+                socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout).close()
+                _HUB["reachable"] = True
+            except OSError:
+                _HUB["reachable"] = False
+                constants.HF_HUB_OFFLINE = True
+    return _HUB["reachable"]
+
+
+def _in_hf_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except ValueError:  # not a valid repository id
+        return False
+
+
+def _check_shards(name: str, path: Path) -> None:
+    """Name the weight shards a sharded checkpoint's index lists but its folder lacks (transformers
+    would report the model as not found)."""
+    for index in sorted(path.glob("*.index.json")):
+        try:
+            listed = {str(f) for f in json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()}
+        except (OSError, ValueError, AttributeError, KeyError, TypeError):
+            raise ModelLoadError(
+                f"{index}: not a valid shard index (JSON with a weight_map); save the model again"
+            ) from None
+        missing = sorted(listed - {p.name for p in path.iterdir()})
+        if missing:
+            raise ModelLoadError(
+                f"{name}: weight shard(s) {', '.join(missing)} listed in {index.name} are missing from {path}; copy "
+                "them there, or save the model again with save_pretrained"
+            )
 
 
 def is_local(path: str) -> bool:
@@ -162,11 +223,16 @@ def load_model(
     hub = {k: v for k, v in hub.items() if v is not None}
     config = _load_config(name_or_path, path, hub)
     _check_architecture(name_or_path, config)
+    if is_local(path):
+        _check_shards(name_or_path, Path(path).expanduser())
     torch_dtype = "auto" if dtype == "auto" else resolve_dtype(dtype, target)
     tokenizer = _load_tokenizer(name_or_path, path, hub)
     placement = {} if device_map is None else {"device_map": device_map}
+    loader = _model_class(config)
+    if loader is not AutoModelForCausalLM:
+        hub.pop("trust_remote_code", None)  # headstats' own class; the directory's code is not run
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model = loader.from_pretrained(
             path, config=config, dtype=torch_dtype, attn_implementation=ATTN_IMPLEMENTATION, **placement, **hub
         )
     except OSError as err:
@@ -236,6 +302,14 @@ def _load_config(name: str, path: str, hub: dict) -> PretrainedConfig:
         raise ModelNotFoundError(f"{_not_found(name)} ({err.__class__.__name__}: {_first_line(err)})") from err
     except ValueError as err:  # an unknown model_type, or custom code that needs trust_remote_code
         raise ModelLoadError(f"{name}: config.json cannot be read by transformers ({_first_line(err)})") from err
+
+
+def _model_class(config: PretrainedConfig) -> type:
+    """AutoModelForCausalLM, or for a model written by ``headstats prune`` (its config has
+    ``headstats_pruning``) the family's class rebuilt with the pruned head counts before its weights load."""
+    if not getattr(config, CONFIG_KEY, None):
+        return AutoModelForCausalLM
+    return pruned_class(MODEL_FOR_CAUSAL_LM_MAPPING[type(config)])
 
 
 def _check_architecture(name: str, config: PretrainedConfig) -> None:

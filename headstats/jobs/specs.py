@@ -26,6 +26,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import Field, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 import torch
@@ -35,6 +36,8 @@ from headstats.engine import scores as S
 LAUNCHERS: tuple[str, ...] = ("local", "slurm", "debug")
 METRICS: tuple[str, ...] = ("correct", "correct_norm")
 STAGES: tuple[str, ...] = ("collect", "ablate", "report")
+# How a sweep's passes compute attention: chosen by its scores, or pinned (SweepSpec.attention_kernel).
+ATTENTION_KERNELS: tuple[str, ...] = ("auto", "explicit", "fused")
 DEFAULT_SWEEP_SCORES = ("ahon_ln", "awft", "random")
 DEFAULT_TARGETS = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
 DEFAULT_CALIBRATION_LIMIT = 256
@@ -392,6 +395,17 @@ def _score_id(score_id: str) -> None:
     S.get_score(score_id)
 
 
+def _calibration_source(value: str) -> None:
+    """What ``calibration`` names exists: eval, a folder, a file, a collection dataset or a Hub dataset."""
+    if value == "eval" or value in _datasets() or value.startswith("hf:") or Path(value).expanduser().exists():
+        return
+    raise ValueError(
+        f"unknown calibration {value!r}: give eval (the scores of the evaluation prompts themselves, the study's "
+        "choice), a folder of score tables written by headstats collect, or a collection dataset "
+        f"({', '.join(_datasets())}, or a .jsonl/.parquet/.txt file)"
+    )
+
+
 def _fraction(value: float) -> None:
     if not 0.0 <= value <= 1.0:
         raise ValueError(f"target fraction {value:g} is outside [0, 1]: give a fraction (0.1 = 10% of heads)")
@@ -407,7 +421,7 @@ class Progress(Spec):
 
 @dataclass(frozen=True)
 class Seeded(Spec):
-    seed: int = option(0, "seed of every random draw (the random score; resampling in reports)")
+    seed: int = option(0, "seed of every random draw (the random score; resampling in reports)", minimum=0)
 
 
 @dataclass(frozen=True)
@@ -501,14 +515,39 @@ class SweepSpec(RunOptions):
         "eval",
         "'eval' (scores on the evaluation prompts, the study's choice), a score-table directory, or a "
         "collection dataset",
+        each=_calibration_source,
     )
     calibration_limit: int | None = option(None, "sequences of a calibration dataset", minimum=1)
+    attention_kernel: str = option(
+        "auto",
+        "attention kernel of every pass (baseline included): auto = the explicit one when a score reads the "
+        "attention probabilities, else PyTorch's fused SDPA; explicit or fused pin it, so that sweeps of "
+        "different scores run one path and join answer for answer",
+        choices=ATTENTION_KERNELS,
+        noun="attention kernel",
+    )
+    exclude_limit: int | None = option(
+        None,
+        "hold out: leave out the questions of the seeded random sample of this size (seed exclude_seed) of the "
+        "same task, and every question sharing content or a source document with one of them; --limit then "
+        "samples the rest",
+        minimum=1,
+    )
+    exclude_seed: int = option(0, "seed of the sample --exclude-limit leaves out")
 
     def check(self) -> None:
         if not self.scores:
             raise SpecError("scores", "no score ids given: choose from " + ", ".join(S.SCORES))
         if not self.targets:
             raise SpecError("targets", "no targets given: give fractions of heads to zero, e.g. 0,0.05,0.1")
+        if self.attention_kernel == "fused":
+            reading = [s for s in self.scores if S.reads_weights([s])]
+            if reading:
+                raise SpecError(
+                    "attention_kernel",
+                    f"{', '.join(reading)} read(s) the attention probabilities, which the fused kernel does not "
+                    "materialise: pin attention_kernel = explicit (or auto), or sweep those scores separately",
+                )
 
 
 @dataclass(frozen=True)
@@ -524,6 +563,10 @@ class Output(Spec):
         "or the report directory (report, paper)",
         toml=False,
     )
+
+    def check(self) -> None:
+        if self.out is not None and not self.out.strip():
+            raise SpecError("out", "{key} is empty: give a directory (it is created if missing)")
 
 
 @dataclass(frozen=True)
@@ -732,7 +775,7 @@ class FinetuneSpec(Spec):
         1.0, "multiply every stage's steps and batch size (e.g. 8 on a GPU); ignored with --recipe", minimum=0
     )
     recipe_seed: int | None = option(
-        None, "training and split seed (default: the recipe's; 0 in the built-in one)", flag="--seed", metavar="SEED"
+        None, "training seed: data order and sampling; the train/held-out split keeps the recipe's split_seed, so a seed replicate is measured on the same examples (default: the recipe's; 0 in the built-in one)", flag="--seed", metavar="SEED"
     )
     bf16: bool = option(False, "bf16 autocast (fast on GPUs, slow on most CPUs)")
     chain_stages: tuple[str, ...] = option(
@@ -763,14 +806,64 @@ class FinetuneSpec(Spec):
             )
 
 
+DEFAULT_PRUNE_SHARES = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
+
+
+@dataclass(frozen=True)
+class PruneSpec(LoadOptions, Seeded, Progress):
+    """``headstats prune``: remove the heads a score calls inactive (:mod:`headstats.jobs.prune`)."""
+
+    WHAT: ClassVar[str] = "prune"
+
+    model: str = option("smollm2-135m", "embedded model name, save_pretrained directory or Hub id")
+    score: str = option("ahon_ln", "score whose calibration mean ranks the heads", choices=_score_ids,
+                        noun="score id", each=_score_id)  # fmt: skip
+    share: float | None = option(None, "fraction of all heads to remove (or give --certify)", each=_fraction)
+    certify: str | None = option(
+        None,
+        "instead of --share: remove the largest of --shares whose accuracy drop on this task is certified "
+        "within --max-drop (one-sided 95% Tango bound; shares tested in increasing order, stopping at the first "
+        "failure)",
+        choices=_tasks,
+        noun="task",
+    )
+    shares: tuple[float, ...] = option(
+        DEFAULT_PRUNE_SHARES, "candidate shares for --certify", each=_fraction, metavar="FRACTIONS"
+    )
+    max_drop: float = option(0.01, "largest certified accuracy drop (0.01 = 1 point)", minimum=0)
+    limit: int | None = option(None, "questions of the --certify task (a seeded random sample)", minimum=1)
+    calibration: str = option(
+        "wikipedia", "collection dataset whose documents rank the heads (a bundled name, a text file, hf:...)"
+    )
+    calibration_limit: int = option(64, "calibration documents (a seeded random sample)", minimum=1)
+    max_length: int = option(256, "truncate calibration documents to this many tokens", minimum=2)
+    prompt_format: str = option("tokenizer", "special tokens of the calibration documents", choices=_prompt_formats,
+                                noun="prompt format")  # fmt: skip
+    batch_size: int = option(8, "sequences per forward pass", minimum=1, runtime=True)
+    out: str = option("", "directory the pruned model is written to (load it with headstats.load_model(OUT))")
+
+    def check(self) -> None:
+        super().check()
+        if (self.share is None) == (self.certify is None):
+            raise SpecError("share", "give either --share (a fraction of heads) or --certify TASK, not both or neither")
+        if not self.out:
+            raise SpecError("out", "give the directory to write the pruned model to (--out DIR)")
+        if self.certify is not None and not self.shares:
+            raise SpecError("shares", "no candidate shares for --certify: give fractions, e.g. 0.05,0.1,0.2")
+
+
 LISTABLE = ("scores", "tasks", "datasets", "models")
+LIST_ALL = "all"
 
 
 @dataclass(frozen=True)
 class ListSpec(Spec):
     """``headstats list``: the names a registry holds."""
 
-    what: str = option("scores", "what to list", choices=LISTABLE, noun="list", positional=True, toml=False)
+    what: str = option(
+        LIST_ALL, "what to list (all: every list)", choices=(LIST_ALL, *LISTABLE), noun="list", positional=True,
+        toml=False,
+    )  # fmt: skip
 
 
 def narrow(spec: Spec, cls: type[T]) -> T:
@@ -780,6 +873,7 @@ def narrow(spec: Spec, cls: type[T]) -> T:
 
 
 __all__ = [
+    "ATTENTION_KERNELS",
     "DEFAULT_CALIBRATION_LIMIT",
     "DEFAULT_SWEEP_SCORES",
     "DEFAULT_TARGETS",

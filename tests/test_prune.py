@@ -1,0 +1,183 @@
+"""headstats prune: a model with heads removed computes what the unpruned model computes with the
+same heads zeroed, with and without a KV cache, and survives save / load."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pandas as pd
+import pytest
+import torch
+from families import attention_modules, tiny_model
+from transformers import AutoModelForCausalLM
+
+import headstats
+from headstats.engine.attention import UnsupportedModelError, register
+from headstats.engine.prune import count_parameters, plan_layer, prune_heads
+from headstats.jobs.prune import save_pruned, select_heads
+
+FAMILIES = ("llama", "qwen2", "gemma3", "olmo2", "gpt2")
+# Layer 0: group 0 of the GQA models loses one of its two heads, group 1 none (uneven groups).
+# Layer 1: heads 0 and 1 go, so KV head 0 of the GQA models goes with them (even groups remain).
+# Layer 2: every head goes (the layer keeps a placeholder head with a zero output slice).
+HEADS = [(0, 1), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (2, 3)]
+
+
+@pytest.fixture(autouse=True)
+def _registered() -> None:
+    register()
+
+
+def _ids(seed: int = 0, batch: int = 2, length: int = 12) -> torch.Tensor:
+    return torch.randint(3, 128, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def _zeroed_logits(model: torch.nn.Module, ids: torch.Tensor, heads: list) -> torch.Tensor:
+    with torch.no_grad(), headstats.ablate_heads(model, heads=heads):
+        return model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
+
+
+def _manually_zeroed(model: torch.nn.Module, heads: list) -> torch.nn.Module:
+    """The same heads zeroed without headstats: their slice of W_O set to 0 in a copy."""
+    clone = copy.deepcopy(model)
+    d = clone.config.hidden_size // clone.config.num_attention_heads
+    d = getattr(clone.config, "head_dim", None) or d
+    with torch.no_grad():
+        for layer, head in heads:
+            attn = attention_modules(clone)[layer]
+            if hasattr(attn, "o_proj"):
+                attn.o_proj.weight[:, head * d : (head + 1) * d] = 0
+            else:  # GPT-2's Conv1D: weight (in, out)
+                attn.c_proj.weight[head * d : (head + 1) * d] = 0
+    return clone
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max())
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_pruned_logits_equal_zeroed_logits(family: str) -> None:
+    model = tiny_model(family, attn="headstats")
+    ids = _ids()
+    zeroed = _zeroed_logits(model, ids, HEADS)
+    with torch.no_grad():
+        manual = _manually_zeroed(model, HEADS)(input_ids=ids, use_cache=False).logits
+        intact = model(input_ids=ids, use_cache=False).logits
+    pruned = copy.deepcopy(model)
+    prune_heads(pruned, HEADS)
+    with torch.no_grad():
+        out = pruned(input_ids=ids, use_cache=False).logits
+    assert _relative(zeroed, intact) > 1e-2  # the heads mattered
+    assert _relative(out, zeroed) <= 1e-5
+    assert _relative(out, manual) <= 1e-5
+    assert count_parameters(pruned) < count_parameters(model)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_cached_generation_equals_zeroed_model(family: str) -> None:
+    """Greedy tokens of the pruned model with a KV cache = greedy tokens of the zeroed model by
+    whole forward passes (no cache) at every step."""
+    model = tiny_model(family, attn="headstats")
+    pruned = copy.deepcopy(model)
+    prune_heads(pruned, HEADS)
+    ids = _ids(1, batch=2, length=6)
+    steps = 8
+    seq = ids
+    for _ in range(steps):
+        nxt = _zeroed_logits(model, seq, HEADS)[:, -1].argmax(-1, keepdim=True)
+        seq = torch.cat([seq, nxt], dim=1)
+    with torch.no_grad():
+        generated = pruned.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=steps, do_sample=False, min_new_tokens=steps,
+            pad_token_id=0,
+        )  # fmt: skip
+    assert generated[:, ids.shape[1] :].tolist() == seq[:, ids.shape[1] :].tolist()
+
+
+def test_uneven_groups_keep_only_used_kv_heads() -> None:
+    model = tiny_model("llama", attn="headstats")  # 4 query heads in 2 KV groups
+    prune_heads(model, [(0, 1), (1, 0), (1, 1)])
+    layer0, layer1, layer2 = attention_modules(model)
+    # Layer 0: both KV heads stay (each still has a query head); query head 1's rows are gone.
+    assert layer0.q_proj.weight.shape[0] == 3 * 16 and layer0.k_proj.weight.shape[0] == 2 * 16
+    assert layer0.headstats_heads.k == (0, 1, 1)  # kept heads 0, 2, 3 -> KV heads 0, 1, 1
+    # Layer 1: KV head 0 lost its whole group, so its K and V rows are gone; the rest is plain GQA.
+    assert layer1.k_proj.weight.shape[0] == 16 and layer1.v_proj.weight.shape[0] == 16
+    assert layer1.headstats_heads is None and layer1.num_key_value_groups == 2
+    assert not hasattr(layer2, "headstats_heads")  # untouched
+
+
+def test_plan_layer_rules() -> None:
+    plan = plan_layer([1], num_heads=6, num_kv_heads=2)  # groups (0,1,2), (3,4,5)
+    assert plan.q == (0, 2, 3, 4, 5) and plan.kv == (0, 1) and plan.kv_of_q == (0, 0, 1, 1, 1)
+    plan = plan_layer([0, 1, 2], num_heads=6, num_kv_heads=2)
+    assert plan.kv == (1,) and plan.kv_of_q == (0, 0, 0) and plan.removed == (0, 1, 2)
+    plan = plan_layer(range(6), num_heads=6, num_kv_heads=2)
+    assert plan.q == (0,) and plan.placeholder == 0 and plan.removed == tuple(range(6))
+
+
+def test_cross_head_norm_keeps_projection_whole() -> None:
+    """OLMo-2's q_norm/k_norm normalise the concatenation of all heads, so removing a head's rows
+    would change the other heads; the projections stay whole and the map selects after the norm."""
+    model = tiny_model("olmo2", attn="headstats")
+    width = model.config.hidden_size
+    prune_heads(model, [(0, 1)])
+    layer = attention_modules(model)[0]
+    assert layer.q_proj.weight.shape[0] == width and layer.o_proj.weight.shape[1] == width * 3 // 4
+    assert layer.headstats_heads.q == (0, 2, 3)
+
+
+@pytest.mark.parametrize("family", ("llama", "gpt2", "olmo2"))
+def test_save_and_load_round_trip(family: str, tmp_path) -> None:
+    model = tiny_model(family, attn="headstats")
+    pruned = copy.deepcopy(model)
+    prune_heads(pruned, HEADS)
+    out = save_pruned(pruned, None, tmp_path / "pruned", {"removed_heads": HEADS})
+    ids = _ids(2)
+    with torch.no_grad():
+        expected = pruned(input_ids=ids, use_cache=False).logits
+        loaded, _ = _load_without_tokenizer(out)
+        by_transformers = AutoModelForCausalLM.from_pretrained(out, trust_remote_code=True)
+        assert _relative(loaded(input_ids=ids, use_cache=False).logits, expected) <= 1e-6
+        assert _relative(by_transformers(input_ids=ids, use_cache=False).logits, expected) <= 1e-6
+    assert count_parameters(loaded) == count_parameters(pruned)
+    assert json.loads((out / "pruning.json").read_text())["removed_heads"] == [list(h) for h in HEADS]
+
+
+def _load_without_tokenizer(path):
+    from headstats.io import models
+
+    original = models._load_tokenizer
+    models._load_tokenizer = lambda *a: None  # tiny models are saved without a tokenizer
+    try:
+        return headstats.load_model(str(path), device="cpu")
+    finally:
+        models._load_tokenizer = original
+
+
+def test_probe_refuses_pruned_model() -> None:
+    model = tiny_model("llama", attn="headstats")
+    prune_heads(model, [(0, 1)])
+    with pytest.raises(UnsupportedModelError, match="pruned by headstats prune"), headstats.ablate_heads(
+        model, heads=[(1, 0)]
+    ):
+        ids = _ids()
+        model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+
+
+def test_pruning_twice_is_refused() -> None:
+    model = tiny_model("llama", attn="headstats")
+    prune_heads(model, [(0, 1)])
+    with pytest.raises(ValueError, match="already pruned"):
+        prune_heads(model, [(1, 1)])
+
+
+def test_select_heads_follows_score_direction() -> None:
+    means = pd.DataFrame({"layer": [0, 0, 1, 1], "head": [0, 1, 0, 1], "mean": [0.3, 0.1, 0.4, 0.2]})
+    assert select_heads(means, "ahon_ln", 0.5) == [(0, 1), (1, 1)]  # lowest output norms
+    assert select_heads(means, "awft", 0.5) == [(0, 0), (1, 0)]  # highest first-token weight
+    assert select_heads(means, "ahon_ln", 0.0) == []
+    with pytest.raises(ValueError, match="outside"):
+        select_heads(means, "ahon_ln", 1.5)
