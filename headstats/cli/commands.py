@@ -18,6 +18,8 @@ import pandas as pd
 
 from headstats.cli.options import add_resources, add_spec, spec_from_args
 from headstats.jobs.specs import (
+    LIST_ALL,
+    LISTABLE,
     AblateSection,
     CollectSection,
     CollectSpec,
@@ -65,7 +67,7 @@ def run_collect(args: argparse.Namespace) -> int:
     import torch
 
     from headstats.io import store
-    from headstats.io.models import load_model
+    from headstats.io.models import load_model, resolve_model_path
     from headstats.io.tasks import collection_source
     from headstats.jobs.collect import collect_scores
 
@@ -75,6 +77,10 @@ def run_collect(args: argparse.Namespace) -> int:
     resources = spec_from_args(args, Resources)
     spec, load = narrow(section, CollectSpec), narrow(models, LoadOptions)
     store.ensure_writable(out, create=False)  # created with the first table: a refused run leaves nothing
+    if not section.datasets:
+        raise ValueError("--dataset names no dataset: give a built-in one (headstats list datasets) or a file")
+    for name in models.names:  # an unknown model fails before any other loads
+        resolve_model_path(name)
     for name in section.datasets:  # fail on a bad dataset before spending time on a model
         if len(collection_source(name, data_dir=spec.data_dir, text_column=spec.text_column)) == 0:
             raise ValueError(f"dataset {name!r} has no documents to score")
@@ -349,10 +355,15 @@ def listing(what: str) -> list[tuple[str, str]]:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    entries = listing(spec_from_args(args, ListSpec).what)
-    width = max(len(name) for name, _ in entries)
-    for name, text in entries:
-        print(f"{name:<{width}}  {text}".rstrip())
+    what = spec_from_args(args, ListSpec).what
+    kinds = LISTABLE if what == LIST_ALL else (what,)
+    for i, kind in enumerate(kinds):
+        entries = listing(kind)
+        if len(kinds) > 1:
+            print(("\n" if i else "") + f"{kind}:")
+        width = max(len(name) for name, _ in entries)
+        for name, text in entries:
+            print(("  " if len(kinds) > 1 else "") + f"{name:<{width}}  {text}".rstrip())
     return 0
 
 

@@ -97,7 +97,9 @@ def add_spec(
             continue
         hint, help_text = types_[f.name], _help(spec, f)
         if f.metadata.get("positional") and not (flags and f.name in flags):
-            parser.add_argument(f.name, metavar=f.name.upper(), type=_value_parser(hint), help=help_text)
+            # A positional argument with a default may be left out (``headstats list``).
+            optional = {"nargs": "?", "default": argparse.SUPPRESS} if f.default not in (None, "", MISSING) else {}
+            parser.add_argument(f.name, metavar=f.name.upper(), type=_value_parser(hint), help=help_text, **optional)
             continue
         names = [flags[f.name]] if flags and f.name in flags else flags_of(f)
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_text}
@@ -106,9 +108,20 @@ def add_spec(
         else:
             kw["type"] = _value_parser(hint)
             kw["metavar"] = f.metadata.get("metavar") or f.name.upper()
+            if is_list(hint):  # given twice (--dataset a --dataset b): both lists, in order
+                kw["action"] = _Extend
         if f.name in required:
             kw["required"] = True
         parser.add_argument(*names, **kw)
+
+
+class _Extend(argparse.Action):
+    """A list flag that adds to what the same flag gave before, instead of replacing it."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, value: Any, option=None):
+        before = getattr(namespace, self.dest, None)
+        merged = tuple(before or ()) + tuple(value)
+        setattr(namespace, self.dest, tuple(dict.fromkeys(merged)))
 
 
 class _ExecutorParam(argparse.Action):

@@ -41,7 +41,7 @@ from headstats.io.assets import cache_dir
 from headstats.jobs.specs import ReportSpec
 from headstats.report import plots
 from headstats.report import sections as report_sections
-from headstats.report.sections.context import Context, Section
+from headstats.report.sections.context import ABSTRACT_WORDS, IN_PAGE_LINK, Context, Section, word_count
 
 logger = logging.getLogger("headstats")
 
@@ -84,7 +84,6 @@ def _public_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 # --- the writer: one content stream, two renderings -----------------------------------------------
 
-ABSTRACT_WORDS = 150  # the most words an abstract may have: read in 30 seconds
 APPENDIX_TITLE = "Methods and caveats"
 APPENDIX_ANCHOR = "methods-and-caveats"
 MANIFEST_FILE = "_manifest.json"  # the files a build wrote: the only ones the next build may remove
@@ -115,14 +114,13 @@ code { background: #f4f4f4; padding: 0 .2em; } pre { background: #f8f8f8; paddin
 max-width: 100%; font-size: .8em; } details { margin: .5em 0 1em; } summary { cursor: pointer; color: #225; }
 """
 
-_LINK = re.compile(r"\[([^\]]+)\]\((#[A-Za-z0-9_-]+)\)")
 
 
 def _inline_html(text: str) -> str:
     """Markdown's inline code, bold and in-page links (``[text](#anchor)``) as HTML."""
     escaped = html.escape(text)
     escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
-    escaped = _LINK.sub(r'<a href="\2">\1</a>', escaped)
+    escaped = IN_PAGE_LINK.sub(r'<a href="\2">\1</a>', escaped)
     return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", escaped)
 
 
@@ -132,11 +130,6 @@ def anchor_slug(text: str) -> str:
     slug = re.sub(r"[^\w\- ]", "", text.strip().lower())
     return slug.replace(" ", "-")
 
-
-def word_count(text: str) -> int:
-    """Words of a text as a reader counts them (markdown marks and links do not count)."""
-    plain = _LINK.sub(r"\1", text).replace("`", "").replace("**", "")
-    return len(plain.split())
 
 
 def _format_cell(value: object, floatfmt: str) -> str:
@@ -174,7 +167,8 @@ class ReportWriter:
     2. a table of contents linking every heading of levels 2 and 3;
     3. the body: what sections write with :meth:`heading`, :meth:`text`, :meth:`table`,
        :meth:`figure` and :meth:`details` (inside ``with`` :meth:`collapsed` in a ``<details>`` block);
-    4. the "Methods and caveats" appendix: what sections write inside ``with`` :meth:`appendix`.
+    4. the "Methods and caveats" appendix: what sections write inside ``with`` :meth:`appendix`, and
+       the legends of :meth:`note`, each written once however many tables it explains.
 
     Figures go to ``out/figures`` (PNG and SVG) and are embedded in the HTML, as SVG unless that is
     more than :data:`SVG_RATIO` times the PNG; tables are written as CSV (``out/tables/<name>.csv``
@@ -195,6 +189,7 @@ class ReportWriter:
         self._body, self._appendix = _Stream(), _Stream()
         self._stream = self._body
         self._collapsed = 0
+        self._notes: dict[str, str] = {}  # note title -> its anchor
         self._anchors: set[str] = {APPENDIX_ANCHOR, "contents", "abstract"}
         self._written: set[Path] = set()
 
@@ -221,11 +216,20 @@ class ReportWriter:
         return self.out / "figures" / f"{name}.png"
 
     def main_table(
-        self, frame: pd.DataFrame, name: str, *, legend: str, full_legend: str | None = None, floatfmt: str = ".3g"
+        self,
+        frame: pd.DataFrame,
+        name: str,
+        *,
+        legend: str,
+        full_legend: str | None = None,
+        floatfmt: str = ".3g",
+        csv: str | None = None,
     ) -> Path:
         """The report's main table under the headline figure, with a one-line ``legend`` and a link to
-        the heading ``full_legend`` (its anchor) where the columns are explained in full."""
-        path = self._write_csv(frame, name, None, False)
+        the heading ``full_legend`` (its anchor) where the columns are explained in full; written as
+        CSV like :meth:`table`."""
+        frame = _public_frame(frame)
+        path = self._write_csv(frame, name, csv, False)
         more = f" [Full legend](#{full_legend})." if full_legend else ""
         self._lead["table"] = (
             self._table_html(frame, path, floatfmt, False) + f'<p class="legend">{_inline_html(legend + more)}</p>',
@@ -243,6 +247,18 @@ class ReportWriter:
             yield
         finally:
             self._stream = previous
+
+    def note(self, title: str, text: str) -> str:
+        """A methods note: ``text`` under the heading ``title`` in the appendix, written the first time
+        a title is given (a legend that several tasks share appears once); returns its anchor, for a
+        ``[link](#anchor)`` in the body."""
+        if title in self._notes:
+            return self._notes[title]
+        with self.appendix():
+            anchor = self.heading(title, 3)
+            self.text(text)
+        self._notes[title] = anchor
+        return anchor
 
     @contextlib.contextmanager
     def collapsed(self, summary: str) -> Iterator[None]:
@@ -467,6 +483,24 @@ def read_manifest(out: Path) -> set[str]:
 # --- a report: the list of sections over one results folder ---------------------------------------
 
 
+def check_report_inputs(spec: ReportSpec, results: Path, context: Context) -> None:
+    """Refuse, before anything is written, a ``reference`` model the results do not hold and a
+    ``contrast`` folder without score tables (either would leave its sections silently empty)."""
+    if spec.reference and spec.reference not in context.models:
+        raise ValueError(
+            f"--reference {spec.reference!r} is not a model of {str(results)!r} (its models: "
+            f"{', '.join(context.models) or 'none'}); give one of them, or leave --reference out to compare every pair"
+        )
+    if spec.contrast:
+        folder = Path(spec.contrast).expanduser()
+        if not folder.is_dir() or not store.find_partitions(folder, "scores", provenance=False)[0]:
+            raise ValueError(
+                f"--contrast {spec.contrast!r} holds no score tables ("
+                + ("no such folder" if not folder.exists() else "expected .../model=<slug>/dataset=<name>/*.parquet")
+                + "); give the results folder of headstats collect run with the other prompt format"
+            )
+
+
 def build_report(
     results_dir: str | os.PathLike,
     out: str | os.PathLike,
@@ -499,6 +533,7 @@ def build_report(
             ".../model=<slug>/dataset=<name>/*.parquet (headstats collect) or "
             ".../model=<slug>/task=<name>/*.parquet (headstats ablate)"
         )
+    check_report_inputs(spec, results, context)
     out_dir = store.ensure_writable(out)
     models = "; ".join(f"`{slug}`" + (f" = {ident}" if ident != slug else "") for slug, ident in context.models.items())
     writer = ReportWriter(
