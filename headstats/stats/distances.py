@@ -69,7 +69,8 @@ from headstats.stats.w1 import w1_on_support, w1_on_support_batch, wasserstein1
 
 __all__ = [
     "ALL_DEPTHS", "DistanceMatrix", "SequenceBlocks", "cluster_column", "depth_bin", "depth_labels", "distance_matrix",
-    "holm", "model_distance", "noise_floor", "w1_interval", "wasserstein1",
+    "holm", "holm_family", "holm_floor", "interquartile_range", "model_distance", "noise_floor", "permutations_for",
+    "w1_interval", "wasserstein1",
 ]  # fmt: skip
 
 Design = Literal["auto", "paired", "unpaired"]
@@ -384,6 +385,16 @@ def _ranks(n_rep: int, n_units: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _permutations(data: SequenceBlocks, pair: _Pair, n_perm: int, rng: np.random.Generator) -> np.ndarray:
+    """W1 of ``n_perm`` relabellings drawn under the null of exchangeable models.
+
+    Paired design: one fair coin per *cluster* of the texts both models scored; heads swaps the
+    two models' blocks of every text of the cluster (model a's block of text k goes to group b and
+    model b's to group a), tails keeps them. Every text keeps one block in each group, so
+    differences between texts never enter the null distribution. Flipping every coin gives the
+    mirrored labelling, whose W1 is the same: with U clusters the null has at most 2**(U - 1)
+    distinct values, so no number of permutations gives a p-value below about 2**(1 - U).
+    Unpaired design: the (model, cluster) units are shuffled and re-dealt in their original numbers.
+    """
     k, n = pair.n_keys, pair.n_blocks
     keys_a, keys_b = _sides(data, pair)
     ga, gb = np.zeros((n_perm, n)), np.zeros((n_perm, n))
@@ -441,6 +452,23 @@ def _interval(observed: float, boot: np.ndarray, confidence: float) -> tuple[flo
     alpha = 1 - confidence
     q_lo, q_hi = np.quantile(boot, [alpha / 2, 1 - alpha / 2])
     return max(0.0, 2 * observed - q_hi), max(0.0, 2 * observed - q_lo)
+
+
+def interquartile_range(values: ArrayLike) -> float:
+    """The interquartile range (75th minus 25th percentile, linear interpolation) of the finite
+    ``values``; NaN when there are none."""
+    values = np.asarray(values, dtype=np.float64)
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return float("nan")
+    q1, q3 = np.quantile(values, [0.25, 0.75])
+    return float(q3 - q1)
+
+
+def _per(distance: object, spread: float) -> float:
+    """``distance`` in units of ``spread``; NaN when the spread is 0 or unknown (a score that takes
+    one value on half its rows has no scale to read a distance against)."""
+    return float(distance) / spread if np.isfinite(spread) and spread > 0 else float("nan")
 
 
 def _floor(split: np.ndarray, quantile: float) -> float:
@@ -508,11 +536,18 @@ def model_distance(
     ``scores`` is a table from :func:`headstats.read_scores` (several models; the comparison uses
     the datasets both were scored on and the score ids both have). Returns one row per (score,
     depth) with ``w1``, a basic bootstrap interval ``ci_low``/``ci_high`` at ``confidence``
-    (clusters resampled; see :func:`_interval`), the permutation ``p_value`` (``(1 + #{W1_perm >=
-    W1}) / (1 + n_perm)``) and ``p_holm`` (Holm-adjusted over every p-value of the returned table,
+    (clusters resampled; see :func:`_interval`), the standardised distance ``w1_iqr`` = W1 divided
+    by ``iqr_a``, the interquartile range of ``model_a``'s (the reference's) values of that score in
+    that depth bin, with its interval ``w1_iqr_low``/``w1_iqr_high`` (the W1 interval divided by the
+    same IQR, read as fixed; NaN when the IQR is 0), so distances of scores on different scales read
+    alike; the permutation ``p_value`` (``(1 + #{W1_perm >= W1}) / (1 + n_perm)``; in the paired
+    design each permutation swaps the two models' labels within every text of a cluster, see
+    :func:`_permutations`) and ``p_holm`` (Holm-adjusted over every p-value of the returned table,
     ``n_tests`` of them) with ``p_holm_min``, the smallest value ``p_holm`` can take with ``n_perm``
     permutations and ``n_tests`` tests (:func:`holm_floor`: a ``p_holm`` there says only that no
-    permutation reached the observed distance), the ``noise_floor`` (the larger of the two models'
+    permutation reached the observed distance). A report whose Holm family spans several tables
+    chooses ``n_perm = permutations_for(family size, 0.01)`` and adjusts the concatenated tables
+    together with :func:`holm_family`. Then the ``noise_floor`` (the larger of the two models'
     ``floor_quantile``-quantiles of split-half W1, over ``n_splits`` random halvings) and
     ``above_noise``; ``cluster`` names the resampled unit (see :func:`cluster_column`) and
     ``n_clusters_a``/``n_clusters_b`` count them. W1 is biased upwards in small samples (noise alone
@@ -546,9 +581,11 @@ def model_distance(
             k = pair.n_keys
             keys_a, keys_b = _sides(data, pair)
             observed = data.distance(_indicator(pair.n_blocks, keys_a), _indicator(pair.n_blocks, keys_b + k))
+            spread = interquartile_range(va[ma])
             row: dict[str, object] = {
                 "model_a": model_a, "model_b": model_b, "score": sid, "depth": depth, "w1": observed,
-                "ci_low": np.nan, "ci_high": np.nan, "p_value": np.nan, "noise_floor": np.nan,
+                "ci_low": np.nan, "ci_high": np.nan, "iqr_a": spread, "w1_iqr": _per(observed, spread),
+                "w1_iqr_low": np.nan, "w1_iqr_high": np.nan, "p_value": np.nan, "noise_floor": np.nan,
                 "n_seq_a": len(keys_a), "n_seq_b": len(keys_b), "design": "paired" if pair.paired else "unpaired",
                 "cluster": unit, "n_clusters_a": len(np.unique(pair.key_cluster[keys_a])),
                 "n_clusters_b": len(np.unique(pair.key_cluster[keys_b])), "n_splits": max(n_split, 0),
@@ -556,6 +593,7 @@ def model_distance(
             }  # fmt: skip
             if n_boot > 0 and np.isfinite(observed):
                 row["ci_low"], row["ci_high"] = _interval(observed, _bootstrap(data, pair, n_boot, rng), confidence)
+                row["w1_iqr_low"], row["w1_iqr_high"] = _per(row["ci_low"], spread), _per(row["ci_high"], spread)
             if n_perm > 0 and np.isfinite(observed):
                 perm = _permutations(data, pair, n_perm, rng)
                 # A relative tolerance keeps ties (e.g. a permutation that reproduces the observed
@@ -592,8 +630,33 @@ def holm_floor(n_tests: int, n_perm: int) -> float:
 
 def permutations_for(n_tests: int, alpha: float = 0.05) -> int:
     """The fewest permutations per test for which the smallest Holm-adjusted p-value of ``n_tests``
-    tests can reach ``alpha`` (:func:`holm_floor` <= ``alpha``)."""
+    tests can reach ``alpha`` (:func:`holm_floor` <= ``alpha``). For a report, ``n_tests`` is its
+    whole Holm family (every p-value it adjusts together, e.g. checkpoints x datasets x scores x
+    depths) and ``alpha`` the smallest level it means to state (``permutations_for(24, 0.01)`` =
+    2399). The design bounds p-values too: a paired design with U clusters cannot give a p-value
+    below about 2**(1 - U) (see :func:`_permutations`), whatever the count."""
+    if n_tests < 1 or not 0 < alpha <= 1:
+        raise ValueError(f"permutations_for needs at least one test and 0 < alpha <= 1, not {n_tests} and {alpha}")
     return max(1, math.ceil(n_tests / alpha - 1 - 1e-9))
+
+
+def holm_family(tables: pd.DataFrame | Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """Several :func:`model_distance` tables (or their concatenation) as one Holm family: a copy of
+    their rows with ``p_holm`` adjusted over every p-value of all of them, ``n_tests`` their number
+    and ``p_holm_min`` the family's floor (:func:`holm_floor` with the largest ``n_perm``). A report
+    that reads distances of several checkpoints, datasets and scores side by side adjusts them
+    together, not table by table."""
+    table = tables if isinstance(tables, pd.DataFrame) else pd.concat(list(tables), ignore_index=True)
+    missing = [c for c in ("p_value", "n_perm") if c not in table.columns]
+    if missing:
+        raise ValueError(f"holm_family needs model_distance tables; these lack {', '.join(missing)}")
+    out = table.copy()
+    out["p_holm"] = holm(out["p_value"])
+    tested = int(out["p_value"].notna().sum())
+    n_perm = int(out.loc[out["p_value"].notna(), "n_perm"].max()) if tested else 0
+    out["p_holm_min"] = holm_floor(tested, n_perm) if tested else np.nan
+    out["n_tests"] = tested
+    return out
 
 
 def noise_floor(
