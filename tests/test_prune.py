@@ -181,3 +181,110 @@ def test_select_heads_follows_score_direction() -> None:
     assert select_heads(means, "ahon_ln", 0.0) == []
     with pytest.raises(ValueError, match="outside"):
         select_heads(means, "ahon_ln", 1.5)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory):
+    from test_tasks import make_tokenizer
+
+    tokenizer = make_tokenizer(adds_bos=False)
+    path = tmp_path_factory.mktemp("tiny-llama-prune")
+    model = tiny_model("llama")
+    model.resize_token_embeddings(len(tokenizer))
+    model.config.max_position_embeddings = 2048  # the tiny tokenizer spells some PIQA answers in 280 tokens
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_prune_command_removes_the_lowest_calibration_means(model_dir, tmp_path) -> None:
+    from headstats.cli import main
+
+    out = tmp_path / "pruned"
+    args = ["prune", "--model", str(model_dir), "--score", "ahon_ln", "--share", "0.25", "--calibration-limit", "4",
+            "--max-length", "32", "--out", str(out), "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    record = json.loads((out / "pruning.json").read_text())
+    means = sorted(record["calibration_means"], key=lambda r: (r[2], r[0], r[1]))
+    assert record["n_removed"] == 3 and record["n_heads"] == 12
+    assert record["removed_heads"] == sorted([r[0], r[1]] for r in means[:3])
+    assert record["params_after"] < record["params_before"]
+    assert record["calibration"]["dataset"] == "wikipedia" and record["calibration"]["n_sequences"] == 4
+    pruned, tokenizer = headstats.load_model(str(out), device="cpu")
+    original, _ = headstats.load_model(str(model_dir), device="cpu")
+    ids = torch.tensor([tokenizer("Inactive heads can be zeroed.")["input_ids"]])
+    heads = [tuple(h) for h in record["removed_heads"]]
+    with torch.no_grad():
+        assert _relative(pruned(input_ids=ids).logits, _zeroed_logits(original, ids, heads)) <= 1e-5
+
+
+def test_certified_share_is_a_fixed_sequence_of_tango_bounds(model_dir, tmp_path) -> None:
+    from headstats.cli import main
+    from headstats.stats.paired import drop_bound_from_counts
+
+    out = tmp_path / "certified"
+    args = ["prune", "--model", str(model_dir), "--certify", "piqa", "--limit", "12", "--shares", "0,0.25,0.5,1",
+            "--max-drop", "0.3", "--calibration-limit", "4", "--max-length", "32", "--out", str(out),
+            "--no-progress"]  # fmt: skip
+    assert main(args) == 0
+    record = json.loads((out / "pruning.json").read_text())
+    points = record["certification"]["points"]
+    assert [p["share"] for p in points] == [0.0, 0.25, 0.5, 1.0][: len(points)]
+    for point in points:
+        bound = drop_bound_from_counts(point["lost"], point["gained"], 12)
+        assert point["upper_bound"] == pytest.approx(bound.upper)
+        assert point["certified"] == (bound.upper <= 0.3)
+    assert all(p["certified"] for p in points[:-1])  # testing stops at the first failure
+    certified = [p["share"] for p in points if p["certified"]]
+    assert record["share"] == max(certified)
+    assert points[0]["lost"] == points[0]["gained"] == 0  # share 0 removes nothing
+
+
+def test_no_certified_share_is_a_clear_error(model_dir, tmp_path, capsys) -> None:
+    from headstats.cli import main
+
+    args = ["prune", "--model", str(model_dir), "--certify", "piqa", "--limit", "4", "--shares", "0.25",
+            "--calibration-limit", "2", "--max-length", "16", "--out", str(tmp_path / "none"), "--no-progress"]  # fmt: skip
+    assert main(args) != 0
+    assert "no share is certified on piqa" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+
+
+REAL_HEADS = {
+    # SmolLM2: 9 query heads in 3 KV groups of 3. Layer 0 loses one head of group 0 (uneven groups),
+    # layer 1 the whole of group 0 (its KV head goes), layer 2 every head.
+    "smollm2-135m": [(0, 0), (1, 0), (1, 1), (1, 2), *[(2, h) for h in range(9)]],
+    # Gemma-3 270M: 4 query heads sharing 1 KV head; layer 3 loses every head.
+    "gemma3-270m": [(0, 1), (1, 0), (1, 3), *[(3, h) for h in range(4)]],
+}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", sorted(REAL_HEADS))
+def test_embedded_model_pruned_equals_zeroed(name: str, tmp_path) -> None:
+    from headstats.jobs.prune import calibration_set, head_means, pruning_record
+
+    model, tokenizer = headstats.load_model(name, device="cpu", dtype="float32")
+    calibration = calibration_set(tokenizer, "wikipedia", limit=4, max_length=48, model_name=name)
+    selected = select_heads(head_means(model, calibration, "ahon_ln"), "ahon_ln", 0.1)
+    heads = sorted({*REAL_HEADS[name], *selected})
+    pruned = copy.deepcopy(model)
+    before = count_parameters(model)
+    prune_heads(pruned, heads)
+    ids = torch.tensor([tokenizer("The inactive heads of a language model can be removed")["input_ids"]])
+    with torch.no_grad():
+        out = pruned(input_ids=ids, use_cache=False).logits
+    assert _relative(out, _zeroed_logits(model, ids, heads)) <= 1e-5
+    steps, seq = 10, ids
+    for _ in range(steps):
+        seq = torch.cat([seq, _zeroed_logits(model, seq, heads)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    with torch.no_grad():
+        generated = pruned.generate(ids, max_new_tokens=steps, min_new_tokens=steps, do_sample=False)
+    assert generated[:, ids.shape[1] :].tolist() == seq[:, ids.shape[1] :].tolist()
+    layers, per_layer = model.config.num_hidden_layers, model.config.num_attention_heads
+    record = pruning_record(pruned, heads, "ahon_ln", len(heads) / (layers * per_layer), calibration, before, name)
+    out_dir = save_pruned(pruned, tokenizer, tmp_path / "pruned", record)
+    loaded, _ = headstats.load_model(str(out_dir), device="cpu", dtype="float32")
+    with torch.no_grad():
+        assert _relative(loaded(input_ids=ids, use_cache=False).logits, out) <= 1e-6
+    assert record["params_after"] == count_parameters(loaded) < before
