@@ -244,7 +244,8 @@ def test_no_certified_share_is_a_clear_error(model_dir, tmp_path, capsys) -> Non
     from headstats.cli import main
 
     args = ["prune", "--model", str(model_dir), "--certify", "piqa", "--limit", "4", "--shares", "0.25",
-            "--calibration-limit", "2", "--max-length", "16", "--out", str(tmp_path / "none"), "--no-progress"]  # fmt: skip
+            "--calibration-limit", "2", "--max-length", "16", "--out", str(tmp_path / "none"),
+            "--no-progress"]  # fmt: skip
     assert main(args) != 0
     assert "no share is certified on piqa" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()
