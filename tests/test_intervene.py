@@ -96,6 +96,51 @@ def test_static_zeroing_equals_removing_the_heads_slice_of_w_o(family: str) -> N
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+def test_a_layers_by_heads_mask_is_the_pairs_form(family: str) -> None:
+    model = tiny_model(family)
+    mask = torch.zeros(3, 4, dtype=torch.bool)
+    mask[0, 1] = mask[1, 3] = mask[2, 0] = mask[2, 2] = True
+    batch = padded()
+    with ablate_heads(model, mask=mask) as by_mask:
+        got = logits(model, batch)
+    with ablate_heads(model, heads=[(0, 1), (1, 3), (2, 0), (2, 2)]) as by_pairs:
+        ref = logits(model, batch)
+    assert torch.equal(got, ref)
+    assert torch.equal(by_mask.zero_masks(), by_pairs.zero_masks())
+    assert by_mask.heads == by_pairs.heads and by_mask.mode == "static"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_per_sequence_mask_zeroes_each_rows_heads_in_its_own_sequence(family: str) -> None:
+    """Row b of a (batch, layers, heads) mask acts on the b-th sequence as the pairs form of that row
+    acts on the sequence alone."""
+    model = tiny_model(family)
+    mask = torch.rand(len(SEQUENCES), 3, 4, generator=torch.Generator().manual_seed(1)) < 0.3
+    mask[0] = False  # a row that zeroes nothing
+    batch = padded()
+    with ablate_heads(model, mask=mask) as ab:
+        got = logits(model, batch)
+    assert torch.equal(ab.zero_masks(), mask)
+    for b, ids in enumerate(SEQUENCES):
+        pairs = [tuple(p) for p in mask[b].nonzero().tolist()]
+        with ablate_heads(model, heads=pairs):
+            alone = logits(model, padded([ids]))[0]
+        torch.testing.assert_close(got[b][batch.attention_mask[b].bool()], alone, rtol=1e-5, atol=2e-5)
+    assert not torch.allclose(got[1], logits(model, batch)[1], atol=1e-3)  # row 1 zeroed something
+
+
+def test_a_per_sequence_mask_refuses_a_batch_of_another_size() -> None:
+    model = tiny_model("llama")
+    mask = torch.zeros(2, 3, 4, dtype=torch.bool)
+    with (
+        pytest.raises(ValueError, match=r"one row per sequence \(2\) but this forward pass has 4"),
+        ablate_heads(model, mask=mask),
+    ):
+        logits(model, padded())
+    assert model.config._attn_implementation == "eager"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("score", ["ahon_ln", "awft"])
 def test_a_threshold_that_selects_nothing_gives_the_plain_logits(family: str, score: str) -> None:
     model = tiny_model(family)
@@ -211,6 +256,12 @@ def test_ablate_heads_refuses_bad_input() -> None:
         (dict(heads=[(0, 1.5)]), "pairs of integers"),
         (dict(heads=[0]), "(layer, head) pairs"),
         (dict(heads=[(0, 0)], threshold=0.1), "takes no threshold"),
+        (dict(mask=torch.ones(3, 4, dtype=torch.bool), heads=[(0, 0)]), "not both (heads and mask given)"),
+        (dict(mask=torch.ones(3, 4)), "must be a bool tensor (True = zero the head), got dtype torch.float32"),
+        (dict(mask=torch.ones(3, 5, dtype=torch.bool)), "mask has shape (3, 5): give (layers, heads) = (3, 4)"),
+        (dict(mask=torch.ones(4, dtype=torch.bool)), "mask has shape (4,)"),
+        (dict(mask="heads"), "must be a bool tensor of shape (layers, heads)"),
+        (dict(mask=torch.ones(3, 4, dtype=torch.bool), threshold=0.1), "takes no threshold"),
     ]
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=None) as err, ablate_heads(model, **kwargs):

@@ -9,7 +9,9 @@ of the sequence, before the output projection W_O.
   threshold in that score's direction (:func:`headstats.engine.scores.is_inactive`);
 - random (``score="random"``, ``threshold=p``): the same rule on fp32 U(0, 1) draws, so each head
   of each sequence is zeroed with probability p, independently;
-- static (``heads=[(layer, head), ...]``): the same heads for every input; no score is computed.
+- static (``heads=[(layer, head), ...]``, or ``mask=`` a bool (layers, heads) tensor): the same heads
+  for every input; no score is computed. A (batch, layers, heads) ``mask`` zeroes row b's heads in
+  the b-th sequence of every batch (a per-input static mask).
 """
 
 from __future__ import annotations
@@ -155,6 +157,24 @@ def _check_heads(heads: Iterable[object], num_layers: int, num_heads: int) -> tu
     return tuple(checked)
 
 
+def _check_mask(mask: object, num_layers: int, num_heads: int) -> torch.Tensor:
+    """A bool (layers, heads) or (batch, layers, heads) zero mask, True = zeroed."""
+    if not isinstance(mask, torch.Tensor):
+        try:
+            mask = torch.as_tensor(mask)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"mask must be a bool tensor of shape (layers, heads) or (batch, layers, heads), got "
+                             f"{type(mask).__name__}") from None  # fmt: skip
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor (True = zero the head), got dtype {mask.dtype}: pass mask.bool()")
+    if mask.dim() not in (2, 3) or tuple(mask.shape[-2:]) != (num_layers, num_heads):
+        raise ValueError(
+            f"mask has shape {tuple(mask.shape)}: give (layers, heads) = ({num_layers}, {num_heads}) for every input, "
+            f"or (batch, layers, heads) = (B, {num_layers}, {num_heads}) for one mask per sequence of a batch"
+        )
+    return mask
+
+
 def ablate_heads(
     model: PreTrainedModel,
     score: str | None = None,
@@ -162,6 +182,7 @@ def ablate_heads(
     heads: Iterable[tuple[int, int]] | None = None,
     seed: int = 0,
     *,
+    mask: torch.Tensor | None = None,
     record_scores: bool = False,
     materialise: bool = False,
 ) -> AblationContext:
@@ -170,7 +191,9 @@ def ablate_heads(
     ``with ablate_heads(model, score="ahon_ln", threshold=t) as ab:`` zeroes, per sequence and layer,
     every head whose score crosses ``t`` (dynamic); ``score="random", threshold=p, seed=s`` zeroes each
     head with probability p (draws fixed by seed, sample key, layer, head); ``heads=[(layer, head), ...]``
-    zeroes the same heads for every input (static, no scores computed). The yielded
+    zeroes the same heads for every input (static, no scores computed); ``mask=`` does the same from a
+    bool (layers, heads) tensor (True = zeroed), or, shaped (batch, layers, heads), zeroes row b's heads
+    in the b-th sequence of each forward pass (whose batch must then have B sequences). The yielded
     :class:`Ablation` records the zero masks; ``ab.realised_fraction()`` is the fraction zeroed.
     Leaving the block restores the model's attention implementation, so it computes exactly what it
     did before. ``record_scores=True`` also keeps the scores each dynamic decision was taken on.
@@ -182,11 +205,21 @@ def ablate_heads(
     block yields a new :class:`Ablation`, with the passes of that block only).
     """
     num_layers, num_heads = model_shape(model)
-    if (score is None) == (heads is None):
+    given = [name for name, value in (("score", score), ("heads", heads), ("mask", mask)) if value is not None]
+    if len(given) != 1:
         raise ValueError(
-            "give either score= (with threshold=) for dynamic or random zeroing, or heads=[(layer, head), ...] "
-            "for static zeroing" + (", not both" if score is not None else "")
+            "give either score= (with threshold=) for dynamic or random zeroing, or heads=[(layer, head), ...] or "
+            "mask= (a bool (layers, heads) or (batch, layers, heads) tensor) for static zeroing"
+            + (f", not both ({' and '.join(given)} given)" if given else "")
         )
+    if mask is not None:
+        if threshold is not None:
+            raise ValueError("static zeroing (mask=...) takes no threshold")
+        mask = _check_mask(mask, num_layers, num_heads)
+        if mask.dim() == 2:  # one mask for every input: exactly the (layer, head) pairs form
+            heads = [(int(layer), int(head)) for layer, head in mask.nonzero().tolist()]
+        else:
+            return _per_sequence_mask(model, mask, seed, materialise)
     if heads is not None:
         if threshold is not None:
             raise ValueError("static zeroing (heads=...) takes no threshold")
@@ -225,6 +258,26 @@ def ablate_heads(
             return Ablation(mode, sid, tau, None, num_layers, num_heads, probe)
 
         return AblationContext(dynamic_ablation)
+
+
+def _per_sequence_mask(model: PreTrainedModel, mask: torch.Tensor, seed: int, materialise: bool) -> AblationContext:
+    """Static zeroing with a (batch, layers, heads) mask: row b is the b-th sequence's mask."""
+    batch, num_layers, num_heads = mask.shape
+    mask = mask.to(next(model.parameters()).device)
+
+    def policy(layer: int, _scores: dict[str, torch.Tensor], keys: torch.Tensor) -> torch.Tensor:
+        if len(keys) != batch:
+            raise ValueError(
+                f"mask has one row per sequence ({batch}) but this forward pass has {len(keys)} sequences: run "
+                f"batches of {batch} inside this ablate_heads(...), or give a (layers, heads) mask for every input"
+            )
+        return mask[:, layer]
+
+    def make() -> Ablation:
+        probe = Probe(model, (), policy, seed=seed, keep_history=True, record_scores=False, materialise=materialise)
+        return Ablation("static", None, None, None, num_layers, num_heads, probe)
+
+    return AblationContext(make)
 
 
 class AblationContext:
