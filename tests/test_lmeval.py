@@ -8,12 +8,14 @@ import dataclasses
 import json
 from pathlib import Path
 
+import datasets
 import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("lm_eval", minversion="0.4.12")
 
+import lm_eval
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
 
@@ -21,7 +23,7 @@ import headstats
 import headstats.jobs.evaluate as ev
 from headstats.engine.scoring import score_sequences
 from headstats.io.tasks import PromptRenderer, load_task, resolve_format
-from headstats.lmeval import GENERATION_REFUSED, HeadstatsLM, parse_heads, run_lm_eval
+from headstats.lmeval import GENERATION_REFUSED, HeadstatsLM, parse_heads, run_lm_eval, task_manager
 from headstats.stats.thresholds import threshold_for_fraction
 
 try:
@@ -337,3 +339,150 @@ def test_real_tasks_through_lm_evals_task_machinery(smollm2, task: str) -> None:
     tokens = np.array([len(tok(inst.args[1], add_special_tokens=False).input_ids) for inst in instances])
     assert (np.abs(padded - theirs) <= 1e-4 + 2e-5 * tokens).all()
     assert np.abs(padded - hf).max() > 1e-3
+
+
+# -- headstats' bundled lm-eval tasks (the embedded data, no Hub) -----------------------------------
+
+LM_EVAL_TASK_DIR = Path(lm_eval.__file__).parent / "tasks"
+BUNDLED_AS_LM_EVAL = {  # bundled task -> lm-eval's own config file of the same task
+    "piqa": "piqa/piqa.yaml",
+    "arc_easy": "arc/arc_easy.yaml",
+    "arc_challenge": "arc/arc_challenge.yaml",
+    "hellaswag": "hellaswag/hellaswag.yaml",
+    "winogrande": "winogrande/default.yaml",
+    "boolq": "super_glue/boolq/default.yaml",
+    "mmlu_anatomy": "mmlu/default/mmlu_anatomy.yaml",
+}
+
+
+@pytest.fixture(scope="module")
+def bundled_data(data_dir: Path) -> Path:
+    """The unit-test data directory with an MMLU subject of a real name (lm-eval's task names it)."""
+    import shutil
+
+    mmlu = data_dir / "hf_datasets" / "hails" / "mmlu_no_train"
+    if not (mmlu / "anatomy").exists():
+        shutil.copytree(mmlu / "alpha_topic", mmlu / "anatomy")
+    return data_dir
+
+
+@pytest.fixture(scope="module")
+def bundled_tasks(bundled_data: Path):
+    """headstats' bundled tasks alone (lm-eval's ~10k own configs not indexed), on the unit-test data."""
+    return task_manager(include_defaults=False, metadata={"data_dir": str(bundled_data)})
+
+
+def own_lm_eval_requests(task: str, dataset) -> list:
+    """The requests of lm-eval's own config of ``task`` over ``dataset`` (a DatasetDict)."""
+    from lm_eval.api.task import ConfigurableTask
+    from lm_eval.tasks._yaml_loader import load_yaml
+
+    config = load_yaml(LM_EVAL_TASK_DIR / BUNDLED_AS_LM_EVAL[task], resolve_func=True)
+    for key in ("dataset_path", "dataset_name", "dataset_kwargs", "tag"):
+        config.pop(key, None)
+    config.update(training_split=None, test_split="test" if "test" in dataset else None)
+    if task == "boolq":  # super_glue's copy has `label` where the bundled (google/boolq) one has `answer`
+        dataset = datasets.DatasetDict({k: v.map(lambda d: {"label": int(d["answer"])}) for k, v in dataset.items()})
+    config["custom_dataset"] = lambda **_: dataset
+    own = ConfigurableTask(config=config)
+    own.build_all_requests()
+    return own.instances
+
+
+@pytest.mark.parametrize("task", list(BUNDLED_AS_LM_EVAL))
+def test_bundled_tasks_make_lm_evals_own_requests(bundled_tasks, task: str) -> None:
+    """Each bundled task asks what lm-eval's task of the same name asks, of the same documents
+    (prompt, continuations, gold answer, few-shot examples)."""
+    (ours,) = bundled_tasks.load([task])["tasks"].values()
+    ours.build_all_requests()
+    theirs = own_lm_eval_requests(task, ours.dataset)
+    assert len(ours.instances) == len(theirs) > 0
+    assert [(i.doc_id, i.idx, i.args) for i in ours.instances] == [(i.doc_id, i.idx, i.args) for i in theirs]
+    assert [ours.doc_to_target(d) for d in ours.eval_docs] == [
+        ours.doc_to_target(d) if task != "boolq" else int(d["answer"]) for d in ours.eval_docs
+    ]
+
+
+def test_bundled_mmlu_has_lm_evals_57_subjects() -> None:
+    import yaml
+
+    from headstats.lmeval import TASKS_DIR
+
+    theirs = sorted((LM_EVAL_TASK_DIR / "mmlu" / "default").glob("mmlu_*.yaml"))
+    assert len(theirs) == 57
+    for path in theirs:
+        own, bundled = yaml.safe_load(path.read_text()), yaml.safe_load((TASKS_DIR / path.name).read_text())
+        assert (bundled["task"], bundled["task_alias"], bundled["description"]) == (
+            own["task"], own["task_alias"], own["description"]
+        )  # fmt: skip
+        assert bundled["dataset_kwargs"] == {"subject": own["dataset_name"]}
+
+
+def logged_choices(results: dict, task: str) -> tuple[list[int], list[np.ndarray], list[int]]:
+    """Per document of a logged lm-eval run, in doc_id order: its id, its choices' log-likelihoods
+    and its gold choice."""
+    samples = sorted(results["samples"][task], key=lambda s: s["doc_id"])
+    logliks = [np.array([r[0][0] for r in s["resps"]], dtype=float) for s in samples]
+    return [s["doc_id"] for s in samples], logliks, [int(s["target"]) for s in samples]
+
+
+@pytest.mark.parametrize("task", ["piqa", "arc_easy"])
+def test_bundled_task_headstats_equals_hf(bundled_tasks, tok, task: str) -> None:
+    """Through lm-eval's evaluator on a bundled task: HeadstatsLM with nothing zeroed gives lm-eval's
+    ``hf`` model's accuracy and log-likelihoods (within 2e-5)."""
+    model = tiny_model("llama", len(tok))
+    runs = {}
+    for name, lm in (("hf", HFLM(pretrained=model, tokenizer=tok, batch_size=3)),
+                     ("headstats", HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=3))):  # fmt: skip
+        runs[name] = lm_eval.simple_evaluate(model=lm, tasks=[task], task_manager=bundled_tasks, log_samples=True)
+    docs_hf, hf, _ = logged_choices(runs["hf"], task)
+    docs, ours, gold = logged_choices(runs["headstats"], task)
+    assert docs_hf == docs and len(docs) > 1
+    np.testing.assert_allclose(np.concatenate(ours), np.concatenate(hf), rtol=0, atol=2e-5)
+    accuracy = {name: runs[name]["results"][task]["acc,none"] for name in runs}
+    picked = [int(np.argmax(choices)) for choices in ours]
+    assert accuracy["hf"] == accuracy["headstats"] == np.mean(np.array(picked) == gold)
+
+
+def test_headstats_lm_eval_defaults_to_the_headstats_model_and_bundled_tasks(
+    monkeypatch: pytest.MonkeyPatch, bundled_data: Path, model_dir: Path, tmp_path: Path
+) -> None:
+    """`headstats lm-eval --tasks piqa` needs no --model (headstats, whose default pretrained is the
+    embedded model; a tiny saved one here) and no Hub: piqa is the bundled task."""
+    import inspect
+
+    import headstats.lmeval as hl
+
+    assert inspect.signature(HeadstatsLM).parameters["pretrained"].default == hl.DEFAULT_MODEL == "smollm2-135m"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    out = tmp_path / "out"
+    code = run_lm_eval(["--tasks", "piqa", "--limit", "3", "--model_args", f"pretrained={model_dir}",
+                        "--metadata", json.dumps({"data_dir": str(bundled_data)}), "--device", "cpu",
+                        "--output_path", str(out)])  # fmt: skip
+    assert code == 0
+    (written,) = out.rglob("results_*.json")
+    result = json.loads(written.read_text())
+    assert result["config"]["model"] == "headstats"
+    assert result["n-samples"]["piqa"] == {"original": len(PIQA), "effective": 3}
+
+
+@pytest.mark.integration
+def test_bundled_tasks_on_the_embedded_model_headstats_equals_hf(smollm2) -> None:
+    """`headstats lm-eval --tasks piqa,arc_easy --limit 20`'s tasks on the real model and data:
+    nothing zeroed, HeadstatsLM's accuracy and log-likelihoods are lm-eval's ``hf`` model's."""
+    model, tok = smollm2
+    tasks = ["piqa", "arc_easy"]
+    runs = {
+        name: lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=task_manager(), limit=20, log_samples=True)
+        for name, lm in (("hf", HFLM(pretrained=model, tokenizer=tok, batch_size=8)),
+                         ("headstats", HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=8)))
+    }  # fmt: skip
+    for task in tasks:
+        docs_hf, hf, _ = logged_choices(runs["hf"], task)
+        docs, ours, _ = logged_choices(runs["headstats"], task)
+        assert docs_hf == docs == list(range(20))
+        np.testing.assert_allclose(np.concatenate(ours), np.concatenate(hf), rtol=0, atol=2e-5)
+        assert runs["hf"]["results"][task]["acc,none"] == runs["headstats"]["results"][task]["acc,none"]
+        print(task, {name: runs[name]["results"][task]["acc,none"] for name in runs},
+              "max |dll|", float(np.abs(np.concatenate(ours) - np.concatenate(hf)).max()))  # fmt: skip
