@@ -932,3 +932,39 @@ def test_a_tiny_real_sweep_on_the_embedded_model(tmp_path) -> None:
     assert 0 < (zeroed["n_zeroed"] / zeroed["n_heads"]).mean() < 0.5
     curves = summarize_curves(df)
     assert curves["score"].tolist() == ["ahon_ln"] and (curves["baseline"] == 100 * base["correct"].mean()).all()
+
+
+def test_a_pinned_kernel_joins_sweeps_of_different_scores_answer_for_answer(tmp_path) -> None:
+    """``attention_kernel = explicit`` makes a sweep of ``ahon_ln`` alone (which reads no
+    probabilities, so ``auto`` runs fused SDPA) run the explicit kernel, so its baseline equals, answer
+    for answer and log-likelihood for log-likelihood, the baseline of a sweep with ``awft`` (which
+    needs that kernel); the pin is part of the run's key, and a fused pin refuses a score that reads
+    the probabilities."""
+    from headstats.jobs.specs import SpecError
+    from headstats.jobs.sweep import run_sweep
+
+    model, tokenizer = tiny_llama_with_real_tokenizer("tiny-llama", kv_heads=2)
+    model = model.to(torch.bfloat16)  # a bf16 body rounds the two kernels differently
+    sweep = dict(task="mmlu", tokenizer=tokenizer, targets=[0, 0.5], limit=6, progress=False)
+    run_sweep(model, scores="awft", out=tmp_path / "awft", **sweep)
+    run_sweep(model, scores="ahon_ln", out=tmp_path / "pinned", attention_kernel="explicit", **sweep)
+    run_sweep(model, scores="ahon_ln", out=tmp_path / "auto", **sweep)
+
+    def baseline(name: str) -> pd.DataFrame:
+        rows = headstats.io.store.read_interventions(tmp_path / name)
+        rows = rows[rows["score"] == "baseline"].sort_values(["subject", "question_id"])
+        return rows[["subject", "question_id", "gold_loglik", "pred", "correct"]].reset_index(drop=True)
+
+    if baseline("auto")["gold_loglik"].equals(baseline("awft")["gold_loglik"]):
+        pytest.skip("the fused and explicit kernels round alike on this CPU in bf16: nothing to tell apart")
+    pd.testing.assert_frame_equal(baseline("pinned"), baseline("awft"))
+    partition = tmp_path / "pinned" / "model=tiny-llama" / "task=mmlu"
+    records = [headstats.io.store.file_provenance(f)["point"] for f in partition.glob("*.parquet")]
+    assert {r["materialise"] for r in records} == {True}
+    assert headstats.io.store.read_provenance(partition)["settings"]["attention_kernel"] == "explicit"
+    # Unpinned, ahon_ln runs fused SDPA: its baseline is another path's (equal up to bf16 rounding).
+    assert np.allclose(baseline("auto")["gold_loglik"], baseline("awft")["gold_loglik"], atol=0.5)
+    with pytest.raises(headstats.io.store.StoreError, match="attention_kernel"):
+        run_sweep(model, scores="ahon_ln", out=tmp_path / "pinned", attention_kernel="fused", **sweep)
+    with pytest.raises(SpecError, match=r"awft read.* the attention probabilities.*pin attention_kernel = explicit"):
+        run_sweep(model, scores="awft", out=tmp_path / "x", attention_kernel="fused", **sweep)

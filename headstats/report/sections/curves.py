@@ -13,7 +13,7 @@ from headstats.report import plots
 from headstats.report.sections.context import Context, Writer
 from headstats.stats import ranking
 from headstats.stats.paired import minimum_detectable_drop
-from headstats.stats.summary import BASELINE
+from headstats.stats.summary import BASELINE, certified_headline
 
 POINT_TABLE = (
     "model",
@@ -50,6 +50,35 @@ READINGS = {
 }
 
 
+# The main table (main_table): its one-line legend under the table, and the full one in the appendix.
+MAIN_TABLE_LINE = (
+    "Per score: % of heads zeroed at the first 1-point drop [95% cluster-bootstrap interval] | the % certified "
+    "within 1 point (one-sided 95%) (fw: the same, Bonferroni over the report's curves); `≥`: never dropped in "
+    "the tested range; `*`: dropped and recovered; `unstable`: not a finding (most resamples read elsewhere)."
+)
+MAIN_TABLE_LEGEND = (
+    "Per model and task: questions, baseline accuracy (%) with its Wilson 95% interval, the smallest drop in "
+    "points detectable with 80% power on these questions (as in the first section), and per score "
+    "`first [95% interval] | certified (fw adjusted)`: the realised % of heads zeroed at the first drop of 1 point "
+    "(`≥`: the curve never dropped within the tested range, so this is a lower bound; `*`: it dropped and "
+    "climbed back) with its cluster-bootstrap interval (an end marked `≥` is a resample in which the curve "
+    "never dropped; a wide interval says the curve runs flat near the line and the reading is fragile). "
+    "`unstable (x; median m)`: the point reading x lies outside the central half (25-75%) of its own bootstrap "
+    "distribution, whose median is m: most resamples of the same questions read the first drop elsewhere, so x "
+    "is not a finding (the first drop jumps where a point grazes the line). Then the largest realised % up to "
+    "which every point's one-sided 95% upper bound of the paired drop is at most 1 point (`≥` when all were), "
+    "and in brackets (`fw`) the same with every bound at one-sided level 0.05 / m, m the number of curves of the "
+    "report that zeroed a head (Bonferroni): a statement that picks the best of the curves ('at most x% of "
+    "heads') holds at 95% only for the adjusted values. A certified value of 0 means the data cannot "
+    "certify the curve's first zeroed point, not that zeroing costs more than 1 point: a grid with "
+    "smaller targets below that point may certify some. "
+    f"`{ranking.NO_HEAD_ZEROED}`: no point of the score zeroed a head, because the score is tied at its "
+    "extreme over the tested fractions (e.g. value-norm scores when each layer has one KV head, where the "
+    "layer-normalised score is 1 for every head) or thresholds calibrated on other data select no head "
+    "here: the curve says nothing about how many heads can be zeroed."
+)
+
+
 def add_curve_sections(
     writer: Writer,
     points: pd.DataFrame,
@@ -79,15 +108,17 @@ def add_curve_sections(
     n_scores = curves["score"].nunique()
     steps = tqdm(total=6, desc="curve figures", disable=not progress)
     writer.heading("Accuracy vs % of heads zeroed", level)
-    writer.text(
+    how = writer.note(
+        "Reading the accuracy curves",
         "Every curve of every model against the realised % of (sequence, layer, head) triples zeroed (not the "
         "target p); dashed: baseline accuracy, dotted: baseline - 1 point; shaded: 95% intervals of each point's "
-        "accuracy and, in grey, of the baseline (where the table has them)."
+        "accuracy and, in grey, of the baseline (where the table has them). More than "
+        f"{plots.MAX_CURVES} curves are split into panels of raw and of normalised scores, `random` in each.",
     )
     writer.figure(
         plots.accuracy_grid(points, models=models, labels=labels),
         f"{prefix}accuracy_grid",
-        "Accuracy vs realised % of heads zeroed, one panel per model.",
+        f"Accuracy vs realised % of heads zeroed, one panel per model ([how to read](#{how})).",
     )
     steps.update()
 
@@ -102,7 +133,8 @@ def add_curve_sections(
 
     reading = str(curves["reading"].iloc[0]) if "reading" in curves.columns else "study"
     writer.heading("Heads that can be zeroed within 1 point", level + 1)
-    writer.text(READINGS[reading])
+    how = writer.note(f"The within-1-point reading ({reading})", READINGS[reading])
+    writer.text(f"Realised % of heads zeroed within 1 point per model and score ([how to read](#{how})).")
     writer.table(
         ranking.within_one_point_labels(curves) if reading == "first" else ranking.within_one_point_table(curves),
         f"{prefix}within_one_point",
@@ -119,14 +151,18 @@ def add_curve_sections(
             collapsed=f"{int(unmeasured.sum())} curve(s) never drop 1 point within their sweep",
         )
     if "within_1pt_certified" in curves.columns:
-        writer.text(
+        how = writer.note(
+            "Certified within 1 point",
             "Certified, paired with the baseline on the same questions: `within_1pt_certified` is the largest "
             "realised % up to which every point's one-sided 95% upper bound of the drop (Tango's score bound on the "
             "changed answers, which stays honest when few or none changed) is at most 1 point; "
             "`within_1pt_not_excluded` the largest up to which no point's drop is shown to exceed 1 point. Between "
-            "the two the data cannot decide. `mdd_80`: the smallest drop (points) detectable with 80% power at the "
+            "the two the data cannot decide. `within_1pt_certified_fw`: `within_1pt_certified` with every bound at "
+            "one-sided level 0.05 / `family_size` (Bonferroni over the report's curves that zeroed a head), the value "
+            "to quote when the curve is picked as the best of them. `mdd_80`: the smallest drop (points) "
+            "detectable with 80% power at the "
             "curve's number of questions and share of changed answers. `zeroes_none`: the score zeroed no head at "
-            "any target, so its curve has no readings and no rank."
+            "any target, so its curve has no readings and no rank.",
         )
         cols = [
             "model",
@@ -138,14 +174,21 @@ def add_curve_sections(
             "within_1pt_certified",
             "certified_open",
             "within_1pt_not_excluded",
+            "within_1pt_certified_fw",
+            "certified_fw_open",
+            "family_size",
             "max_realised_pct",
             "n_questions",
             "mdd_80",
             "zeroes_none",
         ]
         writer.table(
-            curves[[c for c in cols if c in curves.columns]], f"{prefix}within_one_point_certified", floatfmt=".2f"
+            curves[[c for c in cols if c in curves.columns]],
+            f"{prefix}within_one_point_certified",
+            floatfmt=".2f",
+            collapsed="per curve: the first drop, the certified and the not-excluded share, the detectable drop",
         )
+        writer.text(f"[What certified means](#{how}).")
     if "awft" in set(curves["score"]) and n_scores > 1:
         writer.table(
             ranking.compare_with_reference(curves, "awft"),
@@ -156,17 +199,23 @@ def add_curve_sections(
     steps.update()
 
     writer.heading(f"Ranking score functions by `{rank_by}`", level + 1)
-    writer.text(
+    how = writer.note(
+        "Curve areas",
         "`norm_auc` is the study's area (trapezoid area over the curve's own x-range, which favours curves that "
-        "stop early); `grid_auc` the mean accuracy over a realised-% range common to all curves of a model."
+        "stop early); `grid_auc` the mean accuracy over a realised-% range common to all curves of a model.",
     )
     ranks = ranking.rank_scores(curves, rank_by)
-    writer.figure(
-        plots.rank_heatmap(ranks),
-        f"{prefix}rank_heatmap",
-        f"Rank of each score function by `{rank_by}`; `none`: the score zeroed no head, so it has no rank.",
-    )
-    writer.table(ranks, f"{prefix}ranks", index=True, csv=key_csv("ranks"), collapsed=f"ranks by `{rank_by}`")
+    if plots.fits_heatmap(ranks):
+        writer.figure(
+            plots.rank_heatmap(ranks),
+            f"{prefix}rank_heatmap",
+            f"Rank of each score function by `{rank_by}` ([areas](#{how})); `none`: the score zeroed no head, so it "
+            "has no rank.",
+        )
+        writer.table(ranks, f"{prefix}ranks", index=True, csv=key_csv("ranks"), collapsed=f"ranks by `{rank_by}`")
+    else:  # too few models or scores for a heatmap: the ranks themselves
+        writer.text(f"Rank of each score function by `{rank_by}` ([areas](#{how})); empty: it zeroed no head.")
+        writer.table(ranks, f"{prefix}ranks", index=True, csv=key_csv("ranks"))
     if intervals is not None and not intervals.empty:
         _curve_intervals(writer, intervals, prefix, labels)
     for metric in ranking.RANK_METRICS:
@@ -179,7 +228,13 @@ def add_curve_sections(
         )
     steps.update()
 
-    if len(models) >= 2 and n_scores >= 3:
+    if len(models) == 2 and n_scores >= 3:
+        corr = ranking.rank_correlation(curves, rank_by)
+        writer.text(
+            f"Do the two models agree on which score functions work best? Spearman correlation of their rankings "
+            f"by `{rank_by}`: {_number(corr.iloc[0, 1])} over {n_scores} scores."
+        )
+    elif len(models) >= 3 and n_scores >= 3:
         corr = ranking.rank_correlation(curves, rank_by)
         writer.figure(
             plots.matrix_heatmap(
@@ -196,7 +251,10 @@ def add_curve_sections(
         writer.table(corr, f"{prefix}rank_spearman", floatfmt=".2f", index=True, collapsed="Spearman matrix")
     steps.update()
     k = min(top_k, n_scores - 1)
-    if len(models) >= 2 and k >= 1:
+    if len(models) == 2 and k >= 1:
+        iou = ranking.top_k_iou(curves, k, rank_by)
+        writer.text(f"IoU of the two models' {k} best score functions by `{rank_by}`: {_number(iou.iloc[0, 1])}.")
+    elif len(models) >= 3 and k >= 1:
         iou = ranking.top_k_iou(curves, k, rank_by)
         writer.figure(
             plots.overlap_heatmap(iou, title=f"IoU of top-{k} score functions ({rank_by})", annotate=True),
@@ -208,10 +266,15 @@ def add_curve_sections(
     steps.close()
 
 
+def _number(value: float) -> str:
+    return "undefined (a ranking without spread)" if pd.isna(value) else f"{value:.2f}"
+
+
 def _curve_intervals(writer: Writer, intervals: pd.DataFrame, prefix: str, labels: dict[str, str] | None) -> None:
     first = intervals.iloc[0]
     reference = str(first["reference"]) or "the reference"
-    writer.text(
+    how = writer.note(
+        "Curve areas and ranks with intervals",
         f"How sure are these readings? Each curve's `{first['by']}` (`area`) and rank with 95% percentile intervals "
         f"over {int(first['n_resamples'])} resamples of the questions' clusters (`{first['cluster']}`, "
         f"{int(first['n_clusters'])} of them per model): every resample redraws the questions and recomputes every "
@@ -220,41 +283,85 @@ def _curve_intervals(writer: Writer, intervals: pd.DataFrame, prefix: str, label
         f"resample, so an interval above 0 says the score picks heads better than chance. Two scores whose rank "
         "intervals overlap are not shown to differ. `first_drop`: the first-drop reading with its interval "
         "(`first_low`, `first_high`; `*_open` where that end is a resample in which the curve never dropped, a "
-        "lower bound)."
+        "lower bound); `first_median`, `first_q25`, `first_q75`: the median and quartiles of its resamples, and "
+        "`first_unstable` when the reading lies outside that central half (not a finding); `first_mono`: the first "
+        "drop of the curve's monotone (isotonic, never rising) fit with its interval `first_mono_low`, "
+        "`first_mono_high`; `vs_reference_p`: the two-sided bootstrap p-value of `vs_reference` before adjustment.",
     )
     writer.figure(
         plots.area_intervals(intervals, labels=labels),
         f"{prefix}area_intervals",
         f"`{first['by']}` per score with its 95% interval; grey: `{reference}`'s interval. The intervals are "
         "marginal: the curves answer the same questions, so their paired differences (`vs_reference`) are "
-        "tighter than the overlap of two bars suggests.",
+        f"tighter than the overlap of two bars suggests ([how to read](#{how})).",
     )
     cols = [
         "model", "score", "area", "area_low", "area_high", "rank", "rank_low", "rank_high", "p_best",
         "vs_reference", "vs_reference_low", "vs_reference_high", "first_drop", "first_low", "first_high",
-        "first_low_open", "first_high_open",
+        "first_low_open", "first_high_open", "first_median", "first_q25", "first_q75", "first_unstable", "first_mono",
+        "first_mono_low", "first_mono_high", "vs_reference_p",
     ]  # fmt: skip
-    writer.table(intervals[cols], f"{prefix}curve_intervals", floatfmt=".2f")
+    writer.table(
+        intervals[cols],
+        f"{prefix}curve_intervals",
+        floatfmt=".2f",
+        collapsed="areas, ranks and first drops with intervals",
+    )
+
+
+def _certified_headline(writer: Writer, curves: pd.DataFrame) -> None:
+    """The largest certified share over the report's curves, unadjusted and family-wise."""
+    table = certified_headline(curves)
+    m = int(table["family_size"].iloc[0])
+    writer.heading("Largest certified share: unadjusted and family-wise")
+    writer.text(
+        "'Zeroing certified within 1 point reaches at most x% of heads' picks the best of the report's curves. "
+        "`certified`: the largest certified share of any curve, each at one-sided level 5% (what a single "
+        f"pre-specified curve would give); `certified_fw`: the largest with every curve at one-sided level 0.05 / {m} "
+        f"(Bonferroni over the {m} curves that zeroed a head), so that the statement holds for the curve it picks "
+        "with 95% confidence. Within a curve, points are tested in order of the share zeroed and the reading stops "
+        "at the first failure, which needs no further adjustment. 0: nothing certified."
+    )
+    writer.table(table, "certified_headline", floatfmt=".2f")
 
 
 def _certified_label(curve: pd.Series) -> str:
-    """The certified within-1-point value, ``≥`` when every point of the sweep was certified."""
+    """`` | 9.1 (fw 4.7)``: the certified within-1-point value, then the family-wise one (``≥`` when
+    every point of the sweep was certified)."""
     if pd.isna(curve.get("within_1pt_certified")) or bool(curve.get("zeroes_none", False)):
         return ""
-    return f" | {'≥ ' if bool(curve.get('certified_open', False)) else ''}{float(curve['within_1pt_certified']):.1f}"
+    text = f" | {'≥ ' if bool(curve.get('certified_open', False)) else ''}{float(curve['within_1pt_certified']):.1f}"
+    if pd.notna(curve.get("within_1pt_certified_fw")):
+        fw = float(curve["within_1pt_certified_fw"])
+        text += f" (fw {'≥ ' if bool(curve.get('certified_fw_open', False)) else ''}{fw:.1f})"
+    return text
+
+
+def _interval_row(intervals: pd.DataFrame | None, model: str, task: str, score: str) -> pd.Series | None:
+    if intervals is None:
+        return None
+    row = intervals[(intervals["model"] == model) & (intervals["task"] == task) & (intervals["score"] == score)]
+    return None if row.empty else row.iloc[0]
 
 
 def _first_interval(intervals: pd.DataFrame | None, model: str, task: str, score: str) -> str:
     """`` [2.9, ≥ 28.0]``: the first-drop reading's 95% interval (:func:`headstats.stats.ranking.curve_intervals`)."""
-    if intervals is None:
+    r = _interval_row(intervals, model, task, score)
+    if r is None or pd.isna(r["first_low"]):
         return ""
-    row = intervals[(intervals["model"] == model) & (intervals["task"] == task) & (intervals["score"] == score)]
-    if row.empty or pd.isna(row["first_low"].iloc[0]):
-        return ""
-    r = row.iloc[0]
     low = ("≥ " if r["first_low_open"] else "") + f"{r['first_low']:.1f}"
     high = ("≥ " if r["first_high_open"] else "") + f"{r['first_high']:.1f}"
     return f" [{low}, {high}]"
+
+
+def _reading_label(label: str, intervals: pd.DataFrame | None, model: str, task: str, score: str) -> str:
+    """The reading as :func:`headstats.stats.ranking.within_one_point_labels` writes it, or
+    ``unstable (25.4; median 13.1)`` when it lies outside the central half of its bootstrap
+    distribution (``first_unstable``)."""
+    r = _interval_row(intervals, model, task, score)
+    if r is None or not bool(r.get("first_unstable", False)):
+        return label
+    return f"unstable ({label}; median {float(r['first_median']):.1f})"
 
 
 def main_table(points: pd.DataFrame, curves: pd.DataFrame, intervals: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -262,7 +369,9 @@ def main_table(points: pd.DataFrame, curves: pd.DataFrame, intervals: pd.DataFra
     detectable drop of the task, and per score its within-1-point reading
     (:func:`headstats.stats.ranking.within_one_point_labels`), the reading's bootstrap interval when
     ``intervals`` (:func:`headstats.stats.ranking.curve_intervals`) are given, and the certified
-    value: ``≥ 28.0 [12.6, ≥ 28.0] | 12.3``."""
+    value with its family-wise adjustment: ``≥ 28.0 [12.6, ≥ 28.0] | 12.3 (fw 4.0)``; a reading that
+    lies outside the central half of its bootstrap distribution is shown as ``unstable (25.4; median
+    13.1)``, never as a plain number."""
     rows = []
     base = points[points["score"] == BASELINE]
     for (model, task), b in base.groupby(["model", "task"], sort=True):
@@ -281,7 +390,8 @@ def main_table(points: pd.DataFrame, curves: pd.DataFrame, intervals: pd.DataFra
             for _, curve in here.iterrows():
                 score = str(curve["score"])
                 interval = "" if curve.get("zeroes_none", False) else _first_interval(intervals, model, task, score)
-                row[score] = labels.loc[model, score] + interval + _certified_label(curve)
+                label = _reading_label(labels.loc[model, score], intervals, model, task, score)
+                row[score] = label + interval + _certified_label(curve)
         rows.append(row)
     return pd.DataFrame(rows).fillna("")
 
@@ -290,49 +400,44 @@ def interventions(writer: Writer, context: Context) -> None:
     points, curves, opt = context.points, context.curves, context.options
     if points is None:
         return
-    if curves is not None and len(curves) and curves["reading"].eq("first").all():
-        writer.heading("Main table: heads zeroed within 1 point")
-        writer.text(
-            "Per model and task: questions, baseline accuracy (%) with its Wilson 95% interval, the smallest drop in "
-            "points detectable with 80% power on these questions (as in the first section), and per score "
-            "`first [95% interval] | certified`: the realised % of heads zeroed at the first drop of 1 point "
-            "(`≥`: the curve never dropped within the tested range, so this is a lower bound; `*`: it dropped and "
-            "climbed back) with its cluster-bootstrap interval (an end marked `≥` is a resample in which the curve "
-            "never dropped; a wide interval says the curve runs flat near the line and the reading is fragile), "
-            "then the largest realised % up to which every point's one-sided 95% upper bound of "
-            "the paired drop is at most 1 point (`≥` when all were). A certified value of 0 means the data cannot "
-            "certify the curve's first zeroed point, not that zeroing costs more than 1 point: a grid with "
-            "smaller targets below that point may certify some. "
-            f"`{ranking.NO_HEAD_ZEROED}`: no point of the score zeroed a head, because the score is tied at its "
-            "extreme over the tested fractions (e.g. value-norm scores when each layer has one KV head, where the "
-            "layer-normalised score is 1 for every head) or thresholds calibrated on other data select no head "
-            "here: the curve says nothing about how many heads can be zeroed."
+    intervals = context.curve_intervals
+    if curves is not None and "within_1pt_certified_fw" in curves.columns and not curves["zeroes_none"].all():
+        _certified_headline(writer, curves)
+    if intervals is not None and not intervals.empty and intervals["reference"].ne("").any():
+        ref = str(intervals.loc[intervals["reference"].ne(""), "reference"].iloc[0])
+        first = intervals.iloc[0]
+        area = (
+            "mean accuracy over the range of % of heads zeroed that all of a model's curves reach"
+            if first["by"] == "grid_auc"
+            else "the study's area over each curve's own range"
         )
-        intervals = context.curve_intervals
-        writer.table(main_table(points, curves, intervals), "main_table")
-        if intervals is not None and not intervals.empty and intervals["reference"].ne("").any():
-            ref = str(intervals.loc[intervals["reference"].ne(""), "reference"].iloc[0])
-            first = intervals.iloc[0]
-            area = (
-                "mean accuracy over the range of % of heads zeroed that all of a model's curves reach"
-                if first["by"] == "grid_auc"
-                else "the study's area over each curve's own range"
-            )
-            writer.text(
-                f"Scores against `{ref}`, by the curves' `{first['by']}` ({area}; {int(first['n_resamples'])} "
-                "cluster-bootstrap resamples, per task below): `better` / `worse` where the 95% interval of the "
-                "paired area difference excludes 0, `indistinguishable` where it does not; `best`: the score that "
-                "ranks first in at least 95% of the resamples, else the contenders with their share of firsts. The "
-                "thresholds are taken as run."
-            )
-            writer.table(ranking.verdicts(intervals), "against_random")
+        tests = ranking.against_reference(intervals)
+        floor = min(1.0, len(tests) * 2 / (int(first["n_resamples"]) + 1))
+        writer.heading(f"Scores against `{ref}`")
+        writer.text(
+            f"By the curves' `{first['by']}` ({area}; {int(first['n_resamples'])} "
+            "cluster-bootstrap resamples, per task below): `better` / `worse` where the paired area difference "
+            f"from `{ref}` is significant at 5% after Holm's adjustment over all {len(tests)} curves of this report "
+            "(two-sided bootstrap p-values), `indistinguishable` where it is not; `unadjusted_differs` names the "
+            "curves whose verdict from their own 95% interval alone would differ. The smallest adjusted p-value "
+            f"these resamples allow is {floor:.3g}. `best`: the score that ranks first in at least 95% of the "
+            "resamples, else the contenders with their share of firsts. The thresholds are taken as run."
+        )
+        writer.table(ranking.verdicts(intervals), "against_random")
+        writer.table(
+            tests,
+            "against_random_tests",
+            floatfmt=".3g",
+            collapsed=f"each curve's area difference from `{ref}`, its p-value and Holm adjustment",
+        )
     for task in sorted(points["task"].unique()):
         writer.heading(f"Interventions: task `{task}`")
         tp = points[points["task"] == task]
         unit = str(tp["cluster"].iloc[0]) if "cluster" in tp.columns else "question_id"
         tested = int(points["mcnemar_p"].notna().sum())
         clustered = unit != "question_id"
-        writer.text(
+        how = writer.note(
+            f"Per-point tables (clusters: `{unit}`)",
             f"Accuracy (`{opt.metric}`, %) with Wilson 95% intervals; against the baseline on the same questions: "
             f"`diff` (points) with a 95% bootstrap interval resampling whole clusters (`{unit}`, `n_clusters` of "
             "them), `drop_upper` the one-sided 95% upper bound of the drop (Tango's score bound"
@@ -344,11 +449,17 @@ def interventions(writer: Writer, context: Context) -> None:
             )
             + "), `certified` when it is at most 1 point, the exact McNemar p-value"
             + (" (flipping whole clusters)" if clustered else "")
-            + f" and `mcnemar_p_holm`, Holm-adjusted over all {tested} points of this report."
+            + f" and `mcnemar_p_holm`, Holm-adjusted over all {tested} points of this report.",
         )
         at = POINT_TABLE.index("n_clusters") + 1
         columns = [*POINT_TABLE[:at], "design_effect", *POINT_TABLE[at:]] if clustered else POINT_TABLE
-        writer.table(tp[[c for c in columns if c in tp.columns]], f"{task}_points", floatfmt=".3g")
+        writer.table(
+            tp[[c for c in columns if c in tp.columns]],
+            f"{task}_points",
+            floatfmt=".3g",
+            collapsed="every point against the baseline: accuracy, paired difference, certified, McNemar p",
+        )
+        writer.text(f"[How to read the point table](#{how}).")
         tc = curves[curves["task"] == task]
         if tc.empty:
             writer.text("Only the baseline was run: no curves to draw.")
