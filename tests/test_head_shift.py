@@ -317,3 +317,21 @@ def test_a_score_constant_by_construction_is_named_with_its_reason() -> None:
     assert constant_scores(table, "mqa", ["ahon_ln"]).empty
     with pytest.raises(ValueError, match="model 'other' is not in the score table"):
         constant_scores(table, "other")
+
+
+@pytest.mark.integration
+def test_on_the_real_models_only_gemmas_value_vector_scores_are_constant() -> None:
+    """Gemma-3 270M has one KV head per layer (4 query heads): its value-vector scores are named,
+    with the cause; SmolLM2 (3 KV heads for 9 query heads) has none."""
+    import headstats
+
+    texts = ["The capital of France is Paris, and the capital of Italy is Rome.", "Water boils at 100 degrees."]
+    found = {}
+    for name in ("gemma3-270m", "smollm2-135m"):
+        model, tokenizer = headstats.load_model(name)
+        frame = headstats.score_texts(model, tokenizer, texts).assign(model=name, dataset="texts")
+        found[name] = constant_scores(frame, name)
+    assert set(found["gemma3-270m"].index) == {"ftvvn", "ftvvn_ln", "avvn", "avvn_ln"}
+    assert all("one KV head per layer" in reason for reason in found["gemma3-270m"])
+    assert "is 1 for every head" in found["gemma3-270m"]["avvn_ln"]
+    assert found["smollm2-135m"].empty

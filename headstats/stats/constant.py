@@ -81,7 +81,7 @@ def constant_scores(
         reasons[sid] = cause + (
             ": it does not vary at all and is left out of this model's tests, counts and figures"
             if one_value
-            else ": it ranks layers, not heads, and is left out of this model's per-head tests, counts and figures"
+            else ": it ranks layers, not heads, and is left out of this model's tests, counts and figures"
         )
     if not reasons:
         return empty

@@ -38,12 +38,16 @@ exchangeable cluster by cluster:
 - *unpaired* design (different sequences): every (model, cluster) unit is pooled and the units are
   re-dealt to the two models in their original numbers.
 
-A p-value says whether a distance is distinguishable from sampling noise; it does not say whether
-it is large. For that, compare with the noise floor, the W1 between two random halves of one model's
-own clusters (its 95th percentile over ``n_split`` >= 200 splits by default; the table reports how
-many). Halves hold half the data, so the floor is somewhat larger than the noise of a full-size
-comparison: "above the floor" is conservative. P-values of one table are Holm-adjusted together
-(``p_holm``), since a report reads them side by side.
+A p-value says whether a distance is distinguishable from sampling noise (the decision "the
+distribution moved"); it does not say whether it is large. Size is read in units of the
+reference's spread (``w1_iqr``) against yardsticks of the same design: the distance between two
+seeds of one training, a prompt-template change, another model family. The noise floor, the W1
+between two random halves of one model's own clusters (its 95th percentile over ``n_split`` >= 200
+splits by default; the table reports how many), describes sampling noise at half the sample and
+between *different* texts: it is not the null distribution of a paired distance, so it describes
+and never decides. P-values of one table are Holm-adjusted together (``p_holm``), since a report
+reads them side by side; a report reading several tables adjusts them as one family
+(:func:`holm_family`) with enough permutations for that family (:func:`permutations_for`).
 
 Everything runs on numpy arrays sorted once per (score, depth bin) (:mod:`headstats.stats.w1`):
 replicates only change the weights, and batches of replicates are one cumulative sum and one
