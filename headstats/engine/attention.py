@@ -360,8 +360,36 @@ def register() -> None:
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _headstats_mask)
 
 
+# Wrappers of other interpretability libraries, by the top-level package of the class (or a base
+# class): what to pass to headstats instead.
+FOREIGN_MODELS = {
+    "transformer_lens": (
+        "TransformerLens' {name} is not supported: its hook points compute attention in TransformerLens' own "
+        "modules, outside transformers' AttentionInterface, where headstats sees heads. Load the same weights "
+        "as a transformers model: model, tok = headstats.load_model(NAME_OR_DIR) (or "
+        "transformers.AutoModelForCausalLM.from_pretrained(NAME_OR_DIR)) and pass that model"
+    ),
+    "nnsight": (
+        "nnsight's {name} wraps a transformers model: pass the wrapped model to headstats (the PreTrainedModel "
+        "given to LanguageModel(...)); its zeroing and scores then apply inside {name}.trace(...) too"
+    ),
+}
+
+
+def foreign_model_message(model: object) -> str | None:
+    """What to do instead, when ``model`` is a TransformerLens or nnsight model; else None."""
+    for cls in type(model).__mro__:
+        package = (cls.__module__ or "").partition(".")[0]
+        if package in FOREIGN_MODELS:
+            return FOREIGN_MODELS[package].format(name=type(model).__name__)
+    return None
+
+
 def check_supported(model: torch.nn.Module) -> None:
     """Raise :class:`UnsupportedModelError` unless ``model`` selects attention through the interface."""
+    foreign = foreign_model_message(model)
+    if foreign is not None:
+        raise UnsupportedModelError(foreign)
     if not isinstance(model, PreTrainedModel):
         raise UnsupportedModelError(
             f"{type(model).__name__} is not a transformers PreTrainedModel; headstats needs a decoder model "

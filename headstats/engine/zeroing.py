@@ -26,6 +26,7 @@ import torch
 from transformers import PreTrainedModel
 
 from headstats.engine import scores as S
+from headstats.engine.attention import check_supported
 from headstats.engine.probe import ForwardRecord, Probe
 
 logger = logging.getLogger("headstats")
@@ -204,6 +205,7 @@ def ablate_heads(
     The arguments are checked at the call; the returned object can be entered again (each ``with``
     block yields a new :class:`Ablation`, with the passes of that block only).
     """
+    check_supported(model)  # before reading its config: a TransformerLens model has none
     num_layers, num_heads = model_shape(model)
     given = [name for name, value in (("score", score), ("heads", heads), ("mask", mask)) if value is not None]
     if len(given) != 1:
