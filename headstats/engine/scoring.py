@@ -171,6 +171,11 @@ def score_texts(
     default, like lm-evaluation-harness for base models; truncated to ``max_length`` tokens)."""
     if isinstance(texts, (str, bytes)):
         raise ValueError("score_texts takes a list of texts, not one string: use score_texts(model, tokenizer, [text])")
+    if not isinstance(texts, Iterable):
+        raise ValueError(
+            f"score_texts takes a list of texts, not {type(texts).__name__}: use score_texts(model, tokenizer, "
+            "['a text', ...])"
+        )
     texts = list(texts)
     if not texts:
         raise ValueError("no texts to score: give a non-empty list of strings")

@@ -74,6 +74,39 @@ def cache_dir() -> Path:
     return Path(xdg) / "headstats"
 
 
+CACHE_VARIABLE = "$HEADSTATS_CACHE"
+
+
+def public_path(path: str | os.PathLike) -> str:
+    """A local path as results record it: under the cache as ``$HEADSTATS_CACHE/...``, under the home
+    directory as ``~/...``, anything else as given. Results then name no machine's folders, and
+    :func:`local_path` finds the same file on whichever machine reads them."""
+    text = os.fspath(path)
+    if not text or text.startswith((CACHE_VARIABLE, "~")):
+        return text
+    given = Path(text)
+    if not given.is_absolute():
+        return text
+    candidates = {given, given.resolve()} if given.exists() else {given}
+    for root, name in ((cache_dir(), CACHE_VARIABLE), (Path.home(), "~")):
+        for base in {root, root.resolve()}:
+            for candidate in candidates:
+                try:
+                    rel = candidate.relative_to(base)
+                except ValueError:
+                    continue
+                return name + ("/" + rel.as_posix() if rel.parts else "")
+    return text
+
+
+def local_path(recorded: str | os.PathLike) -> Path:
+    """The path on this machine of a path recorded by :func:`public_path`."""
+    text = os.fspath(recorded)
+    if text == CACHE_VARIABLE or text.startswith(CACHE_VARIABLE + "/"):
+        return cache_dir() / text[len(CACHE_VARIABLE) :].lstrip("/")
+    return Path(text).expanduser()
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as f:

@@ -354,7 +354,7 @@ def model_identity(model: PreTrainedModel) -> dict[str, object]:
         revision = _directory_fingerprint(path)
     identity = {
         "model": str(name),
-        "model_path": str(model.config.name_or_path or ""),
+        "model_path": assets.public_path(str(model.config.name_or_path or "")),
         "revision": str(revision),
         "requested_revision": str(getattr(model, "headstats_revision", None) or ""),
         "commit": str(commit),

@@ -277,7 +277,8 @@ class PartWriter:
 
     A part is written under a hidden ``.part-*.tmp`` name and renamed into place when it holds
     ``rows_per_part`` rows or has been open ``seconds``; the partition's ``_provenance.json`` is
-    written with the first finished part. Use it under :func:`writer_lock`."""
+    written with the first part this writer finishes, replacing an earlier run's record: a run that
+    adds rows (a larger ``limit``) is what the partition now holds. Use it under :func:`writer_lock`."""
 
     def __init__(self, partition: Path, schema: pa.Schema, provenance: dict, rows_per_part: int, seconds: float):
         self.partition = partition
@@ -289,6 +290,7 @@ class PartWriter:
         self._tmp: Path | None = None
         self._rows = 0
         self._opened = 0.0
+        self._recorded = False
 
     def write(self, table: pa.Table) -> None:
         if self._writer is None:
@@ -308,8 +310,9 @@ class PartWriter:
         final = self.partition / f"part-{_timestamp()}-{uuid.uuid4().hex[:8]}.parquet"
         os.replace(self._tmp, final)
         self._writer, self._tmp = None, None
-        if not (self.partition / PROVENANCE_FILE).is_file():
+        if not self._recorded:
             write_provenance(self.partition, self.provenance)
+            self._recorded = True
 
     def abort(self) -> None:
         if self._writer is not None:

@@ -60,6 +60,7 @@ from headstats.jobs.specs import (
     narrow,
     option,
 )
+from headstats.names import check_name
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -76,7 +77,9 @@ class AnalysisHeader(Spec):
 
     WHAT: ClassVar[str] = "analysis"
 
-    name: str | None = option(None, "name of the analysis (default: the file name)", cli=False)
+    name: str | None = option(
+        None, "name of the analysis (default: the file name)", cli=False, each=lambda n: check_name(n, "name")
+    )
     description: str = option("", "title of the report", cli=False)
     results: str | None = option(None, "Parquet results directory (default: results/NAME)", cli=False)
     report: str | None = option(None, "report directory (default: reports/NAME)", cli=False)
@@ -144,7 +147,9 @@ def load_analysis(path: str | Path) -> AnalysisSpec:
     if not path.is_file():
         raise FileNotFoundError(f"analysis file {str(path)!r} not found (see analyses/*.toml for examples)")
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}); save the file as UTF-8") from None
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: not valid TOML ({err})") from err
     header = AnalysisHeader.from_toml(raw, f"{path}: top level", extra=SECTIONS)
@@ -159,6 +164,11 @@ def load_analysis(path: str | Path) -> AnalysisSpec:
     ablations = [AblateSection.from_toml(t, f"{path}: [[ablate]] #{i + 1}") for i, t in enumerate(sections)]
     report_options = ReportSpec.from_toml(_table(raw, "report_options", path), f"{path}: [report_options]")
     name = header.name or path.stem
+    if header.results is None or header.report is None:  # results/NAME, reports/NAME
+        try:
+            check_name(name, "analysis name")
+        except ValueError as err:
+            raise ValueError(f"{path}: {err} (or give results = and report = folders)") from None
     return AnalysisSpec(
         name=name,
         path=path,

@@ -26,6 +26,7 @@ from headstats.engine import scores as S
 from headstats.engine.scoring import iter_score_tables
 from headstats.engine.zeroing import warn_tied_scores
 from headstats.io import store
+from headstats.io.assets import public_path
 from headstats.io.models import model_identity, model_slug
 from headstats.jobs.specs import CollectSpec
 
@@ -112,7 +113,7 @@ def collect_scores(
         kind="scores",
         **identity,
         dataset=source.name,
-        dataset_source=str(dataset),
+        dataset_source=public_path(dataset),
         dataset_identity=settings["dataset_identity"],
         dtype=dtype_name,
         device=str(param.device),

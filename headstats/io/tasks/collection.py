@@ -34,6 +34,7 @@ from __future__ import annotations
 import abc
 import gzip
 import json
+import logging
 import os
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
@@ -43,6 +44,8 @@ from transformers import PreTrainedTokenizerBase
 from headstats.io.tasks.base import get_task, select_sample
 from headstats.io.tasks.data import LAMBADA_REQUESTS, DataRoot, data_root
 from headstats.io.tasks.formats import PromptRenderer, resolve_format, starts_with_bos
+
+log = logging.getLogger("headstats")
 
 TASK_DATASETS = {
     "mmlu": "mmlu",
@@ -356,6 +359,11 @@ def _user_file_texts(path: Path, column: str) -> Iterator[tuple[int, str]]:
 
 
 def _check_user_file(path: Path, column: str) -> None:
+    if path.is_dir():
+        raise ValueError(
+            f"dataset {str(path)!r} is a folder, not a file: give one {', '.join(FILE_BUILDERS)} file (a folder of "
+            "score tables is read by report and by ablate --calibration, not by collect)"
+        )
     if not path.is_file():
         raise ValueError(
             f"dataset file {str(path)!r} does not exist: give an existing {', '.join(FILE_BUILDERS)} file, "
@@ -366,8 +374,71 @@ def _check_user_file(path: Path, column: str) -> None:
             f"dataset file {str(path)!r} has an unsupported type: use one of {', '.join(FILE_BUILDERS)} "
             "(for .txt, one document per blank-line-separated paragraph)"
         )
-    if next(_user_file_texts(path, column), None) is None:
-        raise ValueError(f"{path}: no non-empty documents in {column!r}; check the file and text_column")
+    builder = FILE_BUILDERS[_suffix(path) or ""]
+    if _is_blank(path, builder):
+        raise ValueError(f"{path}: the file holds no rows; give a file with one document per row (column {column!r})")
+    if builder == "text":
+        if next(_user_file_texts(path, column), None) is None:
+            raise ValueError(f"{path}: no non-empty paragraphs; give a text file with documents")
+        return
+    _count_rows(path, column)
+
+
+_COUNTED: dict[tuple[str, int, int, str], None] = {}
+
+
+def _count_rows(path: Path, column: str) -> None:
+    """Refuse a file without one text document in ``column``, and say once how many rows are skipped
+    (null, empty, or not a string)."""
+    total, empty, other, example = 0, 0, 0, None
+    for index, row in enumerate(_rows(path)):
+        if index == 0 and column not in row:
+            raise ValueError(
+                f"{path}: no column {column!r} (columns: {', '.join(row)}); pass text_column= the column that holds "
+                "the documents"
+            )
+        total += 1
+        text = row.get(column)
+        if text is None or (isinstance(text, str) and not text.strip()):
+            empty += 1
+        elif not isinstance(text, str):
+            other += 1
+            example = example or f"row {index + 1}: {text!r}"[:80]
+    skipped = empty + other
+    parts = [f"{empty} null or empty"] if empty else []
+    if other:
+        parts.append(f"{other} not a string (e.g. {example})")
+    if skipped == total:
+        raise ValueError(
+            f"{path}: no text documents in column {column!r} (of its {total} row(s): " + ", ".join(parts)
+            + "); give the documents as strings, or pass text_column= the column that holds them"
+        )
+    key = (str(path.absolute()), path.stat().st_size, path.stat().st_mtime_ns, column)
+    if skipped and key not in _COUNTED:
+        _COUNTED[key] = None
+        log.warning("%s: %d of %d rows skipped, with no text in %r: %s", path, skipped, total, column, ", ".join(parts))
+
+
+def _is_blank(path: Path, builder: str) -> bool:
+    """Whether a file holds no data: no bytes, only whitespace (text formats), or no rows (Parquet)."""
+    if path.stat().st_size == 0:
+        return True
+    if builder == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_metadata(path).num_rows == 0
+        except Exception:  # a damaged file: reading it names the problem
+            return False
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:  # type: ignore[operator]
+            for block in iter(lambda: f.read(1 << 16), b""):
+                if block.strip():
+                    return False
+    except OSError:
+        return False
+    return True
 
 
 def _file_stem(path: Path) -> str:

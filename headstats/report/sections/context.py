@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from functools import cached_property
 from pathlib import Path
 from typing import Protocol
@@ -15,21 +17,52 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.io import store
+from headstats.io.assets import local_path
 from headstats.io.models import checkpoint_info
-from headstats.jobs.specs import ReportSpec
+from headstats.jobs.specs import FINETUNE_STAGES, ReportSpec
 from headstats.stats import distances, ranking
 from headstats.stats.distances import score_columns
 from headstats.stats.summary import summarize_curves, summarize_interventions
 
+ABSTRACT_WORDS = 150  # the most words an abstract may have: read in 30 seconds
+IN_PAGE_LINK = re.compile(r"\[([^\]]+)\]\((#[A-Za-z0-9_-]+)\)")  # [text](#anchor) in a section's text
+
+
+def word_count(text: str) -> int:
+    """Words of a text as a reader counts them (markdown marks and link targets do not count)."""
+    plain = IN_PAGE_LINK.sub(r"\1", text).replace("`", "").replace("**", "")
+    return len(plain.split())
+
+
+def fit_sentences(sentences: list[str], limit: int = ABSTRACT_WORDS) -> str:
+    """The leading sentences of ``sentences`` that fit in ``limit`` words (the first always; later
+    ones are skipped, not cut, when they do not fit)."""
+    kept, words = [], 0
+    for sentence in sentences:
+        n = word_count(sentence)
+        if kept and words + n > limit:
+            continue
+        kept.append(sentence)
+        words += n
+    return " ".join(kept)
+
 
 class Writer(Protocol):
-    """What a section may write (:class:`headstats.report.writer.ReportWriter` renders it)."""
+    """What a section may write (:class:`headstats.report.writer.ReportWriter` renders it): the lead
+    (abstract, headline figure, main table), body content, and inside ``with writer.appendix()`` the
+    "Methods and caveats" appendix, inside ``with writer.collapsed(...)`` a closed ``<details>``."""
 
-    def heading(self, text: str, level: int = 2) -> None: ...
+    def abstract(self, text: str) -> None: ...
+    def headline(self, fig: Figure, name: str, caption: str) -> Path: ...
+    def main_table(self, frame: pd.DataFrame, name: str, *, legend: str, full_legend: str | None = None) -> Path: ...
+    def appendix(self) -> AbstractContextManager[None]: ...
+    def collapsed(self, summary: str) -> AbstractContextManager[None]: ...
+    def note(self, title: str, text: str) -> str: ...
+    def heading(self, text: str, level: int = 2) -> str: ...
     def text(self, text: str) -> None: ...
     def table(self, frame: pd.DataFrame, name: str, **options: object) -> Path: ...
     def figure(self, fig: Figure, name: str, caption: str) -> Path: ...
-    def details(self, summary: str, body: str) -> None: ...
+    def details(self, summary: str, body: str, file: str | None = None) -> None: ...
 
 
 class Context:
@@ -138,7 +171,7 @@ class Context:
         out: dict[str, dict] = {}
         for p in self.partitions:
             prov = p.provenance or {}
-            path = Path(str(prov.get("model_path") or ""))
+            path = local_path(str(prov.get("model_path") or ""))
             info = prov.get("checkpoint")
             if not isinstance(info, dict):  # tables written before provenance recorded it
                 info = checkpoint_info(path)
@@ -146,6 +179,34 @@ class Context:
                 root = path if info["stage"] == "base" else path.parent.parent
                 out[p.model] = {**info, "root": root if (root / "recipe.json").is_file() else None}
         return out
+
+    @cached_property
+    def model_order(self) -> list[str]:
+        """Every model of the tables: a fine-tuning chain's checkpoints in training order (stage, then
+        step) first, then the other models by name, so figures and tables read along the training."""
+        stages = ("base", *FINETUNE_STAGES)
+        models = sorted({p.model for p in self.partitions})
+
+        def key(model: str) -> tuple:
+            info = self.checkpoints.get(model)
+            if info is None or info.get("stage") not in stages:
+                return (1, 0, 0, model)
+            return (0, stages.index(info["stage"]), int(info.get("step") or 0), model)
+
+        return sorted(models, key=key)
+
+    @cached_property
+    def short_labels(self) -> dict[str, str]:
+        """model -> the label figures show: ``sft-15`` (stage and step) for a checkpoint, ``base`` for
+        a chain's base, the model's own name otherwise; the full names (with the chain's hash) go in
+        a legend table. Where two models would get one label (two chains), both keep their names."""
+        labels = {}
+        for model in self.model_order:
+            info = self.checkpoints.get(model) or {}
+            stage = info.get("stage")
+            labels[model] = "base" if stage == "base" else f"{stage}-{int(info.get('step') or 0)}" if stage else model
+        counts = pd.Series(list(labels.values())).value_counts()
+        return {m: (label if counts[label] == 1 else m) for m, label in labels.items()}
 
     @cached_property
     def reference(self) -> str | None:
@@ -230,7 +291,7 @@ def model_source(provenance: dict) -> dict | None:
         return source
     path = provenance.get("model_path")
     if path:
-        sidecar = Path(str(path)) / "HEADSTATS_SOURCE.json"
+        sidecar = local_path(str(path)) / "HEADSTATS_SOURCE.json"
         try:
             return json.loads(sidecar.read_text())
         except (OSError, ValueError):
