@@ -27,6 +27,7 @@ RECIPE = ft.Recipe(
     sft=TWO_STEPS,
     dpo=dataclasses.replace(TWO_STEPS, beta=0.1),
     grpo=dataclasses.replace(TWO_STEPS, num_generations=2, max_completion_length=4, beta=0.0),
+    eval_fraction=0.1,
 )
 EVAL_SIZE = 6
 
@@ -92,17 +93,24 @@ def test_train_and_evaluation_parts_are_disjoint(stage):
 
 
 def _key_text(stage: str, row: dict) -> str:
-    """The text an example's split is drawn from: its prompt (arithmetic: the bare question)."""
+    """The text an example's split is drawn from: its prompt (SST-2: the bare review)."""
     prompt = row["prompt"][-1]["content"]
-    return prompt.removesuffix(" Answer with the number only.") if stage == "grpo" else prompt
+    return prompt.rpartition("\n\n")[2] if stage == "grpo" else prompt
 
 
-def test_exact_number_reward():
+def test_verifiable_rewards():
     assert fd.exact_number(" 96<end_of_turn>", "96")
     assert fd.exact_number("The answer is 1,024.", "1024")
     assert not fd.exact_number("95", "96")
     assert not fd.exact_number("no number", "96")
-    assert ft._reward_exact_number([[{"role": "assistant", "content": "12"}], "13"], ["12", "12"]) == [1.0, 0.0]
+    assert fd.reward("first_word", " Positive.", "positive") == 1.0
+    assert fd.reward("first_word", "negative", "positive") == 0.0
+    assert fd.reward("first_word", "It is positive", "positive") == 0.0  # the first word, not any word
+    completions = [[{"role": "assistant", "content": "12"}], "13", "Negative!"]
+    rewards = ft.verifiable_reward(completions, ["12", "12", "negative"], ["exact_number"] * 2 + ["first_word"])
+    assert rewards == [1.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="unknown reward 'bleu'"):
+        fd.reward("bleu", "a", "a")
 
 
 def test_completion_tokens_are_the_answer_in_the_chat_format(base_dir):
@@ -151,7 +159,7 @@ def test_learning_metrics_have_intervals(chain):
     expected = {
         "sft": ["answer_loss", "completion_loss"],
         "dpo": ["reward_margin", "preference_accuracy"],
-        "grpo": ["exact_match"],
+        "grpo": ["accuracy", "sampled_reward"],
     }
     for stage, names in expected.items():
         assert set(metrics[stage]["checkpoints"]) == {"0", "2"}  # the stage's start and end
@@ -304,7 +312,7 @@ def test_report_reads_the_chain(chain, tmp_path):
     )
     assert row["w1"] == pytest.approx(expected, rel=1e-6)
     learned = pd.read_csv(index.parent / "tables" / "finetuning_learning.csv")
-    assert {"answer_loss", "preference_accuracy", "exact_match"} <= set(learned["metric"])
+    assert {"answer_loss", "preference_accuracy", "accuracy"} <= set(learned["metric"])
     movement = pd.read_csv(index.parent / "tables" / "finetuning_head_movement.csv")
     assert set(movement["comparison"]) == {"from base", "consecutive stages"}
     assert movement["spearman"].between(-1, 1).all()

