@@ -289,3 +289,47 @@ def test_embedded_model_pruned_equals_zeroed(name: str, tmp_path) -> None:
     with torch.no_grad():
         assert _relative(loaded(input_ids=ids, use_cache=False).logits, out) <= 1e-6
     assert record["params_after"] == count_parameters(loaded) < before
+
+
+def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
+    """A tiny frontier end to end: points written, a re-run skips them, the report's drops are the
+    paired differences of the written answers and its certified shares follow the fixed sequence."""
+    from headstats.cli import main
+    from headstats.jobs.frontier import load_frontier
+    from headstats.report.frontier import certified_shares, read_points
+
+    analysis = tmp_path / "tiny_frontier.toml"
+    analysis.write_text(
+        f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\nmodels = ["{model_dir}"]\n'
+        'scores = ["ahon_ln", "random"]\nshares = [0, 0.25, 0.5]\ntasks = ["arc_easy"]\nlimit = 6\n'
+        "calibration_limit = 2\nmax_length = 16\nspeed_batches = [1, 2]\nprompt_length = 8\nnew_tokens = 2\n"
+        "repeats = 1\nmax_drop = 0.5\n"
+    )
+    assert main(["frontier", str(analysis)]) == 0
+    spec = load_frontier(analysis)
+    root = next((tmp_path / "results").glob("model=*"))
+    written = {p.name: p.stat().st_mtime_ns for p in (root / "points").iterdir()}
+    assert len([n for n in written if n.endswith(".json")]) == 1 + 2 * 2
+    assert main(["frontier", str(analysis), "--stages", "run"]) == 0  # resumes: nothing rewritten
+    assert {p.name: p.stat().st_mtime_ns for p in (root / "points").iterdir()} == written
+    points, speed, _ = read_points(spec.results)
+    base = pd.read_parquet(root / "points" / "baseline.parquet").set_index("question_id")["correct"]
+    for row in points[points["score"] != "none"].itertuples():
+        answers = pd.read_parquet(root / "points" / f"{row.score}-{row.share:.3f}.parquet")
+        answers = answers.set_index("question_id")["correct"]
+        assert row.drop == pytest.approx(base.mean() - answers.mean())
+        assert row.lost == int((base & ~answers).sum())
+    certified = certified_shares(points, 0.5)
+    for r in certified.itertuples():
+        sel = points[(points["score"] == r.score)].sort_values("share")
+        ok = [bool((g["upper"] <= 0.5).all()) for _, g in sel.groupby("share")]
+        expected = 0.0
+        for share, good in zip(sorted(sel["share"].unique()), ok, strict=True):
+            if not good:
+                break
+            expected = share
+        assert r.certified_share == expected
+    assert set(speed["role"]) == {"unpruned", "pruned"} and set(speed["batch"]) == {1, 2}
+    index = tmp_path / "report" / "index.html"
+    assert index.is_file() and "Largest certified share" in index.read_text()
+    assert (tmp_path / "report" / "figures" / "speedup_vs_drop.png").is_file()

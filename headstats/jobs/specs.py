@@ -758,6 +758,64 @@ class RunSpec(LoadOptions):
     )
 
 
+def _unit_interval(value: float) -> None:
+    if not 0.0 < value < 1.0:
+        raise ValueError(f"a confidence lies strictly between 0 and 1, not {value:g}")
+
+
+@dataclass(frozen=True)
+class ConfirmSection(Spec):
+    """``[confirm]`` of a confirmation file (:mod:`headstats.jobs.confirm`): the held-out questions,
+    the computation paths every claim runs on, and the rule that decides it."""
+
+    WHAT: ClassVar[str] = "confirmation"
+
+    task: str = option("hellaswag", "task whose held-out questions test the claims", choices=_tasks, noun="task")
+    limit: int | None = option(None, "held-out questions: a seeded random sample of this size", minimum=1)
+    seed: int = option(0, "seed of the held-out sample")
+    exclude_limit: int | None = option(
+        None,
+        "the exploratory run's sample size: its questions (by content and source document) are held out",
+        minimum=1,
+    )
+    exclude_seed: int = option(0, "the exploratory run's sample seed")
+    prompt_format: str = option("tokenizer", "as in SweepSpec", choices=_prompt_formats, noun="prompt format")
+    kernels: tuple[str, ...] = option(
+        ("explicit", "fused"),
+        "attention kernels every claim runs under (a score that reads the probabilities runs the explicit one only)",
+        choices=("explicit", "fused"),
+        noun="attention kernel",
+    )
+    dtypes: tuple[str, ...] = option(("float32", "bfloat16"), "model body dtypes every claim runs under")
+    drop: float = option(1.0, "tolerated drop in accuracy points", minimum=0)
+    confidence: float = option(
+        0.95, "one-sided confidence of the drop bound, family-wise over the claims (Bonferroni)", each=_unit_interval
+    )
+    batch_size: int = option(16, "sequences per forward pass", minimum=1, runtime=True)
+
+    def check(self) -> None:
+        if not self.kernels or not self.dtypes:
+            raise SpecError("kernels", "a confirmation needs at least one attention kernel and one dtype")
+
+
+@dataclass(frozen=True)
+class Claim(Spec):
+    """One ``[[claims]]`` entry of a confirmation file: zeroing the heads ``score`` calls inactive at
+    ``target`` costs ``model`` at most the tolerated drop on the held-out questions."""
+
+    WHAT: ClassVar[str] = "claim"
+
+    model: str = option("", "embedded model name, directory or Hub id")
+    score: str = option("", "score id", choices=_score_ids, noun="score id", each=_score_id)
+    target: float = option(0.05, "target fraction of heads the score's threshold is calibrated for", each=_fraction)
+    share: float | None = option(None, "% of heads the exploratory run zeroed at this target", minimum=0)
+    source: str = option("", "where the claim comes from (the exploratory report and its reading)")
+
+    def check(self) -> None:
+        if not self.model or not self.score:
+            raise SpecError("model", "a claim needs a model and a score")
+
+
 FINETUNE_STAGES: tuple[str, ...] = ("sft", "dpo", "grpo")
 MEASURES: tuple[str, ...] = ("ends", "all", "none")
 
@@ -852,6 +910,50 @@ class PruneSpec(LoadOptions, Seeded, Progress):
             raise SpecError("shares", "no candidate shares for --certify: give fractions, e.g. 0.05,0.1,0.2")
 
 
+@dataclass(frozen=True)
+class FrontierSpec(Seeded, Progress):
+    """A pruning frontier (``headstats frontier FILE``, :mod:`headstats.jobs.frontier`): every model
+    pruned at every share by every score, with held-out accuracy and speed against the unpruned model.
+    The keys of an analysis file such as ``analyses/prune_embedded.toml``."""
+
+    WHAT: ClassVar[str] = "frontier"
+
+    name: str = option("prune", "name of the frontier", cli=False)
+    description: str = option("", "title of the report", cli=False)
+    results: str = option("results/prune", "results directory", cli=False)
+    report: str = option("reports/prune", "report directory", cli=False)
+    notes: str | None = option(None, "a paragraph the report shows first under its abstract", cli=False)
+    models: tuple[str, ...] = option(("smollm2-135m",), "models to prune", cli=False)
+    dtype: str = option("float32", "model dtype", cli=False)
+    scores: tuple[str, ...] = option(DEFAULT_SWEEP_SCORES, "scores that rank heads", choices=_score_ids,
+                                     noun="score id", each=_score_id, cli=False)  # fmt: skip
+    shares: tuple[float, ...] = option((0.0, 0.1, 0.2, 0.3), "shares of heads removed", each=_fraction, cli=False)
+    tasks: tuple[str, ...] = option(("piqa", "arc_easy"), "held-out tasks", choices=_tasks, noun="task", cli=False)
+    limit: int | None = option(None, "questions per task (a seeded random sample)", minimum=1, cli=False)
+    max_drop: float = option(0.01, "largest certified accuracy drop (0.01 = 1 point)", minimum=0, cli=False)
+    calibration: str = option("wikipedia", "collection dataset that ranks the heads", cli=False)
+    calibration_limit: int = option(64, "calibration documents", minimum=1, cli=False)
+    max_length: int = option(256, "calibration tokens per document", minimum=2, cli=False)
+    batch_size: int = option(8, "sequences per evaluation pass", minimum=1, runtime=True, cli=False)
+    speed_batches: tuple[int, ...] = option((1, 8), "batch sizes of the speed measurement", minimum=1, cli=False)
+    prompt_length: int = option(128, "prompt tokens of the speed measurement", minimum=1, cli=False)
+    new_tokens: int = option(32, "decoded tokens of the speed measurement", minimum=1, cli=False)
+    repeats: int = option(3, "alternating rounds of the speed measurement (medians)", minimum=1, cli=False)
+
+
+@dataclass(frozen=True)
+class FrontierCommand(Spec):
+    """``headstats frontier FILE``: which stages of a frontier analysis file to run."""
+
+    WHAT: ClassVar[str] = "frontier command"
+
+    analysis: str = option("", "a frontier analysis file (e.g. analyses/prune_embedded.toml)", positional=True,
+                           toml=False)  # fmt: skip
+    stages: tuple[str, ...] = option(("run", "report"), "stages to run", choices=("run", "report"), noun="stage",
+                                     toml=False)  # fmt: skip
+    only: tuple[str, ...] | None = option(None, "run only these models of the file", flag="--models", toml=False)
+
+
 LISTABLE = ("scores", "tasks", "datasets", "models")
 LIST_ALL = "all"
 
@@ -885,6 +987,8 @@ __all__ = [
     "AblateSection",
     "CollectSection",
     "CollectSpec",
+    "Claim",
+    "ConfirmSection",
     "ListSpec",
     "LoadOptions",
     "ModelsSection",

@@ -1,0 +1,139 @@
+"""Pruned vs unpruned, side by side in one process: prefill and cached decode speed, KV cache, peak
+memory, and the arithmetic roof of the removed heads.
+
+    python benchmarks/bench_prune.py [--model smollm2-135m] [--score ahon_ln] [--share 0.3]
+        [--batches 1,8] [--prompt-length 128] [--new-tokens 32] [--repeats 5] [--dtype float32]
+        [--calibration-limit 32] [--device cpu]
+
+The heads are selected as ``headstats prune`` selects them (the score's mean over a seeded sample of
+the bundled Wikipedia passages) and removed from a copy of the model. Printed:
+
+- the equivalence check: max relative logit difference between the pruned model and the unpruned
+  one with the same heads zeroed (``headstats.ablate_heads``), fp32;
+- per batch size: prefill tokens/s and decode tokens/s (KV cache, greedy) of both models, measured in
+  alternating turns (medians of ``--repeats``), their ratios, and the KV-cache bytes after prefill;
+- peak memory: on CUDA the peak allocated bytes of each model's run; on CPU the peak resident set of
+  a fresh process per model doing the same work (so neither model's allocations count for the other);
+- the roof: the share of per-token FLOPs (prefill) and of the bytes a decode step reads (weights +
+  cache) that the removed heads carried, and the speed-ups those shares allow at most;
+- the CPU model, its bf16 units and torch's thread count.
+
+Run it on an otherwise idle machine (a second torch process oversubscribes the cores); set
+``OMP_NUM_THREADS`` to the cores you mean to measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+import headstats
+from headstats.engine.prune import count_parameters, prune_heads
+from headstats.engine.speed import inference_cost, time_inference
+from headstats.io.models import machine_info
+from headstats.jobs.prune import calibration_set, head_means, select_heads
+
+
+def _equivalence(model, pruned, heads, tokenizer) -> float:
+    text = "Attention heads that contribute almost nothing can be removed from the weights of a model."
+    ids = torch.tensor([tokenizer(text)["input_ids"]], device=next(model.parameters()).device)
+    with torch.no_grad(), headstats.ablate_heads(model, heads=heads):
+        zeroed = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
+    with torch.no_grad():
+        out = pruned(input_ids=ids, use_cache=False).logits
+    return float((out - zeroed).abs().max() / zeroed.abs().max())
+
+
+def _peak_child(path: str, args: argparse.Namespace, batch: int) -> int:
+    """Peak RSS bytes of a fresh process that loads ``path`` and runs one prefill + decode."""
+    code = (
+        "import resource, sys, torch, headstats\n"
+        "from headstats.engine.speed import time_inference\n"
+        f"m, _ = headstats.load_model({path!r}, dtype={args.dtype!r}, device='cpu')\n"
+        f"time_inference({{'m': m}}, batch={batch}, prompt_length={args.prompt_length}, "
+        f"new_tokens={args.new_tokens}, repeats=1)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--score", default="ahon_ln")
+    parser.add_argument("--share", type=float, default=0.3)
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--prompt-length", type=int, default=128)
+    parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--calibration-limit", type=int, default=32)
+    parser.add_argument("--no-peak", action="store_true", help="skip the peak-memory measurement")
+    args = parser.parse_args()
+
+    model, tokenizer = headstats.load_model(args.model, dtype=args.dtype, device=args.device)
+    device = next(model.parameters()).device
+    info = machine_info(device)
+    print(f"machine: {info['cpu']} | bf16 units: {info['bf16_units'] or 'none'} | torch threads: "
+          f"{info['torch_threads']} | device: {device}{' | ' + info['gpu'] if 'gpu' in info else ''}")  # fmt: skip
+    calibration = calibration_set(tokenizer, "wikipedia", limit=args.calibration_limit, model_name=args.model)
+    heads = select_heads(head_means(model, calibration, args.score), args.score, args.share)
+    pruned = copy.deepcopy(model)
+    prune_heads(pruned, heads)
+    layers, per_layer = model.config.num_hidden_layers, model.config.num_attention_heads
+    sizes = f"{count_parameters(model):,} -> {count_parameters(pruned):,}"
+    print(f"{args.model}: removed {len(heads)} of {layers * per_layer} heads by {args.score} (share {args.share:g}); "
+          f"parameters {sizes}")  # fmt: skip
+    if args.dtype == "float32":
+        print(f"equivalence: max |pruned - zeroed| / max |zeroed| logits = {_equivalence(model, pruned, heads, tokenizer):.2e}")  # noqa: E501
+
+    before, after = inference_cost(model), inference_cost(pruned)
+    context = args.prompt_length + args.new_tokens // 2
+    print("\nroof (share the removed heads carried -> largest speed-up it allows):")
+    for label, b, a in (
+        (f"prefill FLOPs ({args.prompt_length} tokens)", before.prefill_flops(args.prompt_length),
+         after.prefill_flops(args.prompt_length)),
+        (f"decode FLOPs/token (context {context})", before.flops(context), after.flops(context)),
+        *[(f"decode bytes/step (batch {b_}, context {context})", before.decode_bytes(context, b_),
+           after.decode_bytes(context, b_)) for b_ in (int(x) for x in args.batches.split(","))],
+        ("KV cache bytes/token", sum(x.kv_bytes_per_token for x in before.layers),
+         sum(x.kv_bytes_per_token for x in after.layers)),
+    ):  # fmt: skip
+        print(f"  {label:<44} {1 - a / b:6.1%} removed -> x{b / a:.3f}")
+
+    rows = []
+    for batch in (int(x) for x in args.batches.split(",")):
+        res = time_inference({"unpruned": model, "pruned": pruned}, batch=batch, prompt_length=args.prompt_length,
+                             new_tokens=args.new_tokens, repeats=args.repeats)  # fmt: skip
+        u, p = res
+        rows.extend(res)
+        print(f"\nbatch {batch} (prompt {args.prompt_length}, {args.new_tokens} new tokens, median of {args.repeats}):")
+        for key, label in (("prefill_tokens_per_s", "prefill tokens/s"), ("decode_tokens_per_s", "decode tokens/s")):
+            print(f"  {label:<18} unpruned {u[key]:10.1f}  pruned {p[key]:10.1f}  speed-up x{p[key] / u[key]:.3f}")
+        print(f"  {'KV cache bytes':<18} unpruned {u['kv_cache_bytes']:10,}  pruned {p['kv_cache_bytes']:10,}  "
+              f"ratio {p['kv_cache_bytes'] / u['kv_cache_bytes']:.3f}")  # fmt: skip
+        if u["peak_cuda_bytes"]:
+            print(f"  {'peak CUDA bytes':<18} unpruned {u['peak_cuda_bytes']:10,}  pruned {p['peak_cuda_bytes']:10,}"
+                  f"  ratio {p['peak_cuda_bytes'] / u['peak_cuda_bytes']:.3f}")  # fmt: skip
+    if device.type == "cpu" and not args.no_peak:
+        batch = max(int(x) for x in args.batches.split(","))
+        with tempfile.TemporaryDirectory() as tmp:
+            pruned.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            peaks = {name: _peak_child(path, args, batch) for name, path in (("unpruned", args.model), ("pruned", tmp))}
+        print(f"\npeak RSS (fresh process, batch {batch}): unpruned {peaks['unpruned'] / 2**20:.0f} MiB, pruned "
+              f"{peaks['pruned'] / 2**20:.0f} MiB, ratio {peaks['pruned'] / peaks['unpruned']:.3f}")  # fmt: skip
+    print("\n" + json.dumps({"rows": rows, "rusage_maxrss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""What a model costs per token, by arithmetic and by the clock: the roof and the measurement of
+pruning's speed-up.
+
+:func:`inference_cost` counts, from the module shapes of a (possibly pruned) model, the
+multiply-adds of every projection and of the attention core at a given context length, the bytes of
+its weights, and the bytes its KV cache holds per token. Dividing the unpruned model's numbers by the
+pruned one's gives the arithmetic ceiling of a speed-up: prefill is bound by FLOPs, one decode step
+at small batch by the bytes it reads (all weights once, plus the cache).
+
+:func:`time_inference` measures prefill and cached decode tokens/s of several models side by side
+in one process: the models take turns within every repeat (the order alternating), so load on a
+shared machine falls on all of them alike, and the median over repeats is reported.
+"""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel
+from transformers.pytorch_utils import Conv1D
+
+
+@dataclass(frozen=True)
+class LayerCost:
+    """One attention layer: query heads it attends with, bytes its cache holds per token, its window."""
+
+    query_heads: int
+    kv_bytes_per_token: int
+    window: int | None  # sliding-window layers see at most this many keys
+
+
+@dataclass(frozen=True)
+class InferenceCost:
+    """Per-token cost of a model (see :func:`inference_cost`)."""
+
+    projection_flops: float  # 2 x multiply-adds of every linear layer, lm_head included
+    weight_bytes: int  # bytes of every linear layer's weights and biases (what a decode step reads)
+    head_dim: int
+    layers: tuple[LayerCost, ...]
+
+    @property
+    def query_heads(self) -> int:
+        return sum(layer.query_heads for layer in self.layers)
+
+    @staticmethod
+    def _span(context: int, window: int | None) -> int:
+        return context if window is None else min(context, window)
+
+    def attention_flops(self, context: int) -> float:
+        """QK^T and AV of one query token over ``context`` tokens, all layers."""
+        return sum(4.0 * layer.query_heads * self.head_dim * self._span(context, layer.window) for layer in self.layers)
+
+    def flops(self, context: int) -> float:
+        """FLOPs of one token (a decode step) at ``context`` tokens."""
+        return self.projection_flops + self.attention_flops(context)
+
+    def prefill_flops(self, length: int) -> float:
+        """FLOPs of a prefill of ``length`` tokens (token t attends over min(t, window) tokens)."""
+        total = length * self.projection_flops
+        for layer in self.layers:
+            w = length if layer.window is None else min(layer.window, length)
+            spans = w * (w + 1) / 2 + (length - w) * w  # sum over t = 1..length of min(t, w)
+            total += 4.0 * layer.query_heads * self.head_dim * spans
+        return total
+
+    def kv_bytes(self, context: int, batch: int = 1) -> int:
+        """Bytes of the KV cache of ``batch`` sequences of ``context`` tokens."""
+        return batch * sum(layer.kv_bytes_per_token * self._span(context, layer.window) for layer in self.layers)
+
+    def decode_bytes(self, context: int, batch: int = 1) -> float:
+        """Bytes one decode step of ``batch`` sequences reads: the weights once, each sequence's cache."""
+        return self.weight_bytes + self.kv_bytes(context, batch)
+
+
+def _head_dim(model: PreTrainedModel) -> int:
+    config = model.config.get_text_config()
+    return int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+
+
+def _layer_heads(module: torch.nn.Module, head_dim: int) -> tuple[int, int, int]:
+    """(query heads attended, K heads cached, V heads cached) of one attention module, from its shapes."""
+    heads = getattr(module, "headstats_heads", None)
+    if hasattr(module, "c_attn"):
+        q = module.c_proj.weight.shape[0] // head_dim
+        kv = (module.c_attn.weight.shape[1] - module.split_size) // (2 * head_dim)
+        return q, kv, kv
+    q = module.o_proj.weight.shape[1] // head_dim
+    k = module.k_proj.weight.shape[0] // head_dim
+    v = module.v_proj.weight.shape[0] // head_dim
+    if heads is not None and heads.q is not None:
+        q = len(heads.q)
+    return q, k, v
+
+
+def inference_cost(model: PreTrainedModel) -> InferenceCost:
+    """The per-token cost of ``model`` from its module shapes (a pruned model's smaller ones included)."""
+    from headstats.engine.prune import attention_modules
+
+    config = model.config.get_text_config()
+    head_dim = _head_dim(model)
+    linear = [m for m in model.modules() if isinstance(m, torch.nn.Linear | Conv1D)]
+    macs = sum(m.weight.numel() for m in linear)
+    weight_bytes = sum(p.numel() * p.element_size() for m in linear for p in m.parameters(recurse=False))
+    types = getattr(config, "layer_types", None) or []
+    window = getattr(config, "sliding_window", None)
+    element = next(model.parameters()).element_size()
+    layers = []
+    for i, module in enumerate(attention_modules(model)):
+        q, k, v = _layer_heads(module, head_dim)
+        sliding = i < len(types) and types[i] == "sliding_attention" and window
+        layers.append(LayerCost(q, (k + v) * head_dim * element, int(window) if sliding else None))
+    return InferenceCost(2.0 * macs, weight_bytes, head_dim, tuple(layers))
+
+
+def cache_bytes(cache: object) -> int:
+    """Bytes of the key and value tensors a transformers cache holds."""
+    total = 0
+    for layer in getattr(cache, "layers", ()):
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name, None)
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.no_grad()
+def _run(model: PreTrainedModel, ids: torch.Tensor, new_tokens: int) -> tuple[float, float, int, int]:
+    """(prefill seconds, decode seconds, KV-cache bytes after prefill, peak CUDA bytes or 0)."""
+    device = ids.device
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    _sync(device)
+    start = time.perf_counter()
+    out = model(input_ids=ids, use_cache=True)
+    _sync(device)
+    prefill = time.perf_counter() - start
+    cache = out.past_key_values
+    kv = cache_bytes(cache)
+    token = out.logits[:, -1:].argmax(-1)
+    # transformers renames past_key_values to cache family by family.
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    start = time.perf_counter()
+    for _ in range(new_tokens):
+        out = model(input_ids=token, use_cache=True, **{name: cache})
+        token = out.logits[:, -1:].argmax(-1)
+    _sync(device)
+    decode = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
+    return prefill, decode, kv, peak
+
+
+def time_inference(
+    models: Mapping[str, PreTrainedModel],
+    *,
+    batch: int = 1,
+    prompt_length: int = 128,
+    new_tokens: int = 32,
+    repeats: int = 3,
+    seed: int = 0,
+) -> list[dict]:
+    """Prefill and decode tokens/s of each model on the same random prompts, side by side (one
+    warm-up run each, then ``repeats`` rounds in alternating order; medians). One row per model."""
+    first = next(iter(models.values()))
+    device = next(first.parameters()).device
+    vocab = int(first.config.get_text_config().vocab_size)
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (batch, prompt_length), generator=generator).to(device)
+    names = list(models)
+    for name in names:
+        _run(models[name], ids[:, : min(8, prompt_length)], 1)  # warm-up (allocator, kernels)
+    runs: dict[str, list[tuple[float, float, int, int]]] = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names if r % 2 == 0 else reversed(names):
+            runs[name].append(_run(models[name], ids, new_tokens))
+    rows = []
+    for name in names:
+        prefill = statistics.median(x[0] for x in runs[name])
+        decode = statistics.median(x[1] for x in runs[name])
+        rows.append({
+            "model": name, "batch": batch, "prompt_length": prompt_length, "new_tokens": new_tokens,
+            "repeats": repeats, "prefill_tokens_per_s": batch * prompt_length / prefill,
+            "decode_tokens_per_s": batch * new_tokens / decode if new_tokens else float("nan"),
+            "kv_cache_bytes": runs[name][0][2], "peak_cuda_bytes": max(x[3] for x in runs[name]) or None,
+        })  # fmt: skip
+    return rows

@@ -1,0 +1,192 @@
+"""The pruning frontier: each model pruned at each share by each score, with its held-out accuracy
+and its speed against the unpruned model (``headstats frontier analyses/prune_embedded.toml``).
+
+Per model, in ``RESULTS/model=<slug>/``:
+
+- ``calibration.json`` and ``means.parquet``: the calibration set's identity and every score's mean
+  per (layer, head) on it (the selection of :mod:`headstats.jobs.prune`);
+- ``points/baseline.parquet``: the unpruned model's answers to the tasks' questions (a seeded sample
+  of ``limit`` per task), and ``points/baseline.json``: the unpruned model timed against an identical
+  copy of itself, the speed measurement's own noise;
+- ``points/<score>-<share>.parquet`` / ``.json``: the pruned model's answers, and its speed, KV cache,
+  parameter count and arithmetic roof (:mod:`headstats.engine.speed`) next to the unpruned model's,
+  measured side by side in this process.
+
+Every point is written atomically when finished; a re-run skips finished points. ``run.json`` holds
+the settings and the machine; a folder written with other settings is refused.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from headstats.engine.prune import count_parameters, prune_heads
+from headstats.engine.speed import inference_cost, time_inference
+from headstats.io.store import write_json_atomic, write_parquet_atomic
+from headstats.jobs.prune import calibration_set, head_means, select_heads
+from headstats.jobs.specs import FrontierSpec, SpecError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+logger = logging.getLogger("headstats")
+
+ANSWER_COLUMNS = ["task", "question_id", "correct", "gold_loglik", "pred"]
+
+
+def load_frontier(path: str | Path) -> FrontierSpec:
+    """A checked frontier analysis file (every key a :class:`FrontierSpec` field)."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"analysis file {str(path)!r} not found") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML ({err})") from None
+    raw.setdefault("name", path.stem)
+    return FrontierSpec.from_toml(raw, f"{path}:")
+
+
+def point_name(score: str, share: float) -> str:
+    return f"{score}-{share:.3f}"
+
+
+def _model_root(spec: FrontierSpec, model: str) -> Path:
+    from headstats.io.models import model_slug
+
+    return Path(spec.results) / f"model={model_slug(model)}"
+
+
+def _check_run(spec: FrontierSpec, root: Path, machine: dict) -> None:
+    settings = {k: v for k, v in spec.settings().items() if k not in ("notes", "description", "report", "progress")}
+    settings = json.loads(json.dumps(settings))
+    record = root / "run.json"
+    if record.is_file():
+        saved = json.loads(record.read_text())
+        if saved.get("settings") != settings:
+            changed = sorted(k for k in settings if saved.get("settings", {}).get(k) != settings[k])
+            raise SpecError(
+                changed[0] if changed else "results",
+                f"{root} holds a frontier run with other settings ({', '.join(changed)}); give another results "
+                "directory or restore the settings",
+            )
+        return
+    write_json_atomic({"settings": settings, "machine": machine}, record)
+
+
+def _answers(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[ANSWER_COLUMNS].reset_index(drop=True)
+
+
+def _evaluate_all(model, tokenizer, questions: dict, spec: FrontierSpec) -> pd.DataFrame:
+    from headstats.jobs.evaluate import evaluate
+
+    frames = [
+        _answers(evaluate(model, tokenizer, q, batch_size=spec.batch_size, progress=spec.progress, share_prefix=False))
+        for q in questions.values()
+    ]
+    return pd.concat(frames, ignore_index=True)
+
+
+def _speed(spec: FrontierSpec, models: dict) -> list[dict]:
+    rows = []
+    for batch in spec.speed_batches:
+        rows.extend(
+            time_inference(models, batch=batch, prompt_length=spec.prompt_length, new_tokens=spec.new_tokens,
+                           repeats=spec.repeats, seed=spec.seed)
+        )  # fmt: skip
+    return rows
+
+
+def _roof(before, after, spec: FrontierSpec) -> dict:
+    """Shares of the unpruned model's per-token cost that the removed heads carried."""
+    context = spec.prompt_length + spec.new_tokens // 2
+    out = {
+        "prefill_flops_removed": 1 - after.prefill_flops(spec.prompt_length) / before.prefill_flops(spec.prompt_length),
+        "decode_flops_removed": 1 - after.flops(context) / before.flops(context),
+        "kv_bytes_removed": 1 - after.kv_bytes(context) / before.kv_bytes(context),
+    }
+    for batch in spec.speed_batches:
+        out[f"decode_bytes_removed_b{batch}"] = 1 - after.decode_bytes(context, batch) / before.decode_bytes(
+            context, batch
+        )
+    return out
+
+
+def run_model(spec: FrontierSpec, name: str) -> Path:
+    """Every point of one model (finished points are skipped). Returns the model's results folder."""
+    from headstats.io.models import load_model, machine_info
+    from headstats.io.tasks import load_task
+
+    root = _model_root(spec, name)
+    model, tokenizer = load_model(name, dtype=spec.dtype, device="cpu" if spec.dtype == "float32" else None)
+    _check_run(spec, root, machine_info(next(model.parameters()).device))
+    points = root / "points"
+    means_path = root / "means.parquet"
+    if means_path.is_file():
+        means = pd.read_parquet(means_path)
+    else:
+        calibration = calibration_set(tokenizer, spec.calibration, limit=spec.calibration_limit,
+                                      max_length=spec.max_length, seed=spec.seed, model_name=name)  # fmt: skip
+        parts = [
+            head_means(model, calibration, sid, batch_size=spec.batch_size, seed=spec.seed).assign(score=sid)
+            for sid in spec.scores
+        ]
+        means = pd.concat(parts, ignore_index=True)
+        write_json_atomic(calibration.identity, root / "calibration.json")
+        write_parquet_atomic(pa.Table.from_pandas(means, preserve_index=False), means_path)
+    questions = {t: load_task(t, limit=spec.limit, sample="random", seed=spec.seed) for t in spec.tasks}
+    before = inference_cost(model)
+    params = count_parameters(model)
+    if not (points / "baseline.json").is_file():
+        start = time.time()
+        answers = _evaluate_all(model, tokenizer, questions, spec)
+        seconds = time.time() - start
+        speed = _speed(spec, {"unpruned": model, "pruned": copy.deepcopy(model)})
+        write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / "baseline.parquet")
+        write_json_atomic({"speed": speed, "eval_seconds": seconds, "params": params}, points / "baseline.json")
+    for sid in spec.scores:
+        for share in sorted(s for s in spec.shares if s > 0):
+            stem = point_name(sid, share)
+            if (points / f"{stem}.json").is_file():
+                continue
+            heads = select_heads(means[means["score"] == sid], sid, share)
+            pruned = copy.deepcopy(model)
+            prune_heads(pruned, heads)
+            start = time.time()
+            answers = _evaluate_all(pruned, tokenizer, questions, spec)
+            seconds = time.time() - start
+            speed = _speed(spec, {"unpruned": model, "pruned": pruned})
+            record = {
+                "score": sid, "share": share, "removed_heads": [list(h) for h in heads], "n_removed": len(heads),
+                "params_before": params, "params_after": count_parameters(pruned),
+                "roof": _roof(before, inference_cost(pruned), spec), "speed": speed, "eval_seconds": seconds,
+            }  # fmt: skip
+            write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / f"{stem}.parquet")
+            write_json_atomic(record, points / f"{stem}.json")
+            logger.info("%s %s: %d heads removed, %.0f s evaluation", name, stem, len(heads), seconds)
+            del pruned
+    return root
+
+
+def run_frontier(spec: FrontierSpec, models: list[str] | None = None) -> float:
+    """Run every model of ``spec`` (or ``models``); returns the wall seconds this call took."""
+    start = time.time()
+    for name in models or spec.models:
+        run_model(spec, name)
+    elapsed = time.time() - start
+    log = Path(spec.results) / "runs.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a") as f:
+        f.write(json.dumps({"models": list(models or spec.models), "seconds": elapsed, "ended": time.time()}) + "\n")
+    return elapsed

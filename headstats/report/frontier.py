@@ -1,0 +1,257 @@
+"""The pruning frontier's report (``reports/prune-embedded/``), built from the results folder of
+:mod:`headstats.jobs.frontier` alone (no model is loaded).
+
+Per model, score and share: the held-out accuracy drop on each task against the unpruned model on
+the same questions, with Tango's one-sided 95% upper bound (:func:`headstats.stats.paired.drop_bound`);
+the measured prefill and decode speed-ups (pruned / unpruned tokens/s, side by side); the KV-cache and
+parameter ratios; and the roof, the share of FLOPs and bytes the removed heads carried. The largest
+certified share of a score is read as a fixed-sequence test over increasing shares (it stops at the
+first share not certified), per task and on both tasks at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from headstats.jobs.specs import FrontierSpec
+from headstats.report.plots import score_style
+from headstats.report.writer import ReportWriter
+from headstats.stats.paired import drop_bound, minimum_detectable_drop
+
+
+def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """(points: one row per model, score, share, task with accuracy and drop bound, and one per model
+    at share 0; speed: one row per model, score, share, batch; runs: model -> run.json and baseline)."""
+    rows, speed, runs = [], [], {}
+    for root in sorted(Path(results).glob("model=*")):
+        model = root.name.removeprefix("model=")
+        base_file = root / "points" / "baseline.parquet"
+        if not base_file.is_file():
+            continue
+        base = pd.read_parquet(base_file)
+        base_info = json.loads((root / "points" / "baseline.json").read_text())
+        runs[model] = {"run": json.loads((root / "run.json").read_text()), "baseline": base_info}
+        speed.extend(_speed_rows(base_info["speed"], model, "none", 0.0))
+        for task, frame in base.groupby("task"):
+            rows.append({"model": model, "score": "none", "share": 0.0, "task": task, "n": len(frame),
+                         "accuracy": frame["correct"].mean(), "drop": 0.0, "upper": 0.0, "lost": 0, "gained": 0,
+                         "mdd_80": minimum_detectable_drop(len(frame))})  # fmt: skip
+        for info_file in sorted((root / "points").glob("*.json")):
+            if info_file.stem == "baseline":
+                continue
+            info = json.loads(info_file.read_text())
+            answers = pd.read_parquet(info_file.with_suffix(".parquet"))
+            extra = {"n_removed": info["n_removed"], "params_ratio": info["params_after"] / info["params_before"],
+                     **info["roof"], "eval_seconds": info["eval_seconds"]}  # fmt: skip
+            speed.extend(_speed_rows(info["speed"], model, info["score"], info["share"]))
+            for task, frame in answers.groupby("task"):
+                merged = base[base["task"] == task].merge(frame, on="question_id", suffixes=("_base", ""))
+                bound = drop_bound(merged["correct_base"].to_numpy(), merged["correct"].to_numpy())
+                rows.append({"model": model, "score": info["score"], "share": info["share"], "task": task,
+                             "n": bound.n, "accuracy": frame["correct"].mean(), "drop": bound.drop,
+                             "upper": bound.upper, "lost": bound.lost, "gained": bound.gained,
+                             "mdd_80": minimum_detectable_drop(bound.n), **extra})  # fmt: skip
+    return pd.DataFrame(rows), pd.DataFrame(speed), runs
+
+
+def _speed_rows(rows: list[dict], model: str, score: str, share: float) -> list[dict]:
+    """Rows of :func:`headstats.engine.speed.time_inference` (``model`` = unpruned / pruned there)
+    with that name moved to ``role`` and the model, score and share added."""
+    return [
+        {**{k: v for k, v in r.items() if k != "model"}, "role": r["model"], "model": model, "score": score,
+         "share": share}
+        for r in rows
+    ]  # fmt: skip
+
+
+def speedups(speed: pd.DataFrame) -> pd.DataFrame:
+    """Pruned / unpruned tokens/s and KV-cache bytes per model, score, share and batch (at share 0:
+    the unpruned model against an identical copy, the measurement's own noise)."""
+    keys = ["model", "score", "share", "batch"]
+    u = speed[speed["role"] == "unpruned"].set_index(keys)
+    p = speed[speed["role"] == "pruned"].set_index(keys)
+    out = pd.DataFrame({
+        "prefill_speedup": p["prefill_tokens_per_s"] / u["prefill_tokens_per_s"],
+        "decode_speedup": p["decode_tokens_per_s"] / u["decode_tokens_per_s"],
+        "kv_ratio": p["kv_cache_bytes"] / u["kv_cache_bytes"],
+        "prefill_tok_s_unpruned": u["prefill_tokens_per_s"], "decode_tok_s_unpruned": u["decode_tokens_per_s"],
+    })  # fmt: skip
+    return out.reset_index()
+
+
+def certified_shares(points: pd.DataFrame, max_drop: float) -> pd.DataFrame:
+    """Largest share of each model and score certified by the fixed-sequence reading, per task and
+    on every task at once (a share counts for "all" when certified on each task)."""
+    rows = []
+    pruned = points[points["score"] != "none"]
+    for (model, score), group in pruned.groupby(["model", "score"]):
+        tasks = sorted(group["task"].unique())
+        for task in [*tasks, "all"]:
+            best = 0.0
+            for share, at in group.sort_values("share").groupby("share"):
+                sel = at if task == "all" else at[at["task"] == task]
+                if len(sel) == 0 or not (sel["upper"] <= max_drop).all():
+                    break
+                best = share
+            rows.append({"model": model, "score": score, "task": task, "certified_share": best})
+    return pd.DataFrame(rows)
+
+
+def _headline(table: pd.DataFrame, tasks: list[str], batch: int) -> Figure:
+    models = sorted(table["model"].unique())
+    fig = Figure(figsize=(4.2 * len(tasks), 3.4 * len(models)))
+    axes = fig.subplots(len(models), len(tasks), squeeze=False)
+    for i, model in enumerate(models):
+        for j, task in enumerate(tasks):
+            ax = axes[i][j]
+            sel = table[(table["model"] == model) & (table["task"] == task) & (table["batch"] == batch)]
+            for score, rows in sel.groupby("score"):
+                rows = rows.sort_values("share")
+                style = score_style(score)
+                ax.errorbar(100 * rows["drop"], rows["decode_speedup"],
+                            xerr=[[0] * len(rows), 100 * (rows["upper"] - rows["drop"])], color=style["color"],
+                            marker=style["marker"], linestyle=style["linestyle"], label=score, capsize=2)  # fmt: skip
+                for _, r in rows.iterrows():
+                    ax.annotate(f"{r['share']:.0%}", (100 * r["drop"], r["decode_speedup"]), fontsize=7,
+                                xytext=(3, 3), textcoords="offset points")  # fmt: skip
+            ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
+            ax.axhline(1.0, color="grey", linewidth=0.8)
+            ax.set_title(f"{model}: {task}", fontsize=9)
+            ax.set_xlabel("accuracy drop (points; bar to the 95% upper bound)", fontsize=8)
+            ax.set_ylabel(f"decode speed-up (batch {batch})", fontsize=8)
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def build_frontier_report(spec: FrontierSpec, out: str | os.PathLike | None = None) -> Path:
+    """Write the frontier report of ``spec.results`` to ``out`` (default ``spec.report``)."""
+    points, speed, runs = read_points(spec.results)
+    if points.empty:
+        raise ValueError(f"no finished frontier points under {spec.results!r}: run the frontier first")
+    ratios = speedups(speed)
+    table = points.merge(ratios, on=["model", "score", "share"], how="left")
+    certified = certified_shares(points, spec.max_drop)
+    tasks = sorted(points["task"].unique())
+    writer = ReportWriter(out or spec.report, spec.description or f"Pruning frontier: {spec.name}", dpi=90,
+                          subtitle="Models: " + ", ".join(f"`{m}`" for m in sorted(runs)) + ".")  # fmt: skip
+    b_small = min(spec.speed_batches)
+    writer.abstract(_abstract(table, certified, b_small, spec))
+    writer.headline(_headline(table, tasks, b_small), "speedup_vs_drop",
+                    f"Measured decode speed-up (batch {b_small}, pruned / unpruned tokens/s, side by side) against "
+                    "the held-out accuracy drop, per score; labels are the shares of heads removed, bars reach the "
+                    "one-sided 95% Tango upper bound; the dotted line is 1 point.")  # fmt: skip
+    writer.main_table(_main_table(table, certified, spec), "frontier",
+                      legend=f"Per model, score and share: heads removed, measured speed-ups at batch "
+                      f"{'/'.join(map(str, spec.speed_batches))}, the roof (speed-up if time followed the removed "
+                      "FLOPs or bytes), and each task's drop with its 95% upper bound; certified = bound <= "
+                      f"{spec.max_drop:g}.",
+                      full_legend="columns")  # fmt: skip
+    _body(writer, table, certified, runs, spec)
+    writer.write()
+    return Path(writer.out) / "index.html"
+
+
+def _fmt_drop(row: pd.Series) -> str:
+    return f"{100 * row['drop']:+.1f} [{100 * row['upper']:.1f}]"
+
+
+def _main_table(table: pd.DataFrame, certified: pd.DataFrame, spec: FrontierSpec) -> pd.DataFrame:
+    rows = []
+    pruned = table[table["score"] != "none"]
+    for (model, score, share), group in pruned.groupby(["model", "score", "share"]):
+        row = {"model": model, "score": score, "share": share, "heads removed": int(group["n_removed"].iloc[0]),
+               "params": group["params_ratio"].iloc[0]}  # fmt: skip
+        for batch in spec.speed_batches:
+            at = group[group["batch"] == batch].iloc[0]
+            row[f"prefill x (b{batch})"] = at["prefill_speedup"]
+            row[f"decode x (b{batch})"] = at["decode_speedup"]
+        first = group.iloc[0]
+        row["KV cache"] = first["kv_ratio"]
+        row["roof prefill x"] = 1 / (1 - first["prefill_flops_removed"])
+        row[f"roof decode x (b{min(spec.speed_batches)})"] = 1 / (
+            1 - first[f"decode_bytes_removed_b{min(spec.speed_batches)}"]
+        )
+        for task, at in group.groupby("task"):
+            r = at.iloc[0]
+            row[f"{task} drop [upper] (pts)"] = _fmt_drop(r)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: FrontierSpec) -> str:
+    parts = []
+    both = certified[certified["task"] == "all"]
+    for model, group in both.groupby("model"):
+        shares = ", ".join(f"{r.score} {r.certified_share:.0%}" for r in group.itertuples())
+        best = group.sort_values("certified_share").iloc[-1]
+        line = f"{model}: largest share certified within {100 * spec.max_drop:g} point on every task: {shares}."
+        if best["certified_share"] > 0:
+            at = table[(table["model"] == model) & (table["score"] == best["score"])
+                       & (table["share"] == best["certified_share"]) & (table["batch"] == batch)].iloc[0]  # fmt: skip
+            line += (f" At {best['score']} {best['certified_share']:.0%}: decode x{at['decode_speedup']:.2f}, "
+                     f"prefill x{at['prefill_speedup']:.2f} (batch {batch}), KV cache x{at['kv_ratio']:.2f}, roof "
+                     f"x{1 / (1 - at['prefill_flops_removed']):.2f} (FLOPs).")  # fmt: skip
+        parts.append(line)
+    n = int(table[table["score"] == "none"]["n"].min())
+    parts.append(f"Questions per task: {n} (a seeded sample); with so few, a bound of 1 point is reachable only when "
+                 "almost no answer changes.")  # fmt: skip
+    return "\n\n".join(parts)
+
+
+def _body(writer: ReportWriter, table: pd.DataFrame, certified: pd.DataFrame, runs: dict, spec: FrontierSpec) -> None:
+    if spec.notes:
+        writer.heading("Notes", 2)
+        writer.text(spec.notes)
+    writer.heading("Largest certified share per score", 2)
+    writer.text("Fixed-sequence reading: shares are tested in increasing order and the first one whose upper bound "
+                f"exceeds {spec.max_drop:g} ends the sequence, so the 5% level holds without adjustment for the "
+                "number of shares; 'all' requires every task at once. A share of 0 means the first share tested "
+                "was not certified.")  # fmt: skip
+    writer.table(certified.pivot(index=["model", "score"], columns="task", values="certified_share").reset_index(),
+                 "certified_shares")  # fmt: skip
+    writer.heading("Speed against the unpruned model", 2)
+    cols = ["model", "score", "share", "batch", "prefill_speedup", "decode_speedup", "kv_ratio",
+            "prefill_tok_s_unpruned", "decode_tok_s_unpruned"]  # fmt: skip
+    speed = table.drop_duplicates(["model", "score", "share", "batch"])[cols].sort_values(cols[:4])
+    writer.text("Pruned / unpruned tokens/s, measured in alternating turns in one process (medians of "
+                f"{spec.repeats} rounds; prompt {spec.prompt_length} tokens, then {spec.new_tokens} greedy decode "
+                "steps with the KV cache). Score 'none' at share 0 times the unpruned model against an identical "
+                "copy: its distance from 1 is the noise of the measurement on this machine.")  # fmt: skip
+    writer.table(speed, "speed")
+    writer.heading("Accuracy per task", 2)
+    acc = table.drop_duplicates(["model", "score", "share", "task"])[
+        ["model", "score", "share", "task", "n", "accuracy", "drop", "upper", "lost", "gained", "mdd_80"]
+    ].sort_values(["model", "task", "score", "share"])
+    writer.table(acc, "accuracy")
+    writer.heading("The roof: what the removed heads carried", 2)
+    roof_cols = [c for c in table.columns if c.endswith("_removed") or c.startswith("decode_bytes_removed")]
+    roof = table[table["score"] != "none"].drop_duplicates(["model", "score", "share"])[
+        ["model", "score", "share", "params_ratio", *roof_cols]
+    ]
+    writer.text("Shares of the unpruned model's per-token cost that the removed heads carried, by arithmetic on "
+                "the module shapes: FLOPs of a prefill and of a decode step (projections, lm_head and the attention "
+                "core), and the bytes a decode step reads (all linear weights once plus the KV cache). 1 / (1 - "
+                "share) is the speed-up the removal allows at most when time follows that cost; the gap to the "
+                "measured speed-up is time spent where heads do not count (embedding, norms, MLPs' share of "
+                "memory traffic, Python and kernel launch overhead, and the K/V gather of uneven groups).")  # fmt: skip
+    writer.table(roof, "roof")
+    with writer.appendix():
+        writer.heading("columns", 3)
+        writer.text("share: fraction of all heads removed; heads removed: their number; params: parameters after / "
+                    "before; prefill/decode x: pruned / unpruned tokens/s at that batch; KV cache: pruned / unpruned "
+                    "cache bytes after the prompt; roof prefill x: 1 / (1 - share of prefill FLOPs removed); roof "
+                    "decode x: 1 / (1 - share of decode-step bytes removed); drop [upper]: accuracy drop in points "
+                    "with its one-sided 95% Tango upper bound.")  # fmt: skip
+        writer.heading("Run", 3)
+        for model, info in runs.items():
+            machine = info["run"]["machine"]
+            points = table[(table["model"] == model) & (table["score"] != "none")]
+            total = info["baseline"]["eval_seconds"] + points.drop_duplicates(["score", "share"])["eval_seconds"].sum()
+            writer.text(f"{model}: CPU {machine.get('cpu')}, torch threads {machine.get('torch_threads')}, "
+                        f"device {machine.get('device')}; evaluation passes took {total / 60:.1f} min in all.")
