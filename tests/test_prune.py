@@ -333,3 +333,27 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
     index = tmp_path / "report" / "index.html"
     assert index.is_file() and "Largest certified share" in index.read_text()
     assert (tmp_path / "report" / "figures" / "speedup_vs_drop.png").is_file()
+
+
+def test_inference_cost_counts_the_pruned_shapes() -> None:
+    """The roof's arithmetic against a count by hand (tiny Llama: d_model 64, 4 heads of 16 in 2 KV
+    groups, MLP 96, vocab 128), and its KV bytes against the cache a prefill really fills."""
+    from headstats.engine.speed import cache_bytes, inference_cost
+
+    model = tiny_model("llama", attn="headstats")
+    mlp, head = 3 * 64 * 96, 64 * 16  # MLP multiply-adds per layer; one head's rows of a projection
+    full = inference_cost(model)
+    assert full.projection_flops == 2 * (3 * (12 * head + mlp) + 64 * 128)  # q, o: 4 heads each; k, v: 2 each
+    prune_heads(model, HEADS)
+    cost = inference_cost(model)
+    # Layer 0: 3 query heads, 2 KV heads; layer 1: 2 query heads, 1 KV head; layer 2: the placeholder.
+    assert cost.projection_flops == 2 * ((3 + 2 + 2 + 3) * head + (2 + 1 + 1 + 2) * head + 4 * head + 3 * mlp
+                                         + 64 * 128)  # fmt: skip
+    assert [layer.query_heads for layer in cost.layers] == [3, 2, 1]
+    assert [layer.kv_bytes_per_token for layer in cost.layers] == [2 * 2 * 16 * 4, 2 * 16 * 4, 2 * 16 * 4]
+    assert cost.attention_flops(10) == 4 * (3 + 2 + 1) * 16 * 10
+    assert cost.prefill_flops(5) == 5 * cost.projection_flops + 4 * 6 * 16 * 15
+    ids = _ids(3, batch=2, length=7)
+    with torch.no_grad():
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+    assert cache_bytes(cache) == cost.kv_bytes(7, batch=2)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -84,16 +85,19 @@ def speedups(speed: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def certified_shares(points: pd.DataFrame, max_drop: float) -> pd.DataFrame:
+def certified_shares(points: pd.DataFrame, max_drop: float, shares: Sequence[float] | None = None) -> pd.DataFrame:
     """Largest share of each model and score certified by the fixed-sequence reading, per task and
-    on every task at once (a share counts for "all" when certified on each task)."""
+    on every task at once (a share counts for "all" when certified on each task). ``shares``: the
+    planned grid; a share not measured yet ends the sequence like one not certified."""
     rows = []
     pruned = points[points["score"] != "none"]
     for (model, score), group in pruned.groupby(["model", "score"]):
         tasks = sorted(group["task"].unique())
+        grid = sorted(s for s in (shares if shares is not None else group["share"].unique()) if s > 0)
         for task in [*tasks, "all"]:
             best = 0.0
-            for share, at in group.sort_values("share").groupby("share"):
+            for share in grid:
+                at = group[group["share"] == share]
                 sel = at if task == "all" else at[at["task"] == task]
                 if len(sel) == 0 or not (sel["upper"] <= max_drop).all():
                     break
@@ -136,7 +140,7 @@ def build_frontier_report(spec: FrontierSpec, out: str | os.PathLike | None = No
         raise ValueError(f"no finished frontier points under {spec.results!r}: run the frontier first")
     ratios = speedups(speed)
     table = points.merge(ratios, on=["model", "score", "share"], how="left")
-    certified = certified_shares(points, spec.max_drop)
+    certified = certified_shares(points, spec.max_drop, spec.shares)
     tasks = sorted(points["task"].unique())
     writer = ReportWriter(out or spec.report, spec.description or f"Pruning frontier: {spec.name}", dpi=90,
                           subtitle="Models: " + ", ".join(f"`{m}`" for m in sorted(runs)) + ".")  # fmt: skip
