@@ -279,8 +279,11 @@ def add_run(sub: Subparsers) -> None:
 
 def run_run(args: argparse.Namespace) -> int:
     from headstats.jobs.analysis import load_analysis, run_analysis
+    from headstats.jobs.confirm import is_confirmation
 
     run = spec_from_args(args, RunSpec)
+    if is_confirmation(run.analysis):
+        return run_confirmation_file(run, progress=not getattr(args, "quiet", False))
     resources = spec_from_args(args, Resources)
     spec = load_analysis(run.analysis)  # every section checked before any work
     if run.dry_run:
@@ -304,6 +307,30 @@ def run_run(args: argparse.Namespace) -> int:
         resources=resources if resources.launcher is not None else None,
         progress=not getattr(args, "quiet", False),
     )
+    if index is not None:
+        _report_line(str(index))
+    return 0
+
+
+def run_confirmation_file(run: RunSpec, *, progress: bool) -> int:
+    """``headstats run`` of a confirmation file (:mod:`headstats.jobs.confirm`): every path's sweeps,
+    then the verdicts; ``--dry-run`` sizes every path. Each path sets its own dtype."""
+    from headstats.jobs.confirm import expand, load_confirmation, run_confirmation
+
+    plan = load_confirmation(run.analysis)
+    load = replace(narrow(run, LoadOptions), dtype=None)
+    if run.dry_run:
+        from headstats.jobs.dryrun import DryRun, dry_run
+
+        units, device, probe = [], "?", 8
+        for path, spec in expand(plan):
+            planned = dry_run(spec, load=load, stages=("ablate",))
+            units += [replace(u, what=f"{u.what} [{path.name}]") for u in planned.units]
+            device, probe = planned.device, planned.probe_sequences
+        print(DryRun(units, device, probe).summary())
+        return 0
+    stages = [s for s in run.stages if s in ("ablate", "report")]
+    index = run_confirmation(plan, stages=stages, load=load, progress=progress)
     if index is not None:
         _report_line(str(index))
     return 0

@@ -1,0 +1,237 @@
+"""Pre-registered confirmatory runs: ``headstats run analyses/confirm.toml``.
+
+A confirmation file states claims before they are tested (SPEC §3): each ``[[claims]]`` names a
+model, a score and the target fraction at which the exploratory run certified zeroing within the
+tolerated drop; ``[confirm]`` names the held-out questions (a seeded sample of a task, leaving out
+the exploratory run's sample by content and source document: ``exclude_limit`` / ``exclude_seed``),
+the computation paths (every attention kernel x model dtype listed) and the rule (the drop's
+one-sided upper bound at most ``drop`` points on every path, family-wise over the claims:
+:mod:`headstats.stats.confirm`). Layout::
+
+    name = "confirm"
+    results = "results/confirm"        # one folder per path: results/confirm/<kernel>-<dtype>/
+    report = "reports/confirm"
+    [confirm]
+    task = "hellaswag"
+    limit = 3000
+    seed = 1
+    exclude_limit = 2000
+    kernels = ["explicit", "fused"]
+    dtypes = ["float32", "bfloat16"]
+    [[claims]]
+    model = "smollm2-135m"
+    score = "ahon_ln"
+    target = 0.05
+
+Each (path, model) is an ordinary analysis (:func:`expand`): one sweep of the model's claimed scores
+at target 0 and the claimed targets, its kernel pinned (``attention_kernel``), into the path's own
+results folder, so every path resumes point by point and ``run --dry-run`` sizes it with the same
+probe as any sweep. A claim whose score reads the attention probabilities runs on the explicit
+kernel only (the fused kernel cannot compute it): its paths are the explicit ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from headstats.engine import scores as S
+from headstats.io import store
+from headstats.jobs.analysis import AnalysisHeader, AnalysisSpec, run_model_stages
+from headstats.jobs.specs import (
+    AblateSection,
+    Claim,
+    CollectSection,
+    ConfirmSection,
+    LoadOptions,
+    ModelsSection,
+    SpecError,
+)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+logger = logging.getLogger("headstats")
+SECTIONS = ("confirm", "claims")
+
+
+@dataclass(frozen=True)
+class ComputePath:
+    """One way of computing every pass: an attention kernel and a model body dtype."""
+
+    kernel: str
+    dtype: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.kernel}-{self.dtype}"
+
+
+@dataclass
+class ConfirmPlan:
+    """A checked confirmation file."""
+
+    name: str
+    path: Path
+    description: str
+    results: Path
+    report: Path
+    section: ConfirmSection
+    claims: list[Claim]
+
+    @property
+    def paths(self) -> list[ComputePath]:
+        return [ComputePath(k, d) for k in self.section.kernels for d in self.section.dtypes]
+
+    def claim_paths(self, claim: Claim) -> list[ComputePath]:
+        """The paths ``claim`` runs on: all of them, or the explicit kernel's for a score that reads
+        the attention probabilities."""
+        needs_explicit = S.reads_weights([claim.score])
+        return [p for p in self.paths if not (needs_explicit and p.kernel == "fused")]
+
+    def results_of(self, path: ComputePath) -> Path:
+        return self.results / path.name
+
+    @property
+    def models(self) -> list[str]:
+        return list(dict.fromkeys(c.model for c in self.claims))
+
+
+def is_confirmation(path: str | Path) -> bool:
+    """Whether an analysis file is a confirmation file (it has a ``[confirm]`` section)."""
+    try:
+        return "confirm" in tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+
+
+def load_confirmation(path: str | Path) -> ConfirmPlan:
+    """Parse and check a confirmation file, every key and name, before any model loads."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"confirmation file {str(path)!r} not found (see analyses/confirm.toml)")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML ({err})") from err
+    header = AnalysisHeader.from_toml(raw, f"{path}: top level", extra=SECTIONS)
+    table = raw.get("confirm", {})
+    if not isinstance(table, dict):
+        raise SpecError("confirm", f"{path}: confirm must be a [confirm] section", label="")
+    section = ConfirmSection.from_toml(table, f"{path}: [confirm]")
+    entries = raw.get("claims", [])
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        raise SpecError("claims", f"{path}: state the claims as [[claims]] sections (model, score, target)", label="")
+    claims = [Claim.from_toml(e, f"{path}: [[claims]] #{i + 1}") for i, e in enumerate(entries)]
+    seen: set[tuple[str, str, float]] = set()
+    for claim in claims:
+        key = (claim.model, claim.score, claim.target)
+        if key in seen:
+            raise ValueError(f"{path}: the claim {claim.model} {claim.score}@{claim.target:g} is stated twice")
+        seen.add(key)
+    name = header.name or path.stem
+    plan = ConfirmPlan(
+        name=name,
+        path=path,
+        description=header.description,
+        results=Path(header.results or f"results/{name}"),
+        report=Path(header.report or f"reports/{name}"),
+        section=section,
+        claims=claims,
+    )
+    for claim in claims:
+        if not plan.claim_paths(claim):
+            raise ValueError(
+                f"{path}: {claim.score} reads the attention probabilities and runs on the explicit kernel only; "
+                'add "explicit" to kernels'
+            )
+    return plan
+
+
+def expand(plan: ConfirmPlan) -> list[tuple[ComputePath, AnalysisSpec]]:
+    """One ordinary analysis per (path, model): the model's claims that run on the path as one sweep
+    (target 0, which reuses the baseline, and the claimed targets), its kernel pinned and its dtype
+    set, into the path's results folder. No report: :func:`run_confirmation` writes one for all."""
+    sec = plan.section
+    out = []
+    for path in plan.paths:
+        for model in plan.models:
+            mine = [c for c in plan.claims if c.model == model and path in plan.claim_paths(c)]
+            if not mine:
+                continue
+            ablate = AblateSection(
+                task=sec.task, scores=tuple(dict.fromkeys(c.score for c in mine)),
+                targets=(0.0, *sorted({c.target for c in mine})), limit=sec.limit, seed=sec.seed,
+                exclude_limit=sec.exclude_limit, exclude_seed=sec.exclude_seed, prompt_format=sec.prompt_format,
+                attention_kernel=path.kernel, batch_size=sec.batch_size,
+            )  # fmt: skip
+            spec = AnalysisSpec(
+                name=f"{plan.name} {path.name} {model}",
+                path=plan.path,
+                description=plan.description,
+                results=plan.results_of(path),
+                report=plan.report,
+                models_section=ModelsSection(names=(model,), dtype=path.dtype),
+                collect_section=CollectSection(),
+                ablate=[ablate],
+            )
+            out.append((path, spec))
+    return out
+
+
+def claims_table(plan: ConfirmPlan) -> pd.DataFrame:
+    """The claims as :func:`headstats.stats.confirm.claim_bounds` reads them (models as the
+    results' slugs), with the exploratory share and source."""
+    from headstats.io.models import model_slug
+
+    return pd.DataFrame(
+        [
+            {
+                "claim": f"{model_slug(c.model)} {plan.section.task} {c.score}@{c.target:g}",
+                "model": model_slug(c.model),
+                "task": plan.section.task,
+                "score": c.score,
+                "target": c.target,
+                "share": c.share,
+                "paths": [p.name for p in plan.claim_paths(c)],
+                "source": c.source,
+            }
+            for c in plan.claims
+        ]
+    )
+
+
+def run_confirmation(
+    plan: ConfirmPlan, *, stages=("ablate", "report"), load: LoadOptions | None = None, progress: bool = True
+) -> Path | None:
+    """Run every path's sweeps (resuming finished points), then write the verdicts to ``plan.report``;
+    returns the report's index.html. ``load`` may set the device (each path sets its own dtype)."""
+    if "ablate" in stages:
+        store.ensure_writable(plan.results)
+        for path, spec in expand(plan):
+            for model in spec.models:
+                logger.info("[%s] %s: %s", path.name, model, ", ".join(spec.ablate[0].scores or ()))
+                given = {"device": load.device} if load is not None and load.device else {}
+                run_model_stages(spec, model, ["ablate"], load=given, progress=progress)
+    if "report" not in stages:
+        return None
+    from headstats.report.confirm import write_confirmation
+
+    return write_confirmation(plan, progress=progress)
+
+
+__all__ = [
+    "ComputePath",
+    "ConfirmPlan",
+    "claims_table",
+    "expand",
+    "is_confirmation",
+    "load_confirmation",
+    "run_confirmation",
+]

@@ -1,0 +1,131 @@
+"""Verdicts of a pre-registered confirmatory run (SPEC §3: "a confirmatory claim is stated before its
+run and tested on questions its choice never saw").
+
+A claim says: zeroing the heads ``score`` calls inactive at ``target`` (threshold calibrated as the
+sweep calibrates it) costs ``model`` at most ``drop`` accuracy points on ``task``. It is tested on
+every computation path it was run on (attention kernel x model dtype; a path is one results folder
+of per-question rows, :func:`headstats.read_interventions`), each against that path's own baseline
+on the same questions:
+
+- per path, the one-sided upper bound of the paired drop (Tango's score bound,
+  :func:`headstats.stats.paired.drop_bound_from_counts`, taken at the effective number of questions
+  where answers change together within a cluster, as :func:`headstats.summarize_interventions`
+  does) at level ``(1 - confidence) / k`` for ``k`` claims (Bonferroni: every confirmed claim holds
+  at once with ``confidence``);
+- the claim is **confirmed** when the bound is at most ``drop`` on every planned path. Requiring
+  every path is an intersection-union test: it needs no adjustment over the paths, and a claim that
+  holds on one path only (a kernel's or a dtype's rounding) is not confirmed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from headstats.stats import summary as S
+from headstats.stats.paired import design_effect, drop_bound_from_counts
+
+CLAIM_COLUMNS = ("claim", "model", "task", "score", "target", "share", "paths")
+PATH_COLUMNS = (
+    "claim", "path", "n_questions", "n_clusters", "cluster", "baseline", "accuracy", "realised_pct", "lost",
+    "gained", "design_effect", "drop", "drop_upper", "level", "certified",
+)  # fmt: skip
+
+
+def claim_name(model: str, task: str, score: str, target: float) -> str:
+    """``smollm2-135m hellaswag ahon_ln@0.05``: how a claim is named in every table."""
+    return f"{model} {task} {score}@{target:g}"
+
+
+def claim_bounds(
+    rows: Mapping[str, pd.DataFrame], claims: pd.DataFrame, *, drop: float = 1.0, confidence: float = 0.95
+) -> pd.DataFrame:
+    """One row per (claim, planned path): the held-out questions paired with the path's baseline, the
+    realised % of heads zeroed, the changed answers, the design effect and the one-sided upper bound
+    of the drop (points) at level ``(1 - confidence) / len(claims)``; ``certified`` when it is at most
+    ``drop``. ``rows``: path name -> per-question rows of that path; ``claims``: the columns
+    :data:`CLAIM_COLUMNS` (``paths``: the path names the claim was planned on; ``model`` the results'
+    slug). A planned path without the claim's point or baseline gives NaN counts and is not
+    certified."""
+    missing = [c for c in CLAIM_COLUMNS if c not in claims.columns]
+    if missing:
+        raise ValueError(f"claims lack the column(s) {', '.join(missing)}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, not {confidence}")
+    if claims.empty:
+        raise ValueError("no claims to test")
+    level = 1.0 - (1.0 - confidence) / len(claims)
+    prepared = {path: S.prepare_rows(frame, "correct") for path, frame in rows.items() if len(frame)}
+    out = []
+    for claim in claims.itertuples(index=False):
+        name = claim_name(claim.model, claim.task, claim.score, claim.target)
+        for path in claim.paths:
+            out.append(_one_path(name, path, prepared.get(path), claim, level, drop))
+    return pd.DataFrame(out, columns=list(PATH_COLUMNS))
+
+
+def _one_path(name: str, path: str, frame: pd.DataFrame | None, claim, level: float, drop: float) -> dict:
+    row: dict[str, object] = dict.fromkeys(PATH_COLUMNS, math.nan)
+    row.update(claim=name, path=path, level=level, certified=False, cluster="")
+    if frame is None:
+        return row
+    mine = frame[(frame["model"] == claim.model) & (frame["task"] == claim.task)]
+    base = mine[mine["score"] == S.BASELINE]
+    point = mine[(mine["score"] == claim.score) & np.isclose(mine["target"].astype(float), claim.target)]
+    if base.empty or point.empty:
+        return row
+    unit, labels = S.question_clusters(point, None)
+    here = point.assign(_cluster=labels).set_index(list(S.QUESTION))
+    joined = here[["_ok", "_cluster", "n_zeroed", "n_heads"]].join(
+        base.set_index(list(S.QUESTION))["_ok"].rename("_base"), how="inner"
+    )
+    a, b = joined["_base"].to_numpy(bool), joined["_ok"].to_numpy(bool)
+    clusters = None if unit == "question_id" else joined["_cluster"].to_numpy()
+    deff = design_effect(a, b, clusters)
+    lost, gained = int(np.count_nonzero(a & ~b)), int(np.count_nonzero(~a & b))
+    bound = drop_bound_from_counts(lost, gained, len(joined), level, deff)
+    row.update(
+        n_questions=len(joined), n_clusters=int(joined["_cluster"].nunique()), cluster=unit,
+        baseline=100.0 * a.mean(), accuracy=100.0 * b.mean(),
+        realised_pct=100.0 * float((joined["n_zeroed"] / joined["n_heads"]).mean()), lost=lost, gained=gained,
+        design_effect=deff, drop=100.0 * bound.drop, drop_upper=100.0 * bound.upper,
+        certified=bool(100.0 * bound.upper <= drop),
+    )  # fmt: skip
+    return row
+
+
+def claim_verdicts(bounds: pd.DataFrame, paths: Sequence[str], *, drop: float = 1.0) -> pd.DataFrame:
+    """One row per claim of :func:`claim_bounds`: the held-out questions (the fewest of its paths), per
+    path its upper bound of the drop (``bound <path>``, points; empty where the claim was not planned
+    on that path) and realised % zeroed (``share <path>``), the worst bound, and the verdict:
+    ``confirmed`` when every planned path was run and certifies at most ``drop`` points,
+    ``not confirmed`` when a path that ran does not, ``incomplete`` when paths are missing and none
+    that ran failed."""
+    rows = []
+    for name, group in bounds.groupby("claim", sort=False):
+        ran = group[group["n_questions"].notna()]
+        row: dict[str, object] = {
+            "claim": name,
+            "held_out_n": int(ran["n_questions"].min()) if len(ran) else 0,
+            "level": f"one-sided {1 - float(group['level'].iloc[0]):.3g}",
+        }
+        for path in paths:
+            hit = group[group["path"] == path]
+            planned = len(hit) > 0
+            row[f"bound {path}"] = float(hit["drop_upper"].iloc[0]) if planned else math.nan
+            row[f"share {path}"] = float(hit["realised_pct"].iloc[0]) if planned else math.nan
+        row["paths"] = f"{len(ran)} of {len(group)}"
+        row["worst_bound"] = float(ran["drop_upper"].max()) if len(ran) else math.nan
+        if len(ran) and not ran["certified"].all():
+            verdict = "not confirmed"
+        elif len(ran) < len(group):
+            verdict = "incomplete"
+        else:
+            verdict = "confirmed"
+        row["verdict"] = verdict
+        row["confirmed"] = verdict == "confirmed"
+        rows.append(row)
+    return pd.DataFrame(rows)

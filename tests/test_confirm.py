@@ -1,0 +1,148 @@
+"""A pre-registered confirmatory run (issue 26): the claims of a confirmation file run on every
+computation path, against held-out questions, and the verdict follows the stated rule."""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import headstats
+from headstats.stats.confirm import claim_bounds, claim_verdicts
+from headstats.stats.paired import drop_bound
+
+
+def _bounds(rows: list[tuple[str, str, float, bool, float]]) -> pd.DataFrame:
+    """A claim_bounds-like table from (claim, path, n_questions or NaN, certified, drop_upper)."""
+    return pd.DataFrame(
+        [
+            {"claim": c, "path": p, "n_questions": n, "certified": ok, "drop_upper": up, "realised_pct": 5.0}
+            | {"level": 1 - 0.05 / 2}
+            for c, p, n, ok, up in rows
+        ]
+    )
+
+
+def test_a_claim_is_confirmed_only_when_every_planned_path_certifies_it() -> None:
+    nan = float("nan")
+    bounds = _bounds([
+        ("a", "explicit-float32", 3000, True, 0.8), ("a", "fused-float32", 3000, True, 0.9),
+        ("b", "explicit-float32", 3000, True, 0.8), ("b", "fused-float32", 3000, False, 1.2),
+        ("c", "explicit-float32", 3000, True, 0.7), ("c", "fused-float32", nan, False, nan),
+        ("d", "explicit-float32", 3000, True, 0.6),
+    ])  # fmt: skip
+    got = claim_verdicts(bounds, ["explicit-float32", "fused-float32"]).set_index("claim")
+    assert got["verdict"].to_dict() == {"a": "confirmed", "b": "not confirmed", "c": "incomplete", "d": "confirmed"}
+    assert got.loc["b", "worst_bound"] == 1.2 and got.loc["c", "paths"] == "1 of 2"
+    assert np.isnan(got.loc["d", "bound fused-float32"]) and got.loc["a", "level"] == "one-sided 0.025"
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A tiny random Llama saved as a model directory (with the embedded model's tokenizer), so a
+    confirmation file can name it as it names any model."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=2048,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    out = tmp_path_factory.mktemp("tiny-confirm")
+    LlamaForCausalLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_rule(tiny_dir, tmp_path) -> None:
+    from headstats.io.models import model_slug
+    from headstats.jobs.confirm import expand, is_confirmation, load_confirmation, run_confirmation
+
+    model = tiny_dir.as_posix()
+    path = tmp_path / "confirm.toml"
+    path.write_text(
+        textwrap.dedent(f"""
+        name = "confirm"
+        results = "{(tmp_path / "results").as_posix()}"
+        report = "{(tmp_path / "report").as_posix()}"
+        [confirm]
+        task = "hellaswag"
+        limit = 8
+        seed = 1
+        exclude_limit = 50
+        kernels = ["explicit", "fused"]
+        dtypes = ["float32", "bfloat16"]
+        batch_size = 4
+        [[claims]]
+        model = "{model}"
+        score = "ahon_ln"
+        target = 0.25
+        [[claims]]
+        model = "{model}"
+        score = "awft"
+        target = 0.25
+        """)
+    )
+    assert is_confirmation(path) and not is_confirmation("analyses/study.toml")
+    plan = load_confirmation(path)
+    # awft reads the attention probabilities: the explicit paths only.
+    runs = {(p.name, s.ablate[0].scores) for p, s in expand(plan)}
+    assert runs == {
+        ("explicit-float32", ("ahon_ln", "awft")), ("explicit-bfloat16", ("ahon_ln", "awft")),
+        ("fused-float32", ("ahon_ln",)), ("fused-bfloat16", ("ahon_ln",)),
+    }  # fmt: skip
+    index = run_confirmation(plan, progress=False)
+    assert index is not None and index.is_file()
+    verdicts = pd.read_csv(tmp_path / "report" / "tables" / "verdicts.csv").set_index("claim")
+    bounds = pd.read_csv(tmp_path / "report" / "tables" / "bounds.csv")
+    slug = model_slug(model)
+    # Every bound is the Tango bound at level 0.05 / 2 of the path's own baseline and point, by hand.
+    from headstats.io.tasks import load_task
+
+    held_out = load_task("hellaswag", limit=8, sample="random", seed=1, exclude_limit=50)
+    study = {q.question_id for q in load_task("hellaswag", limit=50, sample="random", seed=0).questions}
+    for row in bounds.itertuples():
+        score = row.claim.split()[2].split("@")[0]
+        rows = headstats.io.store.read_interventions(tmp_path / "results" / row.path)
+        base = rows[rows["score"] == "baseline"].sort_values("question_id")
+        point = rows[(rows["score"] == score) & (rows["target"] == 0.25)].sort_values("question_id")
+        assert base["question_id"].tolist() == [q.question_id for q in held_out.questions]
+        assert not set(base["question_id"]) & study
+        want = drop_bound(base["correct"].to_numpy(), point["correct"].to_numpy(), 1 - 0.05 / 2, base["document"])
+        assert row.drop_upper == pytest.approx(100 * want.upper) and row.n_questions == 8
+        assert row.certified == (100 * want.upper <= 1.0)
+        prov = headstats.io.store.read_provenance(tmp_path / "results" / row.path / f"model={slug}" / "task=hellaswag")
+        kernel, dtype = row.path.split("-")
+        assert prov["settings"]["attention_kernel"] == kernel and prov["dtype"] == dtype
+    assert len(bounds) == 6
+    assert verdicts.loc[f"{slug} hellaswag awft@0.25", "paths"] == "2 of 2"
+    # 8 questions certify nothing: the honest answer.
+    assert set(verdicts["verdict"]) == {"not confirmed"}
+    # A path not run leaves no claim confirmed, and says so.
+    only = claim_bounds({}, pd.DataFrame([{
+        "claim": "x", "model": slug, "task": "hellaswag", "score": "ahon_ln", "target": 0.25, "share": None,
+        "paths": ["explicit-float32"],
+    }]))  # fmt: skip
+    assert claim_verdicts(only, ["explicit-float32"])["verdict"].tolist() == ["incomplete"]
+
+
+def test_a_confirmation_file_is_checked_before_any_work(tmp_path) -> None:
+    from headstats.jobs.confirm import load_confirmation
+    from headstats.jobs.specs import SpecError
+
+    path = tmp_path / "c.toml"
+    path.write_text('[confirm]\ntask = "hellaswag"\nkernels = ["fused"]\n[[claims]]\nmodel = "m"\nscore = "awft"\n')
+    with pytest.raises(ValueError, match=r'awft reads the attention probabilities.*add "explicit" to kernels'):
+        load_confirmation(path)
+    path.write_text('[confirm]\ntask = "hellaswag"\nconfidance = 0.9\n[[claims]]\nmodel = "m"\nscore = "awft"\n')
+    with pytest.raises(SpecError, match=r"unknown key\(s\) confidance"):
+        load_confirmation(path)
+    path.write_text('[confirm]\ntask = "hellaswag"\n')
+    with pytest.raises(SpecError, match=r"state the claims as \[\[claims\]\]"):
+        load_confirmation(path)
+    confirm = load_confirmation("analyses/confirm.toml")
+    assert len(confirm.claims) == 4 and confirm.section.limit >= 3000 and confirm.section.exclude_limit == 2000
