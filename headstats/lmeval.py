@@ -415,6 +415,8 @@ def run_lm_eval(argv: Sequence[str]) -> int:
     argv = list(argv)
     if "--tasks" in argv and not {"--model", "-M"} & set(argv):
         argv += ["--model", MODEL_NAME]  # lm-eval's default, hf, would fetch gpt2 from the Hub
+    if "--tasks" in argv and "--device" not in argv and not torch.cuda.is_available():
+        argv += ["--device", "cpu"]  # lm-eval's default is cuda:0, which HeadstatsLM refuses without CUDA
     saved = sys.argv, lm_eval.tasks.TaskManager
     sys.argv = ["lm-eval", *argv]
     # lm-eval's command line looks this name up when it runs and passes its one --include_path;

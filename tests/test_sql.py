@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
     collect_scores(model, tok, str(corpus), root, batch_size=2, rows_per_part=20, progress=False)
     collect_scores(model, tok, "mmlu", root, data_dir=str(data), batch_size=4, progress=False)
     run_sweep(model, "mmlu", tokenizer=tok, out=root, data_dir=str(data), scores="ahon_ln,random",
-              targets=[0, 0.5], progress=False)  # fmt: skip
+              targets=[0, 0.1, 0.5], progress=False)  # fmt: skip
     return root
 
 
@@ -97,3 +98,64 @@ def test_pandas_and_joins(results: Path) -> None:
         "WHERE i.score IS NULL OR i.score = 'ahon_ln' GROUP BY ALL"
     ).df()
     assert len(frame) > 0 and frame["ahon_ln"].notna().all()
+
+
+# -- the README's queries ------------------------------------------------------------------------------
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_queries() -> list[str]:
+    """The SQL of the README's "Query results with SQL" example, in order."""
+    text = README.read_text()
+    section = text[text.index("## Query results with SQL") :]
+    section = section[: section.index("\n## ", 1)]
+    return re.findall(r'con\.sql\("""(.*?)"""\)', section, flags=re.S)
+
+
+def test_the_readmes_queries_give_what_pandas_gives_and_say_something(results: Path) -> None:
+    per_layer, lowest, per_point, joined = (connect(results).sql(q).df() for q in readme_queries())
+    scores, rows = headstats.read_scores(results), headstats.read_interventions(results)
+
+    expected = scores.groupby(["model", "dataset", "layer"]).agg(
+        ahon=("ahon", "mean"), sequences=("sample_id", "nunique")
+    )
+    got = per_layer.set_index(["model", "dataset", "layer"]).sort_index()
+    np.testing.assert_allclose(got["ahon"], expected["ahon"], rtol=1e-6)
+    assert got["sequences"].tolist() == expected["sequences"].tolist()
+    # Raw norms differ between layers; the layer mean of an _ln score would be 1 everywhere.
+    assert got.groupby(level=[0, 1])["ahon"].std().min() > 0.01
+    np.testing.assert_allclose(scores.groupby(["model", "dataset", "layer"])["ahon_ln"].mean(), 1.0, rtol=1e-5)
+
+    by_head = scores.groupby(["model", "dataset", "layer", "head"])["ahon_ln"].mean().reset_index()
+    expected = (by_head.sort_values(["model", "dataset", "ahon_ln", "layer", "head"])
+                .groupby(["model", "dataset"]).head(5).reset_index(drop=True))  # fmt: skip
+    assert lowest[["model", "dataset", "layer", "head"]].astype(str).values.tolist() == (
+        expected[["model", "dataset", "layer", "head"]].astype(str).values.tolist()
+    )
+    np.testing.assert_allclose(lowest["ahon_ln"], expected["ahon_ln"], rtol=1e-6)
+    # Across heads _ln tells them apart (its layer mean is 1): the selected heads lie below the rest.
+    assert lowest.groupby(["model", "dataset"])["ahon_ln"].min().max() < 0.95
+    assert by_head.groupby(["model", "dataset"])["ahon_ln"].std().min() > 0.02
+
+    rows = rows.assign(zeroed=rows["n_zeroed"] / rows["n_heads"])
+    points = rows.groupby(["model", "task", "score", "target"], dropna=False)
+    expected = points.agg(accuracy=("correct", "mean"), zeroed=("zeroed", "mean"), questions=("correct", "size"))
+    got = per_point.set_index(["model", "task", "score", "target"])
+    got = got.loc[expected.index]  # same points, in pandas' order (NULL score = the baseline)
+    assert len(per_point) == len(expected) == 1 + 2 * 3  # the baseline + 2 scores x 3 targets
+    np.testing.assert_allclose(got[["accuracy", "zeroed"]], expected[["accuracy", "zeroed"]], rtol=1e-9)
+    assert got["questions"].tolist() == expected["questions"].tolist()
+    assert got["zeroed"].max() > 0.1  # a point that zeroes heads
+
+    prompts = scores[scores["dataset"] == "mmlu"]
+    prompt_min = prompts.groupby(["model", "subject", "question_id"])["ahon_ln"].min().rename("min_ahon_ln")
+    point = rows[(rows["score"] == "ahon_ln") & (rows["target"] == 0.1)]
+    expected = point.merge(prompt_min.reset_index(), on=["model", "subject", "question_id"]).sort_values(
+        ["subject", "question_id"]
+    )
+    assert len(joined) == len(expected) == len(point) > 0
+    assert joined["question_id"].tolist() == expected["question_id"].tolist()
+    assert joined["correct"].tolist() == expected["correct"].tolist()
+    np.testing.assert_allclose(joined["min_ahon_ln"], expected["min_ahon_ln"], rtol=1e-7)
+    assert joined["min_ahon_ln"].max() < 1 and joined["min_ahon_ln"].std() > 0  # below the layer mean, per prompt
