@@ -210,8 +210,13 @@ def test_damaged_safetensors_and_missing_tokenizer(bf16_dir: Path, tmp_path: Pat
         load_model(str(no_tokenizer), device="cpu")
 
 
-def test_errors_are_value_errors_so_the_cli_prints_one_line() -> None:
+def test_errors_are_value_errors_so_the_cli_prints_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     for cls in (ModelLoadError, ModelNotFoundError, UnsupportedModelError):
         assert issubclass(cls, ValueError)
+    from huggingface_hub import constants
+
+    # Where the Hub answers, a Hub id passes as is (offline, one not in the HF cache is refused at once).
+    monkeypatch.setattr(models, "_HUB", {"reachable": True})
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     assert models.resolve_model_path("gpt2") == "gpt2"  # a Hub id without organisation
     assert models.resolve_model_path("EleutherAI/pythia-70m") == "EleutherAI/pythia-70m"
