@@ -245,7 +245,11 @@ def run_analysis(
         options = replace(spec.report_options, progress=progress and spec.report_options.progress)
         planned = planned_points(spec, spec.selected_models(all_models), load) if spec.ablate else None
         index = build_report(
-            spec.results, spec.report, planned=planned, **{**options.kwargs(), "title": spec.description or spec.name}
+            spec.results,
+            spec.report,
+            planned=planned,
+            analysis=spec.path,
+            **{**options.kwargs(), "title": spec.description or spec.name},
         )
     logger.info("done in %.0f s", time.monotonic() - started)
     return index

@@ -11,6 +11,7 @@ import pandas as pd
 
 from headstats.io import store
 from headstats.jobs.confirm import ConfirmPlan, claims_table
+from headstats.report.freshness import report_inputs
 from headstats.report.sections.context import Context
 from headstats.report.writer import ReportWriter
 from headstats.stats.confirm import claim_bounds, claim_verdicts
@@ -92,6 +93,8 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     writer.table(bounds, "bounds", floatfmt=".3g")
     writer.heading("Run time")
     writer.table(times, "run_times", floatfmt=".3g")
+    if plan.results.is_dir():
+        writer.inputs = report_inputs(plan.results, plan.section.settings(), plan.path)
     return writer.write()
 
 

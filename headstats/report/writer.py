@@ -41,6 +41,7 @@ from headstats.io.assets import cache_dir
 from headstats.jobs.specs import ReportSpec
 from headstats.report import plots
 from headstats.report import sections as report_sections
+from headstats.report.freshness import INPUTS_KEY, report_inputs
 from headstats.report.sections.context import ABSTRACT_WORDS, IN_PAGE_LINK, Context, Section, word_count
 
 logger = logging.getLogger("headstats")
@@ -192,6 +193,8 @@ class ReportWriter:
         self._notes: dict[str, str] = {}  # note title -> its anchor
         self._anchors: set[str] = {APPENDIX_ANCHOR, "contents", "abstract"}
         self._written: set[Path] = set()
+        # What the build read (headstats.report.freshness.report_inputs), recorded in the manifest.
+        self.inputs: dict | None = None
 
     # --- the lead: what a reader with 30 seconds sees ---
 
@@ -438,7 +441,10 @@ class ReportWriter:
         stale = sorted(rel for rel in previous - written if (self.out / rel).is_file())
         for rel in stale:
             (self.out / rel).unlink()
-        store.write_json_atomic({"written_by": "headstats", "files": sorted(written)}, self.out / MANIFEST_FILE)
+        manifest: dict[str, object] = {"written_by": "headstats", "files": sorted(written)}
+        if self.inputs is not None:
+            manifest[INPUTS_KEY] = self.inputs
+        store.write_json_atomic(manifest, self.out / MANIFEST_FILE)
         if stale:
             logger.info("removed %d file(s) of the previous build: %s", len(stale), ", ".join(stale))
         foreign = sorted(
@@ -507,6 +513,7 @@ def build_report(
     *,
     sections: Sequence[Section] | None = None,
     planned: pd.DataFrame | None = None,
+    analysis: str | os.PathLike | None = None,
     **options: object,
 ) -> Path:
     """Build the report of everything under ``results_dir`` into ``out``; returns ``out/index.html``.
@@ -521,7 +528,8 @@ def build_report(
     score); ``seed``, ``dpi``, ``progress``. ``sections``: the sections to write, in order
     (default: :data:`headstats.report.sections.SECTIONS`). ``planned``: the sweep points an analysis
     file plans (columns model, task, score, target; :func:`headstats.jobs.analysis.planned_points`),
-    so that a report of an unfinished run says what is missing.
+    so that a report of an unfinished run says what is missing. ``analysis``: the analysis file the
+    report is built from; the manifest records its hash and the results' (:mod:`headstats.report.freshness`).
     """
     spec = ReportSpec.from_kwargs(options)
     results = Path(results_dir)
@@ -554,4 +562,5 @@ def build_report(
             )
     for section in report_sections.SECTIONS if sections is None else sections:
         section(writer, context)
+    writer.inputs = report_inputs(results, spec.settings(), analysis)
     return writer.write()

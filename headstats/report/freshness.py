@@ -1,0 +1,111 @@
+"""Is a committed report built from the inputs it sits beside? Content hashes, not timestamps.
+
+A build records its inputs in the report's manifest (``_manifest.json``, key ``inputs``): the
+results folder it read with a SHA-256 over every table and record file under it
+(:func:`results_digest`), the report options, and the analysis file it was run from with that
+file's SHA-256. :func:`check_report` recomputes them from the working tree: a report whose analysis
+file or results changed since it was built is stale (a git checkout sets every file's time to the
+checkout's, so times cannot tell). Rebuild it with ``headstats run FILE --stages report``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from headstats.io import store
+
+INPUTS_KEY = "inputs"
+MANIFEST_FILE = "_manifest.json"  # headstats.report.writer's manifest, which holds INPUTS_KEY
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _input_files(results: Path) -> list[Path]:
+    """The files of every table under ``results`` that a report reads: data files and the partitions'
+    records (provenance, calibration); locks, temporary files and grid logs are not inputs."""
+    partitions, _ = store.find_partitions(results)
+    files: set[Path] = set()
+    for partition in partitions:
+        files.update(store.data_files(partition.path))
+        files.update(p for p in partition.path.glob("_*.json") if p.is_file())
+    return sorted(files)
+
+
+def results_digest(results: str | os.PathLike) -> dict[str, object]:
+    """``{"files": n, "sha256": ...}``: one hash over the relative path and content hash of every
+    input file under ``results`` (:func:`_input_files`), so that any added, removed, renamed or
+    changed table changes it."""
+    root = Path(results)
+    digest = hashlib.sha256()
+    files = _input_files(root)
+    for path in files:
+        digest.update(f"{path.relative_to(root).as_posix()}\0{file_sha256(path)}\n".encode())
+    return {"files": len(files), "sha256": digest.hexdigest()}
+
+
+def report_inputs(
+    results: str | os.PathLike, options: Mapping[str, object], analysis: str | os.PathLike | None = None
+) -> dict[str, object]:
+    """What a build read, as its manifest records it (paths as given, relative where they were)."""
+    inputs: dict[str, object] = {
+        "results": Path(results).as_posix(),
+        "results_digest": results_digest(results),
+        "options_sha256": hashlib.sha256(json.dumps(dict(options), sort_keys=True, default=str).encode()).hexdigest(),
+    }
+    if analysis is not None:
+        inputs["analysis"] = Path(analysis).as_posix()
+        inputs["analysis_sha256"] = file_sha256(analysis)
+    return inputs
+
+
+def recorded_inputs(report: str | os.PathLike) -> dict | None:
+    """The inputs a report's manifest records, or None (no manifest, or a build that predates them)."""
+    try:
+        data = json.loads((Path(report) / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    inputs = data.get(INPUTS_KEY) if isinstance(data, dict) else None
+    return inputs if isinstance(inputs, dict) else None
+
+
+def check_report(report: str | os.PathLike, *, root: str | os.PathLike = ".") -> list[str]:
+    """Why the report in ``report`` is stale, one sentence each (empty when it is not): its manifest
+    records no inputs, or its analysis file or results (paths relative to ``root``) differ from what
+    it was built from."""
+    report = Path(report)
+    inputs = recorded_inputs(report)
+    rebuild = "rebuild it (headstats run ANALYSIS --stages report)"
+    name = report.as_posix()
+    if inputs is None:
+        return [f"{name} records no inputs in {MANIFEST_FILE} (built before they were recorded): {rebuild}"]
+    problems = []
+    base = Path(root)
+    analysis = inputs.get("analysis")
+    if analysis is not None:
+        path = base / str(analysis)
+        if not path.is_file():
+            problems.append(f"{report.as_posix()} was built from {analysis}, which is gone")
+        elif file_sha256(path) != inputs.get("analysis_sha256"):
+            problems.append(f"{name} is older than {analysis} (the file changed since the build): {rebuild}")
+    results = base / str(inputs.get("results"))
+    if not results.is_dir():
+        problems.append(f"{report.as_posix()} was built from {inputs.get('results')}, which is not here")
+    elif results_digest(results) != inputs.get("results_digest"):
+        problems.append(
+            f"{report.as_posix()} is older than its results {inputs.get('results')} (tables added, removed or "
+            f"changed since the build): {rebuild}"
+        )
+    return problems
+
+
+__all__ = ["check_report", "file_sha256", "recorded_inputs", "report_inputs", "results_digest"]
