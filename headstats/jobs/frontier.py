@@ -155,8 +155,9 @@ def run_model(spec: FrontierSpec, name: str) -> Path:
         speed = _speed(spec, {"unpruned": model, "pruned": copy.deepcopy(model)})
         write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / "baseline.parquet")
         write_json_atomic({"speed": speed, "eval_seconds": seconds, "params": params}, points / "baseline.json")
-    for sid in spec.scores:
-        for share in sorted(s for s in spec.shares if s > 0):
+    # Share by share across scores, so that an interrupted run has every score at its lower shares.
+    for share in sorted(s for s in spec.shares if s > 0):
+        for sid in spec.scores:
             stem = point_name(sid, share)
             if (points / f"{stem}.json").is_file():
                 continue
