@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import re
 import shutil
+from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -109,8 +111,9 @@ def built(results: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_report_is_self_contained_and_lists_every_table(results: Path, built: Path) -> None:
     page = (built / "index.html").read_text()
-    # figures are embedded, never linked as images
-    assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', page)) >= 15
+    # every figure is embedded once (as SVG or PNG), never linked as an image
+    embedded = re.findall(r'<img alt="([^"]+)" src="data:image/(?:png|svg\+xml);base64,', page)
+    assert sorted(embedded) == sorted(p.stem for p in (built / "figures").glob("*.png")) and len(embedded) >= 10
     assert not re.search(r'<img [^>]*src="(?!data:)', page)
     for partition in ("scores/model=base/dataset=wide", "scores/model=base/dataset=narrow",
                       "scores/model=tuned/dataset=wide", "ablations/model=base/task=mmlu"):  # fmt: skip
@@ -210,7 +213,7 @@ def test_the_section_list_drives_the_report(results: Path, tmp_path: Path, monke
     monkeypatch.setattr(sections, "SECTIONS", [*sections.SECTIONS, tokens_per_sequence])
     page = (report.build_report(root, tmp_path / "out", dpi=30, progress=False)).read_text()
     assert (
-        "<h2>Tokens per sequence</h2>" in page
+        '<h2 id="tokens-per-sequence">Tokens per sequence</h2>' in page
         and "## Tokens per sequence" in (tmp_path / "out" / "summary.md").read_text()
     )
     assert (tmp_path / "out" / "tables" / "tokens_per_sequence.csv").is_file()
@@ -234,13 +237,14 @@ def test_no_absolute_local_path_in_a_written_report(
     )
     out = home / "reports" / "r"
     report.build_report(root, out, dpi=30, progress=False)
-    written = [f for f in out.rglob("*") if f.is_file() and f.suffix in (".html", ".md", ".csv", ".svg")]
+    written = [f for f in out.rglob("*") if f.is_file() and f.suffix in (".html", ".md", ".csv", ".svg", ".json")]
     assert len(written) > 5
     for f in written:
         text = f.read_text()
         assert str(home) not in text and str(cache) not in text, f
-    md = (out / "summary.md").read_text()
-    assert "$HEADSTATS_CACHE/models/tiny" in md and "~/data/docs.jsonl" in md and "`~/results`" in md
+    records = (out / "tables" / "provenance.json").read_text()  # summary.md links the full records
+    assert "$HEADSTATS_CACHE/models/tiny" in records and "~/data/docs.jsonl" in records
+    assert "`~/results`" in (out / "summary.md").read_text()
 
 
 def test_what_this_run_can_show_for_a_powered_task(results: Path, built: Path) -> None:
@@ -395,7 +399,9 @@ def test_a_score_registered_in_user_code_reaches_the_report(tmp_path: Path, monk
     w1 = pd.read_csv(out / "tables" / "w1_overall.csv").set_index("score")
     expected = st.wasserstein_distance(tables["m1"]["maxw"], tables["m2"]["maxw"])
     assert w1.loc["maxw", "w1"] == pytest.approx(expected, rel=1e-5)
-    assert (out / "figures" / "ecdf_wide.png").is_file() and (out / "figures" / "w1_matrix_maxw_wide.png").is_file()
+    assert (out / "figures" / "ecdf_wide.png").is_file()
+    # Two models: their W1 is one number, in the table; no 2 x 2 heatmap.
+    assert not (out / "figures" / "w1_matrix_maxw_wide.png").exists()
 
 
 def test_the_report_lists_points_computed_on_another_path_than_their_baseline(tiny_sweep: Path, tmp_path: Path) -> None:
@@ -473,3 +479,139 @@ def test_a_rebuilt_report_removes_only_what_its_previous_build_wrote(tmp_path: P
     assert outside.read_text() == "not ours" and not (out / "tables" / "kept.csv").exists()
     page = (out / "index.html").read_text()
     assert "tables/kept.csv" not in page
+
+
+class _Page(HTMLParser):
+    """The elements of a report page: top-level order, ids, in-page links, tables and their boxes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.order: list[str] = []  # tag#id.class of every element directly inside <body>
+        self.ids: set[str] = set()
+        self.links: list[str] = []
+        self.tables_boxed: list[bool] = []
+        self.stack: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        a = dict(attrs)
+        if a.get("id"):
+            self.ids.add(a["id"])
+        if tag == "a" and a.get("href", "").startswith("#"):
+            self.links.append(a["href"][1:])
+        if tag == "table":
+            self.tables_boxed.append(any(t == "div" and "scroll" in (x.get("class") or "") for t, x in self.stack))
+        if self.stack and self.stack[-1][0] == "body":
+            name = tag + ("#" + a["id"] if a.get("id") else "") + ("." + a["class"] if a.get("class") else "")
+            self.order.append(name)
+        if tag not in ("img", "meta", "hr", "br"):
+            self.stack.append((tag, a))
+
+    def handle_endtag(self, tag: str) -> None:
+        while self.stack and self.stack.pop()[0] != tag:
+            pass
+
+
+def _parse(page: str) -> _Page:
+    parsed = _Page()
+    parsed.feed(page)
+    return parsed
+
+
+def _section_text(page: str, heading: str) -> str:
+    """The paragraphs' text between an h2 and the next h2 or table."""
+    start = page.index(f">{heading}</h2>")
+    end = min(i for i in (page.find("<h2", start), page.find("<table", start)) if i > 0)
+    return re.sub(r"<[^>]+>", " ", page[start + len(heading) + 6 : end])
+
+
+def test_a_report_leads_with_its_answer(results: Path, built: Path) -> None:
+    """Title, abstract (at most 150 words, its numbers those of the tables), headline figure and main
+    table, then the contents; every in-page link resolves, every table scrolls in its own box, the
+    short "what this run can show" links the appendix, which comes last."""
+    page = (built / "index.html").read_text()
+    parsed = _parse(page)
+    lead = [e for e in parsed.order if not e.startswith("p.subtitle")][:6]
+    assert lead[0] == "h1" and lead[1] == "div#abstract" and lead[2] == "figure.headline"
+    assert lead[3] == "div.scroll"  # the main table, then its CSV link and one-line legend, then the contents
+    legend = parsed.order.index("p.legend")
+    assert parsed.order.index("nav#contents") == legend + 1 == 6 + ("p.subtitle" in parsed.order)
+    abstract = re.sub(r"<[^>]+>", " ", page[page.index('<div id="abstract">') : page.index("</div>")])
+    assert report.word_count(abstract) <= report.ABSTRACT_WORDS
+    curves = pd.read_csv(built / "tables" / "mmlu_within_one_point_certified.csv")
+    intervals = pd.read_csv(built / "tables" / "mmlu_curve_intervals.csv")
+    for model in ("base", "tuned"):  # the pre-specified score's first drop, interval and certified share
+        c = curves[(curves["model"] == model) & (curves["score"] == "ahon_ln")].iloc[0]
+        i = intervals[(intervals["model"] == model) & (intervals["score"] == "ahon_ln")].iloc[0]
+        first = ("≥ " if c["censored"] else "") + f"{c['within_1pt']:.1f}%"
+        low = ("≥ " if i["first_low_open"] else "") + f"{i['first_low']:.1f}"
+        assert f"mmlu {first} [{low}, " in html.unescape(abstract), model
+    assert parsed.links and set(parsed.links) <= parsed.ids  # every anchor resolves
+    toc = page[page.index('<nav id="contents">') : page.index("</nav>")]
+    assert "#what-this-run-can-show" in toc and "#methods-and-caveats" in toc
+    assert parsed.tables_boxed and all(parsed.tables_boxed)
+    assert report.word_count(_section_text(page, "What this run can show")) <= 120
+    assert "#methods-and-caveats" in page[page.index(">What this run can show</h2>") :][:2000]
+    h2 = re.findall(r'<h2 id="([^"]+)"', page)
+    assert h2[-1] == "methods-and-caveats" and page.rindex("Provenance of the tables used") > page.index(
+        'id="methods-and-caveats"'
+    )
+    md = (built / "summary.md").read_text()
+    assert len(md.split()) < 6000 and md.index("**Contents**") > md.index("![headline_curves]")
+
+
+def test_the_report_writer_keeps_its_promises(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    writer = report.ReportWriter(tmp_path / "r", "t", dpi=90)
+    with pytest.raises(ValueError, match="an abstract has at most 150 words, this one 151"):
+        writer.abstract(" ".join(["word"] * 151))
+    writer.abstract("An answer with a [link](#a-note).")
+    assert writer.note("A note", "first") == writer.note("A note", "second") == "a-note"  # written once
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    writer.figure(fig, "line", "a line")  # a few vector paths: SVG
+    rng = np.random.default_rng(0)
+    ax.scatter(rng.random(30000), rng.random(30000), s=1)
+    writer.figure(fig, "cloud", "a point cloud")  # 30,000 markers: far lighter as PNG
+    plt.close(fig)
+    with writer.collapsed("more"):
+        writer.table(pd.DataFrame({"a": range(40)}), "long")
+    writer.write()
+    page = (tmp_path / "r" / "index.html").read_text()
+    assert page.count(">A note</h3>") == 1 and "second" not in page
+    assert '<img alt="line" src="data:image/svg+xml;base64,' in page
+    assert '<img alt="cloud" src="data:image/png;base64,' in page
+    assert '<a href="#a-note">link</a>' in page
+    md = (tmp_path / "r" / "summary.md").read_text()
+    assert "[`tables/long.csv`](tables/long.csv) (40 rows)" in md and "| 39 |" not in md
+
+
+def test_a_fine_tuning_report_leads_with_its_answer_and_draws_checkpoints_in_training_order(
+    results: Path, tmp_path: Path
+) -> None:
+    """Checkpoints named by stage and step are drawn in training order (sft-6 before sft-12 before
+    sft-25, not as text sorts them) under short labels, and the page leads with the chain's answer."""
+    frame = store.read_scores(results / "scores" / "model=base" / "dataset=wide").drop(columns=["model", "dataset"])
+    root = tmp_path / "results"
+    rng = np.random.default_rng(3)
+    for step in (0, 25, 6, 12):
+        stage = "base" if step == 0 else "sft"
+        name = "chain-0123abcd-" + ("base" if step == 0 else f"sft-{step}")
+        moved = frame.assign(ahon=frame["ahon"] * (1 + step / 50) + rng.normal(0, 0.01, len(frame)))
+        info = {"stage": stage, "step": step, "steps": 25, "chain": "chain-0123abcd"}
+        write_score_table(root, name, "wide", moved, checkpoint=info, model_path=str(tmp_path / name))
+    out = tmp_path / "r"
+    report.build_report(
+        root, out, figure_scores=("ahon", "awft"), n_boot=10, n_perm=10, n_split=4, dpi=30, progress=False
+    )
+    page = (out / "index.html").read_text()
+    parsed = _parse(page)
+    assert parsed.order.index("div#abstract") < parsed.order.index("figure.headline") < parsed.order.index(
+        "nav#contents"
+    )
+    assert set(parsed.links) <= parsed.ids and all(parsed.tables_boxed)
+    labels = pd.read_csv(out / "tables" / "model_labels.csv")
+    assert list(labels["label"]) == ["base", "sft-6", "sft-12", "sft-25"]
+    svg = (out / "figures" / "w1_matrix_ahon_wide.svg").read_text()
+    ticks = [svg.index(f">{label}<") for label in ("base", "sft-6", "sft-12", "sft-25")]
+    assert ticks == sorted(ticks) and "chain-0123abcd" not in svg  # short labels, in training order

@@ -30,6 +30,7 @@ import pandas as pd
 
 from headstats.engine.scores import get_score
 from headstats.io import store
+from headstats.report import plots
 from headstats.report.sections import add_curve_sections, write_provenance
 from headstats.report.writer import ReportWriter
 from headstats.stats import ranking
@@ -130,26 +131,65 @@ def table2(curves: pd.DataFrame | None = None) -> pd.DataFrame:
     return table[["model", "awft", "best_other", "best_overall_score"]]
 
 
+def paper_abstract(t2: pd.DataFrame, curves: pd.DataFrame) -> str:
+    """Table 2's answer in words: the averages, their range over models, and how often ``awft`` is
+    the best score, from the table itself."""
+    models = t2[t2["model"] != "Average"]
+    average = t2[t2["model"] == "Average"].iloc[0]
+    best = models["best_overall_score"].value_counts()
+    return (
+        "How many attention heads can the study's models lose while MMLU accuracy stays within 1 point, and "
+        f"does the attention-sink score (`awft`) find them? Averaged over the {len(models)} models, `awft` zeroes "
+        f"{average['awft']:.2f}% of heads within 1 point, the best other score {average['best_other']:.2f}% "
+        f"(per model {models['awft'].min():.1f}-{models['awft'].max():.1f}% against "
+        f"{models['best_other'].min():.1f}-{models['best_other'].max():.1f}%). The best score overall is "
+        + ", ".join(f"`{s}` for {n}" for s, n in best.items())
+        + f" of {len(models)} models. Rebuilt from the study's {len(curves)} published curves with its own reading "
+        "of 'within 1 point'; the published points carry no per-question answers, so these numbers have no "
+        "intervals."
+    )
+
+
 def write_paper(out: str | Path, *, dpi: int = 80, progress: bool = True) -> Path:
     """Write Table 2, the per-model tables and the figures under ``out``; returns ``out/index.html``."""
     out_dir = store.ensure_writable(out)
     points = paper_points()
     curves = paper_curves(points)
     writer = ReportWriter(out_dir, "The study's MMLU results, rebuilt from its published numbers", dpi=dpi)
-    writer.text(
-        "Source: the saved outputs of `plot-accuracy-vs-percent-of-heads-zeroed.ipynb` of "
-        "github.com/psandovalsegura/inactive-heads (MIT licence, Copyright (c) 2026 Pedro Sandoval), bundled as "
-        f"`headstats/data/{DATA_FILE}`: {curves['model'].nunique()} models x {curves['score'].nunique()} curves x "
-        f"{len(TARGETS)} points. Rebuild with `headstats paper --out DIR`."
-    )
     t2 = table2(curves)
-    writer.heading("Table 2: % of heads zeroed within 1 accuracy point of the baseline")
-    writer.text(
+    writer.abstract(paper_abstract(t2, curves))
+    writer.headline(
+        plots.within_one_point_dots(
+            t2, "awft", "best_other", title="% of heads zeroed within 1 MMLU point: awft vs the best other score"
+        ),
+        "table2_dots",
+        "The study's Table 2 per model: `awft` (circles) against the best other curve (squares); the last row is "
+        "the average over models.",
+    )
+    legend = writer.note(
+        "Reading Table 2",
         "`awft` (average weight of the first token, the attention-sink score) against the best of every other "
         "curve (`random` included, as in the study's notebook), per model; the last row averages over models. "
-        "Study: 4.61 vs 12.18."
+        "Values are the study's reading of 'within 1 point' (the realised % at the last crossing of baseline - 1 "
+        "point, 0 when the curve never crosses). Study: 4.61 vs 12.18. The published points are aggregates "
+        "without per-question answers, so no interval can be computed.",
     )
-    writer.table(t2, "table2", floatfmt=".2f", csv="table2.csv")
+    writer.main_table(
+        t2,
+        "table2",
+        legend="Table 2: % of heads zeroed within 1 MMLU point by `awft` and by the best other score, per model.",
+        full_legend=legend,
+        floatfmt=".2f",
+        csv="table2.csv",
+    )
+    with writer.appendix():
+        writer.heading("Source", 3)
+        writer.text(
+            "Source: the saved outputs of `plot-accuracy-vs-percent-of-heads-zeroed.ipynb` of "
+            "github.com/psandovalsegura/inactive-heads (MIT licence, Copyright (c) 2026 Pedro Sandoval), bundled as "
+            f"`headstats/data/{DATA_FILE}`: {curves['model'].nunique()} models x {curves['score'].nunique()} curves "
+            f"x {len(TARGETS)} points. Rebuild with `headstats paper --out DIR`."
+        )
     add_curve_sections(
         writer,
         points,

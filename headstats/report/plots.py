@@ -30,6 +30,8 @@ from headstats.stats.distances import DistanceMatrix, model_rows
 from headstats.stats.summary import BASELINE
 
 X_LABEL = "heads zeroed (realised %)"
+MAX_CURVES = 8  # curves in one panel: beyond this, colours repeat and no curve can be followed
+MIN_HEATMAP = 3  # rows and columns a heatmap needs; a smaller matrix is a few numbers, shown as a table
 # One colour per score family (Okabe-Ito-like, distinguishable in colour-blind vision); the study's
 # best score (ahon) gets the most salient one.
 _FAMILY_COLORS = {
@@ -72,6 +74,40 @@ def score_label(score_id: str) -> str:
     """``id (name)`` from the registry; unknown ids (e.g. from a newer run) stay as they are."""
     score = SCORES.get(score_id)
     return f"{score_id} ({score.name})" if score is not None else score_id
+
+
+def wrap_title(text: str, width_in: float, fontsize: float) -> str:
+    """``text`` wrapped to lines that fit ``width_in`` inches at ``fontsize`` points (a character is
+    at most about 0.6 em wide in the default sans-serif), so that no title is clipped by its figure."""
+    chars = max(12, int(width_in * 72 / (0.6 * fontsize)))
+    return "\n".join(textwrap.fill(line, chars) for line in text.splitlines())
+
+
+def _is_random(score_id: str) -> bool:
+    score = SCORES.get(score_id)
+    return score.is_random if score is not None else score_id == "random"
+
+
+def _is_normalised(score_id: str) -> bool:
+    score = SCORES.get(score_id)
+    return score.ratio is not None if score is not None else "_" in score_id
+
+
+def curve_groups(scores: Sequence[str], max_curves: int = MAX_CURVES) -> list[list[str]]:
+    """The score ids split into panels of at most ``max_curves`` curves each: all in one panel when
+    they fit, else raw and normalised scores apart (chunked further if needed), with ``random``, the
+    yardstick, in every panel."""
+    randoms = [s for s in scores if _is_random(s)]
+    others = [s for s in scores if not _is_random(s)]
+    room = max_curves - len(randoms)
+    if room < 1:
+        raise ValueError(f"{len(randoms)} random curves leave no room in a panel of {max_curves} curves")
+    if len(others) <= room:
+        return [list(scores)]
+    groups = []
+    for family in ([s for s in others if not _is_normalised(s)], [s for s in others if _is_normalised(s)]):
+        groups += [randoms + family[i : i + room] for i in range(0, len(family), room)]
+    return groups
 
 
 def _ordered_scores(scores: Iterable[str]) -> list[str]:
@@ -191,28 +227,96 @@ def accuracy_grid(
     title: str | None = None,
     labels: Mapping[str, str] | None = None,
 ) -> Figure:
-    """Accuracy vs realised % of heads zeroed: one panel per model, every curve, with the baseline and
-    the baseline - 1 point lines (the study's Figure 2 layout), and shaded 95% intervals of every
-    point and of the baseline where ``points`` has them (``acc_low``, ``acc_high``). ``labels``:
+    """Accuracy vs realised % of heads zeroed: one panel per model with the baseline and the
+    baseline - 1 point lines (the study's Figure 2 layout), and shaded 95% intervals of every point
+    and of the baseline where ``points`` has them (``acc_low``, ``acc_high``). At most
+    :data:`MAX_CURVES` curves share a panel: more scores are drawn as small multiples, one block of
+    panels per group of :func:`curve_groups`, each with its legend at its right. ``labels``:
     model -> its exact identity, shown under the model in the panel title."""
     points = _check_points(points)
     models = _model_list(points, models)
     scores = _ordered_scores(points.loc[points["score"] != BASELINE, "score"]) if scores is None else list(scores)
+    groups = curve_groups(scores)
     cols = max(1, min(cols, len(models)))
     rows = math.ceil(len(models) / cols)
-    # Score labels are long: one legend column per panel column keeps the legend inside the figure.
-    legend_cols = max(1, min(cols, len(scores) + 3))
-    legend_rows = math.ceil((len(scores) + 3) / legend_cols)
-    fig = Figure(figsize=(4.2 * cols, 3.4 * rows + 0.6 + 0.22 * legend_rows), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, model in zip(axes.flat, models, strict=False):
-        _draw_curves(ax, points, model, scores, linewidth=1.3, title=_panel_title(model, labels))
-    for ax in list(axes.flat)[len(models) :]:
-        ax.set_axis_off()
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncols=legend_cols, fontsize=8, frameon=False)
+    block = 3.4 * rows + (0.35 if len(groups) > 1 else 0.0)
+    fig = Figure(figsize=(4.2 * cols + 2.6, block * len(groups)), layout="constrained")
+    blocks = fig.subfigures(len(groups), 1, squeeze=False)[:, 0] if len(groups) > 1 else [fig]
+    for sub, group in zip(blocks, groups, strict=True):
+        axes = sub.subplots(rows, cols, squeeze=False)
+        for ax, model in zip(axes.flat, models, strict=False):
+            _draw_curves(ax, points, model, group, linewidth=1.3, title=_panel_title(model, labels))
+        for ax in list(axes.flat)[len(models) :]:
+            ax.set_axis_off()
+        handles, names = axes.flat[0].get_legend_handles_labels()
+        sub.legend(handles, names, loc="outside right upper", fontsize=7, frameon=False)
+        if len(groups) > 1:
+            kind = "normalised scores" if any(_is_normalised(s) for s in group) else "raw scores"
+            sub.suptitle(f"{kind} (with random)", fontsize=10)
     if title:
         fig.suptitle(title)
+    return fig
+
+
+def headline_curves(
+    points: pd.DataFrame,
+    curves: pd.DataFrame,
+    *,
+    scores: Sequence[str] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> Figure:
+    """Small multiples of the accuracy curves of several tasks: one row per model, one column per
+    task, at most :data:`MAX_CURVES` curves per panel (``scores``, default every score the curves
+    have, ``random`` first and then in registry order, cut to fit), the baseline and baseline - 1
+    point lines, and one legend at the right."""
+    for column in ("model", "task", "score", "realised_pct", "accuracy"):
+        if column not in points.columns:
+            raise ValueError("headline curves need points with columns model, task, score, realised_pct, accuracy")
+    models = list(dict.fromkeys(curves["model"].astype(str)))
+    tasks = sorted(curves["task"].astype(str).unique())
+    have = _ordered_scores(curves["score"].astype(str))
+    shown = [s for s in (scores or have) if s in have]
+    shown = ([s for s in shown if _is_random(s)] + [s for s in shown if not _is_random(s)])[:MAX_CURVES]
+    fig = Figure(figsize=(3.3 * len(tasks) + 2.6, 2.6 * len(models) + 0.3), layout="constrained")
+    axes = fig.subplots(len(models), len(tasks), squeeze=False)
+    for i, model in enumerate(models):
+        for j, task in enumerate(tasks):
+            ax = axes[i, j]
+            here = points[points["task"].astype(str) == task]
+            if not ((here["model"] == model) & (here["score"] == BASELINE)).any():
+                ax.set_axis_off()
+                ax.set_title(f"{model} · {task}: not run", fontsize=8)
+                continue
+            name = (labels or {}).get(model, model)
+            _draw_curves(ax, here, model, shown, linewidth=1.4, title=wrap_title(f"{task} · {name}", 3.1, 8))
+    drawn = next((ax for ax in axes.flat if ax.lines), axes.flat[0])
+    handles, names = drawn.get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside right upper", fontsize=7, frameon=False)
+    return fig
+
+
+def within_one_point_dots(table: pd.DataFrame, reference: str, other: str, *, title: str) -> Figure:
+    """Per model (rows), two dots on one axis: ``table[reference]`` and ``table[other]`` (e.g. the
+    study's Table 2: % of heads zeroed within 1 point by ``awft`` and by the best other score), the
+    gap between them drawn as a line; rows of ``model`` == "Average" are drawn apart, in bold."""
+    rows = table.reset_index(drop=True)
+    fig = Figure(figsize=(7.0, 0.28 * len(rows) + 1.3), layout="constrained")
+    ax = fig.subplots()
+    y = np.arange(len(rows))[::-1]
+    ref, oth = rows[reference].astype(float), rows[other].astype(float)
+    ax.hlines(y, np.minimum(ref, oth), np.maximum(ref, oth), color="0.75", linewidth=2)
+    ax.plot(ref, y, "o", color=score_style(reference)["color"], label=reference)
+    ax.plot(oth, y, "s", color="#d55e00", label=other)
+    ax.set_yticks(y, [str(m) for m in rows["model"]], fontsize=7)
+    for tick, model in zip(ax.get_yticklabels(), rows["model"], strict=True):
+        if model == "Average":
+            tick.set_fontweight("bold")
+    ax.set_xlabel("% of heads zeroed within 1 accuracy point", fontsize=8)
+    ax.set_xlim(left=0)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.set_title(wrap_title(title, 6.5, 9), fontsize=9)
+    fig.legend(loc="outside right upper", fontsize=7, frameon=False)
     return fig
 
 
@@ -260,11 +364,20 @@ def matrix_heatmap(
     annotate: bool | None = None,
 ) -> Figure:
     """A heatmap of any labelled matrix (ranks, correlations, IoU, distances), its cells annotated
-    with their values when ``annotate`` (default: up to 100 cells; the numbers are in the CSV)."""
+    with their values when ``annotate`` (default: up to 100 cells; the numbers are in the CSV).
+    Missing values are grey cells labelled "blank" (:func:`blank_cells` lists them for a caption).
+    A matrix of fewer than :data:`MIN_HEATMAP` rows or columns is refused (:func:`fits_heatmap`):
+    its few numbers read better as a table."""
     if matrix.empty:
         raise ValueError(f"nothing to draw for {title!r}: the matrix is empty")
+    if not fits_heatmap(matrix):
+        raise ValueError(
+            f"{title!r}: a {matrix.shape[0]} x {matrix.shape[1]} matrix is too small for a heatmap (at least "
+            f"{MIN_HEATMAP} x {MIN_HEATMAP}): show its numbers as a table"
+        )
     n_rows, n_cols = matrix.shape
-    fig = Figure(figsize=(max(4.5, 0.55 * n_cols + 2.8), max(3.2, 0.42 * n_rows + 1.8)), layout="constrained")
+    width = max(4.5, 0.55 * n_cols + 2.8)
+    fig = Figure(figsize=(width, max(3.2, 0.42 * n_rows + 1.8)), layout="constrained")
     ax = fig.subplots()
     values = matrix.astype(float)
     annotate = n_rows * n_cols <= 100 if annotate is None else annotate
@@ -280,12 +393,27 @@ def matrix_heatmap(
         annot_kws={"fontsize": 7},
         cbar_kws={"label": colorbar_label} if colorbar_label else None,
     )
-    ax.set_title(title, fontsize=10)
+    for i, j in blank_cells(values):
+        r, c = values.index.get_loc(i), values.columns.get_loc(j)
+        ax.add_patch(Rectangle((c, r), 1, 1, facecolor="0.88", edgecolor="white", linewidth=0.5, label="blank"))
+    ax.set_title(wrap_title(title, width - 1.2, 10), fontsize=10)
     ax.set_xticklabels(ax.get_xticklabels(), rotation=45, ha="right", fontsize=8)
     ax.set_yticklabels(ax.get_yticklabels(), rotation=0, fontsize=8)
     ax.set_xlabel(xlabel or "")
     ax.set_ylabel(ylabel or "")
     return fig
+
+
+def fits_heatmap(matrix: pd.DataFrame) -> bool:
+    """Whether a matrix has at least :data:`MIN_HEATMAP` rows and columns, the least a heatmap shows
+    better than its numbers."""
+    return min(matrix.shape) >= MIN_HEATMAP
+
+
+def blank_cells(matrix: pd.DataFrame) -> list[tuple[object, object]]:
+    """(row, column) labels of the missing values of ``matrix``: the blank cells a caption explains."""
+    mask = matrix.astype(float).isna().to_numpy()
+    return [(matrix.index[i], matrix.columns[j]) for i, j in zip(*np.nonzero(mask), strict=True)]
 
 
 def rank_heatmap(ranks: pd.DataFrame, *, title: str = "Rank of score functions (1 = best)") -> Figure:
@@ -337,12 +465,16 @@ def area_intervals(intervals: pd.DataFrame, *, labels: Mapping[str, str] | None 
     return fig
 
 
-def wasserstein_heatmap(result: DistanceMatrix, *, title: str | None = None) -> Figure:
-    """W1 between models; cells whose distance does not exceed the pair's noise floor (the larger of
-    the two models' split-half floors) are hatched: there the models cannot be told apart from
-    re-drawing the texts."""
+def wasserstein_heatmap(
+    result: DistanceMatrix, *, title: str | None = None, labels: Mapping[str, str] | None = None
+) -> Figure:
+    """W1 between models, in the order of ``result`` (e.g. checkpoints by training step); cells whose
+    distance does not exceed the pair's noise floor (the larger of the two models' split-half floors)
+    are hatched: there the models cannot be told apart from re-drawing the texts. ``labels``: model ->
+    the short name its row and column show."""
+    names = dict(labels or {})
     fig = matrix_heatmap(
-        result.w1,
+        result.w1.rename(index=names, columns=names),
         title=title or f"W1 of {result.score} ({result.depth} depth); hatched: within noise floor",
         cmap="magma_r",
         vmin=0.0,
@@ -405,36 +537,53 @@ def ecdf(
     *,
     dataset: str | None = None,
     quantiles: int = 512,
+    labels: Mapping[str, str] | None = None,
 ) -> Figure:
     """Empirical CDFs of a score for several models (pooled over sequences, layers and heads); one
-    panel per score id.
+    panel per score id. More than :data:`MAX_CURVES` models are drawn as small multiples: one row of
+    panels per group, the first model (the reference) in every row. ``labels``: model -> the short
+    name its legend shows.
 
     Drawn from ``quantiles`` quantiles per model, so a table of millions of rows plots as fast as a
     small one and the figure stays small.
     """
     ids = _score_list(score_ids)
-    fig = Figure(figsize=(5.0 * len(ids), 3.8), layout="constrained")
-    axes = fig.subplots(1, len(ids), squeeze=False)[0]
+    models = list(models)
+    head, rest = models[:1], models[1:]
+    room = MAX_CURVES - len(head)
+    groups = [head + rest[i : i + room] for i in range(0, len(rest), room)] or [head]
+    fig = Figure(figsize=(5.0 * len(ids), 3.8 * len(groups)), layout="constrained")
+    axes = fig.subplots(len(groups), len(ids), squeeze=False)
     levels = np.linspace(0.0, 1.0, quantiles)
-    palette = sns.color_palette("tab10", max(len(models), 1))
+    palette = dict(zip(models, sns.color_palette("tab10", max(len(models), 1)), strict=False))
     rows = {m: _one_dataset(model_rows(scores, m), m, dataset) for m in models}
-    for ax, sid in zip(axes, ids, strict=True):
-        for color, model in zip(palette, models, strict=False):
-            ax.plot(
-                np.quantile(_values(rows[model], model, sid), levels), levels, color=color, linewidth=1.5, label=model
-            )
-        ax.set_xlabel(f"{score_label(sid)}\ninactive when {SCORES[sid].inactive_when} the threshold", fontsize=8)
-        ax.set_ylabel("fraction of (sequence, layer, head)", fontsize=8)
-        ax.set_title(f"ECDF of {sid}" + (f" on {dataset}" if dataset else ""), fontsize=10)
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+    names = dict(labels or {})
+    for g, group in enumerate(groups):
+        for ax, sid in zip(axes[g], ids, strict=True):
+            for k, model in enumerate(group):
+                ax.plot(
+                    np.quantile(_values(rows[model], model, sid), levels), levels, linewidth=1.5,
+                    color=palette[model] if len(models) <= 10 else mpl.colormaps["viridis"](k / max(1, len(group) - 1)),
+                    label=names.get(model, model),
+                )  # fmt: skip
+            ax.set_xlabel(f"{score_label(sid)}\ninactive when {SCORES[sid].inactive_when} the threshold", fontsize=8)
+            ax.set_ylabel("fraction of (sequence, layer, head)", fontsize=8)
+            ax.set_title(wrap_title(f"ECDF of {sid}" + (f" on {dataset}" if dataset else ""), 4.6, 10), fontsize=10)
+            ax.grid(True, alpha=0.3)
+            ax.legend(fontsize=7)
     return fig
 
 
 def layer_head_heatmap(
-    scores: pd.DataFrame, score_ids: str | Sequence[str], model: str, *, dataset: str | None = None
+    scores: pd.DataFrame,
+    score_ids: str | Sequence[str],
+    model: str,
+    *,
+    dataset: str | None = None,
+    model_label: str | None = None,
 ) -> Figure:
-    """Mean of a score over sequences for every (layer, head) of one model; one panel per score id."""
+    """Mean of a score over sequences for every (layer, head) of one model; one panel per score id
+    (titled with ``model_label``, default the model's name)."""
     ids = _score_list(score_ids)
     rows = _one_dataset(model_rows(scores, model), model, dataset)
     for sid in ids:
@@ -456,7 +605,8 @@ def layer_head_heatmap(
             fmt=".2g",
             annot_kws={"fontsize": 6},
         )
-        ax.set_title(f"{score_label(sid)}\n{model}" + (f" on {dataset}" if dataset else ""), fontsize=9)
+        title = f"{score_label(sid)}\n{model_label or model}" + (f" on {dataset}" if dataset else "")
+        ax.set_title(wrap_title(title, max(3.2, 0.3 * n_heads + 2.0) - 0.9, 9), fontsize=9)
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
     return fig
@@ -499,4 +649,65 @@ def dose_response(
     axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
     if title:
         fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def finetuning_distance(
+    tests: pd.DataFrame,
+    ends: pd.DataFrame,
+    boundaries: Sequence[tuple[float, str]],
+    yardsticks: pd.DataFrame | None = None,
+    alpha: float = 0.01,
+) -> Figure:
+    """Standardised distance from the base (W1 / the base's IQR) against cumulative training steps:
+    one panel per score, one line per dataset with its 95% interval, filled markers where the
+    family-adjusted permutation p-value is at most ``alpha`` (hollow otherwise); a grey band over each
+    stage up to the largest distance between that stage's ends of two seeds; the template contrast
+    (``yardsticks`` of kind ``template``) dashed; stage starts as thin grey lines.
+
+    ``tests``: rows of ``comparison`` ("from base" / "between seeds"), ``dataset, score, stage,
+    cumulative_step, w1_iqr, w1_iqr_low, w1_iqr_high, p_holm``; ``ends``: each stage's last checkpoint
+    (``stage, cumulative_step``)."""
+    base = tests[tests["comparison"] == "from base"]
+    if base.empty:
+        raise ValueError("nothing to draw: no distance from the base")
+    scores = _ordered_scores(base["score"].unique())
+    datasets = sorted(base["dataset"].astype(str).unique())
+    colors = dict(zip(datasets, sns.color_palette("colorblind", len(datasets)), strict=False))
+    fig = Figure(figsize=(3.6 * len(scores) + 1.8, 3.4), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(scores), sharey=True))
+    seeds = tests[tests["comparison"] == "between seeds"]
+    spans = [b for b, _ in boundaries] + [float(base["cumulative_step"].max())]
+    for ax, sid in zip(axes, scores, strict=True):
+        for (start, stage), stop in zip(boundaries, spans[1:], strict=False):
+            key = next((k for k, v in {"sft": "SFT", "dpo": "DPO", "grpo": "GRPO"}.items() if v == stage), stage)
+            band = seeds[(seeds["score"] == sid) & (seeds["stage"] == key)]["w1_iqr"]
+            if len(band):
+                ax.fill_between([start, stop], 0, float(band.max()), color="0.85", lw=0, zorder=0)
+        for dataset in datasets:
+            rows = base[(base["score"] == sid) & (base["dataset"] == dataset)].sort_values("cumulative_step")
+            if rows.empty:
+                continue
+            x, y = rows["cumulative_step"].to_numpy(float), rows["w1_iqr"].to_numpy(float)
+            err = np.vstack([y - rows["w1_iqr_low"].to_numpy(float), rows["w1_iqr_high"].to_numpy(float) - y])
+            color = colors[dataset]
+            ax.errorbar(x, y, yerr=np.nan_to_num(err).clip(min=0), color=color, lw=1.1, capsize=2, ls="-",
+                        marker="none", label=dataset)  # fmt: skip
+            moved = rows["p_holm"].to_numpy(float) <= alpha
+            ax.scatter(x[moved], y[moved], color=color, s=22, zorder=3)
+            ax.scatter(x[~moved], y[~moved], facecolor="white", edgecolor=color, s=22, zorder=3)
+        if yardsticks is not None and not yardsticks.empty:
+            template = yardsticks[(yardsticks["kind"] == "template") & (yardsticks["score"] == sid)]["w1_iqr"]
+            if len(template):
+                ax.axhline(float(template.median()), color="0.3", ls="--", lw=0.9)
+        for step, stage in boundaries:
+            ax.axvline(step, color="grey", lw=0.6, alpha=0.6)
+            ax.annotate(stage, (step, 1.0), xycoords=("data", "axes fraction"), fontsize=7, color="grey",
+                        xytext=(2, -9), textcoords="offset points")  # fmt: skip
+        ax.set_title(wrap_title(score_label(sid), 3.4, 10), fontsize=10)
+        ax.set_xlabel("training steps from the base")
+        ax.set_ylim(bottom=0)
+    axes[0].set_ylabel("W1 / IQR of the base")
+    axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, title="dataset",
+                    title_fontsize=7)  # fmt: skip
     return fig

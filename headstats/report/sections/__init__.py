@@ -4,11 +4,15 @@ A section is a function ``section(writer, context)`` (:data:`~.context.Section`)
 tables of :class:`~.context.Context` (score tables, intervention rows and their summaries, the
 models' identities, the options) and writes headings, text, tables and figures to the
 :class:`~.context.Writer`, or nothing when its inputs are absent. To add a statistic to reports,
-write one section function (in a module here) and add it to :data:`SECTIONS`.
+write one section function (in a module here) and add it to :data:`SECTIONS`. Whatever their order,
+the page opens with the lead (:func:`~.answer.the_answer`: abstract, headline figure, main table),
+then the contents, the body, and the "Methods and caveats" appendix that sections write to with
+``writer.appendix()`` and ``writer.note()``.
 """
 
 from __future__ import annotations
 
+from headstats.report.sections.answer import the_answer
 from headstats.report.sections.can_show import what_this_run_can_show
 from headstats.report.sections.context import Context, Section, Writer
 from headstats.report.sections.contrast import format_contrast
@@ -21,6 +25,7 @@ from headstats.report.sections.provenance import provenance, write_provenance
 from headstats.report.sections.stability import across_datasets
 
 SECTIONS: list[Section] = [
+    the_answer,  # the lead: abstract, headline figure, main table (rendered first, before the contents)
     what_this_run_can_show,  # per task: n, points per question, baseline vs chance, detectable drop
     score_distributions,  # per dataset: means of every score, ECDFs, layer x head maps
     score_overlap,  # do two scores select the same heads?

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as st
 
-from headstats.report.sections.context import Context, Writer
+from headstats.report.sections.context import Context, Writer, fit_sentences
 from headstats.stats.distances import cluster_codes, cluster_column
 from headstats.stats.paired import minimum_detectable_drop
 from headstats.stats.summary import BASELINE
@@ -223,11 +223,16 @@ def mixed_paths(context: Context) -> pd.DataFrame | None:
     return pd.DataFrame(out) if out else None
 
 
-def _completeness_and_time(writer: Writer, context: Context) -> None:
+def _completeness_and_time(writer: Writer, context: Context) -> str | None:
+    """Completeness, run times and computation paths (for the appendix); returns what is missing
+    when the run is partial."""
+    partial = None
     table = completeness(context)
     if table is not None:
         planned, finished = int(table["points_planned"].sum()), int(table["points_finished"].sum())
         if finished < planned:
+            partial = f"{finished} of the {planned} sweep points its analysis file plans are finished"
+            writer.heading("Completeness", 3)
             writer.text(
                 f"**This report is partial**: {finished} of the {planned} sweep points its analysis file plans are "
                 "finished (the run resumes where it stopped). Tasks and models marked `not started` have no results "
@@ -235,10 +240,12 @@ def _completeness_and_time(writer: Writer, context: Context) -> None:
                 "within-1-point value, when censored, is a lower bound over a shorter range."
             )
         else:
+            writer.heading("Completeness", 3)
             writer.text(f"Every one of the {planned} sweep points the analysis file plans is finished.")
         writer.table(table, "completeness")
     times = run_times(context)
     if times is not None:
+        writer.heading("Run time", 3)
         writer.text(
             "Run time: the wall time of each sweep pass as its file records it (`passes_timed`; p = 0 points "
             "calibrated on the evaluation prompts reuse the baseline's answers and cost no pass), one row per "
@@ -248,6 +255,7 @@ def _completeness_and_time(writer: Writer, context: Context) -> None:
         writer.table(times, "run_times", floatfmt=".3g")
     mixed = mixed_paths(context)
     if mixed is not None:
+        writer.heading("Computation paths", 3)
         writer.text(
             "Computation paths: a sweep runs every pass on whole sequences through one attention kernel, so that a "
             "point differs from its baseline only by the heads it zeroes. The points below ran otherwise "
@@ -258,27 +266,16 @@ def _completeness_and_time(writer: Writer, context: Context) -> None:
             "with nothing zeroed (`benchmarks/bench_paths.py`); in fp32, none."
         )
         writer.table(mixed, "mixed_paths")
+    return partial
 
 
-def what_this_run_can_show(writer: Writer, context: Context) -> None:
-    writer.heading("What this run can show")
-    if context.options.notes:
-        writer.text(context.options.notes)
-    if context.scores is not None:
-        writer.text(
-            "Score tables: sequences scored per dataset and model, and the clusters they come from. Distances and "
-            "noise floors can only be as precise as the number of independent clusters allows: a few clusters "
-            "sharing a prompt prefix are a small sample whatever the number of sequences."
-        )
-        writer.table(score_samples(context), "score_samples")
-    _completeness_and_time(writer, context)
-    if context.points is None:
-        writer.text("No intervention results: this run shows score distributions only, not what zeroing heads costs.")
-        return
-    table = what_it_can_show(context)
+CAN_SHOW_WORDS = 120  # the most words of this section's text: the rest is in the appendix
+
+
+def _can_show_legend(context: Context, table: pd.DataFrame) -> str:
     need = questions_to_certify()
     other = f"baseline_{_other_metric(context.options.metric)}"
-    writer.text(
+    return (
         "Per task and model: questions asked and the clusters they fall in (`cluster`, `n_clusters`: MMLU "
         "questions of one subject share a few-shot prefix, so intervals resample whole subjects), what one "
         "question is worth in accuracy points, the baseline accuracy with its 95% interval against chance (the "
@@ -296,19 +293,59 @@ def what_this_run_can_show(writer: Writer, context: Context) -> None:
             else ""
         )
     )
+
+
+def _warnings(table: pd.DataFrame) -> list[str]:
+    """One short sentence per kind of limit: tasks at chance, tasks too small to certify 1 point."""
+    out = []
+    chance = table[table["at_chance"]]
+    for row in chance.itertuples(index=False):
+        out.append(
+            f"**`{row.task}` is at chance for `{row.model}`**: its baseline {row.baseline:.1f}% "
+            f"[{row.baseline_low:.1f}, {row.baseline_high:.1f}] includes chance ({row.chance:.1f}%), so its curves "
+            "cannot show which heads the task needs."
+        )
+    small = table[~table["at_chance"] & ~table["can_certify_1pt"]]
+    if len(small):
+        pairs = ", ".join(f"`{r.task}` ({r.model}, {r.min_detectable_drop:.1f})" for r in small.itertuples())
+        out.append(
+            f"Too few questions to certify 'within 1 point' (at least {questions_to_certify()} needed); smallest "
+            f"detectable drops in points: {pairs}. Their within-1-point values are readings of noisy curves."
+        )
+    return out
+
+
+def what_this_run_can_show(writer: Writer, context: Context) -> None:
+    writer.heading("What this run can show")
+    methods = "#methods-and-caveats"
+    with writer.appendix():
+        if context.options.notes:
+            writer.heading("Notes on this run", 3)
+            writer.text(context.options.notes)
+        if context.scores is not None:
+            writer.heading("Score samples", 3)
+            writer.text(
+                "Score tables: sequences scored per dataset and model, and the clusters they come from. Distances and "
+                "noise floors can only be as precise as the number of independent clusters allows: a few clusters "
+                "sharing a prompt prefix are a small sample whatever the number of sequences."
+            )
+            writer.table(score_samples(context), "score_samples")
+        partial = _completeness_and_time(writer, context)
+    sentences = []
+    if partial:
+        sentences.append(f"**This report is partial**: {partial} ([what is missing]({methods})).")
+    if context.points is None:
+        sentences.append(
+            "No intervention results: this run shows score distributions only, not what zeroing heads costs "
+            f"([methods and caveats]({methods}))."
+        )
+        writer.text(fit_sentences(sentences, CAN_SHOW_WORDS))
+        return
+    table = what_it_can_show(context)
+    legend = writer.note("Reading the table of what this run can show", _can_show_legend(context, table))
+    sentences.append(
+        "Per task and model: questions, the baseline with its 95% interval against chance, and the smallest drop "
+        f"this run detects ([full legend](#{legend}); paths, dtypes and run notes: [methods and caveats]({methods}))."
+    )
+    writer.text(fit_sentences([*sentences, *_warnings(table)], CAN_SHOW_WORDS))
     writer.table(table, "what_this_run_can_show", floatfmt=".3g")
-    for row in table.itertuples(index=False):
-        if row.at_chance:
-            writer.text(
-                f"**`{row.task}` is at chance for `{row.model}`**: its baseline "
-                f"{row.baseline:.1f}% (95% interval {row.baseline_low:.1f} to {row.baseline_high:.1f}) includes "
-                f"chance ({row.chance:.1f}%). On this task the model is not shown to do better than guessing, so "
-                "its curves cannot show which heads the task needs."
-            )
-        elif not row.can_certify_1pt:
-            writer.text(
-                f"`{row.task}`, `{row.model}`: one question is worth {row.points_per_question:.2g} points, drops "
-                f"smaller than {row.min_detectable_drop:.1f} points are not detectable, and 'within 1 point' cannot "
-                f"be certified with fewer than {need} questions: the within-1-point values of this task are readings "
-                "of noisy curves, not findings."
-            )

@@ -176,7 +176,8 @@ class Context:
             if not isinstance(info, dict):  # tables written before provenance recorded it
                 info = checkpoint_info(path)
             if info.get("stage"):
-                root = path if info["stage"] == "base" else path.parent.parent
+                # the chain's folder: <chain>/base, or <chain>/<stage>/step-N
+                root = path.parent if info["stage"] == "base" else path.parent.parent
                 out[p.model] = {**info, "root": root if (root / "recipe.json").is_file() else None}
         return out
 

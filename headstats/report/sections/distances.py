@@ -17,19 +17,22 @@ def between_models(writer: Writer, context: Context) -> None:
     if scores is None:
         return
     datasets = sorted(scores["dataset"].unique())
-    by_dataset = {d: sorted(scores.loc[scores["dataset"] == d, "model"].unique()) for d in datasets}
+    order = context.model_order  # a chain's checkpoints by training step, then the other models
+    by_dataset = {d: [m for m in order if m in set(scores.loc[scores["dataset"] == d, "model"])] for d in datasets}
     compared = {d: ms for d, ms in by_dataset.items() if len(ms) >= 2}
     if not compared:
         return
     writer.heading("Between models: Wasserstein-1 distances")
-    writer.text(
+    how = writer.note(
+        "Wasserstein-1 distances between models",
         f"W1 between two models' score distributions on one dataset, overall and in {opt.depth_bins} "
         f"relative-depth bins (layer / (L - 1)). Sequences are the sampling unit: {opt.n_boot} bootstrap "
         f"resamples of sequences give the 95% interval (basic bootstrap), {opt.n_perm} permutations of "
         "sequence labels (swaps within a sequence when both models saw the same texts) the p-value, and "
         f"{opt.n_split} random halvings of each model's own sequences the noise floor (95th percentile); "
-        "`above_noise` marks distances beyond it."
+        "`above_noise` marks distances beyond it.",
     )
+    writer.text(f"W1 per dataset and score with intervals, p-values and noise floors ([how to read](#{how})).")
     reference = context.reference
     if reference is not None:
         writer.text(f"Every model is compared with `{reference}` (the reference), not every pair with every pair.")
@@ -51,16 +54,32 @@ def between_models(writer: Writer, context: Context) -> None:
     resolution = permutation_resolution(table)
     if resolution:
         writer.text(resolution)
-    writer.table(table[overall], "w1_overall", floatfmt=".3g")
+    writer.table(table[overall], "w1_overall", floatfmt=".3g", collapsed="W1 over all layers, every pair")
     writer.table(table[~overall], "w1_by_depth", floatfmt=".3g", collapsed="W1 per relative-depth bin")
+    labels = context.short_labels
     for dataset, ms in compared.items():
         rows = scores[scores["dataset"] == dataset]
         for sid in context.figure_scores(rows):
             if sid == "random":
                 continue
             dm = distances.distance_matrix(rows, ms, sid, depth_bins=opt.depth_bins, n_split=opt.n_split, seed=opt.seed)
+            if not plots.fits_heatmap(dm.w1):  # two models: one number, in the table above
+                continue
             writer.figure(
-                plots.wasserstein_heatmap(dm),
+                plots.wasserstein_heatmap(dm, labels=labels),
                 f"w1_matrix_{sid}_{dataset}",
-                f"W1 of `{sid}` between models on `{dataset}`; hatched cells lie within the noise floor.",
+                f"W1 of `{sid}` between models on `{dataset}`, in training order where the models are checkpoints "
+                "(labels: the model-label table below); hatched cells lie within the noise floor.",
             )
+    shortened = {m: label for m, label in labels.items() if label != m}
+    if shortened:
+        writer.table(
+            pd.DataFrame(
+                [
+                    {"label": label, "model": m, **{k: context.checkpoints[m].get(k) for k in ("stage", "step")}}
+                    for m, label in shortened.items()
+                ]
+            ),
+            "model_labels",
+            collapsed="model labels of the figures: the full name (with the chain's hash) of each",
+        )

@@ -13,7 +13,7 @@ def score_distributions(writer: Writer, context: Context) -> None:
     writer.heading("Score distributions")
     for dataset in sorted(scores["dataset"].unique()):
         rows = scores[scores["dataset"] == dataset]
-        here = sorted(rows["model"].unique())
+        here = [m for m in context.model_order if m in set(rows["model"])]
         writer.heading(f"Dataset `{dataset}`", 3)
         sids = context.score_ids(rows)
         counts = rows.groupby("model").agg(
@@ -29,12 +29,16 @@ def score_distributions(writer: Writer, context: Context) -> None:
         if not drawn:
             continue
         names = " and ".join(f"`{sid}`" for sid in drawn)
+        labels = context.short_labels
         writer.figure(
-            plots.ecdf(rows, drawn, here, dataset=dataset), f"ecdf_{dataset}", f"ECDFs of {names} on `{dataset}`."
+            plots.ecdf(rows, drawn, here, dataset=dataset, labels=labels),
+            f"ecdf_{dataset}",
+            f"ECDFs of {names} on `{dataset}`.",
         )
-        for model in here:
-            writer.figure(
-                plots.layer_head_heatmap(rows, drawn, model, dataset=dataset),
-                f"heads_{model}_{dataset}",
-                f"Mean {names} per (layer, head) of {context.models.get(model, model)} on `{dataset}`.",
-            )
+        with writer.collapsed(f"mean {names} per (layer, head) of each model on `{dataset}` ({len(here)} figures)"):
+            for model in here:
+                writer.figure(
+                    plots.layer_head_heatmap(rows, drawn, model, dataset=dataset, model_label=labels.get(model)),
+                    f"heads_{model}_{dataset}",
+                    f"Mean {names} per (layer, head) of {context.models.get(model, model)} on `{dataset}`.",
+                )

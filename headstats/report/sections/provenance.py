@@ -27,9 +27,15 @@ SUMMARY_KEYS = (
 
 
 def write_provenance(writer: Writer, records: Iterable[dict]) -> None:
-    """A summary table of ``records`` and the full records (shared with ``headstats paper``)."""
+    """A summary table of ``records`` and the full records, in the appendix (shared with
+    ``headstats paper``)."""
     records = list(records)
-    writer.heading("Provenance of the tables used")
+    with writer.appendix():
+        _write_records(writer, records)
+
+
+def _write_records(writer: Writer, records: list[dict]) -> None:
+    writer.heading("Provenance of the tables used", 3)
     if not records:
         writer.text("No provenance records were found next to the tables.")
         return
@@ -41,7 +47,11 @@ def write_provenance(writer: Writer, records: Iterable[dict]) -> None:
             row.update({dist: versions.get(dist) for dist in ("headstats", "torch", "transformers")})
         rows.append(row)
     writer.table(pd.DataFrame(rows).astype(object), "provenance")
-    writer.details("full provenance records (JSON)", json.dumps(records, indent=2, sort_keys=True, default=str))
+    writer.details(
+        "full provenance records (JSON)",
+        json.dumps(records, indent=2, sort_keys=True, default=str),
+        file="tables/provenance.json",
+    )
 
 
 def provenance(writer: Writer, context: Context) -> None:
