@@ -270,18 +270,23 @@ def test_command_line_refuses_bad_options_before_training(args, message, tmp_pat
         ft.finetune("gemma3-270m", tmp_path / "chains", RECIPE, stages=["grpo"])
 
 
-def test_report_reads_the_chain(chain, tmp_path):
-    """Checkpoints collected into one results folder get distinct partitions (every stage has a step 2)
-    and the report's fine-tuning section: learning evidence, W1 against steps (equal to scipy's W1 of
-    the pooled values), which heads move."""
+def test_report_reads_the_chain(chain, base_dir, tmp_path_factory, tmp_path):
+    """Checkpoints of the chain and of a seed replicate collected into one results folder get distinct
+    partitions; the report's fine-tuning section gives learning verdicts, one Holm family of paired
+    permutation tests whose floor reaches 0.01 (W1 equal to scipy's, W1/IQR to numpy's IQR), the
+    replicate as the seed-to-seed yardstick, and the per-head max-T counts."""
     from scipy.stats import wasserstein_distance
 
     from headstats.io import store
     from headstats.report.writer import build_report
 
+    replicate = ft.finetune(
+        str(base_dir), tmp_path_factory.mktemp("replicate"), dataclasses.replace(RECIPE, seed=1),
+        eval_size=EVAL_SIZE, log=lambda msg: None,
+    )  # fmt: skip
     results = tmp_path / "results"
     results.mkdir()
-    picked = [c for c in chain.checkpoints if c.step in (0, 2)]
+    picked = [c for c in chain.checkpoints if c.step in (0, 2)] + [replicate.final("sft"), replicate.final("grpo")]
     for ckpt in picked:
         model, tokenizer = headstats.load_model(str(ckpt.path), device="cpu")
         headstats.collect_scores(
@@ -292,30 +297,38 @@ def test_report_reads_the_chain(chain, tmp_path):
     model, tokenizer = headstats.load_model(str(picked[0].path), device="cpu")
     headstats.collect_scores(model, tokenizer, "piqa", contrast, limit=6, prompt_format="bos", progress=False)
     slugs = sorted({p.model for p in store.find_partitions(results)[0]})
-    assert len(slugs) == len(picked)  # sft, dpo and grpo step 2 do not share a partition
-    assert {s.rsplit("-", 2)[-2] for s in slugs if not s.endswith("-base")} == {"sft", "dpo", "grpo"}
+    assert len(slugs) == len(picked)  # sft, dpo and grpo step 2 of both chains do not share a partition
     index = build_report(
         results, tmp_path / "report", n_boot=20, n_perm=20, n_split=20, contrast=str(contrast), progress=False
     )
     page = index.read_text()
-    assert "Fine-tuning: how far do the heads move?" in page and "Did each stage learn?" in page
-    assert (index.parent / "figures" / "finetuning_dose_response.png").is_file()
-    by_step = pd.read_csv(index.parent / "tables" / "finetuning_w1_by_step.csv")
-    assert list(dict.fromkeys(by_step["stage"])) == ["sft", "dpo", "grpo"]
-    assert sorted(by_step["cumulative_step"].unique()) == [2, 4, 6]  # two steps per stage
+    assert "Did each stage learn?" in page and "Which heads moved?" in page
+    assert (index.parent / "figures" / "headline_finetuning.png").is_file()
+    tests = pd.read_csv(index.parent / "tables" / "finetuning_tests.csv")
+    from_base = tests[tests["comparison"] == "from base"]
+    assert list(dict.fromkeys(from_base["stage"])) == ["sft", "dpo", "grpo"]
+    assert sorted(from_base["step"].unique()) == [2]
+    seeds = tests[tests["comparison"] == "between seeds"]
+    assert set(seeds["stage"]) == {"sft", "grpo"}  # the replicate's checkpoints that were scored
+    assert "random" not in set(tests["score"])  # not a property of the model
     table = headstats.read_scores(results)
     base = next(s for s in slugs if s.endswith("-base"))
-    row = by_step[(by_step["stage"] == "grpo") & (by_step["score"] == "ahon_ln")].iloc[0]
-    grpo = next(s for s in slugs if "-grpo-" in s)
-    expected = wasserstein_distance(
-        table.loc[table["model"] == base, "ahon_ln"], table.loc[table["model"] == grpo, "ahon_ln"]
-    )
-    assert row["w1"] == pytest.approx(expected, rel=1e-6)
+    grpo = from_base[(from_base["stage"] == "grpo") & (from_base["score"] == "ahon_ln")].iloc[0]
+    base_values = table.loc[table["model"] == base, "ahon_ln"]
+    grpo_values = table.loc[table["model"] == grpo["model_b"], "ahon_ln"]
+    assert grpo["w1"] == pytest.approx(wasserstein_distance(base_values, grpo_values), rel=1e-6)
+    q1, q3 = np.percentile(base_values, [25, 75])
+    assert grpo["w1_iqr"] == pytest.approx(grpo["w1"] / (q3 - q1), rel=1e-6)
+    # One Holm family over every test, with enough permutations for it to reach 0.01.
+    assert set(tests["n_tests"]) == {len(tests)} and tests["p_holm_min"].max() <= 0.01
     learned = pd.read_csv(index.parent / "tables" / "finetuning_learning.csv")
-    assert {"answer_loss", "preference_accuracy", "accuracy"} <= set(learned["metric"])
-    movement = pd.read_csv(index.parent / "tables" / "finetuning_head_movement.csv")
-    assert set(movement["comparison"]) == {"from base", "consecutive stages"}
-    assert movement["spearman"].between(-1, 1).all()
+    assert {"answer_loss", "reward_margin", "sampled_reward"} <= set(learned["metric"])
+    assert set(learned["seed"]) == {0, 1}
+    counts = pd.read_csv(index.parent / "tables" / "finetuning_moved_head_counts.csv")
+    assert set(counts["comparison"]) == {"from base", "between seeds"}
+    assert (counts["heads"] == 8).all()  # 2 layers x 4 heads per (comparison, dataset, score)
+    main = pd.read_csv(index.parent / "tables" / "main_table.csv")
+    assert len(main) == 3 and main["seed → seed, W1/IQR"].notna().sum() == 2
     formats = pd.read_csv(index.parent / "tables" / "format_contrast.csv")
     assert set(formats["model"]) == {base} and set(formats["formats"]) == {"plain vs bos"}
     bos = headstats.read_scores(contrast)

@@ -1,336 +1,504 @@
-"""Fine-tuning: how far a chain's checkpoints (``headstats finetune``) move the heads from its base.
+"""Fine-tuning: did each stage learn, how far did it move the heads against training noise, and which
+heads moved.
 
-Present when the score tables hold checkpoints of a chain and its base (their provenance names the
-stage and step). Reads: each stage's learning evidence (``metrics.json``, when the chain folder is
-on this machine), W1 from the base against training steps with intervals and noise floors (the
-dose-response), W1 per score and depth at each stage's end as multiples of the noise floor, which
-heads moved (per-head Spearman between stages against its split-half value, whether the heads a
-score calls inactive stay inactive), and a closing reading computed from those numbers.
+Present when the score tables hold checkpoints of a chain (``headstats finetune``) and its base. The
+analysis is paired throughout: every checkpoint is scored on the base's texts.
+
+- **Learning** (:mod:`headstats.stats.learning`): each stage's own held-out metric, end minus start on
+  the same examples, with a paired interval; a stage that did not learn is named, and its distances
+  are read as what it did to the heads without evidence that it changed the model's behaviour.
+- **Whether a distribution moved**: W1 between the base and a checkpoint, tested by the paired
+  permutation test that swaps model labels within texts (clusters); every test of the report is one
+  Holm family, with enough permutations for the family to reach 0.01
+  (:func:`~headstats.stats.distances.permutations_for`).
+- **Size**: W1 divided by the base's interquartile range of the score (``w1_iqr``), beside the
+  distance between the stage's ends of two chains trained with different seeds (the training noise
+  yardstick), the chat-vs-plain template contrast on the base, and another model family.
+- **Which heads moved**: the per-head paired sign-flip max-T test
+  (:func:`~headstats.stats.movement.head_shift_test`, family-wise error 5% over a comparison's heads).
+- Scores that are constant by construction for the model (:func:`~headstats.stats.constant.constant_scores`)
+  and the ``random`` baseline (a seeded draw, not a property of the model) are left out of every test,
+  count and figure, with the reason stated once.
 """
 
 from __future__ import annotations
 
 import json
-from itertools import pairwise
+from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
+from headstats.io import store
 from headstats.report import plots
-from headstats.report.sections.context import Context, Writer, permutation_resolution
+from headstats.report.sections.context import Context, Writer, fit_sentences
 from headstats.stats import distances
-from headstats.stats.movement import head_movement, moved_heads
+from headstats.stats.constant import constant_scores
+from headstats.stats.learning import PRIMARY, learning_verdicts, training_signal
+from headstats.stats.movement import head_shift_test
 
 STAGES = ("base", "sft", "dpo", "grpo")
-STAGE_NAMES = {"base": "base", "sft": "SFT", "dpo": "DPO", "grpo": "GRPO (RL, verifiable reward)"}
+STAGE_NAMES = {"base": "base", "sft": "SFT", "dpo": "DPO", "grpo": "GRPO"}
+FAMILY_ALPHA = 0.01  # the Holm-adjusted level the permutation count lets the whole family reach
+HEAD_ALPHA = 0.05  # family-wise error of the per-head max-T test, per comparison
+HEAD_PERMUTATIONS = 9999
+
+
+def _recipe(root: Path | None) -> dict:
+    path = root / "recipe.json" if root else None
+    return json.loads(path.read_text()).get("recipe", {}) if path and path.is_file() else {}
 
 
 def chain_order(checkpoints: dict[str, dict]) -> pd.DataFrame:
-    """One row per checkpoint: ``model, stage, step, steps, cumulative_step``, in training order
-    (``cumulative_step`` counts the steps of the earlier stages too)."""
-    rows = [
-        {"model": m, "stage": i["stage"], "step": int(i.get("step") or 0), "steps": int(i.get("steps") or 0)}
-        for m, i in checkpoints.items()
-        if i.get("stage") in STAGES
-    ]
-    frame = pd.DataFrame(rows, columns=["model", "stage", "step", "steps"])
-    frame["order"] = frame["stage"].map(STAGES.index)
-    frame = frame.sort_values(["order", "step"], kind="stable").reset_index(drop=True)
-    totals = frame.groupby("order")["steps"].max()
-    before = {o: int(totals[totals.index < o].sum()) for o in totals.index}
-    frame["cumulative_step"] = frame["step"] + frame["order"].map(before)
-    return frame.drop(columns="order")
-
-
-def learning_table(metrics: dict) -> pd.DataFrame:
-    """The chain's learning evidence (its ``metrics.json``), one row per (stage, checkpoint step, metric): value, 95%
-    interval, examples; and each stage's measured run time where it was recorded."""
+    """One row per checkpoint: ``model, chain, seed, stage, step, steps, cumulative_step, label`` in
+    training order (``cumulative_step`` counts the steps of the earlier stages too; ``label``: ``SFT 40``,
+    ``SFT 40 (seed 1)`` for a replicate chain). The chain of the (one) base is the ``primary`` one."""
     rows = []
-    for stage in STAGES[1:]:
-        info = metrics.get(stage) or {}
-        for step, measured in sorted((info.get("checkpoints") or {}).items(), key=lambda kv: int(kv[0])):
-            for name, m in measured.items():
-                if isinstance(m, dict) and "value" in m:
-                    rows.append({
-                        "stage": stage, "step": int(step), "metric": name, "value": m["value"],
-                        "ci_low": m.get("ci_low"), "ci_high": m.get("ci_high"), "n": m.get("n"),
-                    })  # fmt: skip
-    return pd.DataFrame(rows)
-
-
-# Metrics whose value at a stage's start is fixed by construction, not measured: comparing the end
-# with it says nothing (DPO's policy equals its reference at step 0, so every margin is exactly 0 and
-# no pair counts as preferred; reward_margin's end interval against 0 and likelihood_preference
-# carry that stage's evidence).
-FIXED_AT_START = {"preference_accuracy"}
-
-
-def learning_summary(learned: pd.DataFrame) -> pd.DataFrame:
-    """Per (stage, metric): its value at the stage's first and last measured checkpoint and whether
-    the two 95% intervals are disjoint (``moved``: the stage changed its own metric beyond noise; NA
-    for a metric fixed by construction at the start, :data:`FIXED_AT_START`)."""
-    rows = []
-    for (stage, metric), g in learned.groupby(["stage", "metric"], sort=False):
-        first, last = g.loc[g["step"].idxmin()], g.loc[g["step"].idxmax()]
-        moved = last["ci_low"] > first["ci_high"] or last["ci_high"] < first["ci_low"]
+    for model, info in checkpoints.items():
+        if info.get("stage") not in STAGES:
+            continue
+        root = info.get("root")
+        seed = _recipe(root).get("seed")
+        # The base's record names no chain (it is the chain's start): its folder does.
+        chain = info.get("chain") or (root.name if root is not None else "")
         rows.append({
-            "stage": stage, "metric": metric, "start": first["value"], "end": last["value"],
-            "change": last["value"] - first["value"],
-            "moved": pd.NA if metric in FIXED_AT_START or len(g) < 2 else bool(moved),
+            "model": model, "chain": str(chain), "seed": seed, "stage": info["stage"],
+            "step": int(info.get("step") or 0), "steps": int(info.get("steps") or 0),
         })  # fmt: skip
-    return pd.DataFrame(rows)
+    columns = ["model", "chain", "seed", "stage", "step", "steps"]
+    frame = pd.DataFrame(rows, columns=columns)
+    if frame.empty:
+        return frame.assign(cumulative_step=[], label=[], primary=[])
+    bases = frame[frame["stage"] == "base"]
+    primary_chain = str(bases["chain"].iloc[0]) if len(bases) == 1 else ""
+    frame["primary"] = frame["chain"].eq(primary_chain) | frame["stage"].eq("base")
+    frame["order"] = frame["stage"].map(STAGES.index)
+    frame = frame.sort_values(["primary", "order", "step"], ascending=[False, True, True], kind="stable")
+    totals = frame[frame["primary"]].groupby("order")["steps"].max()
+    before = {o: int(totals[totals.index < o].sum()) for o in range(len(STAGES))}
+    frame["cumulative_step"] = frame["step"] + frame["order"].map(before)
+    seed_text = frame["seed"].map(lambda s: "" if pd.isna(s) else f" (seed {int(s)})")
+    frame["label"] = frame["stage"].map(STAGE_NAMES) + np.where(
+        frame["stage"].eq("base"), "", " " + frame["step"].astype(str)
+    )
+    frame.loc[~frame["primary"], "label"] += seed_text[~frame["primary"]]
+    return frame.drop(columns="order").reset_index(drop=True)
 
 
-def zero_gradient_share(metrics: dict) -> dict[str, float]:
-    """Per stage: the share of logged training steps whose gradient norm was exactly 0 (a stage that
-    got no training signal, e.g. GRPO when every sampled group has the same reward)."""
-    out = {}
-    for stage in STAGES[1:]:
-        norms = [e["grad_norm"] for e in (metrics.get(stage) or {}).get("log_history", []) if "grad_norm" in e]
-        if norms:
-            out[stage] = sum(float(n) == 0.0 for n in norms) / len(norms)
-    return out
+@dataclass
+class ChainAnalysis:
+    """Everything the lead and the section read, computed once per report."""
+
+    chain: pd.DataFrame  # chain_order
+    base: str
+    datasets: list[str]
+    tested: list[str]  # score ids in the tests
+    left_out: dict[str, str]  # score id -> why it is not tested
+    learning: pd.DataFrame  # learning_verdicts of each chain, with its seed
+    signal: pd.DataFrame  # training_signal of each chain
+    tests: pd.DataFrame  # the Holm family: W1 from the base and between seeds
+    yardsticks: pd.DataFrame  # template and cross-family W1 / IQR (descriptive)
+    heads: pd.DataFrame  # per-head max-T rows of every stage end and seed pair
+    n_perm: int
+
+    @property
+    def ends(self) -> pd.DataFrame:
+        trained = self.chain[self.chain["primary"] & self.chain["stage"].ne("base")]
+        return trained.groupby("stage", sort=False).tail(1)
+
+    def replicate_of(self, stage: str, step: int) -> str | None:
+        other = self.chain[~self.chain["primary"] & (self.chain["stage"] == stage) & (self.chain["step"] == step)]
+        return str(other["model"].iloc[0]) if len(other) else None
 
 
-def run_times(metrics: dict) -> pd.DataFrame:
-    """Per stage: the scalar facts ``headstats finetune`` recorded of its training run (steps run,
-    seconds, tokens/s, ...)."""
-    rows = []
-    for stage in STAGES[1:]:
-        info = metrics.get(stage) or {}
-        facts = {k: v for k, v in (info.get("run") or info).items() if isinstance(v, (int, float, str))}
-        if facts:
-            rows.append({"stage": stage, **facts})
-    return pd.DataFrame(rows)
+def _left_out(context: Context, base_rows: pd.DataFrame) -> tuple[list[str], dict[str, str]]:
+    measured = context.measured_scores(base_rows)
+    constant = constant_scores(base_rows, str(base_rows["model"].iloc[0]), measured)
+    why = {str(s): str(r) for s, r in constant.items()}
+    if "random" in context.score_ids(base_rows):
+        why["random"] = "a seeded U(0,1) draw per (text, layer, head), the same in every model: not a property of heads"
+    return [s for s in measured if s not in why], why
 
 
-def fine_tuning(writer: Writer, context: Context) -> None:
-    scores, opt = context.scores, context.options
+def _pairs(analysis_chain: pd.DataFrame, base: str) -> list[tuple[str, str, str, str, int]]:
+    """(comparison, model_a, model_b, stage, step) of every test: base -> each primary checkpoint, and
+    each primary stage end -> the replicate's checkpoint of the same stage and step."""
+    primary = analysis_chain[analysis_chain["primary"] & analysis_chain["stage"].ne("base")]
+    pairs = [("from base", base, str(r["model"]), str(r["stage"]), int(r["step"])) for _, r in primary.iterrows()]
+    replicas = analysis_chain[~analysis_chain["primary"]]
+    for _, r in replicas.iterrows():
+        twin = primary[(primary["stage"] == r["stage"]) & (primary["step"] == r["step"])]
+        if len(twin):
+            pairs.append(
+                ("between seeds", str(twin["model"].iloc[0]), str(r["model"]), str(r["stage"]), int(r["step"]))
+            )
+    return pairs
+
+
+def _chain_metrics(context: Context, chain: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    learning, signal = [], []
+    seen = set()
+    for info in context.checkpoints.values():
+        root = info.get("root")
+        if root is None or root in seen or not (root / "metrics.json").is_file():
+            continue
+        seen.add(root)
+        metrics = json.loads((root / "metrics.json").read_text())
+        seed = _recipe(root).get("seed")
+        primary = bool(chain.loc[chain["chain"] == root.name, "primary"].any())
+        tags = {"chain": root.name, "seed": seed, "primary": primary}
+        learning.append(learning_verdicts(metrics, seed=context.options.seed).assign(**tags))
+        signal.append(training_signal(metrics).assign(**tags))
+    learn = pd.concat(learning, ignore_index=True) if learning else pd.DataFrame()
+    sig = pd.concat(signal, ignore_index=True) if signal else pd.DataFrame()
+    return learn, sig
+
+
+def _yardsticks(context: Context, base: str, chain_models: set[str], datasets: list[str], tested: list[str]):
+    """W1 / IQR of the base against the base under another prompt format (``options.contrast``) and
+    against each model outside the chain (another family), per dataset and score: descriptive."""
+    scores, opt, frames = context.scores, context.options, []
+    plain = None
+    if opt.contrast and Path(opt.contrast).is_dir() and store.find_partitions(opt.contrast)[0]:
+        other = store.read_scores(opt.contrast)
+        if base in set(other["model"]):
+            plain = other[other["model"] == base].assign(model=f"{base} (other format)")
+    for dataset in datasets:
+        here = scores[scores["dataset"] == dataset]
+        if plain is not None and (plain["dataset"] == dataset).any():
+            both = pd.concat([here[here["model"] == base], plain[plain["dataset"] == dataset]], ignore_index=True)
+            both["model"] = both["model"].astype(str)
+            dist = distances.model_distance(
+                both, base, f"{base} (other format)", tested, depth_bins=0, n_boot=opt.n_boot, n_perm=0, n_split=0,
+                seed=opt.seed,
+            )  # fmt: skip
+            frames.append(dist.assign(dataset=dataset, kind="template"))
+        for other in sorted(set(here["model"].astype(str)) - chain_models):
+            common = [s for s in tested if s in here.columns and here.loc[here["model"] == other, s].notna().any()]
+            if not common:
+                continue
+            dist = distances.model_distance(
+                here, base, other, common, depth_bins=0, n_boot=opt.n_boot, n_perm=0, n_split=0, seed=opt.seed
+            )
+            frames.append(dist.assign(dataset=dataset, kind="other family"))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def analyse_chain(context: Context) -> ChainAnalysis | None:
+    """The fine-tuning analysis of the report's results, or None when they hold no chain (cached on
+    the context: the lead and the section share it)."""
+    cached = context.__dict__.get("_finetuning")
+    if cached is not None or "_finetuning" in context.__dict__:
+        return cached
+    context.__dict__["_finetuning"] = None
+    scores = context.scores
     chain = chain_order(context.checkpoints)
     if scores is None or chain.empty or (chain["stage"] == "base").sum() != 1 or len(chain) < 2:
-        return
+        return None
     base = str(chain.loc[chain["stage"] == "base", "model"].iloc[0])
-    trained = chain[chain["stage"] != "base"]
+    chain = chain[chain["model"].isin(set(scores["model"]))]
     datasets = [
         d
         for d in sorted(scores["dataset"].astype(str).unique())
         if base in set(scores.loc[scores["dataset"] == d, "model"])
     ]
-    writer.heading("Fine-tuning: how far do the heads move?")
-    stage_list = ", ".join(
-        f"{STAGE_NAMES[s]} ({int(g['steps'].max())} steps; checkpoints at {', '.join(map(str, g['step']))})"
-        for s, g in trained.groupby("stage", sort=False)
-    )
-    writer.text(
-        f"A chain trained from `{base}` by `headstats finetune`: {stage_list}. Each checkpoint was scored on the "
-        "same texts as the base (a paired design), with the same prompt format. W1 is the distance between the "
-        f"base's and a checkpoint's score distributions; its 95% interval resamples clusters ({opt.n_boot} "
-        f"bootstrap resamples) and the noise floor is the 95th percentile of W1 between random halves of one "
-        f"model's own texts ({opt.n_split} halvings): a distance below its floor is what re-drawing the texts "
-        "gives, not fine-tuning."
-    )
-    base_rows = scores[scores["model"] == base]
-    constant = [s for s in context.measured_scores(base_rows) if base_rows[s].nunique(dropna=True) <= 1]
-    if constant:
-        writer.text(
-            f"Constant over every head and text of the base: {', '.join(f'`{s}`' for s in constant)}. Their "
-            "distances are 0 by construction and say nothing about heads (a value-vector score is shared by all "
-            "query heads of one key/value head; with a single key/value head per layer, as in Gemma-3 270M, its "
-            "layer-normalised form is exactly 1)."
+    tested, left_out = _left_out(context, scores[scores["model"] == base])
+    pairs = _pairs(chain, base)
+    if not tested or not pairs:
+        return None
+    opt = context.options
+    have = {d: set(scores.loc[scores["dataset"] == d, "model"]) for d in datasets}
+    planned = [(p, d) for p in pairs for d in datasets if p[1] in have[d] and p[2] in have[d]]
+    n_perm = distances.permutations_for(len(planned) * len(tested), FAMILY_ALPHA)
+    frames, heads = [], []
+    for (comparison, a, b, stage, step), dataset in planned:
+        here = scores[scores["dataset"] == dataset]
+        dist = distances.model_distance(
+            here, a, b, tested, depth_bins=0, n_boot=opt.n_boot, n_perm=n_perm, n_split=0, seed=opt.seed
         )
-    root = next((i["root"] for i in context.checkpoints.values() if i.get("root")), None)
-    metrics = json.loads((root / "metrics.json").read_text()) if root and (root / "metrics.json").is_file() else {}
-    if metrics:
-        learned = learning_table(metrics)
-        if not learned.empty:
-            writer.heading("Did each stage learn?", 3)
-            writer.text(
-                "Held-out evidence per stage, at the stage's start and end (and at every checkpoint when the "
-                "chain was built with `--measure all`), with 95% bootstrap intervals over held-out examples. "
-                "A stage whose own metric did not move says nothing about heads either way."
-            )
-            summary = learning_summary(learned)
-            writer.table(summary, "finetuning_learning_summary", floatfmt=".4g")
-            writer.table(learned, "finetuning_learning", floatfmt=".4g", collapsed="every measured checkpoint")
-            stuck = {k: v for k, v in zero_gradient_share(metrics).items() if v > 0.5}
-            moved = summary["moved"].fillna(False).astype(bool)
-            silent = sorted(set(summary["stage"]) - set(summary.loc[moved, "stage"]))
-            if silent:
-                writer.text(
-                    "Not shown to learn (no metric's interval at the end is disjoint from its start): "
-                    + ", ".join(f"**{STAGE_NAMES[s]}**" for s in silent)
-                    + ". Its distances below measure what that stage did to the heads without evidence that it "
-                    "changed the model's behaviour."
-                )
-            for stage, share in stuck.items():
-                writer.text(
-                    f"**{STAGE_NAMES[stage]}** had a gradient norm of exactly 0 at {share:.0%} of its logged steps: "
-                    "at those steps it received no training signal (for GRPO: every sampled group of completions got "
-                    "the same reward), so its checkpoints differ from its start only by the few updates of the "
-                    "other steps, and its distances are close to a negative control."
-                )
-        times = run_times(metrics)
-        if not times.empty:
-            writer.table(times, "finetuning_run_times", floatfmt=".4g", collapsed="training run per stage")
+        tags = {"comparison": comparison, "dataset": dataset, "stage": stage, "step": step}
+        frames.append(dist.assign(**tags))
+        is_end = comparison == "between seeds" or step == int(chain.loc[chain["model"] == b, "steps"].iloc[0])
+        if is_end:
+            for sid in tested:
+                moved = head_shift_test(
+                    here, a, b, sid, dataset=dataset, n_perm=HEAD_PERMUTATIONS, alpha=HEAD_ALPHA, seed=opt.seed
+                )  # fmt: skip
+                heads.append(moved.assign(comparison=comparison, stage=stage, step=step))
+    tests = distances.holm_family(frames)
+    cumulative = chain.set_index("model")["cumulative_step"]
+    tests["cumulative_step"] = tests["model_b"].map(cumulative)
+    learning, signal = _chain_metrics(context, chain)
+    analysis = ChainAnalysis(
+        chain=chain, base=base, datasets=datasets, tested=tested, left_out=left_out, learning=learning,
+        signal=signal, tests=tests, yardsticks=_yardsticks(context, base, set(chain["model"]), datasets, tested),
+        heads=pd.concat(heads, ignore_index=True) if heads else pd.DataFrame(), n_perm=n_perm,
+    )  # fmt: skip
+    context.__dict__["_finetuning"] = analysis
+    return analysis
+
+
+# --- what the page shows ----------------------------------------------------------------------------
+
+
+def _interval(value: float, low: float, high: float, fmt: str = ".3g") -> str:
+    if pd.isna(low):
+        return f"{value:{fmt}}"
+    return f"{value:+{fmt}} [{low:+{fmt}}, {high:+{fmt}}]"
+
+
+def _median_range(values: pd.Series) -> str:
+    v = values.dropna()
+    return "" if v.empty else f"{v.median():.2f} [{v.min():.2f}–{v.max():.2f}]"
+
+
+def stage_table(analysis: ChainAnalysis) -> pd.DataFrame:
+    """The main table: per stage, whether it learned (its primary metric's paired change), how far its
+    end moved from the base against the seed replicate (W1 / IQR: median [range] over datasets and
+    scores), how many of those distances the permutation test calls moved (Holm over the report's
+    family, p <= 0.01), and how many heads the max-T test calls moved (summed over datasets and scores)."""
+    tests, heads, learning = analysis.tests, analysis.heads, analysis.learning
     rows = []
-    for dataset in datasets:
-        for _, ck in trained.iterrows():
-            if ck["model"] not in set(scores.loc[scores["dataset"] == dataset, "model"]):
-                continue
-            dist = context.distance(dataset, base, str(ck["model"]))
-            rows.append(dist.assign(stage=ck["stage"], step=ck["step"], cumulative_step=ck["cumulative_step"]))
-    if not rows:
-        return
-    table = pd.concat(rows, ignore_index=True)
-    overall = table[table["depth"] == distances.ALL_DEPTHS]
-    writer.heading("Distance from the base against training steps", 3)
-    starts = (
-        trained.groupby("stage", sort=False)["cumulative_step"].min()
-        - trained.groupby("stage", sort=False)["step"].min()
-    )
-    writer.figure(
-        plots.dose_response(overall, [(float(v), STAGE_NAMES[s].split(" ")[0]) for s, v in starts.items()]),
-        "finetuning_dose_response",
-        "W1 between the base and each checkpoint against training steps (95% cluster-bootstrap intervals); "
-        "dotted: the pair's noise floor. Vertical lines: where each stage starts.",
-    )
-    shown = ["dataset", "stage", "step", "cumulative_step", "score", "w1", "ci_low", "ci_high", "noise_floor"]
-    resolution = permutation_resolution(table)
-    if resolution:
-        writer.text(resolution)
-    writer.table(overall[[*shown, "above_noise", "p_holm", "p_holm_min"]], "finetuning_w1_by_step", floatfmt=".3g")
-    ends = trained.groupby("stage", sort=False).tail(1)
-    depth = table[table["model_b"].isin(ends["model"]) & (table["depth"] != distances.ALL_DEPTHS)]
-    for dataset in sorted(depth["dataset"].unique()):
-        here = depth[depth["dataset"] == dataset].assign(
-            ratio=lambda f: f["w1"] / f["noise_floor"], column=lambda f: f["score"] + " · " + f["depth"].astype(str)
-        )
-        matrix = here.pivot_table(index="stage", columns="column", values="ratio", sort=False)
-        matrix = matrix.reindex([s for s in STAGES if s in matrix.index])
-        writer.figure(
-            plots.matrix_heatmap(
-                matrix, title=f"W1 from the base / noise floor, {dataset} (> 1: beyond noise)", cmap="magma_r",
-                vmin=0.0, fmt=".1f", colorbar_label="W1 / noise floor", xlabel="score · relative depth",
-                annotate=matrix.size <= 60,
-            ),
-            f"finetuning_w1_depth_{dataset}",
-            f"W1 between the base and each stage's last checkpoint on `{dataset}` per score and relative-depth bin, "
-            "in multiples of the pair's noise floor.",
-        )  # fmt: skip
-    writer.table(
-        depth[["dataset", "stage", "score", "depth", "w1", "ci_low", "ci_high", "noise_floor", "above_noise"]],
-        "finetuning_w1_by_depth",
-        floatfmt=".3g",
-        collapsed="W1 per relative-depth bin at each stage's end",
-    )
-    movement = _movement(writer, context, base, ends, datasets)
-    _closing(writer, overall, movement, ends)
-    _cross_family(writer, context, base, set(chain["model"]), datasets)
+    for _, end in analysis.ends.iterrows():
+        stage, step = str(end["stage"]), int(end["step"])
+        row = {"stage": f"{STAGE_NAMES[stage]} (to step {step})"}
+        if not learning.empty:
+            mine = learning[learning["primary"] & (learning["stage"] == stage) & learning["metric"].eq(PRIMARY[stage])]
+            for _, r in mine.iterrows():
+                seed = "" if pd.isna(r["seed"]) else f"seed {int(r['seed'])}: "
+                verdict = "learned" if r["learned"] else "not shown"
+                row.setdefault("learned (primary metric, end − start [95% CI])", "")
+                row["learned (primary metric, end − start [95% CI])"] += (
+                    f"{seed}{verdict}, {r['metric']} {_interval(r['change'], r['ci_low'], r['ci_high'])}; "
+                )
+            key = "learned (primary metric, end − start [95% CI])"
+            if key in row:
+                row[key] = row[key].rstrip("; ")
+        mine = tests[(tests["comparison"] == "from base") & (tests["model_b"] == end["model"])]
+        seeds = tests[(tests["comparison"] == "between seeds") & (tests["stage"] == stage) & (tests["step"] == step)]
+        row["base → end, W1/IQR"] = _median_range(mine["w1_iqr"])
+        row["seed → seed, W1/IQR"] = _median_range(seeds["w1_iqr"])
+        moved = int((mine["p_holm"] <= FAMILY_ALPHA).sum())
+        row["distributions moved (Holm p ≤ 0.01)"] = f"{moved} of {len(mine)}"
+        if not heads.empty:
+            from_base = heads[(heads["comparison"] == "from base") & (heads["model_b"] == end["model"])]
+            twin = heads[(heads["comparison"] == "between seeds") & (heads["stage"] == stage)]
+            tested = len(from_base)
+            row["heads moved from base (max-T)"] = f"{int(from_base['moved'].sum())} of {tested}"
+            row["heads moved between seeds"] = f"{int(twin['moved'].sum())} of {len(twin)}" if len(twin) else ""
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
-def _cross_family(writer: Writer, context: Context, base: str, chain: set[str], datasets: list[str]) -> None:
-    """Models outside the chain against its base, depth-binned: another family, not another step."""
-    scores = context.scores
-    others = sorted(set(scores["model"].astype(str)) - chain)
-    frames = [
-        context.distance(d, base, other)
-        for d in datasets
-        for other in others
-        if other in set(scores.loc[scores["dataset"] == d, "model"])
+def _learning_sentence(analysis: ChainAnalysis) -> str:
+    learning = analysis.learning
+    if learning.empty:
+        return "The chain's learning evidence (metrics.json) is not on this machine, so learning is not shown."
+    mine = learning[learning["primary"] & learning["metric"].eq(learning["stage"].map(PRIMARY))]
+    parts = [
+        f"{STAGE_NAMES[r['stage']]} {r['metric'].replace('_', ' ')} {_interval(r['change'], r['ci_low'], r['ci_high'])}"
+        for _, r in mine.iterrows()
     ]
-    if not frames:
+    silent = [STAGE_NAMES[s] for s in mine.loc[~mine["learned"].fillna(False).astype(bool), "stage"]]
+    head = "Every stage learned on held-out data" if not silent else f"Not shown to learn: {', '.join(silent)}"
+    return f"{head} (end − start, paired 95% CI): " + "; ".join(parts) + "."
+
+
+def finetuning_abstract(analysis: ChainAnalysis) -> str:
+    chain, tests = analysis.chain, analysis.tests
+    primary = chain[chain["primary"] & chain["stage"].ne("base")]
+    stages = " → ".join(STAGE_NAMES[s] for s in dict.fromkeys(primary["stage"]))
+    n_seq = int(tests["n_seq_a"].max()) if len(tests) else 0
+    sentences = [
+        f"Does fine-tuning move attention heads? `{analysis.base}` was trained {stages} "
+        f"({int(primary['cumulative_step'].max())} steps) and each of {len(primary)} checkpoints scored on the "
+        f"base's {n_seq} texts of {len(analysis.datasets)} datasets.",
+        _learning_sentence(analysis),
+    ]
+    final = analysis.ends.iloc[-1]
+    end = tests[(tests["comparison"] == "from base") & (tests["model_b"] == final["model"])]
+    seeds = tests[(tests["comparison"] == "between seeds") & (tests["stage"] == final["stage"])]
+    if len(end):
+        text = f"At the chain's end the median distance from the base is {end['w1_iqr'].median():.2f} IQR"
+        if len(seeds):
+            text += f", against {seeds['w1_iqr'].median():.2f} between two seeds of the same training"
+        yard = analysis.yardsticks
+        for kind in ("template", "other family"):
+            here = yard[yard["kind"] == kind] if not yard.empty else yard
+            if len(here):
+                name = "chat-vs-plain template" if kind == "template" else "other model family"
+                text += f", {here['w1_iqr'].median():.2f} for the {name}"
+        sentences.append(text + ".")
+    moved = int((tests.loc[tests["comparison"] == "from base", "p_holm"] <= FAMILY_ALPHA).sum())
+    n_from = int((tests["comparison"] == "from base").sum())
+    sentences.append(
+        f"{moved} of {n_from} base-to-checkpoint distributions moved (paired permutation, Holm over "
+        f"{len(tests)} tests, p ≤ 0.01)."
+    )
+    heads = analysis.heads
+    if not heads.empty:
+        last = heads[(heads["comparison"] == "from base") & (heads["model_b"] == final["model"])]
+        twin = heads[(heads["comparison"] == "between seeds") & (heads["stage"] == final["stage"])]
+        text = f"Heads moved at the end (max-T, FWER 5%): {int(last['moved'].sum())}"
+        if len(twin):
+            text += f"; between seeds: {int(twin['moved'].sum())}"
+        sentences.append(text + ".")
+    return fit_sentences(sentences)
+
+
+def finetuning_lead(writer: Writer, context: Context) -> bool:
+    analysis = analyse_chain(context)
+    if analysis is None:
+        return False
+    writer.abstract(finetuning_abstract(analysis))
+    starts = _stage_starts(analysis)
+    writer.headline(
+        plots.finetuning_distance(analysis.tests, analysis.ends, starts, analysis.yardsticks, FAMILY_ALPHA),
+        "headline_finetuning",
+        "W1 between the base and each checkpoint in units of the base's interquartile range, against training "
+        "steps, one panel per score and a line per dataset (filled: moved, Holm p ≤ 0.01 over the report's family; "
+        "hollow: not). Grey bands: the distance between the stage ends of two seeds; dashed: the chat-vs-plain "
+        "template contrast on the base.",
+    )
+    legend = writer.note("Reading the fine-tuning table", _legend(analysis))
+    writer.main_table(
+        stage_table(analysis),
+        "main_table",
+        legend="Per stage: learned?, distance from the base vs between seeds (W1/IQR, median [range]), moved "
+        "distributions and heads.",
+        full_legend=legend,
+    )
+    return True
+
+
+def _stage_starts(analysis: ChainAnalysis) -> list[tuple[float, str]]:
+    trained = analysis.chain[analysis.chain["primary"] & analysis.chain["stage"].ne("base")]
+    by_stage = trained.groupby("stage", sort=False)
+    starts = by_stage["cumulative_step"].min() - by_stage["step"].min()
+    return [(float(v), STAGE_NAMES[s]) for s, v in starts.items()]
+
+
+def _legend(analysis: ChainAnalysis) -> str:
+    left = "; ".join(f"`{s}`: {why}" for s, why in analysis.left_out.items())
+    return (
+        "**learned**: the paired change of the stage's primary held-out metric (SFT: answer loss per token; DPO: "
+        "implicit reward margin against the stage's start; GRPO: mean verifiable reward of sampled completions) "
+        "between the stage's start and end on the same examples, with a 95% bootstrap interval over examples; "
+        "learned when the interval excludes 0 in the direction training pushes it. **W1/IQR**: the Wasserstein-1 "
+        "distance between two models' score distributions pooled over (text, layer, head), divided by the "
+        "interquartile range of the base's distribution of that score, so that scores of different scales read "
+        "alike; median [min–max] over datasets and scores. **seed → seed**: the same distance between the stage's "
+        "ends of two chains that differ only in the training seed (data order, sampling): training noise, the "
+        "yardstick for 'barely changes'. **moved**: the paired permutation test (swapping the two models' labels "
+        f"within texts or clusters, {analysis.n_perm} permutations) with Holm's adjustment over all "
+        f"{len(analysis.tests)} tests of this report (every checkpoint, dataset and score, and the seed pairs), "
+        "at 0.01. **heads moved**: the per-head paired sign-flip max-T test (Westfall-Young), family-wise error "
+        f"5% over the heads of one (comparison, dataset, score); 'k of H × m' counts over m such families. "
+        f"Left out of every test, count and figure: {left or 'nothing'}."
+    )
+
+
+def fine_tuning(writer: Writer, context: Context) -> None:
+    analysis = analyse_chain(context)
+    if analysis is None:
         return
-    table = pd.concat(frames, ignore_index=True)
-    writer.heading("Cross-family pair", 3)
-    writer.text(
-        f"{', '.join(f'`{o}`' for o in others)} against the chain's base `{base}`, overall and per relative-depth "
-        "bin. This is a cross-family size comparison: the two models differ in tokenizer, architecture details, "
-        "pretraining data and chat template as well as in size, so it is not a scaling series and says nothing "
-        "about size alone. It shows how large a distance between unrelated models is, a yardstick for the "
-        "fine-tuning distances above."
-    )
-    shown = ["dataset", "model_b", "score", "depth", "w1", "ci_low", "ci_high", "noise_floor", "above_noise"]
-    writer.table(table[shown], "cross_family_w1", floatfmt=".3g")
-
-
-def _movement(writer: Writer, context: Context, base: str, ends: pd.DataFrame, datasets: list[str]) -> pd.DataFrame:
-    scores, opt = context.scores, context.options
-    steps = [base, *ends["model"]]
-    frames = []
-    for dataset in datasets:
-        have = set(scores.loc[scores["dataset"] == dataset, "model"])
-        present = [m for m in steps if m in have]
-        for a, b in [(base, m) for m in present[1:]] + list(pairwise(present[1:])):
-            frames.append(
-                head_movement(
-                    scores, a, b, dataset=dataset, n_split=opt.n_split, seed=opt.seed
-                ).assign(comparison="from base" if a == base else "consecutive stages")
-            )  # fmt: skip
-    if not frames:
-        return pd.DataFrame()
-    movement = pd.concat(frames, ignore_index=True)
-    writer.heading("Which heads move?", 3)
-    writer.text(
-        "Per score and dataset, between the base and each stage's end and between consecutive stages: Spearman "
-        "correlation of the heads' mean scores (1 = the heads keep their order), next to `split_half`, the same "
-        "correlation between two random halves of the first model's own texts (Spearman-Brown corrected), the "
-        "agreement that noise alone leaves; `inactive_kept`: the share of the 10% of heads the score calls most "
-        "inactive in the first model that are still among the 10% most inactive in the second."
-    )
-    writer.table(movement, "finetuning_head_movement", floatfmt=".3g")
-    last = str(ends["model"].iloc[-1])
-    if "ahon_ln" in movement["score"].values:
-        top = moved_heads(scores, base, last, "ahon_ln", dataset=datasets[0], k=8)
+    writer.heading("Fine-tuning: did each stage learn, and how far did the heads move?")
+    if analysis.left_out:
+        writer.text(
+            "Left out of every test, count and figure: "
+            + "; ".join(f"`{s}` ({why})" for s, why in analysis.left_out.items())
+            + "."
+        )
+    _learning(writer, analysis)
+    _distances(writer, analysis)
+    _moved_heads(writer, analysis)
+    with writer.appendix():
+        writer.heading("Fine-tuning: the checkpoints", 3)
         writer.table(
-            top,
+            analysis.chain[["label", "stage", "step", "cumulative_step", "seed", "model"]],
+            "finetuning_checkpoints",
+            collapsed="every checkpoint with its full name (the chain's recipe hash)",
+        )
+
+
+def _learning(writer: Writer, analysis: ChainAnalysis) -> None:
+    writer.heading("Did each stage learn?", 3)
+    writer.text(_learning_sentence(analysis))
+    if not analysis.learning.empty:
+        writer.table(analysis.learning, "finetuning_learning", floatfmt=".4g")
+    signal = analysis.signal
+    if not signal.empty:
+        writer.text(
+            "Training signal per stage: the share of steps whose gradient was exactly 0 and, for GRPO, the share of "
+            "steps at which every group of completions had all-equal rewards (no advantage, no gradient)."
+        )
+        writer.table(signal, "finetuning_training_signal", floatfmt=".3g")
+
+
+def _distances(writer: Writer, analysis: ChainAnalysis) -> None:
+    writer.heading("How far did the distributions move, against training noise?", 3)
+    tests = analysis.tests
+    shown = [
+        "comparison", "dataset", "stage", "step", "score", "w1", "w1_iqr", "w1_iqr_low", "w1_iqr_high", "p_value",
+        "p_holm", "n_seq_a",
+    ]  # fmt: skip
+    writer.text(
+        f"Every test of the report, one Holm family of {len(tests)} (p_holm reaches {tests['p_holm_min'].iloc[0]:.3g} "
+        f"at best with {analysis.n_perm} permutations). 'between seeds' compares a stage's end with the same "
+        "checkpoint of the replicate chain."
+    )
+    writer.table(tests[shown], "finetuning_tests", floatfmt=".3g", collapsed=f"all {len(tests)} distances and tests")
+    yard = analysis.yardsticks
+    if not yard.empty:
+        writer.text(
+            "Yardsticks on the same scale (descriptive, not tested): the base under another prompt format (the "
+            "template contrast) and other model families against the base."
+        )
+        writer.table(
+            yard[["kind", "model_b", "dataset", "score", "w1", "w1_iqr", "w1_iqr_low", "w1_iqr_high"]],
+            "finetuning_yardsticks",
+            floatfmt=".3g",
+        )
+
+
+def _moved_heads(writer: Writer, analysis: ChainAnalysis) -> None:
+    heads = analysis.heads
+    if heads.empty:
+        return
+    writer.heading("Which heads moved?", 3)
+    counts = (
+        heads.groupby(["comparison", "stage", "dataset", "score"], sort=False)
+        .agg(heads=("moved", "size"), moved=("moved", "sum"), largest_shift_iqr=("shift_iqr", lambda s: s.abs().max()))
+        .reset_index()
+    )
+    writer.text(
+        "Per comparison, dataset and score: the heads whose mean score moved (paired sign-flip max-T over texts, "
+        f"{HEAD_PERMUTATIONS} sign vectors, family-wise error 5% over the heads). Effect size: the head's mean "
+        "shift in units of the base's IQR of the score (`shift_iqr`) and in units of its own per-text spread (`d_z`)."
+    )
+    writer.table(counts, "finetuning_moved_head_counts", floatfmt=".3g")
+    moved = heads[heads["moved"]]
+    columns = [
+        "comparison",
+        "stage",
+        "dataset",
+        "score",
+        "layer",
+        "head",
+        "mean_a",
+        "mean_b",
+        "shift_iqr",
+        "d_z",
+        "p_max_t",
+    ]
+    if not moved.empty:
+        writer.table(
+            moved[columns].sort_values(["comparison", "stage", "dataset", "score", "p_max_t"]),
             "finetuning_moved_heads",
             floatfmt=".3g",
-            collapsed=f"the 8 heads whose mean ahon_ln moved most on {datasets[0]}, base to {last} "
-            "(shift in standard deviations of the base's head means)",
+            collapsed=f"the {len(moved)} moved heads with layer, head and effect size",
         )
-    return movement
 
 
-def _closing(writer: Writer, overall: pd.DataFrame, movement: pd.DataFrame, ends: pd.DataFrame) -> None:
-    final = overall[overall["model_b"] == ends["model"].iloc[-1]]
-    ratio = overall["w1"] / overall["noise_floor"]
-    above = overall[overall["ci_low"] > overall["noise_floor"]]
-    worst = overall.loc[ratio.idxmax()] if ratio.notna().any() else None
-    parts = [
-        f"Of {len(overall)} (checkpoint, dataset, score) distances from the base, {int(overall['above_noise'].sum())} "
-        f"exceed their noise floor and {len(above)} do so with the whole 95% interval above it."
-    ]
-    if worst is not None:
-        parts.append(
-            f"The largest, relative to its floor, is `{worst['score']}` on {worst['dataset']} after "
-            f"{STAGE_NAMES[worst['stage']].split(' ')[0]} step {int(worst['step'])}: W1 = {worst['w1']:.3g} "
-            f"[{worst['ci_low']:.3g}, {worst['ci_high']:.3g}] against a floor of {worst['noise_floor']:.3g} "
-            f"({ratio.max():.1f}x)."
-        )
-    if not final.empty:
-        parts.append(
-            f"At the end of the chain {int(final['above_noise'].sum())} of {len(final)} distances lie above the floor."
-        )
-    if not movement.empty:
-        from_base = movement[movement["comparison"] == "from base"]
-        last = from_base[from_base["model_b"] == ends["model"].iloc[-1]]
-        if not last.empty:
-            gap = (last["split_half"] - last["spearman"]).max()
-            kept = last.loc[last["score"] == "ahon_ln", "inactive_kept"]
-            low, reliability = last["spearman"].min(), last["split_half"].min()
-            verdict = "moved beyond what noise moves it" if reliability - low > 0.05 else "stayed within noise"
-            parts.append(
-                f"The heads' order {verdict}: per-head Spearman from the base to the chain's end is {low:.3f} at the "
-                f"lowest, against a split-half reliability of {reliability:.3f} (largest shortfall {gap:.3f})"
-                + (f"; {kept.iloc[0]:.0%} of the heads ahon_ln calls most inactive stay so." if len(kept) else ".")
-            )
-    writer.heading("What this says", 3)
-    writer.text(
-        " ".join(parts)
-        + " Limits: one small model (270M parameters), short CPU training with frozen embeddings, one seed and "
-        "one data order; distances are between score distributions on a few dozen texts per dataset, so a small "
-        "movement can hide below the floor. A distance within its floor means the fine-tuning did not move that "
-        "score beyond what changing the texts does, not that the heads are unchanged."
-    )
-
-
-__all__ = ["chain_order", "fine_tuning", "learning_summary", "learning_table", "run_times", "zero_gradient_share"]
+__all__ = ["ChainAnalysis", "analyse_chain", "chain_order", "fine_tuning", "finetuning_lead", "stage_table"]
