@@ -1,0 +1,87 @@
+"""Every committed report under reports/, opened in a real browser at 1280 px: Debian's ``chromium``
+driven by Playwright for Python (never a browser download: ``playwright install`` is not needed).
+
+At 1280 px each report loads with no failed image and no console error, never scrolls sideways,
+every link of its contents (and every other in-page link) lands on an element of the page, and the
+abstract and the headline figure lie within the first 1,200 px. Without playwright or chromium the
+test is skipped and says which is missing and how to install it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REPORTS = sorted(p.parent for p in (ROOT / "reports").glob("*/index.html"))
+CHROMIUM = Path(os.environ.get("HEADSTATS_CHROMIUM", "/usr/bin/chromium"))
+# Headless, no sandbox (CI runs as root), and nothing that reaches the network on its own.
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+WIDTH = 1280
+FOLD = 1200  # px: the abstract and the headline figure must end above this
+
+MEASURE = """() => {
+  const box = sel => { const e = document.querySelector(sel); if (!e) return null;
+    const r = e.getBoundingClientRect(); return {top: r.top + window.scrollY, bottom: r.bottom + window.scrollY}; };
+  const root = document.documentElement;
+  const local = [...document.querySelectorAll('a[href^="#"]')].map(a => a.getAttribute('href').slice(1));
+  return {
+    scrollWidth: root.scrollWidth, clientWidth: root.clientWidth, height: root.scrollHeight,
+    failedImages: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.alt),
+    images: document.images.length,
+    contents: [...document.querySelectorAll('nav#contents a')].map(a => a.getAttribute('href')),
+    unresolved: local.filter(id => !document.getElementById(decodeURIComponent(id))),
+    abstract: box('#abstract'), headline: box('figure.headline'),
+  };
+}"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip(
+        "playwright.sync_api",
+        reason="playwright is not installed: pip install playwright (the PyPI package; it drives Debian's "
+        "chromium, so do not run `playwright install`)",
+    )
+    if not CHROMIUM.is_file():
+        pytest.skip(f"no chromium at {CHROMIUM}: apt-get install -y chromium, or set HEADSTATS_CHROMIUM")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield browser
+        browser.close()
+
+
+def test_there_are_committed_reports() -> None:
+    assert len(REPORTS) >= 4, REPORTS
+
+
+@pytest.mark.parametrize("report", REPORTS, ids=[p.name for p in REPORTS])
+def test_a_committed_report_reads_in_a_browser(browser, report: Path) -> None:
+    page = browser.new_page(viewport={"width": WIDTH, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    # A report is self-contained: any request off this machine is a fault, and is refused.
+    page.route("http*://**", lambda route: (errors.append(f"network request: {route.request.url}"), route.abort()))
+    try:
+        page.goto((report / "index.html").as_uri(), wait_until="load")
+        m = page.evaluate(MEASURE)
+    finally:
+        page.close()
+    assert errors == [], errors
+    assert m["images"] > 0 and m["failedImages"] == [], m["failedImages"]
+    assert m["scrollWidth"] <= m["clientWidth"], f"the page scrolls sideways: {m['scrollWidth']} px > {WIDTH}"
+    assert m["contents"], "no table of contents"
+    assert all(href.startswith("#") for href in m["contents"]) and m["unresolved"] == [], m["unresolved"]
+    assert m["abstract"] is not None and m["abstract"]["bottom"] <= FOLD, m["abstract"]
+    assert m["headline"] is not None and m["headline"]["top"] < m["headline"]["bottom"] <= FOLD, m["headline"]
