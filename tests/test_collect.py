@@ -143,7 +143,7 @@ def test_random_baselines_of_different_datasets_are_independent(model_dir: Path,
     [
         (["--model", "no-such-model"], "model 'no-such-model' not found"),
         (["--dataset", "nonsense"], "unknown dataset 'nonsense'"),
-        (["--dataset", "{empty}"], "no non-empty documents"),
+        (["--dataset", "{empty}"], "empty.txt: the file holds no text"),
         (["--scores", "ahon,bogus"], "unknown score id 'bogus'"),
         (["--limit", "0"], "--limit must be at least 1"),
         (["--out", "{file}/sub"], "not writable"),

@@ -508,7 +508,7 @@ def test_user_files_in_every_supported_format(tmp_path: Path, tokenizer) -> None
 @pytest.mark.parametrize(("content", "column", "message"), [
     (None, None, "does not exist"),
     ('{"body": "x"}\n', None, r"no column 'text' \(columns: body\); pass text_column="),
-    ('{"text": "  "}\n{"text": ""}\n', None, "no non-empty documents"),
+    ('{"text": "  "}\n{"text": ""}\n', None, r"no text documents in column 'text' \(of its 2 row\(s\): 2 null"),
     ('{"text": "ok"}\nnot json\n', None, "line 2 is not valid JSON"),
 ])  # fmt: skip
 def test_user_file_errors_say_what_to_do(tmp_path: Path, content: str | None, column: str | None, message: str) -> None:

@@ -38,12 +38,14 @@ import logging
 import os
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from headstats.io.tasks.base import get_task, select_sample
 from headstats.io.tasks.data import LAMBADA_REQUESTS, DataRoot, data_root
 from headstats.io.tasks.formats import PromptRenderer, resolve_format, starts_with_bos
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger("headstats")
 
@@ -375,6 +377,8 @@ def _check_user_file(path: Path, column: str) -> None:
             "(for .txt, one document per blank-line-separated paragraph)"
         )
     builder = FILE_BUILDERS[_suffix(path) or ""]
+    if _is_blank(path, builder) and builder == "text":
+        raise ValueError(f"{path}: the file holds no text; give documents separated by blank lines")
     if _is_blank(path, builder):
         raise ValueError(f"{path}: the file holds no rows; give a file with one document per row (column {column!r})")
     if builder == "text":
