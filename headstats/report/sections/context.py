@@ -198,14 +198,14 @@ class Context:
 
     @cached_property
     def short_labels(self) -> dict[str, str]:
-        """model -> the label figures show: ``sft-15`` (stage and step) for a checkpoint, ``base`` for
-        a chain's base, the model's own name otherwise; the full names (with the chain's hash) go in
-        a legend table. Where two models would get one label (two chains), both keep their names."""
-        labels = {}
-        for model in self.model_order:
-            info = self.checkpoints.get(model) or {}
-            stage = info.get("stage")
-            labels[model] = "base" if stage == "base" else f"{stage}-{int(info.get('step') or 0)}" if stage else model
+        """model -> the label figures show: ``SFT 15`` (stage and step) for a checkpoint, ``SFT 15 (seed
+        1)`` for one of a replicate chain, ``base`` for a chain's base, the model's own name otherwise;
+        the full names (with the chain's hash) go in a legend table. Where two models would still get
+        one label, both keep their names."""
+        from headstats.report.sections.finetuning import chain_order  # the section imports this module
+
+        chain = chain_order(self.checkpoints).set_index("model")["label"]
+        labels = {model: str(chain.get(model, model)) for model in self.model_order}
         counts = pd.Series(list(labels.values())).value_counts()
         return {m: (label if counts[label] == 1 else m) for m, label in labels.items()}
 

@@ -72,6 +72,9 @@ def chain_order(checkpoints: dict[str, dict]) -> pd.DataFrame:
         return frame.assign(cumulative_step=[], label=[], primary=[])
     bases = frame[frame["stage"] == "base"]
     primary_chain = str(bases["chain"].iloc[0]) if len(bases) == 1 else ""
+    trained_chains = list(dict.fromkeys(frame.loc[frame["stage"] != "base", "chain"]))
+    if not primary_chain and len(trained_chains) == 1:  # a base whose folder is not on this machine
+        primary_chain = trained_chains[0]
     frame["primary"] = frame["chain"].eq(primary_chain) | frame["stage"].eq("base")
     frame["order"] = frame["stage"].map(STAGES.index)
     frame = frame.sort_values(["primary", "order", "step"], ascending=[False, True, True], kind="stable")
@@ -440,8 +443,8 @@ def _distances(writer: Writer, analysis: ChainAnalysis) -> None:
     writer.heading("How far did the distributions move, against training noise?", 3)
     tests = analysis.tests
     shown = [
-        "comparison", "dataset", "stage", "step", "score", "w1", "w1_iqr", "w1_iqr_low", "w1_iqr_high", "p_value",
-        "p_holm", "n_seq_a",
+        "comparison", "dataset", "stage", "step", "cumulative_step", "score", "model_b", "w1", "w1_iqr",
+        "w1_iqr_low", "w1_iqr_high", "p_value", "p_holm", "n_seq_a",
     ]  # fmt: skip
     writer.text(
         f"Every test of the report, one Holm family of {len(tests)} (p_holm reaches {tests['p_holm_min'].iloc[0]:.3g} "
