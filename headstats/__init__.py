@@ -6,23 +6,54 @@ Data flows one way: model -> per-head scores (:mod:`headstats.engine`) -> Parque
 function (:mod:`headstats.engine.zeroing`) and measure task accuracy (:mod:`headstats.jobs.sweep`).
 """
 
-import sys
-
-from headstats.engine import scores
-from headstats.engine.attention import ATTN_IMPLEMENTATION, UnsupportedModelError, register
-from headstats.engine.probe import Probe
-from headstats.engine.scores import SCORES, get_score, score_ids
-from headstats.engine.scoring import score_sequences, score_texts
-from headstats.engine.zeroing import ablate_heads
-from headstats.io.models import load_model
-from headstats.io.store import read_interventions, read_scores
-from headstats.io.tasks import load_task
-from headstats.jobs.collect import collect_scores
-from headstats.jobs.sweep import run_sweep
-from headstats.stats.summary import summarize_curves, summarize_interventions
-from headstats.stats.thresholds import threshold_for_fraction, thresholds_for_fractions
+import importlib
 
 __version__ = "0.1.0"
+
+# The public names and the modules that define them. They are imported on first use (PEP 562), so
+# that `import headstats.cli` and `headstats --help` do not pay for torch and transformers; the
+# first public name used imports them all, as an eager import would.
+_EXPORTS = {
+    "headstats.engine.attention": ("ATTN_IMPLEMENTATION", "UnsupportedModelError", "register"),
+    "headstats.engine.probe": ("Probe",),
+    "headstats.engine.scores": ("SCORES", "get_score", "score_ids"),
+    "headstats.engine.scoring": ("score_sequences", "score_texts"),
+    "headstats.engine.zeroing": ("ablate_heads",),
+    "headstats.io.models": ("load_model",),
+    "headstats.io.store": ("read_interventions", "read_scores"),
+    "headstats.io.tasks": ("load_task",),
+    "headstats.jobs.collect": ("collect_scores",),
+    "headstats.jobs.sweep": ("run_sweep",),
+    "headstats.stats.summary": ("summarize_curves", "summarize_interventions"),
+    "headstats.stats.thresholds": ("threshold_for_fraction", "thresholds_for_fractions"),
+}
+
+
+def _load_all() -> None:
+    """Import every module of :data:`_EXPORTS` and bind its public names here."""
+    namespace = globals()
+    for module_name, names in _EXPORTS.items():
+        module = importlib.import_module(module_name)
+        for name in names:
+            namespace[name] = getattr(module, name)
+    # ``headstats.scores`` is the public name of the score registry (``headstats.scores.register(Score(...))``,
+    # ``from headstats.scores import Score``); the module lives in the engine (headstats/scores.py aliases it).
+    namespace["scores"] = importlib.import_module("headstats.scores")
+
+
+def __getattr__(name: str) -> object:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    _load_all()
+    namespace = globals()
+    if name in namespace:
+        return namespace[name]
+    try:  # a subpackage or module (headstats.report, headstats.lmeval, ...)
+        return importlib.import_module(f"{__name__}.{name}")
+    except ModuleNotFoundError as err:
+        if err.name != f"{__name__}.{name}":
+            raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def connect(root: str) -> object:
@@ -32,12 +63,6 @@ def connect(root: str) -> object:
 
     return _connect(root)
 
-
-# ``headstats.scores`` is the public name of the score registry (``headstats.scores.register(Score(...))``,
-# ``from headstats.scores import Score``); the module lives in the engine.
-sys.modules.setdefault("headstats.scores", scores)
-
-register()
 
 __all__ = [
     "ATTN_IMPLEMENTATION",

@@ -54,7 +54,7 @@ from headstats.engine.batching import length_sorted_batches
 from headstats.engine.probe import Probe
 from headstats.engine.zeroing import Ablation, ablate_heads, model_shape
 from headstats.io import assets
-from headstats.jobs.evaluate import _position_logprobs
+from headstats.jobs.evaluate import position_logprobs
 from headstats.stats.thresholds import thresholds_for_fractions
 
 try:
@@ -73,7 +73,7 @@ MODEL_NAME = "headstats"
 DEFAULT_MODEL = "smollm2-135m"  # the embedded model: a run with no pretrained= needs no Hub
 
 GENERATION_REFUSED = (
-    "headstats: generation under head zeroing is not defined: a head is zeroed for a whole sequence, from "
+    "generation under head zeroing is not defined: a head is zeroed for a whole sequence, from "
     "its score over every token of that sequence, and a sequence being generated is not whole yet. Run "
     "log-likelihood tasks (multiple choice, perplexity) with score/heads, or drop them to generate"
 )
@@ -282,7 +282,7 @@ class HeadstatsLM(HFLM):
                     def call(inputs: dict, keys: list[int] = keys, **kw: object) -> object:
                         return ablation.probe.forward(inputs, keys, **kw)[0]
 
-                logprobs = _position_logprobs(self.model, call, batch.model_inputs(), positions)
+                logprobs = position_logprobs(self.model, call, batch.model_inputs(), positions)
                 for row, i in enumerate(batch.indices):
                     out[i] = logprobs[row, width - n_read[i] :]
                 bar.update(len(batch.indices))
@@ -328,7 +328,7 @@ class HeadstatsLM(HFLM):
         table = pd.DataFrame({self.score: torch.cat(pooled).numpy()})
         self.threshold = float(thresholds_for_fractions(table, self.score, [self.target])[0])
         self.calibration_sequences = len(unique)
-        log.info("headstats: %s threshold %.6g for target %.3g (%d sequences)", self.score, self.threshold,
+        log.info("%s threshold %.6g for target %.3g (%d sequences)", self.score, self.threshold,
                  self.target, len(unique))  # fmt: skip
 
     # -- what goes into lm-eval's results ----------------------------------------------------------

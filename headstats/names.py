@@ -4,6 +4,8 @@ so that no name can point outside its folder (``../x``, ``/etc``, ``a/b``) or hi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 MAX_LENGTH = 200
 ALLOWED = "letters, digits, '-', '_' and '.' (not first)"
 
@@ -36,3 +38,13 @@ def check_name(value: object, what: str) -> str:
         raise ValueError(f"{what} {value!r} {problem}; it becomes part of a file name, so use only {ALLOWED}")
     assert isinstance(value, str)
     return value
+
+
+def canonical_name(value: str, known: Iterable[str]) -> str:
+    """The spelling of a built-in task or dataset name: underscores, as lm-eval spells its tasks
+    (``arc_easy``). A hyphenated spelling of a name in ``known`` (``arc-easy``) means that name;
+    anything else (a file, a user's own name) is returned unchanged."""
+    if not isinstance(value, str):
+        return value
+    underscored = value.replace("-", "_")
+    return underscored if underscored != value and underscored in set(known) else value

@@ -174,6 +174,66 @@ def test_summary_command_and_the_old_ablate_summary_flag_print_the_same(tmp_path
     assert "per point (correct" in new and "ahon_ln" in new and "per curve" in new
 
 
+def _summaries(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    from headstats.stats.summary import summarize_curves, summarize_interventions
+
+    rows = store.read_interventions(root)
+    points = summarize_interventions(rows)
+    return points, summarize_curves(rows, points)
+
+
+def test_summary_table_fits_120_columns_and_csv_json_carry_every_column(tmp_path: Path, capsys) -> None:
+    import io
+    import json
+    import shutil
+
+    _write_results(tmp_path)
+    long_name = "model=" + "a-fine-tuned-checkpoint-with-a-long-name-" * 3  # a chain's checkpoint slug
+    shutil.copytree(tmp_path / "model=m", tmp_path / long_name)
+    points, curves = _summaries(tmp_path)
+
+    assert main(["summary", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    assert max(map(len, table.splitlines())) <= 120
+    assert table.count("ahon_ln") == 4  # a point row and a curve row for each of the two models
+    assert "baseline" in table and "per curve" in table
+
+    assert main(["summary", str(tmp_path), "--format", "csv", "--table", "points"]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(capsys.readouterr().out)), points,
+                                  check_dtype=False, check_exact=False, rtol=1e-12)  # fmt: skip
+    assert main(["summary", str(tmp_path), "--format", "csv", "--table", "curves"]) == 0
+    assert pd.read_csv(io.StringIO(capsys.readouterr().out)).columns.tolist() == curves.columns.tolist()
+
+    assert main(["summary", str(tmp_path), "--format", "json"]) == 0
+    parsed = json.loads(capsys.readouterr().out)
+    assert parsed["metric"] == "correct" and len(parsed["points"]) == len(points) and len(parsed["curves"]) == 2
+    np.testing.assert_allclose([p["accuracy"] for p in parsed["points"]], points["accuracy"], rtol=1e-12)
+    assert [p["drop_upper"] is None for p in parsed["points"]] == points["drop_upper"].isna().tolist()  # NaN: null
+
+    assert main(["summary", str(tmp_path), "--format", "csv"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "headstats: error: --format: csv holds one table: add --table points or --table curves"
+    )
+
+
+def test_messages_carry_the_headstats_prefix_once(tmp_path: Path, capsys, monkeypatch) -> None:
+    import headstats.cli as cli
+
+    logging.getLogger("headstats").info("headstats: already prefixed")
+    logging.getLogger("headstats.lmeval").info("plain")
+    err = capsys.readouterr().err
+    assert "headstats: already prefixed" in err and "headstats: headstats:" not in err
+
+    def fail(args) -> int:
+        raise ValueError("headstats: generation under head zeroing is not defined")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["list"].set_defaults(func=fail)
+    assert cli.main(["list"]) == 2
+    assert capsys.readouterr().err == "headstats: error: generation under head zeroing is not defined\n"
+
+
 def test_quiet_silences_messages_and_progress_and_old_flags_are_aliases(tmp_path: Path) -> None:
     args = build_parser().parse_args(["report", str(tmp_path), "--out", str(tmp_path / "r"), "--bootstrap", "50"])
     spec = spec_from_args(args, ReportSpec)

@@ -421,10 +421,29 @@ def test_paper_chat_keeps_the_space_before_the_answer(data_dir: Path, tokenizer)
 
 
 def test_collection_dataset_names_and_unknown_name(data_dir: Path) -> None:
-    assert COLLECTION_DATASETS == ("mmlu", "piqa", "winogrande", "hellaswag", "arc-easy", "arc-challenge",
+    assert COLLECTION_DATASETS == ("mmlu", "piqa", "winogrande", "hellaswag", "arc_easy", "arc_challenge",
                                    "wikipedia", "books")  # fmt: skip
     with pytest.raises(ValueError, match=r"unknown dataset 'fineweb'.*mmlu, piqa.*wikipedia, books.*hf:OWNER/NAME"):
         collection_source("fineweb", data_dir=data_dir)
+
+
+def test_one_name_per_task_and_dataset_hyphens_accepted(data_dir: Path, tokenizer) -> None:
+    """Built-in tasks and datasets are spelled with underscores (as lm-eval's tasks); a hyphenated
+    spelling is the same name everywhere a name is read (Python, flags, analysis files)."""
+    from headstats.jobs.specs import AblateSection, CollectSection, SweepSpec
+
+    assert set(TASKS) & {"arc_easy", "arc_challenge"} == {"arc_easy", "arc_challenge"}
+    assert {"arc_easy", "arc_challenge"} <= set(COLLECTION_DATASETS)
+    assert not [name for name in (*TASKS, *COLLECTION_DATASETS) if "-" in name]
+    source = collection_source("arc-easy", data_dir=data_dir)
+    assert source.name == "arc_easy" and len(source) == len(collection_source("arc_easy", data_dir=data_dir))
+    assert load_task("arc-challenge", data_dir=data_dir).name == "arc_challenge"
+    assert load_task("mmlu-cloze", data_dir=data_dir).name == "mmlu_cloze"
+    assert AblateSection(task="arc-easy").task == "arc_easy"
+    assert CollectSection(datasets=("arc-easy", "my-notes.jsonl")).datasets == ("arc_easy", "my-notes.jsonl")
+    assert SweepSpec(calibration="arc-challenge").calibration == "arc-challenge"  # read as arc_challenge
+    with pytest.raises(ValueError, match="unknown task 'arc-hard'"):
+        load_task("arc-hard", data_dir=data_dir)
 
 
 def test_task_sources_yield_the_prompt_the_model_answers_from(data_dir: Path, tokenizer) -> None:
@@ -437,7 +456,7 @@ def test_task_sources_yield_the_prompt_the_model_answers_from(data_dir: Path, to
     wino = collection_source("winogrande", data_dir=data_dir)
     sid, ids = next(wino.iter_sequences(tokenizer, prompt_format="plain"))
     assert sid == 0 and tokenizer.decode(ids).endswith("Anna gave Beth a book because Beth")  # the gold option
-    assert [n for n, _ in collection_source("arc-easy", data_dir=data_dir).iter_sequences(tokenizer)] == [0, 1]
+    assert [n for n, _ in collection_source("arc_easy", data_dir=data_dir).iter_sequences(tokenizer)] == [0, 1]
 
 
 def test_truncation_keeps_the_end_of_prompts_the_start_of_text_and_the_bos(data_dir: Path, bos_tokenizer) -> None:
@@ -595,8 +614,8 @@ def test_real_data_loads_for_every_task() -> None:
 @pytest.mark.integration
 def test_real_collection_sources(tokenizer) -> None:
     sizes = {name: len(collection_source(name)) for name in COLLECTION_DATASETS}
-    assert sizes == {"mmlu": 14042, "piqa": 1838, "winogrande": 1267, "hellaswag": 10042, "arc-easy": 570,
-                     "arc-challenge": 299, "wikipedia": 2938, "books": 5151}  # fmt: skip
+    assert sizes == {"mmlu": 14042, "piqa": 1838, "winogrande": 1267, "hellaswag": 10042, "arc_easy": 570,
+                     "arc_challenge": 299, "wikipedia": 2938, "books": 5151}  # fmt: skip
     for name in COLLECTION_DATASETS:
         got = list(itertools.islice(collection_source(name).iter_sequences(tokenizer, max_length=32), 2))
         assert len(got) == 2 and all(0 < len(ids) <= 32 for _, ids in got), name

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -31,8 +32,32 @@ class _StderrHandler(logging.StreamHandler):
         pass
 
 
+PREFIX = "headstats: "
+
+
+def without_prefix(text: str) -> str:
+    """``text`` without a leading "headstats: ", which the command line adds itself (never twice)."""
+    return text[len(PREFIX) :] if text.startswith(PREFIX) else text
+
+
+class _Formatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return PREFIX + without_prefix(super().format(record))
+
+
 _HANDLER = _StderrHandler()
-_HANDLER.setFormatter(logging.Formatter("headstats: %(message)s"))
+_HANDLER.setFormatter(_Formatter("%(message)s"))
+
+# Errors that end a command with one line (exit status 2) instead of a traceback. headstats' own
+# error classes are looked up only in modules already imported (an error of a module never
+# imported cannot have been raised), so that `headstats --help` imports neither.
+_ONE_LINE_ERRORS = (ValueError, FileNotFoundError, RuntimeError)
+_ONE_LINE_ERROR_CLASSES = (("headstats.io.assets", "AssetError"), ("headstats.io.store", "StoreError"))
+
+
+def _is_one_line_error(err: BaseException) -> bool:
+    classes = [getattr(sys.modules[m], name) for m, name in _ONE_LINE_ERROR_CLASSES if m in sys.modules]
+    return isinstance(err, (*_ONE_LINE_ERRORS, *classes))
 
 
 def configure_logging(quiet: bool) -> None:
@@ -74,9 +99,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from headstats.io.assets import AssetError
-    from headstats.io.store import StoreError
-
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
@@ -84,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             argv = join_dash_values(argv, parser)
         args = parser.parse_args(argv)
     except CommandLineError as err:
-        print(f"headstats: error: {err}", file=sys.stderr)
+        print(f"headstats: error: {without_prefix(str(err))}", file=sys.stderr)
         return 2
     configure_logging(bool(getattr(args, "quiet", False)))
     try:
@@ -92,8 +114,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("headstats: interrupted; finished parts are kept and a re-run resumes from them", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, AssetError, StoreError, RuntimeError) as err:
-        print(f"headstats: error: {err}", file=sys.stderr)
+    except BrokenPipeError:  # the reader stopped early (`headstats summary ... | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
+        return 0
+    except Exception as err:
+        if not _is_one_line_error(err):
+            raise
+        print(f"headstats: error: {without_prefix(str(err))}", file=sys.stderr)
         return 2
     return int(result or 0)
 

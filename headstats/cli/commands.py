@@ -9,12 +9,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-
-import pandas as pd
 
 from headstats.cli.options import add_resources, add_spec, spec_from_args
 from headstats.jobs.specs import (
@@ -32,6 +29,7 @@ from headstats.jobs.specs import (
     Resources,
     Results,
     RunSpec,
+    SummaryOutput,
     SummarySpec,
     SweepSpec,
     narrow,
@@ -181,19 +179,30 @@ def add_summary(sub: Subparsers) -> None:
     )
     add_spec(p, Results)
     add_spec(p, SummarySpec)
+    add_spec(p, SummaryOutput)
     p.set_defaults(func=run_summary)
 
 
 def run_summary(args: argparse.Namespace) -> int:
-    print_summary(spec_from_args(args, Results).results, metric=spec_from_args(args, SummarySpec).metric)
+    output = spec_from_args(args, SummaryOutput)
+    print_summary(spec_from_args(args, Results).results, metric=spec_from_args(args, SummarySpec).metric,
+                  fmt=output.format, table=output.table)  # fmt: skip
     return 0
 
 
 def print_summary(
-    root: str | os.PathLike, *, metric: str = "correct", model: str | None = None, task: str | None = None
+    root: str | os.PathLike,
+    *,
+    metric: str = "correct",
+    model: str | None = None,
+    task: str | None = None,
+    fmt: str = "table",
+    table: str = "both",
 ) -> None:
     """Print the per-point and per-curve summaries of the intervention results under ``root``
-    (only ``model`` / ``task``, given as their partition values, if set)."""
+    (only ``model`` / ``task``, given as their partition values, if set) in ``fmt``
+    (:func:`headstats.cli.tables.format_summary`)."""
+    from headstats.cli.tables import format_summary
     from headstats.io import store
     from headstats.stats.summary import summarize_curves, summarize_interventions
 
@@ -203,13 +212,7 @@ def print_summary(
             df = df[df[col] == value]
     points = summarize_interventions(df, metric=metric)
     curves = summarize_curves(df, points)
-    with pd.option_context("display.width", 200, "display.max_columns", 30, "display.max_rows", 500):
-        print(f"per point ({metric}; accuracy and differences in points, realised in % of heads):")
-        print(points.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-        if len(curves):
-            print("\nper curve:")
-            print(curves.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    sys.stdout.flush()
+    print(format_summary(points, curves, metric=metric, fmt=fmt, table=table), flush=True)
 
 
 # --- report and paper -----------------------------------------------------------------------------
@@ -251,6 +254,8 @@ def add_paper(sub: Subparsers) -> None:
 
 
 def run_paper(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from headstats.report.paper import write_paper
 
     out = str(spec_from_args(args, Output).out)

@@ -418,3 +418,8 @@ def hooked_module(model: PreTrainedModel) -> torch.nn.Module:
     # base model itself.
     base = getattr(model, "base_model", None)
     return base if isinstance(base, torch.nn.Module) else model
+
+
+# Registered on import: every headstats path that sets attn_implementation="headstats" imports this
+# module first, and a user's `attn_implementation=headstats.ATTN_IMPLEMENTATION` does too.
+register()

@@ -22,9 +22,13 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+# torch is imported inside the functions that compute, not here: the registry (ids, names,
+# directions) is read by the command line, which must start without loading torch.
 
 from headstats.names import check_name
 
@@ -53,6 +57,8 @@ class TokenRows:
 
     @cached_property
     def output_norm(self) -> torch.Tensor:
+        import torch
+
         return torch.linalg.vector_norm(self.outputs, dim=-1)
 
     @cached_property
@@ -60,6 +66,8 @@ class TokenRows:
         """(B, H, C) logsumexp of each row's logits, read off the softmax at the diagonal
         (ln A[t, t] = z[t, t] - lse[t]; the diagonal is never masked) instead of another pass over
         the row; rows whose diagonal probability underflows are recomputed exactly."""
+        import torch
+
         b, h, c, _ = self.probs.shape
         diag = torch.arange(self.start, self.start + c, device=self.probs.device).view(1, 1, c, 1).expand(b, h, c, 1)
         p_tt = self.probs.gather(-1, diag).squeeze(-1)
@@ -86,11 +94,15 @@ def attention_entropy(rows: TokenRows) -> torch.Tensor:
     The two are equal for a softmax (ln A = z - lse), and the second needs no logarithm per
     element and no special case for A = 0 (masked keys have A = 0 exactly, so they add nothing).
     """
+    import torch
+
     return rows.log_normaliser - torch.einsum("bhcs,bhcs->bhc", rows.probs, rows.logits)
 
 
 def value_norm(rows: TokenRows) -> torch.Tensor:
     """||V[t]||_2, computed once per KV head and shared by the query heads of its group."""
+    import torch
+
     return torch.linalg.vector_norm(rows.kv_values, dim=-1).repeat_interleave(rows.group_size, dim=1)
 
 
@@ -102,13 +114,15 @@ def output_norm(rows: TokenRows) -> torch.Tensor:
 def projected_output_norm(rows: TokenRows) -> torch.Tensor:
     """||W_O[:, h] O[t]||_2 computed as sqrt(O^T (W_h^T W_h) O): a D x D form per head instead of
     materialising the d_model-sized vector of every head and token."""
+    import torch
+
     if rows.out_proj_gram is None:
         raise ValueError("projected_output_norm needs the layer's output projection (out_proj_gram)")
     quad = (torch.matmul(rows.outputs, rows.out_proj_gram) * rows.outputs).sum(-1)
     return quad.clamp_min(0).sqrt()
 
 
-TokenStat = Callable[[TokenRows], torch.Tensor]
+TokenStat = Callable[[TokenRows], "torch.Tensor"]
 
 
 # --- the registry -------------------------------------------------------------------------------
@@ -155,6 +169,8 @@ class Ratio:
     over: Literal["layer", "head"] = "layer"
 
     def apply(self, raw: dict[str, torch.Tensor]) -> torch.Tensor:
+        import torch
+
         num = raw[self.numerator]
         den = raw[self.denominator]
         if self.over == "layer":
@@ -399,6 +415,8 @@ def pool_rows(
     ``first`` / ``last`` return the statistic at the first / last valid token if it lies in the
     chunk, and 0 otherwise, so that summing the contributions of all chunks gives the score.
     """
+    import torch
+
     positions = torch.arange(rows.start, rows.stop, device=stat.device)
     if pool == "mean":
         weight = valid[:, rows.start : rows.stop].to(stat.dtype)

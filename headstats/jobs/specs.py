@@ -27,15 +27,19 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
-
-import torch
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from headstats.engine import scores as S
+from headstats.names import canonical_name
+
+if TYPE_CHECKING:
+    import torch
 
 LAUNCHERS: tuple[str, ...] = ("local", "slurm", "debug")
 METRICS: tuple[str, ...] = ("correct", "correct_norm")
 STAGES: tuple[str, ...] = ("collect", "ablate", "report")
+SUMMARY_FORMATS: tuple[str, ...] = ("table", "csv", "json")
+SUMMARY_TABLES: tuple[str, ...] = ("both", "points", "curves")
 # How a sweep's passes compute attention: chosen by its scores, or pinned (SweepSpec.attention_kernel).
 ATTENTION_KERNELS: tuple[str, ...] = ("auto", "explicit", "fused")
 DEFAULT_SWEEP_SCORES = ("ahon_ln", "awft", "random")
@@ -211,6 +215,8 @@ def hints(cls: type) -> dict[str, Any]:
 
 def check_device(device: str | torch.device | None) -> str:
     """The device type a model will be loaded on; an unusable device fails here, before any work."""
+    import torch  # here, not at the top: the command line reads the specs without loading torch
+
     if device is None:
         return "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -243,6 +249,7 @@ class Spec:
                 value = _coerce(types_[f.name], value)
             except TypeError:
                 raise SpecError(f.name, f"expected {_describe(types_[f.name])}, not {value!r}") from None
+            value = _canonical(f, value)
             object.__setattr__(self, f.name, value)
             if value is not None:
                 _check_value(f, value)
@@ -316,6 +323,17 @@ class Spec:
         return {f.name: getattr(self, f.name) for f in fields(self) if not f.metadata.get("runtime")}
 
 
+def _canonical(f: Field, value: Any) -> Any:
+    """A choice spelled with '-' for '_' (``arc-easy``) is that choice (``arc_easy``): one name per
+    task and dataset (:func:`headstats.names.canonical_name`)."""
+    names = choices_of(f) if value is not None else ()
+    if not names:
+        return value
+    if isinstance(value, tuple):
+        return tuple(canonical_name(item, names) for item in value)
+    return canonical_name(value, names)
+
+
 def _check_value(f: Field, value: Any) -> None:
     meta = f.metadata
     items = value if isinstance(value, tuple) else (value,)
@@ -384,7 +402,7 @@ def _sample_methods() -> tuple[str, ...]:
 
 
 def _rank_metrics() -> tuple[str, ...]:
-    from headstats.stats.ranking import RANK_METRICS
+    from headstats.stats import RANK_METRICS
 
     return tuple(RANK_METRICS)
 
@@ -397,7 +415,8 @@ def _score_id(score_id: str) -> None:
 
 def _calibration_source(value: str) -> None:
     """What ``calibration`` names exists: eval, a folder, a file, a collection dataset or a Hub dataset."""
-    if value == "eval" or value in _datasets() or value.startswith("hf:") or Path(value).expanduser().exists():
+    builtin = canonical_name(value, _datasets()) in _datasets()
+    if value == "eval" or builtin or value.startswith("hf:") or Path(value).expanduser().exists():
         return
     raise ValueError(
         f"unknown calibration {value!r}: give eval (the scores of the evaluation prompts themselves, the study's "
@@ -440,6 +459,8 @@ class LoadOptions(Spec):
     token: str | None = option(None, "Hugging Face token for gated models (default: the logged-in one)", toml=False)
 
     def check(self) -> None:
+        import torch
+
         from headstats.io.models import resolve_dtype
 
         try:
@@ -581,6 +602,30 @@ class SummarySpec(Spec):
     WHAT: ClassVar[str] = "summary"
 
     metric: str = option("correct", "accuracy column", choices=METRICS, noun="metric")
+
+
+@dataclass(frozen=True)
+class SummaryOutput(Spec):
+    """How ``headstats summary`` prints its tables: aligned for reading (the main columns, at most
+    120 characters a line) or every column as CSV or JSON for scripts."""
+
+    WHAT: ClassVar[str] = "summary output"
+
+    format: str = option(
+        "table",
+        "table: the main columns, grouped by model and task, fitting 120 columns; csv or json: every column",
+        choices=SUMMARY_FORMATS,
+        noun="format",
+        toml=False,
+    )
+    table: str = option(
+        "both", "which table: points (one row per sweep point), curves (one per curve) or both",
+        choices=SUMMARY_TABLES, noun="table", toml=False,
+    )  # fmt: skip
+
+    def check(self) -> None:
+        if self.format == "csv" and self.table == "both":
+            raise SpecError("format", "csv holds one table: add --table points or --table curves")
 
 
 @dataclass(frozen=True)
@@ -1001,6 +1046,7 @@ __all__ = [
     "RunSpec",
     "Spec",
     "SpecError",
+    "SummaryOutput",
     "SummarySpec",
     "SweepSpec",
     "check_device",

@@ -21,3 +21,7 @@ questions) and names the unit in a ``cluster`` column; p-values of one table are
 Submodules are imported explicitly (``from headstats.stats import distances``); nothing is
 imported here, so that reading one statistic does not import the others.
 """
+
+# How curves are ranked (:mod:`~headstats.stats.ranking`); here so that the command line can offer
+# the choices without importing scipy and pandas.
+RANK_METRICS = ("norm_auc", "grid_auc")

@@ -27,11 +27,11 @@ import pandas as pd
 from scipy import stats as _st
 
 from headstats.engine.scores import score_ids as registered_score_ids
+from headstats.stats import RANK_METRICS
 from headstats.stats import curves as C
 from headstats.stats import summary as S
 from headstats.stats.distances import holm
 
-RANK_METRICS = ("norm_auc", "grid_auc")
 NO_HEAD_ZEROED = "no head zeroed"
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from headstats.io.tasks.data import DataRoot, data_root
-from headstats.names import check_name
+from headstats.names import canonical_name, check_name
 
 # How ``limit`` selects documents or questions: a seeded random sample, stratified by subject where
 # there are subjects, or the first ones in source order.
@@ -119,6 +119,7 @@ def register(task: Task) -> Task:
 def get_task(name: str) -> Task:
     if isinstance(name, Task):
         return name
+    name = canonical_name(name, TASKS)
     if name not in TASKS:
         raise ValueError(f"unknown task {name!r}: choose from {', '.join(sorted(TASKS))}")
     return TASKS[name]

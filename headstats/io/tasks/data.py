@@ -13,8 +13,10 @@ import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import datasets
+if TYPE_CHECKING:
+    import datasets
 
 HF_DATASETS = "hf_datasets"
 OE_EVAL_TASKS = "oe_eval_tasks"
@@ -69,6 +71,8 @@ class DataRoot:
 
 @functools.lru_cache(maxsize=256)
 def _load_from_disk(path: str) -> datasets.Dataset:
+    import datasets  # here, not at the top: the command line lists tasks without loading datasets
+
     return datasets.load_from_disk(path)
 
 

@@ -33,11 +33,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Literal
 
 from headstats.io.tasks.base import Question
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 PROMPT_FORMATS: dict[str, str] = {
     "tokenizer": "the tokenizer's own special tokens, no chat template (lm-eval's default today)",
