@@ -27,66 +27,26 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from headstats.io import store
 from headstats.report import plots
-from headstats.report.sections.context import Context, Writer, fit_sentences
+from headstats.report.sections.context import (
+    STAGE_NAMES,
+    Context,
+    Writer,
+    chain_order,
+    chain_recipe,
+    fit_sentences,
+)
 from headstats.stats import distances
 from headstats.stats.constant import constant_scores
 from headstats.stats.learning import PRIMARY, learning_verdicts, training_signal
 from headstats.stats.movement import head_shift_test
 
-STAGES = ("base", "sft", "dpo", "grpo")
-STAGE_NAMES = {"base": "base", "sft": "SFT", "dpo": "DPO", "grpo": "GRPO"}
 FAMILY_ALPHA = 0.01  # the Holm-adjusted level the permutation count lets the whole family reach
 HEAD_ALPHA = 0.05  # family-wise error of the per-head max-T test, per comparison
 HEAD_PERMUTATIONS = 9999
-
-
-def _recipe(root: Path | None) -> dict:
-    path = root / "recipe.json" if root else None
-    return json.loads(path.read_text()).get("recipe", {}) if path and path.is_file() else {}
-
-
-def chain_order(checkpoints: dict[str, dict]) -> pd.DataFrame:
-    """One row per checkpoint: ``model, chain, seed, stage, step, steps, cumulative_step, label`` in
-    training order (``cumulative_step`` counts the steps of the earlier stages too; ``label``: ``SFT 40``,
-    ``SFT 40 (seed 1)`` for a replicate chain). The chain of the (one) base is the ``primary`` one."""
-    rows = []
-    for model, info in checkpoints.items():
-        if info.get("stage") not in STAGES:
-            continue
-        root = info.get("root")
-        seed = _recipe(root).get("seed")
-        # The base's record names no chain (it is the chain's start): its folder does.
-        chain = info.get("chain") or (root.name if root is not None else "")
-        rows.append({
-            "model": model, "chain": str(chain), "seed": seed, "stage": info["stage"],
-            "step": int(info.get("step") or 0), "steps": int(info.get("steps") or 0),
-        })  # fmt: skip
-    columns = ["model", "chain", "seed", "stage", "step", "steps"]
-    frame = pd.DataFrame(rows, columns=columns)
-    if frame.empty:
-        return frame.assign(cumulative_step=[], label=[], primary=[])
-    bases = frame[frame["stage"] == "base"]
-    primary_chain = str(bases["chain"].iloc[0]) if len(bases) == 1 else ""
-    trained_chains = list(dict.fromkeys(frame.loc[frame["stage"] != "base", "chain"]))
-    if not primary_chain and len(trained_chains) == 1:  # a base whose folder is not on this machine
-        primary_chain = trained_chains[0]
-    frame["primary"] = frame["chain"].eq(primary_chain) | frame["stage"].eq("base")
-    frame["order"] = frame["stage"].map(STAGES.index)
-    frame = frame.sort_values(["primary", "order", "step"], ascending=[False, True, True], kind="stable")
-    totals = frame[frame["primary"]].groupby("order")["steps"].max()
-    before = {o: int(totals[totals.index < o].sum()) for o in range(len(STAGES))}
-    frame["cumulative_step"] = frame["step"] + frame["order"].map(before)
-    seed_text = frame["seed"].map(lambda s: "" if pd.isna(s) else f" (seed {int(s)})")
-    frame["label"] = frame["stage"].map(STAGE_NAMES) + np.where(
-        frame["stage"].eq("base"), "", " " + frame["step"].astype(str)
-    )
-    frame.loc[~frame["primary"], "label"] += seed_text[~frame["primary"]]
-    return frame.drop(columns="order").reset_index(drop=True)
 
 
 @dataclass
@@ -148,7 +108,7 @@ def _chain_metrics(context: Context, chain: pd.DataFrame) -> tuple[pd.DataFrame,
             continue
         seen.add(root)
         metrics = json.loads((root / "metrics.json").read_text())
-        seed = _recipe(root).get("seed")
+        seed = chain_recipe(root).get("seed")
         primary = bool(chain.loc[chain["chain"] == root.name, "primary"].any())
         tags = {"chain": root.name, "seed": seed, "primary": primary}
         learning.append(learning_verdicts(metrics, seed=context.options.seed).assign(**tags))
@@ -444,7 +404,7 @@ def _distances(writer: Writer, analysis: ChainAnalysis) -> None:
     tests = analysis.tests
     shown = [
         "comparison", "dataset", "stage", "step", "cumulative_step", "score", "model_b", "w1", "w1_iqr",
-        "w1_iqr_low", "w1_iqr_high", "p_value", "p_holm", "n_seq_a",
+        "w1_iqr_low", "w1_iqr_high", "p_value", "p_holm", "p_holm_min", "n_tests", "n_perm", "n_seq_a",
     ]  # fmt: skip
     writer.text(
         f"Every test of the report, one Holm family of {len(tests)} (p_holm reaches {tests['p_holm_min'].iloc[0]:.3g} "
