@@ -13,6 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -26,6 +27,8 @@ from headstats.stats.summary import summarize_curves, summarize_interventions
 
 ABSTRACT_WORDS = 150  # the most words an abstract may have: read in 30 seconds
 IN_PAGE_LINK = re.compile(r"\[([^\]]+)\]\((#[A-Za-z0-9_-]+)\)")  # [text](#anchor) in a section's text
+STAGES = ("base", *FINETUNE_STAGES)  # a fine-tuning chain's stages in training order
+STAGE_NAMES = {"base": "base", "sft": "SFT", "dpo": "DPO", "grpo": "GRPO"}
 
 
 def word_count(text: str) -> int:
@@ -45,6 +48,51 @@ def fit_sentences(sentences: list[str], limit: int = ABSTRACT_WORDS) -> str:
         kept.append(sentence)
         words += n
     return " ".join(kept)
+
+
+def chain_recipe(root: Path | None) -> dict:
+    """The recipe a fine-tuning chain's folder records (``recipe.json``), or {} without one."""
+    path = root / "recipe.json" if root else None
+    return json.loads(path.read_text()).get("recipe", {}) if path and path.is_file() else {}
+
+
+def chain_order(checkpoints: dict[str, dict]) -> pd.DataFrame:
+    """One row per checkpoint: ``model, chain, seed, stage, step, steps, cumulative_step, label`` in
+    training order (``cumulative_step`` counts the steps of the earlier stages too; ``label``: ``SFT 40``,
+    ``SFT 40 (seed 1)`` for a replicate chain). The chain of the (one) base is the ``primary`` one."""
+    rows = []
+    for model, info in checkpoints.items():
+        if info.get("stage") not in STAGES:
+            continue
+        root = info.get("root")
+        seed = chain_recipe(root).get("seed")
+        # The base's record names no chain (it is the chain's start): its folder does.
+        chain = info.get("chain") or (root.name if root is not None else "")
+        rows.append({
+            "model": model, "chain": str(chain), "seed": seed, "stage": info["stage"],
+            "step": int(info.get("step") or 0), "steps": int(info.get("steps") or 0),
+        })  # fmt: skip
+    columns = ["model", "chain", "seed", "stage", "step", "steps"]
+    frame = pd.DataFrame(rows, columns=columns)
+    if frame.empty:
+        return frame.assign(cumulative_step=[], label=[], primary=[])
+    bases = frame[frame["stage"] == "base"]
+    primary_chain = str(bases["chain"].iloc[0]) if len(bases) == 1 else ""
+    trained_chains = list(dict.fromkeys(frame.loc[frame["stage"] != "base", "chain"]))
+    if not primary_chain and len(trained_chains) == 1:  # a base whose folder is not on this machine
+        primary_chain = trained_chains[0]
+    frame["primary"] = frame["chain"].eq(primary_chain) | frame["stage"].eq("base")
+    frame["order"] = frame["stage"].map(STAGES.index)
+    frame = frame.sort_values(["primary", "order", "step"], ascending=[False, True, True], kind="stable")
+    totals = frame[frame["primary"]].groupby("order")["steps"].max()
+    before = {o: int(totals[totals.index < o].sum()) for o in range(len(STAGES))}
+    frame["cumulative_step"] = frame["step"] + frame["order"].map(before)
+    seed_text = frame["seed"].map(lambda s: "" if pd.isna(s) else f" (seed {int(s)})")
+    frame["label"] = frame["stage"].map(STAGE_NAMES) + np.where(
+        frame["stage"].eq("base"), "", " " + frame["step"].astype(str)
+    )
+    frame.loc[~frame["primary"], "label"] += seed_text[~frame["primary"]]
+    return frame.drop(columns="order").reset_index(drop=True)
 
 
 class Writer(Protocol):
@@ -202,8 +250,6 @@ class Context:
         1)`` for one of a replicate chain, ``base`` for a chain's base, the model's own name otherwise;
         the full names (with the chain's hash) go in a legend table. Where two models would still get
         one label, both keep their names."""
-        from headstats.report.sections.finetuning import chain_order  # the section imports this module
-
         chain = chain_order(self.checkpoints).set_index("model")["label"]
         labels = {model: str(chain.get(model, model)) for model in self.model_order}
         counts = pd.Series(list(labels.values())).value_counts()
