@@ -258,19 +258,19 @@ def test_the_committed_study_results_resume_under_the_study_file(monkeypatch: py
     """results/study/ is committed so that a fresh checkout resumes the powered study: every committed
     partition has the run key the study file plans now (a sweep refuses to resume under another) and
     the weights' fingerprint of the model it names, and every committed point is one the file plans."""
-    from headstats.io.models import _directory_fingerprint, resolve_model_path
-    from headstats.jobs.analysis import _merged_load, planned_points
+    from headstats.io.models import directory_fingerprint, resolve_model_path
+    from headstats.jobs.analysis import merged_load, planned_points
 
     monkeypatch.chdir(ANALYSES.parent)
     spec = load_analysis(ANALYSES / "study.toml")
     partitions, stray = store.find_partitions(spec.results)
     assert partitions and not stray
-    planned = planned_points(spec, spec.models, _merged_load(spec, None))  # raises where a run key differs
+    planned = planned_points(spec, spec.models, merged_load(spec, None))  # raises where a run key differs
     keys = set(zip(planned["model"], planned["task"], planned["score"], planned["target"].round(6), strict=True))
     for partition in partitions:
         model = partition.provenance["model"]
         assert model in spec.models and partition.provenance["dtype"] == "bfloat16"
-        assert partition.provenance["revision"] == _directory_fingerprint(Path(resolve_model_path(model)))
+        assert partition.provenance["revision"] == directory_fingerprint(Path(resolve_model_path(model)))
         for path in store.data_files(partition.path):
             point = store.file_provenance(path)["point"]
             assert (partition.model, partition.name, point["score"], round(point["target"], 6)) in keys

@@ -351,7 +351,7 @@ def model_identity(model: PreTrainedModel) -> dict[str, object]:
     commit = getattr(model.config, "_commit_hash", None) or getattr(model, "headstats_commit", None) or ""
     revision = commit
     if not revision and path.is_dir():
-        revision = _directory_fingerprint(path)
+        revision = directory_fingerprint(path)
     identity = {
         "model": str(name),
         "model_path": assets.public_path(str(model.config.name_or_path or "")),
@@ -378,7 +378,7 @@ def checkpoint_info(path: Path) -> dict:
     return info if isinstance(info, dict) else {}
 
 
-def _directory_fingerprint(path: Path) -> str:
+def directory_fingerprint(path: Path) -> str:
     """A content hash of a checkpoint directory: config plus the bytes of every weight file, so
     weights saved again in place get another identity (each file's hash is cached by path, size
     and times in :mod:`headstats.io.fingerprint`, so reruns cost nothing)."""

@@ -182,7 +182,7 @@ def load_analysis(path: str | Path) -> AnalysisSpec:
     )
 
 
-def _merged_load(spec: AnalysisSpec, load: LoadOptions | Mapping[str, Any] | None) -> LoadOptions:
+def merged_load(spec: AnalysisSpec, load: LoadOptions | Mapping[str, Any] | None) -> LoadOptions:
     """The file's [models] dtype/device, with the ones given (command line) taking precedence."""
     given = load.kwargs() if isinstance(load, LoadOptions) else dict(load or {})
     return LoadOptions.from_kwargs({k: v for k, v in given.items() if v is not None}, base=spec.load)
@@ -209,7 +209,7 @@ def run_analysis(
     if unknown:
         raise ValueError(f"unknown stage(s) {', '.join(unknown)}: choose from {', '.join(STAGES)}")
     models = spec.selected_models(all_models, only_models)
-    load = _merged_load(spec, load)
+    load = merged_load(spec, load)
     store.ensure_writable(spec.results)
     started = time.monotonic()
     model_stages = [s for s in stages if s in ("collect", "ablate")]
@@ -287,7 +287,7 @@ def run_model_stages(
 
     spec = analysis if isinstance(analysis, AnalysisSpec) else load_analysis(analysis)
     logger.info("[%s] loading", model)
-    loaded, tokenizer = load_model(model, **_merged_load(spec, load).kwargs())
+    loaded, tokenizer = load_model(model, **merged_load(spec, load).kwargs())
     if "collect" in stages:
         collect = replace(spec.collect, progress=progress)
         for dataset in spec.collect_datasets:

@@ -124,9 +124,9 @@ def dry_run(
     """Plan every stage of ``analysis`` (an :class:`~headstats.jobs.analysis.AnalysisSpec`) without
     writing anything, measuring each unit's throughput on ``probe_sequences`` of its own sequences."""
     from headstats.io.models import load_model
-    from headstats.jobs.analysis import _merged_load
+    from headstats.jobs.analysis import merged_load
 
-    load = _merged_load(analysis, load)
+    load = merged_load(analysis, load)
     units: list[WorkUnit] = []
     device = "?"
     for name in analysis.selected_models(all_models, only_models):

@@ -175,7 +175,7 @@ def _position_logits(
     return logits
 
 
-def _position_logprobs(
+def position_logprobs(
     model: PreTrainedModel, call: Callable[..., object], inputs: dict[str, torch.Tensor], positions: torch.Tensor
 ) -> torch.Tensor:
     """fp32 log-softmax at ``positions`` -> (B, P, V): whole rows, for readers that need more than

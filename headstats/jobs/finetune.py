@@ -249,9 +249,9 @@ def base_identity(base: str) -> str:
         return base
     path = Path(base).expanduser()
     if path.is_dir():
-        from headstats.io.models import _directory_fingerprint
+        from headstats.io.models import directory_fingerprint
 
-        return f"{path.name}:{_directory_fingerprint(path)}"
+        return f"{path.name}:{directory_fingerprint(path)}"
     return base
 
 

@@ -37,7 +37,7 @@ from headstats.stats.distances import (
     sequence_keys,
 )
 from headstats.stats.overlap import jaccard
-from headstats.stats.stability import _grouped_mean, _split_half_spearman, spearman
+from headstats.stats.stability import grouped_mean, spearman, split_half_spearman
 
 
 def _dataset_rows(scores: pd.DataFrame, model: str, dataset: str | None) -> pd.DataFrame:
@@ -51,7 +51,7 @@ def _dataset_rows(scores: pd.DataFrame, model: str, dataset: str | None) -> pd.D
 
 def _head_means(rows: pd.DataFrame, sid: str, heads: pd.MultiIndex) -> np.ndarray:
     codes = heads.get_indexer(pd.MultiIndex.from_arrays([rows["layer"].to_numpy(), rows["head"].to_numpy()]))
-    return _grouped_mean(rows[sid].to_numpy(dtype=np.float64), codes, len(heads))
+    return grouped_mean(rows[sid].to_numpy(dtype=np.float64), codes, len(heads))
 
 
 def _heads(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str]) -> pd.MultiIndex:
@@ -102,7 +102,7 @@ def head_movement(
     for si, sid in enumerate(sids):
         ma, mb = _head_means(a, sid, heads), _head_means(b, sid, heads)
         rng = np.random.default_rng([seed, si])
-        split = _split_half_spearman(a[sid].to_numpy(dtype=np.float64), codes_a, clusters, len(heads), n_split, rng)
+        split = split_half_spearman(a[sid].to_numpy(dtype=np.float64), codes_a, clusters, len(heads), n_split, rng)
         ia, ib = most_inactive(ma, sid, rate), most_inactive(mb, sid, rate)
         out.append({
             "model_a": model_a, "model_b": model_b, "dataset": dataset, "score": sid,

@@ -70,7 +70,9 @@ def _head_index(rows: pd.DataFrame) -> tuple[np.ndarray, pd.MultiIndex]:
     return codes, heads
 
 
-def _grouped_mean(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
+def grouped_mean(values: np.ndarray, groups: np.ndarray, n: int) -> np.ndarray:
+    """Mean of the finite ``values`` in each of the ``n`` groups (codes 0..n-1): a per-head mean over
+    sequences when ``groups`` are head codes; NaN for a group with no finite value."""
     ok = np.isfinite(values)
     total = np.bincount(groups[ok], weights=values[ok], minlength=n)
     count = np.bincount(groups[ok], minlength=n)
@@ -115,11 +117,11 @@ def rank_stability(
     out = []
     for si, sid in enumerate(sids):
         values = rows[sid].to_numpy(dtype=np.float64)
-        means = {d: _grouped_mean(values[idx], heads[idx], n_heads) for d, idx in per_dataset.items()}
+        means = {d: grouped_mean(values[idx], heads[idx], n_heads) for d, idx in per_dataset.items()}
         split = {}
         for di, (d, idx) in enumerate(per_dataset.items()):
             rng = np.random.default_rng([seed, si, di])
-            split[d] = _split_half_spearman(values[idx], heads[idx], clusters[idx], n_heads, n_split, rng)
+            split[d] = split_half_spearman(values[idx], heads[idx], clusters[idx], n_heads, n_split, rng)
         for da, db in combinations(datasets, 2):
             both = np.isfinite(means[da]) & np.isfinite(means[db])
             out.append({
@@ -131,10 +133,12 @@ def rank_stability(
     return pd.DataFrame(out)
 
 
-def _split_half_spearman(
+def split_half_spearman(
     values: np.ndarray, heads: np.ndarray, clusters: np.ndarray, n_heads: int, n_split: int, rng: np.random.Generator
 ) -> float:
-    """Spearman-Brown corrected mean split-half correlation of per-head means, halving clusters."""
+    """Split-half reliability of per-head means: the Spearman correlation between the means of two
+    random halves of the ``clusters`` (``n_split`` halvings drawn from ``rng``), averaged and
+    Spearman-Brown corrected to full length; NaN with fewer than two clusters or no halving."""
     codes, uniques = pd.factorize(clusters)
     if n_split < 1 or len(uniques) < 2:
         return float("nan")
@@ -142,8 +146,8 @@ def _split_half_spearman(
     for _ in range(n_split):
         half = rng.permutation(len(uniques)) < len(uniques) // 2
         in_first = half[codes]
-        first = _grouped_mean(values[in_first], heads[in_first], n_heads)
-        second = _grouped_mean(values[~in_first], heads[~in_first], n_heads)
+        first = grouped_mean(values[in_first], heads[in_first], n_heads)
+        second = grouped_mean(values[~in_first], heads[~in_first], n_heads)
         rhos.append(spearman(first, second))
     finite = [r for r in rhos if np.isfinite(r)]
     return spearman_brown(float(np.mean(finite))) if finite else float("nan")
