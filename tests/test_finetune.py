@@ -334,3 +334,17 @@ def test_report_reads_the_chain(chain, base_dir, tmp_path_factory, tmp_path):
     bos = headstats.read_scores(contrast)
     expected = wasserstein_distance(table.loc[table["model"] == base, "awft"], bos["awft"])
     assert formats.loc[formats["score"] == "awft", "w1"].iloc[0] == pytest.approx(expected, rel=1e-6)
+
+
+def test_off_topic_rejections_are_other_questions_gold_answers():
+    """``rejected="other_question"`` pairs each prompt's gold answer with the gold answer of another
+    question: never its own, and the same pairs whatever the row order."""
+    data = fd.stage_data("dpo", eval_fraction=0.25, rejected="other_question")
+    golds = {fd.normalise(r[-1]["content"]) for r in data.train["chosen"]} | {
+        fd.normalise(r[-1]["content"]) for r in data.eval["chosen"]
+    }
+    for row in data.train.select(range(50)):
+        chosen, rejected = row["chosen"][-1]["content"], row["rejected"][-1]["content"]
+        assert fd.normalise(chosen) != fd.normalise(rejected) and fd.normalise(rejected) in golds
+    with pytest.raises(ValueError, match="unknown rejected-answer kind 'worst'"):
+        fd.stage_data("dpo", eval_fraction=0.25, rejected="worst")

@@ -119,31 +119,47 @@ def _hellaswag_text(text: str) -> str:
     return _BRACKETS.sub("", text).replace("  ", " ")
 
 
-def _dpo_rows(dataset: str, rows: list[dict]) -> Iterator[tuple[str, dict]]:
-    for row in rows:
-        if dataset == HELLASWAG:
-            context = _hellaswag_text(row["ctx_a"] + " " + row["ctx_b"].capitalize())
-            endings = [_hellaswag_text(e) for e in row["endings"]]
-            gold = int(row["label"])
-            prompt = f"Continue the description: {context}"
-            native = str(row["ind"])
-        else:  # Social IQa
-            endings = [row["answerA"], row["answerB"], row["answerC"]]
-            gold = int(row["label"]) - 1
-            prompt = f"{row['context']}\nQuestion: {row['question']}"
-            native = ""
-        key = prompt
-        # One fixed distractor per row, chosen by the row's key (not by position, which leaks the label).
-        wrong = [i for i in range(len(endings)) if i != gold]
-        pick = wrong[int(hashlib.sha256(f"distractor:{key}".encode()).hexdigest()[:8], 16) % len(wrong)]
-        if normalise(endings[gold]) == normalise(endings[pick]):
+REJECTED = ("distractor", "other_question")
+
+
+def _dpo_item(dataset: str, row: dict) -> tuple[str, list[str], int, str]:
+    """(prompt, candidate answers, index of the gold one, native id) of a HellaSwag or Social IQa row."""
+    if dataset == HELLASWAG:
+        context = _hellaswag_text(row["ctx_a"] + " " + row["ctx_b"].capitalize())
+        endings = [_hellaswag_text(e) for e in row["endings"]]
+        return f"Continue the description: {context}", endings, int(row["label"]), str(row["ind"])
+    endings = [row["answerA"], row["answerB"], row["answerC"]]
+    return f"{row['context']}\nQuestion: {row['question']}", endings, int(row["label"]) - 1, ""
+
+
+def _pick(tag: str, key: str, n: int) -> int:
+    return int(hashlib.sha256(f"{tag}:{key}".encode()).hexdigest()[:8], 16) % n
+
+
+def _dpo_rows(dataset: str, rows: list[dict], rejected: str = "distractor") -> Iterator[tuple[str, dict]]:
+    """Preference pairs: the gold answer against, per ``rejected``, one of the row's own wrong answers
+    (``distractor``: HellaSwag's are machine-written to be plausible) or the gold answer of another
+    question of the same dataset (``other_question``: a relevant against an off-topic answer). The
+    choice is a hash of the row's prompt, not its position, which would leak the label."""
+    if rejected not in REJECTED:
+        raise ValueError(f"unknown rejected-answer kind {rejected!r}: choose from {', '.join(REJECTED)}")
+    items = [_dpo_item(dataset, row) for row in rows]
+    for i, (prompt, endings, gold, native) in enumerate(items):
+        if rejected == "distractor":
+            wrong = [j for j in range(len(endings)) if j != gold]
+            other = endings[wrong[_pick("distractor", prompt, len(wrong))]]
+        else:
+            j = _pick("other", prompt, len(items) - 1)
+            j += j >= i  # any row but this one
+            other = items[j][1][items[j][2]]
+        if normalise(endings[gold]) == normalise(other):
             continue  # no preference to learn
         yield (
-            key,
+            prompt,
             {
                 "prompt": _user(prompt),
                 "chosen": _assistant(endings[gold]),
-                "rejected": _assistant(endings[pick]),
+                "rejected": _assistant(other),
                 "native_id": native,
             },
         )
@@ -203,11 +219,13 @@ def stage_data(
     sources: Sequence[str] | None = None,
     hellaswag_rows: int | None = 4000,
     data_dir: str | None = None,
+    rejected: str = "distractor",
 ) -> StageData:
     """The train and evaluation parts of one stage's material (``stage`` in sft, dpo, grpo).
 
     ``hellaswag_rows``: DPO uses the first rows of HellaSwag's validation set (a fixed part, so the
-    rest stays unseen for other uses of HellaSwag); None uses all of it.
+    rest stays unseen for other uses of HellaSwag); None uses all of it. ``rejected``: DPO's rejected
+    answers (:func:`_dpo_rows`).
     """
     if stage not in _READERS:
         raise ValueError(f"unknown stage {stage!r}: choose from {', '.join(_READERS)}")
@@ -221,7 +239,8 @@ def stage_data(
             rows = rows.select(range(min(hellaswag_rows, len(rows))))
         # Plain Python rows of the needed columns: reading a saved split row by row costs far more.
         rows = rows.select_columns([c for c in rows.column_names if c in _COLUMNS[stage]]).to_list()
-        for text, example in _READERS[stage](source, rows):
+        extra = {"rejected": rejected} if stage == "dpo" else {}
+        for text, example in _READERS[stage](source, rows, **extra):
             key = example_key(text)
             if key in seen:  # a repeated prompt (also across datasets): keep its first example only
                 continue
