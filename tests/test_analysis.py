@@ -253,6 +253,43 @@ n_perm = 20
     assert collect.passes_left == 0 and ablate.passes_left == 0 and collect.seconds_left == ablate.seconds_left == 0
 
 
+def test_dry_run_loads_no_model_when_no_pass_is_left_and_explains_its_counts(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import headstats.io.models as models
+    from headstats.jobs.dryrun import dry_run
+
+    spec_path = _analysis_file(
+        tmp_path,
+        tiny_model_dir,
+        """
+[[ablate]]
+task = "piqa"
+limit = 4
+scores = ["ahon_ln", "awft", "random"]
+targets = [0, 0.1, 0.3]
+batch_size = 3
+""",
+    )
+    spec = load_analysis(spec_path)
+    run_analysis(spec, progress=False, stages=("ablate",))
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the dry run loaded a model with no pass left")
+
+    monkeypatch.setattr(models, "load_model", no_loading)
+    (unit,) = dry_run(spec).units
+    # 3 scores x 3 targets planned: the baseline and the 6 points at p > 0 are passes; the 3 points at
+    # p = 0 zero nothing and reuse the baseline's answers.
+    assert (unit.passes_left, unit.passes_total, unit.reused) == (0, 7, 3)
+    assert unit.passes_total - 1 + unit.reused == 3 * 3
+    assert unit.sequences is None and unit.forwards_left == 0 and unit.seconds_left == 0
+    assert main(["run", "--dry-run", str(spec_path)]) == 0
+    out = capsys.readouterr()
+    assert "0/7" in out.out and "scores x targets = passes - 1 + reuse" in out.out
+    assert "no pass left: not loaded" in out.err
+
+
 @pytest.mark.integration
 def test_the_committed_study_results_resume_under_the_study_file(monkeypatch: pytest.MonkeyPatch) -> None:
     """results/study/ is committed so that a fresh checkout resumes the powered study: every committed

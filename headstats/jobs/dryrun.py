@@ -39,22 +39,29 @@ class WorkUnit:
     stage: str  # collect or ablate
     what: str  # dataset or task
     items: int  # documents (collect) or questions (ablate)
-    sequences: int  # token sequences of one pass (collect: those not yet scored)
-    tokens: int  # tokens of one pass (collect: of the sequences not yet scored)
-    computed: int  # tokens one pass computes, padding included, in its length-sorted batches
+    # The next four are measured on the loaded model; None when nothing is left to run, so the
+    # model was not loaded.
+    sequences: int | None  # token sequences of one pass (collect: those not yet scored)
+    tokens: int | None  # tokens of one pass (collect: of the sequences not yet scored)
+    computed: int | None  # tokens one pass computes, padding included, in its length-sorted batches
     passes_left: int  # passes still to run (collect: 1 or 0; ablate: baseline/calibration + points)
     passes_total: int
     batch_size: int
-    tokens_per_s: float  # computed tokens per second, measured on a probe of this unit's own sequences
+    tokens_per_s: float | None  # computed tokens per second, measured on a probe of this unit's own sequences
+    reused: int = 0  # planned points that reuse the baseline's answers (no pass: they zero nothing)
 
     @property
     def forwards_left(self) -> int:
         """Batched forward passes still to run."""
+        if not self.passes_left or self.sequences is None:
+            return 0
         return math.ceil(self.sequences / self.batch_size) * self.passes_left
 
     @property
     def seconds_left(self) -> float:
-        return self.computed * self.passes_left / self.tokens_per_s if self.passes_left else 0.0
+        if not self.passes_left or self.computed is None or not self.tokens_per_s:
+            return 0.0
+        return self.computed * self.passes_left / self.tokens_per_s
 
 
 @dataclass
@@ -66,10 +73,12 @@ class DryRun:
     def table(self) -> pd.DataFrame:
         rows = [
             {
-                "model": u.model, "stage": u.stage, "what": u.what, "items": u.items, "sequences": u.sequences,
-                "tokens/pass": u.tokens, "padding": f"{1 - u.tokens / u.computed:.0%}" if u.computed else "-",
-                "passes left": f"{u.passes_left}/{u.passes_total}",
-                "forwards left": u.forwards_left, "tok/s": round(u.tokens_per_s),
+                "model": u.model, "stage": u.stage, "what": u.what, "items": u.items,
+                "sequences": "-" if u.sequences is None else u.sequences,
+                "tokens/pass": "-" if u.tokens is None else u.tokens,
+                "padding": f"{1 - u.tokens / u.computed:.0%}" if u.computed and u.tokens is not None else "-",
+                "passes left": f"{u.passes_left}/{u.passes_total}", "reuse": u.reused if u.stage == "ablate" else "-",
+                "forwards left": u.forwards_left, "tok/s": "-" if u.tokens_per_s is None else round(u.tokens_per_s),
                 "est. time": _duration(u.seconds_left),
             }
             for u in self.units
@@ -92,6 +101,10 @@ class DryRun:
             f"{_duration(self.seconds)} on {self.device} (tok/s: tokens computed per second, padding included, "
             f"measured on {self.probe_sequences} items per unit in length-sorted batches; padding: the share of a "
             "pass's computed tokens that are padding; model loading and the report not included). Nothing was written."
+            "\npasses of a sweep: the baseline (it also records the calibration scores) and each planned point that "
+            "runs; reuse: the planned points that provably zero nothing (every p = 0 point, and targets whose "
+            "threshold equals p = 0's, as a score tied within layers) and take the baseline's answers, so scores x "
+            "targets = passes - 1 + reuse. A model whose units have no pass left is not loaded (-: not measured)."
         )
 
 
@@ -130,6 +143,14 @@ def dry_run(
     units: list[WorkUnit] = []
     device = "?"
     for name in analysis.selected_models(all_models, only_models):
+        if "ablate" in stages and not ("collect" in stages and analysis.collect_datasets):
+            # Counted from the results folder alone: a model with nothing left is not loaded. Files
+            # from before the whole-sequence record count as left here; the loaded model decides them.
+            counted = [_ablate_counts(analysis, name, ablation, load) for ablation in analysis.ablate]
+            if not any(c.passes_left for c in counted):
+                logger.info("[%s] no pass left: not loaded", name)
+                units += [c.unit(name, None) for c in counted]
+                continue
         logger.info("[%s] loading (dry run)", name)
         model, tokenizer = load_model(name, **load.kwargs())
         device = str(next(model.parameters()).device)
@@ -176,20 +197,44 @@ def _collect_unit(analysis, name: str, model, tokenizer, dataset: str, n_probe: 
     )  # fmt: skip
 
 
-def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, rng: random.Random) -> WorkUnit:
+@dataclass(frozen=True)
+class _AblateCounts:
+    """The passes of one sweep, counted from its plan and its results folder."""
+
+    plan: object  # headstats.jobs.sweep.SweepPlan
+    sweep: SweepSpec
+    passes_left: int
+    passes_total: int
+    reused: int
+    planned: list | None  # the evaluator's sequences of the loaded model; None when not loaded
+
+    def unit(self, name: str, measured: tuple[int, int, int, float] | None) -> WorkUnit:
+        """``measured``: (sequences, tokens, computed tokens, tokens/s), or None when not loaded."""
+        sequences, tokens, computed, speed = measured or (None, None, None, None)
+        return WorkUnit(
+            name, "ablate", self.plan.task_name, len(self.plan.task.questions), sequences, tokens, computed,
+            self.passes_left, self.passes_total, self.sweep.batch_size, speed, self.reused,
+        )  # fmt: skip
+
+
+def _ablate_counts(
+    analysis, name: str, ablation, load: LoadOptions | None, model=None, tokenizer=None
+) -> _AblateCounts:
+    """Passes left and planned of one sweep, for the loaded ``model`` or, unloaded, for ``name``. With
+    the model, its evaluator sequences decide whether files written before the whole-sequence record
+    count as done; without it they count as left (so a zero without the model is a zero with it)."""
     import functools
 
-    import torch
-
-    from headstats.engine.probe import Probe
-    from headstats.jobs.evaluate import model_sequences, question_logliks
+    from headstats.jobs.evaluate import model_sequences
     from headstats.jobs.sweep import plan_sweep, prefix_free, saved_thresholds
 
     sweep = narrow(ablation, SweepSpec)
-    plan = plan_sweep(model, str(ablation.task), out=analysis.results, spec=sweep)
-    questions = plan.task.questions
-    planned = model_sequences(model, tokenizer, questions, sweep.prompt_format)
-    plan.prefix_free = functools.cache(lambda: prefix_free(planned))
+    plan = plan_sweep(name if model is None else model, str(ablation.task), out=analysis.results, spec=sweep,
+                      load=load)  # fmt: skip
+    planned = None
+    if model is not None:
+        planned = model_sequences(model, tokenizer, plan.task.questions, sweep.prompt_format)
+        plan.prefix_free = functools.cache(lambda: prefix_free(planned))
     pending = plan.pending()
     saved = saved_thresholds(plan)
 
@@ -202,7 +247,20 @@ def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, 
         for t in plan.targets
     )  # fmt: skip
     first_pass = any(p.is_baseline for p in pending) or needs_calibration  # the baseline records the scores
-    passes_total = 1 + len([p for p in plan.points if runs(p)])
+    ran = [p for p in plan.points if runs(p)]
+    reused = len(plan.points) - 1 - len(ran)
+    return _AblateCounts(plan, sweep, len(points_left) + int(first_pass), 1 + len(ran), reused, planned)
+
+
+def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, rng: random.Random) -> WorkUnit:
+    import torch
+
+    from headstats.engine.probe import Probe
+    from headstats.jobs.evaluate import question_logliks
+
+    counts = _ablate_counts(analysis, name, ablation, None, model, tokenizer)
+    plan, sweep, planned = counts.plan, counts.sweep, counts.planned
+    questions = plan.task.questions
     chosen = sorted(rng.sample(range(len(questions)), min(n_probe, len(questions))))
     picked = set(chosen)
     heads = model.config.get_text_config().num_attention_heads
@@ -221,11 +279,7 @@ def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, 
     probe_lengths = [n for s, n in zip(planned, lengths, strict=True) if s.question in picked]
     probe_computed = padded_tokens(probe_lengths, sweep.batch_size)
     speed = _probe([questions[i] for i in chosen], evaluate, probe_computed)
-    return WorkUnit(
-        name, "ablate", plan.task_name, len(questions), len(planned), sum(lengths),
-        padded_tokens(lengths, sweep.batch_size), len(points_left) + int(first_pass), passes_total, sweep.batch_size,
-        speed,
-    )  # fmt: skip
+    return counts.unit(name, (len(planned), sum(lengths), padded_tokens(lengths, sweep.batch_size), speed))
 
 
 __all__ = ["DryRun", "WorkUnit", "dry_run"]
