@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -121,5 +123,8 @@ def test_paper_command_writes_table_figures_and_report(tmp_path) -> None:
         for ext in ("png", "svg"):
             assert (out / "figures" / f"{name}.{ext}").stat().st_size > 1000
     page = (out / "index.html").read_text()
-    assert page.count("data:image/png;base64,") == 5 and "Table 2" in page and "MIT" in page
+    # every figure embedded once (SVG or PNG, whichever is lighter): the headline and the five above
+    assert len(re.findall(r"data:image/(?:png|svg\+xml);base64,", page)) == 6
+    assert "Table 2" in page and "MIT" in page
+    assert page.index('<div id="abstract">') < page.index('alt="table2_dots"') < page.index('<nav id="contents">')
     assert "![accuracy_grid](figures/accuracy_grid.png)" in (out / "summary.md").read_text()
