@@ -8,7 +8,6 @@ import textwrap
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
 import headstats
 from headstats.stats.confirm import claim_bounds, claim_verdicts
@@ -40,29 +39,11 @@ def test_a_claim_is_confirmed_only_when_every_planned_path_certifies_it() -> Non
     assert np.isnan(got.loc["d", "bound fused-float32"]) and got.loc["a", "level"] == "one-sided 0.025"
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    """A tiny random Llama saved as a model directory (with the embedded model's tokenizer), so a
-    confirmation file can name it as it names any model."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    out = tmp_path_factory.mktemp("tiny-confirm")
-    LlamaForCausalLM(config).save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return out
-
-
-def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_rule(tiny_dir, tmp_path) -> None:
+def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_rule(tiny_llama_dir, tmp_path) -> None:
     from headstats.io.models import model_slug
     from headstats.jobs.confirm import expand, is_confirmation, load_confirmation, run_confirmation
 
-    model = tiny_dir.as_posix()
+    model = tiny_llama_dir.as_posix()
     path = tmp_path / "confirm.toml"
     path.write_text(
         textwrap.dedent(f"""
@@ -140,6 +121,9 @@ def test_a_confirmation_file_is_checked_before_any_work(tmp_path) -> None:
         load_confirmation(path)
     path.write_text('[confirm]\ntask = "hellaswag"\nconfidance = 0.9\n[[claims]]\nmodel = "m"\nscore = "awft"\n')
     with pytest.raises(SpecError, match=r"unknown key\(s\) confidance"):
+        load_confirmation(path)
+    path.write_text('[confirm]\ntask = "hellaswag"\ntargets = [0.1]\n[[claims]]\nmodel = "m"\nscore = "awft"\n')
+    with pytest.raises(SpecError, match=r"\[confirm\] targets: set by the claims"):
         load_confirmation(path)
     path.write_text('[confirm]\ntask = "hellaswag"\n')
     with pytest.raises(SpecError, match=r"state the claims as \[\[claims\]\]"):

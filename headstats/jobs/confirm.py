@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
@@ -50,6 +50,7 @@ from headstats.jobs.specs import (
     LoadOptions,
     ModelsSection,
     SpecError,
+    narrow,
 )
 
 if sys.version_info >= (3, 11):
@@ -59,6 +60,7 @@ else:  # pragma: no cover
 
 logger = logging.getLogger("headstats")
 SECTIONS = ("confirm", "claims")
+FROM_CLAIMS = ("scores", "targets", "attention_kernel")  # sweep options the claims and paths decide
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,14 @@ def load_confirmation(path: str | Path) -> ConfirmPlan:
     table = raw.get("confirm", {})
     if not isinstance(table, dict):
         raise SpecError("confirm", f"{path}: confirm must be a [confirm] section", label="")
+    fixed = sorted(set(table) & set(FROM_CLAIMS))
+    if fixed:
+        raise SpecError(
+            fixed[0],
+            f"{path}: [confirm] {', '.join(fixed)}: set by the claims (scores, targets) and the paths (kernels), "
+            "not here",
+            label="",
+        )
     section = ConfirmSection.from_toml(table, f"{path}: [confirm]")
     entries = raw.get("claims", [])
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
@@ -165,12 +175,12 @@ def expand(plan: ConfirmPlan) -> list[tuple[ComputePath, AnalysisSpec]]:
             mine = [c for c in plan.claims if c.model == model and path in plan.claim_paths(c)]
             if not mine:
                 continue
-            ablate = AblateSection(
-                task=sec.task, scores=tuple(dict.fromkeys(c.score for c in mine)),
-                targets=(0.0, *sorted({c.target for c in mine})), limit=sec.limit, seed=sec.seed,
-                exclude_limit=sec.exclude_limit, exclude_seed=sec.exclude_seed, prompt_format=sec.prompt_format,
-                attention_kernel=path.kernel, batch_size=sec.batch_size,
-            )  # fmt: skip
+            ablate = replace(
+                narrow(sec, AblateSection),
+                scores=tuple(dict.fromkeys(c.score for c in mine)),
+                targets=(0.0, *sorted({c.target for c in mine})),
+                attention_kernel=path.kernel,
+            )
             spec = AnalysisSpec(
                 name=f"{plan.name} {path.name} {model}",
                 path=plan.path,

@@ -809,22 +809,14 @@ def _unit_interval(value: float) -> None:
 
 
 @dataclass(frozen=True)
-class ConfirmSection(Spec):
-    """``[confirm]`` of a confirmation file (:mod:`headstats.jobs.confirm`): the held-out questions,
-    the computation paths every claim runs on, and the rule that decides it."""
+class ConfirmSection(AblateSection):
+    """``[confirm]`` of a confirmation file (:mod:`headstats.jobs.confirm`): the held-out questions (a
+    sweep's task and selection: ``task``, ``limit``, ``seed``, ``exclude_limit``, ...), the computation
+    paths every claim runs on, and the rule that decides it. ``scores``, ``targets`` and
+    ``attention_kernel`` come from the claims and the paths."""
 
     WHAT: ClassVar[str] = "confirmation"
 
-    task: str = option("hellaswag", "task whose held-out questions test the claims", choices=_tasks, noun="task")
-    limit: int | None = option(None, "held-out questions: a seeded random sample of this size", minimum=1)
-    seed: int = option(0, "seed of the held-out sample")
-    exclude_limit: int | None = option(
-        None,
-        "the exploratory run's sample size: its questions (by content and source document) are held out",
-        minimum=1,
-    )
-    exclude_seed: int = option(0, "the exploratory run's sample seed")
-    prompt_format: str = option("tokenizer", "as in SweepSpec", choices=_prompt_formats, noun="prompt format")
     kernels: tuple[str, ...] = option(
         ("explicit", "fused"),
         "attention kernels every claim runs under (a score that reads the probabilities runs the explicit one only)",
@@ -836,9 +828,9 @@ class ConfirmSection(Spec):
     confidence: float = option(
         0.95, "one-sided confidence of the drop bound, family-wise over the claims (Bonferroni)", each=_unit_interval
     )
-    batch_size: int = option(16, "sequences per forward pass", minimum=1, runtime=True)
 
     def check(self) -> None:
+        super().check()
         if not self.kernels or not self.dtypes:
             raise SpecError("kernels", "a confirmation needs at least one attention kernel and one dtype")
 

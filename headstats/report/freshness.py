@@ -31,13 +31,16 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 def _input_files(results: Path) -> list[Path]:
-    """The files of every table under ``results`` that a report reads: data files and the partitions'
-    records (provenance, calibration); locks, temporary files and grid logs are not inputs."""
-    partitions, _ = store.find_partitions(results)
+    """The files under ``results`` that a report reads: every partition's data files (as
+    :func:`headstats.io.store.data_files` finds them) and records (provenance, calibration), at any
+    depth (a confirmation keeps one results folder per computation path); locks, temporary files and
+    grid logs are not inputs."""
     files: set[Path] = set()
-    for partition in partitions:
-        files.update(store.data_files(partition.path))
-        files.update(p for p in partition.path.glob("_*.json") if p.is_file())
+    for folder in {p.parent for p in results.rglob("*.parquet")}:
+        if any(part.startswith((".", "_")) for part in folder.relative_to(results).parts):
+            continue
+        files.update(store.data_files(folder))
+        files.update(p for p in folder.glob("_*.json") if p.is_file())
     return sorted(files)
 
 
