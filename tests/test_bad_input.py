@@ -19,14 +19,13 @@ import pandas as pd
 import pytest
 import torch
 from families import tiny_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
 import headstats
 from headstats.cli import main
 from headstats.engine.scores import SCORES, Score, register
 from headstats.io import models as models_module
 from headstats.io import store
-from headstats.io.assets import embedded_model
 from headstats.io.tasks import TASKS
 from headstats.io.tasks import base as task_base
 from headstats.jobs.analysis import load_analysis
@@ -34,21 +33,6 @@ from headstats.report import paper as paper_module
 from headstats.report import sections as report_sections
 
 TEXTS = ["The first note of the folder.", "A second note.", "And a third one.", "A fourth.", "The fifth."]
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random Llama with the embedded model's tokenizer, so it can run the real tasks too."""
-    tokenizer = AutoTokenizer.from_pretrained(embedded_model("smollm2-135m"))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    path = tmp_path_factory.mktemp("tiny") / "tiny"
-    LlamaForCausalLM(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
 
 
 @dataclass
@@ -295,8 +279,8 @@ def without_logging_errors(err: str) -> str:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case: Case, checkpoint: Path, tmp_path: Path, monkeypatch, capsys, caplog) -> None:
-    env = Env(tmp_path, checkpoint)
+def test_bad_input(case: Case, tiny_llama_dir: Path, tmp_path: Path, monkeypatch, capsys, caplog) -> None:
+    env = Env(tmp_path, tiny_llama_dir)
     if not case.loads:
 
         def no_weights(*args: object, **kwargs: object) -> None:

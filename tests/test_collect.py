@@ -35,11 +35,6 @@ TEXTS = [
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    return make_tokenizer(adds_bos=False)
-
-
-@pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
     path = tmp_path_factory.mktemp("tiny-llama")
     model = tiny_model("llama")

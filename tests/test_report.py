@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
-from families import tiny_model
+from families import tiny_llama, tiny_model
 from scipy import stats as st
 
 import headstats
@@ -282,23 +282,11 @@ def test_questions_needed_to_certify_within_one_point() -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_sweep(tmp_path_factory: pytest.TempPathFactory, smollm2_tokenizer) -> Path:
     """A sweep of a tiny random Llama (the embedded model's tokenizer) over 8 real MMLU questions with
     a single score: a model that can only guess."""
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
+    tokenizer = smollm2_tokenizer
+    model = tiny_llama(len(tokenizer))
     model.headstats_name = "tiny-llama"
     root = tmp_path_factory.mktemp("sweep")
     headstats.run_sweep(

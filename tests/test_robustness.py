@@ -12,8 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-import torch
-from families import tiny_model
+from families import tiny_llama, tiny_model
 
 import headstats
 from headstats.cli import main
@@ -21,19 +20,9 @@ from headstats.io import store
 from headstats.io.tasks import collection_source
 from headstats.jobs import collect as collect_module
 
-try:
-    from test_tasks import make_tokenizer
-except ImportError:  # tests/ imported as a package
-    from tests.test_tasks import make_tokenizer
-
 TEXTS_A = ["The first folder holds this note.", "A second note of the first folder.", "And a third one."]
 TEXTS_B = ["Another folder, another file of the same name.", "Its notes differ.", "Entirely."]
 KEY = ["sample_id", "layer", "head"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return make_tokenizer(adds_bos=False)
 
 
 def save(path: Path, tokenizer, family: str = "llama", seed: int = 0) -> Path:
@@ -149,20 +138,13 @@ def test_an_overwritten_checkpoint_is_refused_on_resume(tokenizer, tmp_path: Pat
     assert len(headstats.read_scores(tmp_path / "out")) == 2 * 3 * 4
 
 
-def test_an_overwritten_checkpoint_is_refused_when_a_sweep_resumes(tmp_path: Path) -> None:
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
+def test_an_overwritten_checkpoint_is_refused_when_a_sweep_resumes(smollm2_tokenizer, tmp_path: Path) -> None:
     from headstats.jobs.sweep import run_sweep
 
-    tokenizer = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048,
-    )  # fmt: skip
+    tokenizer = smollm2_tokenizer
     checkpoint = tmp_path / "ckpt"
     for seed in (0, 1):
-        torch.manual_seed(seed)
-        LlamaForCausalLM(config).save_pretrained(checkpoint)
+        tiny_llama(len(tokenizer), seed=seed).save_pretrained(checkpoint)
         tokenizer.save_pretrained(checkpoint)
         sweep = dict(scores="random", limit=1, out=tmp_path / "out", device="cpu", progress=False)
         if seed == 0:
@@ -196,18 +178,11 @@ def test_a_flipped_byte_in_a_part_file_is_an_error_naming_the_file(model_dir: Pa
     assert code == 2 and f"{part} is damaged" in one_line_error(capsys)
 
 
-def test_a_truncated_sweep_point_is_computed_again(tmp_path: Path) -> None:
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
+def test_a_truncated_sweep_point_is_computed_again(smollm2_tokenizer, tmp_path: Path) -> None:
     from headstats.jobs.sweep import run_sweep
 
-    tokenizer = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=2048,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).eval()
+    tokenizer = smollm2_tokenizer
+    model = tiny_llama(len(tokenizer))
     model.headstats_name = "tiny"
     sweep = dict(tokenizer=tokenizer, scores="ahon_ln", targets=[0.5], limit=2, out=tmp_path, progress=False)
     partition = run_sweep(model, "piqa", **sweep)
@@ -299,18 +274,14 @@ def test_an_unknown_model_leaves_no_output_folder(tmp_path: Path, capsys) -> Non
 
 
 @pytest.mark.integration
-def test_collect_mmlu_limit_57_covers_the_subjects_and_repeats_its_sample(tmp_path: Path) -> None:
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
+def test_collect_mmlu_limit_57_covers_the_subjects_and_repeats_its_sample(smollm2_tokenizer, tmp_path: Path) -> None:
     from headstats.io.tasks import load_task
 
-    tokenizer = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+    tokenizer = smollm2_tokenizer
+    tiny_llama(
+        len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
         num_key_value_heads=1, max_position_embeddings=4096,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).save_pretrained(tmp_path / "tiny")
+    ).save_pretrained(tmp_path / "tiny")  # fmt: skip
     tokenizer.save_pretrained(tmp_path / "tiny")
     argv = ["collect", "--model", str(tmp_path / "tiny"), "--dataset", "mmlu", "--limit", "57", "--batch-size", "8",
             "--max-length", "256", "--scores", "ahon,random", "--out", str(tmp_path / "out")]  # fmt: skip

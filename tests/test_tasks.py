@@ -172,16 +172,6 @@ def make_tokenizer(*, adds_bos: bool, chat: bool = True) -> PreTrainedTokenizerF
     return fast
 
 
-@pytest.fixture(scope="session")
-def tokenizer() -> PreTrainedTokenizerFast:
-    return make_tokenizer(adds_bos=False)
-
-
-@pytest.fixture(scope="session")
-def bos_tokenizer() -> PreTrainedTokenizerFast:
-    return make_tokenizer(adds_bos=True)
-
-
 def renderer(name: str, tok, model_name: str = "") -> PromptRenderer:
     return PromptRenderer(resolve_format(name, tok, model_name=model_name), tok)
 
