@@ -122,6 +122,9 @@ def test_a_confirmation_file_is_checked_before_any_work(tmp_path) -> None:
     path.write_text('[confirm]\ntask = "hellaswag"\nconfidance = 0.9\n[[claims]]\nmodel = "m"\nscore = "awft"\n')
     with pytest.raises(SpecError, match=r"unknown key\(s\) confidance"):
         load_confirmation(path)
+    path.write_text('[confirm]\ntask = "hellaswag"\ntargets = [0.1]\n[[claims]]\nmodel = "m"\nscore = "awft"\n')
+    with pytest.raises(SpecError, match=r"\[confirm\] targets: set by the claims"):
+        load_confirmation(path)
     path.write_text('[confirm]\ntask = "hellaswag"\n')
     with pytest.raises(SpecError, match=r"state the claims as \[\[claims\]\]"):
         load_confirmation(path)
