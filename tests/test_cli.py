@@ -216,6 +216,22 @@ def test_summary_table_fits_120_columns_and_csv_json_carry_every_column(tmp_path
     )
 
 
+@pytest.mark.parametrize("argv", [["--help"], ["list"], ["summary", "--help"]])
+def test_quick_commands_import_no_torch_transformers_or_datasets(argv: list[str]) -> None:
+    """What keeps `headstats --help`, `list` and `summary` quick (benchmarks/bench_cli.py times them):
+    the command line reaches the registries without the heavy libraries."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom headstats.cli import main\n"
+        f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'scipy') if m in sys.modules), file=sys.stderr)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stderr.strip().splitlines()[-1] == "[]"
+
+
 def test_messages_carry_the_headstats_prefix_once(tmp_path: Path, capsys, monkeypatch) -> None:
     import headstats.cli as cli
 
