@@ -208,6 +208,11 @@ def compare_with_reference(curves: pd.DataFrame, reference: str = "awft") -> pd.
     values it wins). ``{reference}_censored`` and ``best_other_censored`` say which values are lower
     bounds, and so is an average over any of them (its flag in the ``Average`` row); ``order_note``
     says so in words.
+
+    Where the curves carry certified values (:func:`headstats.summarize_curves` of per-question
+    results), ``{reference}_certified`` and ``best_other_certified`` (the largest of the other
+    curves: a best of several) stand beside their family-wise values (``*_certified_fw``: each curve
+    at one-sided 0.05 / ``family_size``), which are the ones a "best other" statement may quote.
     """
     table = within_one_point_table(curves)
     if reference not in table.columns:
@@ -229,10 +234,17 @@ def compare_with_reference(curves: pd.DataFrame, reference: str = "awft") -> pd.
             f"{reference}_censored": bool(censored[reference]), "best_other_censored": bool(censored[best_other]),
         })  # fmt: skip
     out = pd.DataFrame(rows)
+    certified = [c for c in ("within_1pt_certified", "within_1pt_certified_fw") if c in curves.columns]
+    for column in certified:
+        values = metric_table(curves, column)
+        suffix = column.removeprefix("within_1pt_")
+        out[f"{reference}_{suffix}"] = [values.loc[m, reference] for m in out["model"]]
+        out[f"best_other_{suffix}"] = [values.loc[m].drop(reference).max() for m in out["model"]]
     average = {
         "model": "Average", reference: out[reference].mean(), "best_other": out["best_other"].mean(),
         f"{reference}_censored": bool(out[f"{reference}_censored"].any()),
         "best_other_censored": bool(out["best_other_censored"].any()),
+        **{c: out[c].mean() for c in out.columns if "_certified" in c},
     }  # fmt: skip
     out = pd.concat([out, pd.DataFrame([average])], ignore_index=True)
     out["order_note"] = np.where(

@@ -388,9 +388,12 @@ def summarize_curves(
         curve = curve_points.get((row["model"], row["task"], row["score"]))
         if curve is None:
             continue
-        adjusted = curve.assign(drop_upper=np.where(curve["realised_pct"] == 0, 0.0, adjusted_drop_upper(curve, level)))
-        row["within_1pt_certified_fw"], row["certified_fw_open"], _ = _honest_bracket(adjusted, drop)
+        bounds = adjusted_drop_upper(curve, level)
         row["family_size"] = m
+        if np.isnan(bounds[curve["realised_pct"].to_numpy() > 0]).all():
+            continue  # no paired counts (published aggregates): nothing to certify, not 0
+        adjusted = curve.assign(drop_upper=np.where(curve["realised_pct"] == 0, 0.0, bounds))
+        row["within_1pt_certified_fw"], row["certified_fw_open"], _ = _honest_bracket(adjusted, drop)
     out = pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
     out.attrs["family"] = f"within_1pt_certified_fw: one-sided level 0.05 / {m} per curve (Bonferroni over {m} curves)"
     return out
