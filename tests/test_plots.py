@@ -114,7 +114,7 @@ def test_a_wasserstein_matrix_keeps_its_model_order_under_short_labels(score_tab
     assert [t.get_text() for t in ax.get_yticklabels()] == ["base", "dpo-6", "dpo-12"]
 
 
-def test_no_heatmap_of_fewer_than_three_by_three_cells_and_blank_cells_are_marked() -> None:
+def test_no_heatmap_of_fewer_than_three_by_three_cells_and_blank_cells_are_marked(score_table) -> None:
     small = pd.DataFrame([[1.0, 0.5], [0.5, 1.0]], index=["a", "b"], columns=["a", "b"])
     assert not plots.fits_heatmap(small)
     with pytest.raises(ValueError, match=r"2 x 2 matrix is too small for a heatmap .* show its numbers as a table"):
@@ -122,6 +122,9 @@ def test_no_heatmap_of_fewer_than_three_by_three_cells_and_blank_cells_are_marke
     wide = pd.DataFrame(np.ones((2, 6)))
     with pytest.raises(ValueError, match="too small"):
         plots.overlap_heatmap(wide, title="one row short")
+    two_layers = score_table[score_table["layer"] < 2]
+    with pytest.raises(ValueError, match=r"'m1' has 2 layer\(s\) x 4 head\(s\): too few for a heatmap"):
+        plots.layer_head_heatmap(two_layers, "awft", "m1")
     iou = pd.DataFrame(
         [[1.0, 0.2, np.nan], [0.2, 1.0, 0.4], [np.nan, 0.4, np.nan]], index=list("xyz"), columns=list("xyz")
     )

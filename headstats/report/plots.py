@@ -590,6 +590,11 @@ def layer_head_heatmap(
         _values(rows, model, sid)
     grids = rows.groupby(["layer", "head"], observed=True)[ids].mean()
     n_layers, n_heads = grids.index.levshape
+    if min(n_layers, n_heads) < MIN_HEATMAP:
+        raise ValueError(
+            f"model {model!r} has {n_layers} layer(s) x {n_heads} head(s): too few for a heatmap (at least "
+            f"{MIN_HEATMAP} x {MIN_HEATMAP}); show the per-head means as a table"
+        )
     fig = Figure(
         figsize=(len(ids) * max(3.2, 0.3 * n_heads + 2.0), max(3.0, 0.2 * n_layers + 1.4)), layout="constrained"
     )

@@ -37,8 +37,15 @@ def score_distributions(writer: Writer, context: Context) -> None:
         )
         with writer.collapsed(f"mean {names} per (layer, head) of each model on `{dataset}` ({len(here)} figures)"):
             for model in here:
+                mine = rows[rows["model"] == model]
+                caption = f"Mean {names} per (layer, head) of {context.models.get(model, model)} on `{dataset}`."
+                if min(mine["layer"].nunique(), mine["head"].nunique()) < plots.MIN_HEATMAP:
+                    writer.text(caption + " Too few layers or heads for a heatmap:")
+                    means = mine.groupby(["layer", "head"], observed=True)[drawn].mean()
+                    writer.table(means, f"heads_{model}_{dataset}", index=True)
+                    continue
                 writer.figure(
                     plots.layer_head_heatmap(rows, drawn, model, dataset=dataset, model_label=labels.get(model)),
                     f"heads_{model}_{dataset}",
-                    f"Mean {names} per (layer, head) of {context.models.get(model, model)} on `{dataset}`.",
+                    caption,
                 )
