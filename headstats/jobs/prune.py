@@ -145,12 +145,14 @@ def certify(
     max_drop: float = 0.01,
     batch_size: int = 8,
     progress: bool = False,
+    sample: str = "random",
+    data_dir: str | None = None,
 ) -> Certification:
     """Fixed-sequence certification of ``shares`` (increasing) on ``task``: see the module docstring."""
     from headstats.io.tasks import load_task
     from headstats.jobs.evaluate import evaluate
 
-    questions = load_task(task, limit=limit, sample="random", seed=seed)
+    questions = load_task(task, limit=limit, sample=sample, seed=seed, data_dir=data_dir)
     base = evaluate(model, tokenizer, questions, batch_size=batch_size, progress=progress, share_prefix=False)
     result = Certification(task, len(base), float(base["correct"].mean()), max_drop)
     for share in sorted(set(shares)):
@@ -257,23 +259,24 @@ def pruning_record(
 
 
 def run_prune(spec: PruneSpec) -> dict:
-    """Load ``spec.model``, rank its heads on the calibration set, remove the ``spec.share`` (or the
-    largest share certified on ``spec.certify``) and write the pruned model to ``spec.out``.
+    """Load the spec's model, rank its heads on the calibration set, remove the ``share`` (or the
+    largest share certified on the ``certify`` task) and write the pruned model to ``out``.
     Returns the ``pruning.json`` record."""
     from headstats.io.models import load_model
 
-    model, tokenizer = load_model(spec.model, **narrow(spec, LoadOptions).kwargs())
+    name, score = spec.names[0], spec.scores[0]  # type: ignore[index]
+    model, tokenizer = load_model(name, **narrow(spec, LoadOptions).kwargs())
     calibration = calibration_set(
-        tokenizer, spec.calibration, limit=spec.calibration_limit, max_length=spec.max_length, seed=spec.seed,
-        prompt_format=spec.prompt_format, model_name=spec.model,
+        tokenizer, spec.calibration or "wikipedia", limit=spec.calibration_limit or 64, max_length=spec.max_length,
+        seed=spec.seed, prompt_format=spec.prompt_format, model_name=name, data_dir=spec.data_dir,
     )  # fmt: skip
-    means = head_means(model, calibration, spec.score, batch_size=spec.batch_size, seed=spec.seed,
-                       progress=spec.progress)  # fmt: skip
+    means = head_means(model, calibration, score, batch_size=spec.batch_size, seed=spec.seed, progress=spec.progress)
     certification, share = None, spec.share
     if spec.certify is not None:
         certification = certify(
-            model, tokenizer, means, spec.score, spec.shares, spec.certify, limit=spec.limit, seed=spec.seed,
-            max_drop=spec.max_drop, batch_size=spec.batch_size, progress=spec.progress,
+            model, tokenizer, means, score, spec.shares, spec.certify, limit=spec.limit, seed=spec.seed,
+            max_drop=spec.max_drop, batch_size=spec.batch_size, progress=spec.progress, sample=spec.sample,
+            data_dir=spec.data_dir,
         )  # fmt: skip
         share = certification.certified_share
         if share is None:
@@ -284,10 +287,10 @@ def run_prune(spec: PruneSpec) -> dict:
                 "--shares, more questions (--limit), or a larger --max-drop"
             )
     assert share is not None
-    heads = select_heads(means, spec.score, share)
+    heads = select_heads(means, score, share)
     before = count_parameters(model)
     prune_heads(model, heads)
-    record = pruning_record(model, heads, spec.score, share, calibration, before, spec.model, certification)
+    record = pruning_record(model, heads, score, share, calibration, before, name, certification)
     record["calibration_means"] = [[int(r.layer), int(r.head), float(r.mean)] for r in means.itertuples()]
-    save_pruned(model, tokenizer, spec.out, record)
+    save_pruned(model, tokenizer, str(spec.out), record)
     return record

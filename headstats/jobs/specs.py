@@ -483,7 +483,7 @@ class RunOptions(Seeded, Progress):
         choices=_score_ids,
         noun="score id",
         each=_score_id,
-        aliases=("score_ids",),
+        aliases=("score_ids", "score"),
         metavar="IDS",
     )
     limit: int | None = option(None, "use only N documents (collect) or questions (ablate)", minimum=1)
@@ -505,12 +505,16 @@ class RunOptions(Seeded, Progress):
 
 
 @dataclass(frozen=True)
-class CollectSpec(RunOptions):
+class Truncated(Spec):
+    max_length: int | None = option(2048, "truncate sequences to this many tokens", minimum=1)
+
+
+@dataclass(frozen=True)
+class CollectSpec(RunOptions, Truncated):
     """Options of :func:`headstats.jobs.collect.collect_scores` (one model on one dataset)."""
 
     WHAT: ClassVar[str] = "collection"
 
-    max_length: int | None = option(2048, "truncate sequences to this many tokens", minimum=1)
     padding_side: str = option("right", "where padding goes in a batch", choices=("left", "right"), noun="padding side")
     text_column: str | None = option(None, "text column of a user .jsonl/.parquet file (default: text)")
     rows_per_part: int = option(1_000_000, "rows per Parquet part file", minimum=1, cli=False, runtime=True)
@@ -518,12 +522,26 @@ class CollectSpec(RunOptions):
 
 
 @dataclass(frozen=True)
-class SweepSpec(RunOptions):
+class Calibrated(Spec):
+    """Where a sweep calibrates its thresholds, or ``headstats prune`` ranks heads."""
+
+    calibration: str | None = option(
+        None,
+        "'eval' (scores on the evaluation prompts, the study's choice; sweeps only), a score-table directory "
+        "(sweeps), or a collection dataset (e.g. wikipedia)",
+        each=_calibration_source,
+    )
+    calibration_limit: int | None = option(None, "sequences of a calibration dataset", minimum=1)
+
+
+@dataclass(frozen=True)
+class SweepSpec(RunOptions, Calibrated):
     """Options of :func:`headstats.jobs.sweep.run_sweep` (one model on one task)."""
 
     WHAT: ClassVar[str] = "sweep"
     DEFAULTS: ClassVar[Mapping[str, Any]] = {
         "scores": DEFAULT_SWEEP_SCORES,
+        "calibration": "eval",
         "calibration_limit": DEFAULT_CALIBRATION_LIMIT,
     }
 
@@ -532,13 +550,6 @@ class SweepSpec(RunOptions):
     )
     subjects: tuple[str, ...] | None = option(None, "comma-separated subjects (MMLU)")
     limit_per_subject: int | None = option(None, "first N test questions of each subject", minimum=1)
-    calibration: str = option(
-        "eval",
-        "'eval' (scores on the evaluation prompts, the study's choice), a score-table directory, or a "
-        "collection dataset",
-        each=_calibration_source,
-    )
-    calibration_limit: int | None = option(None, "sequences of a calibration dataset", minimum=1)
     attention_kernel: str = option(
         "auto",
         "attention kernel of every pass (baseline included): auto = the explicit one when a score reads the "
@@ -905,14 +916,21 @@ DEFAULT_PRUNE_SHARES = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
 
 
 @dataclass(frozen=True)
-class PruneSpec(LoadOptions, Seeded, Progress):
-    """``headstats prune``: remove the heads a score calls inactive (:mod:`headstats.jobs.prune`)."""
+class PruneShares(Spec):
+    shares: tuple[float, ...] = option(
+        DEFAULT_PRUNE_SHARES, "shares of heads removed (candidates of --certify)", each=_fraction, metavar="FRACTIONS"
+    )
+    max_drop: float = option(0.01, "largest certified accuracy drop (0.01 = 1 point)", minimum=0)
+
+
+@dataclass(frozen=True)
+class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, Output):
+    """``headstats prune``: remove the heads a score calls inactive (:mod:`headstats.jobs.prune`).
+    ``--model`` and ``--score`` take one each; ``--limit`` counts the ``--certify`` task's questions."""
 
     WHAT: ClassVar[str] = "prune"
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {"scores": ("ahon_ln",), "calibration": "wikipedia", "calibration_limit": 64}
 
-    model: str = option("smollm2-135m", "embedded model name, save_pretrained directory or Hub id")
-    score: str = option("ahon_ln", "score whose calibration mean ranks the heads", choices=_score_ids,
-                        noun="score id", each=_score_id)  # fmt: skip
     share: float | None = option(None, "fraction of all heads to remove (or give --certify)", each=_fraction)
     certify: str | None = option(
         None,
@@ -922,23 +940,15 @@ class PruneSpec(LoadOptions, Seeded, Progress):
         choices=_tasks,
         noun="task",
     )
-    shares: tuple[float, ...] = option(
-        DEFAULT_PRUNE_SHARES, "candidate shares for --certify", each=_fraction, metavar="FRACTIONS"
-    )
-    max_drop: float = option(0.01, "largest certified accuracy drop (0.01 = 1 point)", minimum=0)
-    limit: int | None = option(None, "questions of the --certify task (a seeded random sample)", minimum=1)
-    calibration: str = option(
-        "wikipedia", "collection dataset whose documents rank the heads (a bundled name, a text file, hf:...)"
-    )
-    calibration_limit: int = option(64, "calibration documents (a seeded random sample)", minimum=1)
-    max_length: int = option(256, "truncate calibration documents to this many tokens", minimum=2)
-    prompt_format: str = option("tokenizer", "special tokens of the calibration documents", choices=_prompt_formats,
-                                noun="prompt format")  # fmt: skip
-    batch_size: int = option(8, "sequences per forward pass", minimum=1, runtime=True)
-    out: str = option("", "directory the pruned model is written to (load it with headstats.load_model(OUT))")
 
     def check(self) -> None:
         super().check()
+        if len(self.names) != 1:
+            raise SpecError("names", f"prune takes one --model, not {len(self.names)}")
+        if self.scores is None or len(self.scores) != 1:
+            raise SpecError("scores", "prune ranks heads by one score: give one --score")
+        if self.calibration == "eval":
+            raise SpecError("calibration", "prune ranks heads on a collection dataset (e.g. wikipedia), not 'eval'")
         if (self.share is None) == (self.certify is None):
             raise SpecError("share", "give either --share (a fraction of heads) or --certify TASK, not both or neither")
         if not self.out:
@@ -948,47 +958,21 @@ class PruneSpec(LoadOptions, Seeded, Progress):
 
 
 @dataclass(frozen=True)
-class FrontierSpec(Seeded, Progress):
-    """A pruning frontier (``headstats frontier FILE``, :mod:`headstats.jobs.frontier`): every model
-    pruned at every share by every score, with held-out accuracy and speed against the unpruned model.
-    The keys of an analysis file such as ``analyses/prune_embedded.toml``."""
+class FrontierSpec(RunOptions, Calibrated, Truncated, PruneShares):
+    """``[prune]`` of a pruning-frontier file (``headstats frontier FILE``, :mod:`headstats.jobs.frontier`):
+    every model pruned at every share by every score, with held-out accuracy and speed against the
+    unpruned model."""
 
     WHAT: ClassVar[str] = "frontier"
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {
+        "scores": DEFAULT_SWEEP_SCORES, "calibration": "wikipedia", "calibration_limit": 64,
+    }  # fmt: skip
 
-    name: str = option("prune", "name of the frontier", cli=False)
-    description: str = option("", "title of the report", cli=False)
-    results: str = option("results/prune", "results directory", cli=False)
-    report: str = option("reports/prune", "report directory", cli=False)
-    notes: str | None = option(None, "a paragraph the report shows first under its abstract", cli=False)
-    models: tuple[str, ...] = option(("smollm2-135m",), "models to prune", cli=False)
-    dtype: str = option("float32", "model dtype", cli=False)
-    scores: tuple[str, ...] = option(DEFAULT_SWEEP_SCORES, "scores that rank heads", choices=_score_ids,
-                                     noun="score id", each=_score_id, cli=False)  # fmt: skip
-    shares: tuple[float, ...] = option((0.0, 0.1, 0.2, 0.3), "shares of heads removed", each=_fraction, cli=False)
-    tasks: tuple[str, ...] = option(("piqa", "arc_easy"), "held-out tasks", choices=_tasks, noun="task", cli=False)
-    limit: int | None = option(None, "questions per task (a seeded random sample)", minimum=1, cli=False)
-    max_drop: float = option(0.01, "largest certified accuracy drop (0.01 = 1 point)", minimum=0, cli=False)
-    calibration: str = option("wikipedia", "collection dataset that ranks the heads", cli=False)
-    calibration_limit: int = option(64, "calibration documents", minimum=1, cli=False)
-    max_length: int = option(256, "calibration tokens per document", minimum=2, cli=False)
-    batch_size: int = option(8, "sequences per evaluation pass", minimum=1, runtime=True, cli=False)
-    speed_batches: tuple[int, ...] = option((1, 8), "batch sizes of the speed measurement", minimum=1, cli=False)
-    prompt_length: int = option(128, "prompt tokens of the speed measurement", minimum=1, cli=False)
-    new_tokens: int = option(32, "decoded tokens of the speed measurement", minimum=1, cli=False)
-    repeats: int = option(3, "alternating rounds of the speed measurement (medians)", minimum=1, cli=False)
-
-
-@dataclass(frozen=True)
-class FrontierCommand(Spec):
-    """``headstats frontier FILE``: which stages of a frontier analysis file to run."""
-
-    WHAT: ClassVar[str] = "frontier command"
-
-    analysis: str = option("", "a frontier analysis file (e.g. analyses/prune_embedded.toml)", positional=True,
-                           toml=False)  # fmt: skip
-    stages: tuple[str, ...] = option(("run", "report"), "stages to run", choices=("run", "report"), noun="stage",
-                                     toml=False)  # fmt: skip
-    only: tuple[str, ...] | None = option(None, "run only these models of the file", flag="--models", toml=False)
+    tasks: tuple[str, ...] = option(("piqa", "arc_easy"), "held-out tasks", choices=_tasks, noun="task")
+    speed_batches: tuple[int, ...] = option((1, 8), "batch sizes of the speed measurement", minimum=1)
+    prompt_length: int = option(128, "prompt tokens of the speed measurement", minimum=1)
+    new_tokens: int = option(32, "decoded tokens of the speed measurement", minimum=1)
+    repeats: int = option(3, "alternating rounds of the speed measurement (medians)", minimum=1)
 
 
 LISTABLE = ("scores", "tasks", "datasets", "models")

@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from headstats.jobs.frontier import Frontier
 from headstats.jobs.specs import FrontierSpec
 from headstats.report.plots import score_style
 from headstats.report.writer import ReportWriter
@@ -133,16 +134,17 @@ def _headline(table: pd.DataFrame, tasks: list[str], batch: int) -> Figure:
     return fig
 
 
-def build_frontier_report(spec: FrontierSpec, out: str | os.PathLike | None = None) -> Path:
-    """Write the frontier report of ``spec.results`` to ``out`` (default ``spec.report``)."""
-    points, speed, runs = read_points(spec.results)
+def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = None) -> Path:
+    """Write the report of ``frontier``'s results to ``out`` (default: its ``report`` directory)."""
+    spec = frontier.prune
+    points, speed, runs = read_points(frontier.results)
     if points.empty:
-        raise ValueError(f"no finished frontier points under {spec.results!r}: run the frontier first")
+        raise ValueError(f"no finished frontier points under {str(frontier.results)!r}: run the frontier first")
     ratios = speedups(speed)
     table = points.merge(ratios, on=["model", "score", "share"], how="left")
     certified = certified_shares(points, spec.max_drop, spec.shares)
     tasks = sorted(points["task"].unique())
-    writer = ReportWriter(out or spec.report, spec.description or f"Pruning frontier: {spec.name}", dpi=90,
+    writer = ReportWriter(out or frontier.report, frontier.description or f"Pruning frontier: {frontier.name}", dpi=90,
                           subtitle="Models: " + ", ".join(f"`{m}`" for m in sorted(runs)) + ".")  # fmt: skip
     b_small = min(spec.speed_batches)
     writer.abstract(_abstract(table, certified, b_small, spec))
@@ -209,9 +211,6 @@ def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: Fr
 
 
 def _body(writer: ReportWriter, table: pd.DataFrame, certified: pd.DataFrame, runs: dict, spec: FrontierSpec) -> None:
-    if spec.notes:
-        writer.heading("Notes", 2)
-        writer.text(spec.notes)
     writer.heading("Largest certified share per score", 2)
     writer.text("Fixed-sequence reading: shares are tested in increasing order and the first one whose upper bound "
                 f"exceeds {spec.max_drop:g} ends the sequence, so the 5% level holds without adjustment for the "
