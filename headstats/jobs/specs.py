@@ -929,7 +929,9 @@ class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, O
     ``--model`` and ``--score`` take one each; ``--limit`` counts the ``--certify`` task's questions."""
 
     WHAT: ClassVar[str] = "prune"
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {"scores": ("ahon_ln",), "calibration": "wikipedia", "calibration_limit": 64}
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {
+        "scores": ("ahon_ln",), "calibration": "wikipedia", "calibration_limit": 64,
+    }  # fmt: skip
 
     share: float | None = option(None, "fraction of all heads to remove (or give --certify)", each=_fraction)
     certify: str | None = option(
@@ -998,6 +1000,7 @@ def narrow(spec: Spec, cls: type[T]) -> T:
 __all__ = [
     "ATTENTION_KERNELS",
     "DEFAULT_CALIBRATION_LIMIT",
+    "DEFAULT_PRUNE_SHARES",
     "DEFAULT_SWEEP_SCORES",
     "DEFAULT_TARGETS",
     "EXECUTOR_FLAGS",
@@ -1006,15 +1009,19 @@ __all__ = [
     "METRICS",
     "STAGES",
     "AblateSection",
+    "Calibrated",
     "CollectSection",
     "CollectSpec",
     "Claim",
     "ConfirmSection",
+    "FrontierSpec",
     "ListSpec",
     "LoadOptions",
     "ModelsSection",
     "Output",
     "PaperSpec",
+    "PruneShares",
+    "PruneSpec",
     "ReportSpec",
     "Resources",
     "Results",
@@ -1025,6 +1032,7 @@ __all__ = [
     "SummaryOutput",
     "SummarySpec",
     "SweepSpec",
+    "Truncated",
     "check_device",
     "narrow",
     "option",
