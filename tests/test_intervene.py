@@ -825,6 +825,9 @@ def test_a_score_tied_at_its_extreme_zeroes_nothing_and_its_points_reuse_the_bas
     assert tied_within_layers(tiny_model("gpt2"), ["avvn"]) == ()
 
 
+BUNDLED_DATA = pytest.mark.integration  # these rows read the bundled MMLU data before refusing
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -834,10 +837,10 @@ def test_a_score_tied_at_its_extreme_zeroes_nothing_and_its_points_reuse_the_bas
         (["--targets", "0,1.5"], "outside [0, 1]"),
         (["--targets", "0,-0.1"], "outside [0, 1]"),
         (["--targets", "0,x"], "not a number"),
-        (["--subjects", "not_a_subject"], "unknown MMLU subject"),
+        pytest.param(["--subjects", "not_a_subject"], "unknown MMLU subject", marks=BUNDLED_DATA),
         (["--prompt-format", "weird"], "unknown prompt format"),
         (["--calibration", "no-such-dataset"], "unknown dataset"),
-        (["--model", "no/such-model-dir-./"], "not found"),
+        pytest.param(["--model", "no/such-model-dir-./"], "not found", marks=BUNDLED_DATA),
         (["--device", "warp-drive"], "unknown device"),
         (["--dtype", "float7"], "unknown dtype"),
     ],
@@ -857,6 +860,7 @@ def test_cli_refuses_bad_input_before_loading_a_model_and_writes_nothing(args, m
     assert not out.exists()
 
 
+@pytest.mark.integration  # the bundled MMLU data
 def test_cli_refuses_an_empty_task_slice_an_unwritable_out_and_bad_calibration_tables(tmp_path, monkeypatch, capsys):
     import datasets
 
