@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from families import tiny_model
+from families import tiny_llama, tiny_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
 import headstats
@@ -33,6 +33,16 @@ from headstats.report import paper as paper_module
 from headstats.report import sections as report_sections
 
 TEXTS = ["The first note of the folder.", "A second note.", "And a third one.", "A fourth.", "The fifth."]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
+    """A tiny random Llama with the synthetic tokenizer, saved like any checkpoint: byte-level, so it
+    reads any text, the real tasks' included."""
+    path = tmp_path_factory.mktemp("tiny") / "tiny"
+    tiny_llama(len(tokenizer)).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
 
 
 @dataclass
@@ -110,7 +120,7 @@ def two_partitions(env: Env) -> None:
 def sharded(env: Env, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     path = env.tmp / "sharded"
     model = LlamaForCausalLM.from_pretrained(env.model)  # headstats loads through AutoModelForCausalLM
-    model.save_pretrained(path, max_shard_size="2MB")
+    model.save_pretrained(path, max_shard_size="150KB")
     AutoTokenizer.from_pretrained(env.model).save_pretrained(path)
     shards = sorted(path.glob("model-*.safetensors"))
     assert len(shards) > 1
@@ -185,7 +195,8 @@ class Case:
     status, the exception a call raises, or None for a call that must work. ``message``: a fragment
     of the one-line error, of a warning (``warns``) or of stdout. ``keeps``: files (under the row's
     folder) that must still exist; ``check``: what else must hold afterwards. ``loads``: whether a
-    model's weights may be read (else reading them fails the row)."""
+    model's weights may be read (else reading them fails the row). ``bundled_data``: the row reads the
+    bundled benchmark data (the row is an integration test)."""
 
     id: str
     argv: Callable[..., list[str]] | None = None
@@ -196,6 +207,7 @@ class Case:
     keeps: tuple[str, ...] = ()
     check: Callable[[Env], None] | None = None
     loads: bool = False
+    bundled_data: bool = False
 
 
 CASES = [
@@ -205,7 +217,7 @@ CASES = [
     Case("paper keeps a user's files", paper_command, code=0, warns=True, message="tables/my_thesis_results.csv",
          keeps=("paper/tables/my_thesis_results.csv", "paper/notes.txt", "paper/table2.csv")),
     # silently wrong
-    Case("a changed calibration folder is refused", changed_calibration, loads=True,
+    Case("a changed calibration folder is refused", changed_calibration, loads=True, bundled_data=True,
          message="changed since the points"),
     Case("an unknown --reference", lambda env, mp: [*report_command(env, mp), "--reference", "nosuchmodel"],
          message="--reference 'nosuchmodel' is not a model of"),
@@ -278,9 +290,11 @@ def without_logging_errors(err: str) -> str:
     return re.sub(r"--- Logging error ---\n.*?\nArguments: [^\n]*\n", "", err, flags=re.DOTALL)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_bad_input(case: Case, tiny_llama_dir: Path, tmp_path: Path, monkeypatch, capsys, caplog) -> None:
-    env = Env(tmp_path, tiny_llama_dir)
+@pytest.mark.parametrize(
+    "case", [pytest.param(c, id=c.id, marks=[pytest.mark.integration] if c.bundled_data else []) for c in CASES]
+)
+def test_bad_input(case: Case, checkpoint: Path, tmp_path: Path, monkeypatch, capsys, caplog) -> None:
+    env = Env(tmp_path, checkpoint)
     if not case.loads:
 
         def no_weights(*args: object, **kwargs: object) -> None:
