@@ -607,5 +607,5 @@ def test_a_fine_tuning_report_leads_with_its_answer_and_draws_checkpoints_in_tra
     assert list(labels["label"]) == ["base", "SFT 6", "SFT 12", "SFT 25"]
     svg = (out / "figures" / "headline_finetuning.svg").read_text()
     steps = pd.read_csv(out / "tables" / "finetuning_tests.csv")["cumulative_step"]
-    assert list(steps) == sorted(steps) == [6, 12, 25]
+    assert list(dict.fromkeys(steps)) == [6, 12, 25]  # training order, not the order names sort in
     assert "chain-0123abcd" not in svg  # short labels, in training order

@@ -84,7 +84,7 @@ def chain_order(checkpoints: dict[str, dict]) -> pd.DataFrame:
     frame["primary"] = frame["chain"].eq(primary_chain) | frame["stage"].eq("base")
     frame["order"] = frame["stage"].map(STAGES.index)
     frame = frame.sort_values(["primary", "order", "step"], ascending=[False, True, True], kind="stable")
-    totals = frame[frame["primary"]].groupby("order")["steps"].max()
+    totals = frame[frame["primary"] & frame["stage"].ne("base")].groupby("order")["steps"].max()
     before = {o: int(totals[totals.index < o].sum()) for o in range(len(STAGES))}
     frame["cumulative_step"] = frame["step"] + frame["order"].map(before)
     seed_text = frame["seed"].map(lambda s: "" if pd.isna(s) else f" (seed {int(s)})")
