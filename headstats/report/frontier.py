@@ -147,7 +147,14 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     writer = ReportWriter(out or frontier.report, frontier.description or f"Pruning frontier: {frontier.name}", dpi=90,
                           subtitle="Models: " + ", ".join(f"`{m}`" for m in sorted(runs)) + ".")  # fmt: skip
     b_small = min(spec.speed_batches)
-    writer.abstract(_abstract(table, certified, b_small, spec))
+    from headstats.io.models import model_slug
+
+    missing = [m for m in frontier.model_names(all_models=True) if model_slug(m) not in runs]
+    abstract = _abstract(table, certified, b_small, spec)
+    if missing:
+        abstract += (f"\n\nNot run yet: {', '.join(missing)} (`headstats frontier {frontier.path} --models "
+                     f"{','.join(missing)}` resumes).")  # fmt: skip
+    writer.abstract(abstract)
     writer.headline(_headline(table, tasks, b_small), "speedup_vs_drop",
                     f"Measured decode speed-up (batch {b_small}, pruned / unpruned tokens/s, side by side) against "
                     "the held-out accuracy drop, per score; labels are the shares of heads removed, bars reach the "
@@ -159,7 +166,7 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
                       "FLOPs or bytes), and each task's drop with its 95% upper bound; certified = bound <= "
                       f"{spec.max_drop:g}.",
                       full_legend="columns")  # fmt: skip
-    _body(writer, table, certified, runs, spec)
+    _body(writer, table, certified, runs, spec, frontier.results)
     writer.write()
     return Path(writer.out) / "index.html"
 
@@ -224,7 +231,8 @@ def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: Fr
     return "\n\n".join(parts)
 
 
-def _body(writer: ReportWriter, table: pd.DataFrame, certified: pd.DataFrame, runs: dict, spec: FrontierSpec) -> None:
+def _body(writer: ReportWriter, table: pd.DataFrame, certified: pd.DataFrame, runs: dict, spec: FrontierSpec,
+          results: Path) -> None:
     writer.heading("Largest certified share per score", 2)
     writer.text("Fixed-sequence reading: shares are tested in increasing order and the first one whose upper bound "
                 f"exceeds {spec.max_drop:g} ends the sequence, so the 5% level holds without adjustment for the "
@@ -272,3 +280,8 @@ def _body(writer: ReportWriter, table: pd.DataFrame, certified: pd.DataFrame, ru
             total = info["baseline"]["eval_seconds"] + points.drop_duplicates(["score", "share"])["eval_seconds"].sum()
             writer.text(f"{model}: CPU {machine.get('cpu')}, torch threads {machine.get('torch_threads')}, "
                         f"device {machine.get('device')}; evaluation passes took {total / 60:.1f} min in all.")
+        log = results / "runs.jsonl"
+        if log.is_file():
+            runs_logged = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+            minutes = sum(r["seconds"] for r in runs_logged) / 60
+            writer.text(f"Wall time of the completed `headstats frontier` runs (runs.jsonl): {minutes:.1f} min.")
