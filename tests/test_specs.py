@@ -145,10 +145,14 @@ def test_analysis_files_are_checked_key_by_key(tmp_path: Path, text: str, messag
 
 def test_the_shipped_analyses_use_only_declared_keys() -> None:
     from headstats.jobs.confirm import is_confirmation, load_confirmation
+    from headstats.jobs.frontier import is_frontier, load_frontier
 
     for path in sorted((Path(__file__).parent.parent / "analyses").glob("*.toml")):
         if is_confirmation(path):  # a confirmation file: [confirm] and [[claims]]
             assert load_confirmation(path).claims, path
+            continue
+        if is_frontier(path):  # a pruning frontier: [models] and [prune]
+            assert load_frontier(path).prune.scores, path
             continue
         spec = load_analysis(path)
         assert spec.report_options.n_boot >= 1 and all(a.task for a in spec.ablate), path

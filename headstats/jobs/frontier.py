@@ -62,6 +62,14 @@ class Frontier:
         return list(self.models.names) + (list(self.models.optional) if all_models else [])
 
 
+def is_frontier(path: str | Path) -> bool:
+    """Whether an analysis file is a pruning frontier (it has a ``[prune]`` section)."""
+    try:
+        return isinstance(tomllib.loads(Path(path).read_text(encoding="utf-8")).get("prune"), dict)
+    except (OSError, tomllib.TOMLDecodeError):
+        return False
+
+
 def load_frontier(path: str | Path) -> Frontier:
     """Read and check a frontier file; every error names the file, section and key."""
     from headstats.jobs.analysis import AnalysisHeader

@@ -34,7 +34,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from headstats.engine import scores as S
 from headstats.engine.prune import CONFIG_KEY, count_parameters, geometry, layer_plans, prune_heads
 from headstats.io.store import write_json_atomic
-from headstats.jobs.specs import LoadOptions, PruneSpec, narrow
+from headstats.jobs.specs import DEFAULT_PRUNE_SHARES, LoadOptions, PruneSpec, narrow
 from headstats.stats.paired import drop_bound
 
 logger = logging.getLogger("headstats")
@@ -271,12 +271,12 @@ def run_prune(spec: PruneSpec) -> dict:
         seed=spec.seed, prompt_format=spec.prompt_format, model_name=name, data_dir=spec.data_dir,
     )  # fmt: skip
     means = head_means(model, calibration, score, batch_size=spec.batch_size, seed=spec.seed, progress=spec.progress)
-    certification, share = None, spec.share
+    certification, share = None, (spec.shares or (None,))[0]
     if spec.certify is not None:
         certification = certify(
-            model, tokenizer, means, score, spec.shares, spec.certify, limit=spec.limit, seed=spec.seed,
-            max_drop=spec.max_drop, batch_size=spec.batch_size, progress=spec.progress, sample=spec.sample,
-            data_dir=spec.data_dir,
+            model, tokenizer, means, score, spec.shares or DEFAULT_PRUNE_SHARES, spec.certify, limit=spec.limit,
+            seed=spec.seed, max_drop=spec.max_drop, batch_size=spec.batch_size, progress=spec.progress,
+            sample=spec.sample, data_dir=spec.data_dir,
         )  # fmt: skip
         share = certification.certified_share
         if share is None:

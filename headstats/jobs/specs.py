@@ -917,8 +917,13 @@ DEFAULT_PRUNE_SHARES = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
 
 @dataclass(frozen=True)
 class PruneShares(Spec):
-    shares: tuple[float, ...] = option(
-        DEFAULT_PRUNE_SHARES, "shares of heads removed (candidates of --certify)", each=_fraction, metavar="FRACTIONS"
+    shares: tuple[float, ...] | None = option(
+        None,
+        "fractions of all heads to remove: one (--share 0.1), or the candidates of --certify (default "
+        f"{','.join(f'{x:g}' for x in DEFAULT_PRUNE_SHARES)})",
+        each=_fraction,
+        metavar="FRACTIONS",
+        aliases=("share",),
     )
     max_drop: float = option(0.01, "largest certified accuracy drop (0.01 = 1 point)", minimum=0)
 
@@ -933,7 +938,6 @@ class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, O
         "scores": ("ahon_ln",), "calibration": "wikipedia", "calibration_limit": 64,
     }  # fmt: skip
 
-    share: float | None = option(None, "fraction of all heads to remove (or give --certify)", each=_fraction)
     certify: str | None = option(
         None,
         "instead of --share: remove the largest of --shares whose accuracy drop on this task is certified "
@@ -951,12 +955,10 @@ class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, O
             raise SpecError("scores", "prune ranks heads by one score: give one --score")
         if self.calibration == "eval":
             raise SpecError("calibration", "prune ranks heads on a collection dataset (e.g. wikipedia), not 'eval'")
-        if (self.share is None) == (self.certify is None):
-            raise SpecError("share", "give either --share (a fraction of heads) or --certify TASK, not both or neither")
+        if self.certify is None and (self.shares is None or len(self.shares) != 1):
+            raise SpecError("shares", "give one --share (a fraction of heads), or --certify TASK")
         if not self.out:
             raise SpecError("out", "give the directory to write the pruned model to (--out DIR)")
-        if self.certify is not None and not self.shares:
-            raise SpecError("shares", "no candidate shares for --certify: give fractions, e.g. 0.05,0.1,0.2")
 
 
 @dataclass(frozen=True)
@@ -968,6 +970,7 @@ class FrontierSpec(RunOptions, Calibrated, Truncated, PruneShares):
     WHAT: ClassVar[str] = "frontier"
     DEFAULTS: ClassVar[Mapping[str, Any]] = {
         "scores": DEFAULT_SWEEP_SCORES, "calibration": "wikipedia", "calibration_limit": 64,
+        "shares": (0.0, 0.1, 0.2, 0.3),
     }  # fmt: skip
 
     tasks: tuple[str, ...] = option(("piqa", "arc_easy"), "held-out tasks", choices=_tasks, noun="task")
