@@ -881,7 +881,11 @@ class FinetuneSpec(Spec):
         1.0, "multiply every stage's steps and batch size (e.g. 8 on a GPU); ignored with --recipe", minimum=0
     )
     recipe_seed: int | None = option(
-        None, "training seed: data order and sampling; the train/held-out split keeps the recipe's split_seed, so a seed replicate is measured on the same examples (default: the recipe's; 0 in the built-in one)", flag="--seed", metavar="SEED"
+        None,
+        "training seed: data order and sampling; the train/held-out split keeps the recipe's split_seed, so a "
+        "seed replicate is measured on the same examples (default: the recipe's; 0 in the built-in one)",
+        flag="--seed",
+        metavar="SEED",
     )
     bf16: bool = option(False, "bf16 autocast (fast on GPUs, slow on most CPUs)")
     chain_stages: tuple[str, ...] = option(
@@ -1013,9 +1017,9 @@ __all__ = [
     "STAGES",
     "AblateSection",
     "Calibrated",
+    "Claim",
     "CollectSection",
     "CollectSpec",
-    "Claim",
     "ConfirmSection",
     "FrontierSpec",
     "ListSpec",
