@@ -61,7 +61,13 @@ def test_unknown_names_and_bad_directories_say_what_to_give(tmp_path: Path) -> N
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelNotFoundError, match=r"no config\.json"):
         resolve_model_path(str(tmp_path / "empty"))
-    assert resolve_model_path("org/name") == "org/name"  # a Hub id is passed on to transformers
+    from headstats.io.models import hub_reachable
+
+    if hub_reachable():
+        assert resolve_model_path("org/name") == "org/name"  # a Hub id is passed on to transformers
+    else:  # offline, a Hub id not in the local cache is refused at once, saying why
+        with pytest.raises(ModelNotFoundError, match="the Hub is not reachable"):
+            resolve_model_path("org/name")
 
 
 def test_cache_location_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

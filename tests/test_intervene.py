@@ -839,7 +839,7 @@ BUNDLED_DATA = pytest.mark.integration  # these rows read the bundled MMLU data 
         (["--targets", "0,x"], "not a number"),
         pytest.param(["--subjects", "not_a_subject"], "unknown MMLU subject", marks=BUNDLED_DATA),
         (["--prompt-format", "weird"], "unknown prompt format"),
-        (["--calibration", "no-such-dataset"], "unknown dataset"),
+        (["--calibration", "no-such-dataset"], "unknown calibration 'no-such-dataset': give eval"),
         pytest.param(["--model", "no/such-model-dir-./"], "not found", marks=BUNDLED_DATA),
         (["--device", "warp-drive"], "unknown device"),
         (["--dtype", "float7"], "unknown dtype"),
