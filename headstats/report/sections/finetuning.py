@@ -110,7 +110,7 @@ def _chain_metrics(context: Context, chain: pd.DataFrame) -> tuple[pd.DataFrame,
         metrics = json.loads((root / "metrics.json").read_text())
         seed = chain_recipe(root).get("seed")
         primary = bool(chain.loc[chain["chain"] == root.name, "primary"].any())
-        tags = {"chain": root.name, "seed": seed, "primary": primary}
+        tags = {"chain": root.name, "seed": seed, "primary_chain": primary}
         learning.append(learning_verdicts(metrics, seed=context.options.seed).assign(**tags))
         signal.append(training_signal(metrics).assign(**tags))
     learn = pd.concat(learning, ignore_index=True) if learning else pd.DataFrame()
@@ -227,7 +227,9 @@ def stage_table(analysis: ChainAnalysis) -> pd.DataFrame:
         stage, step = str(end["stage"]), int(end["step"])
         row = {"stage": f"{STAGE_NAMES[stage]} (to step {step})"}
         if not learning.empty:
-            mine = learning[learning["primary"] & (learning["stage"] == stage) & learning["metric"].eq(PRIMARY[stage])]
+            mine = learning[
+                learning["primary_chain"] & (learning["stage"] == stage) & learning["metric"].eq(PRIMARY[stage])
+            ]
             for _, r in mine.iterrows():
                 seed = "" if pd.isna(r["seed"]) else f"seed {int(r['seed'])}: "
                 verdict = "learned" if r["learned"] else "not shown"
@@ -258,7 +260,7 @@ def _learning_sentence(analysis: ChainAnalysis) -> str:
     learning = analysis.learning
     if learning.empty:
         return "The chain's learning evidence (metrics.json) is not on this machine, so learning is not shown."
-    mine = learning[learning["primary"] & learning["metric"].eq(learning["stage"].map(PRIMARY))]
+    mine = learning[learning["primary_chain"] & learning["primary"]]
     parts = [
         f"{STAGE_NAMES[r['stage']]} {r['metric'].replace('_', ' ')} {_interval(r['change'], r['ci_low'], r['ci_high'])}"
         for _, r in mine.iterrows()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from headstats.report import plots
 from headstats.report.sections.context import Context, Writer
+from headstats.report.sections.finetuning import analyse_chain
 from headstats.stats import overlap
 
 
@@ -15,6 +16,9 @@ def score_overlap(writer: Writer, context: Context) -> None:
     for dataset in sorted(scores["dataset"].unique()):
         rows = scores[scores["dataset"] == dataset]
         here = [m for m in context.model_order if m in set(rows["model"])]
+        chain = analyse_chain(context)
+        if chain is not None:  # a chain's checkpoints are compared in the fine-tuning section: here its base
+            here = [m for m in here if m == chain.base or m not in set(chain.chain["model"])]
         pair = context.figure_scores(rows)
         writer.heading(f"Dataset `{dataset}`", 3)
         if len(pair) == 2:
