@@ -157,8 +157,8 @@ notes = "The model body ran in float32.\\n\\nA second paragraph."
     ]
     page = index.read_text()
     assert "<b>This report is partial</b>: 4 of the 7 sweep points" in page
-    # the file's notes come first, a blank line in them starting a paragraph
-    assert "What this run can show</h2>\n<p>The model body ran in float32.</p>\n<p>A second paragraph.</p>" in page
+    # the file's notes go to the Methods and caveats appendix, a blank line in them starting a paragraph
+    assert "Notes on this run</h3>\n<p>The model body ran in float32.</p>\n<p>A second paragraph.</p>" in page
     assert "float32.\n\nA second paragraph." in (tmp_path / "report" / "summary.md").read_text()
     # Run time: the passes' own records (baseline and ahon_ln @ 0.3 ran; the p = 0 points reused the baseline).
     files = sorted((slug_dir / "task=piqa").glob("*.parquet"))

@@ -901,7 +901,9 @@ def test_cli_refuses_an_empty_task_slice_an_unwritable_out_and_bad_calibration_t
         (["--task", "mmlu"], "needs --out"),
     ]
     for args, message in cases:
-        argv = ["ablate", "--model", "smollm2-135m", "--limit", "2", "--scores", "ahon_ln", *args]
+        # A list flag given twice is merged (--model a --model b is both), so each case names its model once.
+        model = [] if "--model" in args else ["--model", "smollm2-135m"]
+        argv = ["ablate", *model, "--limit", "2", "--scores", "ahon_ln", *args]
         assert main(argv) == 2, args
         assert message in capsys.readouterr().err, args
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "data", "scores"]
