@@ -620,43 +620,6 @@ def layer_head_heatmap(
 # --- fine-tuning: distance against training steps ------------------------------------------------
 
 
-def dose_response(
-    table: pd.DataFrame, boundaries: Sequence[tuple[float, str]] = (), *, title: str | None = None
-) -> Figure:
-    """W1 from the base against cumulative training steps, one panel per dataset and one line per
-    score: points with their 95% interval, the pair's noise floor dotted in the same colour, and the
-    stage boundaries (``(step, stage)``: where each stage starts) as grey lines.
-
-    ``table``: columns ``dataset, score, cumulative_step, w1, ci_low, ci_high, noise_floor``."""
-    if table.empty:
-        raise ValueError("nothing to draw: the dose-response table is empty")
-    datasets = sorted(table["dataset"].astype(str).unique())
-    fig = Figure(figsize=(4.2 * len(datasets) + 1.6, 3.6), layout="constrained")
-    axes = np.atleast_1d(fig.subplots(1, len(datasets), sharey=False))
-    for ax, dataset in zip(axes, datasets, strict=True):
-        here = table[table["dataset"].astype(str) == dataset]
-        for sid in _ordered_scores(here["score"].unique()):
-            rows = here[here["score"] == sid].sort_values("cumulative_step")
-            style = score_style(sid)
-            x, y = rows["cumulative_step"].to_numpy(float), rows["w1"].to_numpy(float)
-            err = np.vstack([y - rows["ci_low"].to_numpy(float), rows["ci_high"].to_numpy(float) - y]).clip(min=0)
-            ax.errorbar(x, y, yerr=err, color=style["color"], marker="o", ms=3.5, lw=1.2, capsize=2,
-                        label=score_label(sid))  # fmt: skip
-            ax.plot(x, rows["noise_floor"].to_numpy(float), color=style["color"], ls=":", lw=1)
-        for step, stage in boundaries:
-            ax.axvline(step, color="grey", lw=0.6, alpha=0.6)
-            ax.annotate(stage, (step, 1.0), xycoords=("data", "axes fraction"), fontsize=7, color="grey",
-                        xytext=(2, -9), textcoords="offset points")  # fmt: skip
-        ax.set_title(dataset, fontsize=10)
-        ax.set_xlabel("training steps from the base")
-        ax.set_ylim(bottom=0)
-    axes[0].set_ylabel("W1 from the base (dotted: noise floor)")
-    axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    return fig
-
-
 def finetuning_distance(
     tests: pd.DataFrame,
     ends: pd.DataFrame,

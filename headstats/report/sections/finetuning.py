@@ -70,10 +70,6 @@ class ChainAnalysis:
         trained = self.chain[self.chain["primary"] & self.chain["stage"].ne("base")]
         return trained.groupby("stage", sort=False).tail(1)
 
-    def replicate_of(self, stage: str, step: int) -> str | None:
-        other = self.chain[~self.chain["primary"] & (self.chain["stage"] == stage) & (self.chain["step"] == step)]
-        return str(other["model"].iloc[0]) if len(other) else None
-
 
 def _left_out(context: Context, base_rows: pd.DataFrame) -> tuple[list[str], dict[str, str]]:
     measured = context.measured_scores(base_rows)
