@@ -13,7 +13,7 @@ import headstats
 from headstats.cli import main
 from headstats.io import store
 from headstats.jobs.analysis import load_analysis, run_analysis
-from headstats.jobs.specs import Resources
+from headstats.specs import Resources
 
 ANALYSES = Path(__file__).parent.parent / "analyses"
 

@@ -16,7 +16,7 @@ from headstats.cli import build_parser, main
 from headstats.cli.options import spec_from_args
 from headstats.engine import scores as S
 from headstats.io import models, store
-from headstats.jobs.specs import ReportSpec
+from headstats.specs import ReportSpec
 
 
 @pytest.fixture

@@ -113,7 +113,7 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
 
 def test_a_confirmation_file_is_checked_before_any_work(tmp_path) -> None:
     from headstats.jobs.confirm import load_confirmation
-    from headstats.jobs.specs import SpecError
+    from headstats.options import SpecError
 
     path = tmp_path / "c.toml"
     path.write_text('[confirm]\ntask = "hellaswag"\nkernels = ["fused"]\n[[claims]]\nmodel = "m"\nscore = "awft"\n')

@@ -1,12 +1,16 @@
 """The package's imports respect its layers, read from the source with ``ast`` (nothing is imported).
 
-Data flows one way: engine -> io -> stats -> jobs -> report -> cli. A module may import its own layer
+Data flows one way: engine -> io -> stats -> (specs) -> jobs -> report -> cli. A module may import its own layer
 and the layers below it, never one above; no module imports a private name (``_x``) of another
 module; and no two modules import each other, deferred imports inside functions included. The
 modules outside the six layers get a place from what they import:
 
 - ``headstats.names`` (path-safe names) imports nothing from headstats and the engine imports it, so
-  it is the bottom layer, ``base``.
+  it is the bottom layer, ``base``; ``headstats.options`` (the option machinery: :class:`Spec`,
+  :func:`option`) imports only ``names`` and sits there too.
+- ``headstats.specs`` (every job's option declarations) checks values against the registries of the
+  engine (scores), io (tasks, datasets, dtypes) and stats (rank metrics), and every job, the report
+  and the cli build its specs: the ``specs`` layer, between stats and jobs.
 - ``headstats.lmeval`` (the lm-eval model) runs the engine's zeroing and ``jobs.evaluate``'s scoring
   inside lm-eval, and ``headstats.lmeval_tasks`` (lm-eval task code) reads the bundled data through
   ``io``: an adapter layer just above jobs, which only the cli loads.
@@ -23,12 +27,14 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "headstats"
 
-LAYERS = ("base", "engine", "io", "stats", "jobs", "lmeval", "report", "cli", "facade")
+LAYERS = ("base", "engine", "io", "stats", "specs", "jobs", "lmeval", "report", "cli", "facade")
 LAYER_OF_PREFIX = {
     "headstats.names": "base",
+    "headstats.options": "base",
     "headstats.engine": "engine",
     "headstats.io": "io",
     "headstats.stats": "stats",
+    "headstats.specs": "specs",
     "headstats.jobs": "jobs",
     "headstats.lmeval": "lmeval",
     "headstats.lmeval_tasks": "lmeval",
@@ -238,6 +244,10 @@ def test_planted_violations_in_a_copy_are_found(tmp_path) -> None:
         f.write("\n\ndef planted():\n    return stability._planted_too\n")
     with (root / "stats" / "w1.py").open("a") as f:
         f.write("\nfrom headstats import load_model\n")
+    with (root / "specs.py").open("a") as f:
+        f.write("\nfrom headstats.jobs.sweep import run_sweep\n")
+    with (root / "options.py").open("a") as f:
+        f.write("\nfrom headstats.specs import SweepSpec\n")
     graph, private = scan(root)
     assert upward_imports(graph) - upward_imports(before_graph) == {
         ("headstats.engine.batching", "headstats.report.writer"),
@@ -245,6 +255,8 @@ def test_planted_violations_in_a_copy_are_found(tmp_path) -> None:
         ("headstats.io.sql", "headstats.stats.stability"),
         ("headstats.io.sql", "headstats.jobs.sweep"),
         ("headstats.stats.w1", "headstats"),
+        ("headstats.specs", "headstats.jobs.sweep"),
+        ("headstats.options", "headstats.specs"),
     }
     assert set(private) - set(before_private) == {
         ("headstats.io.sql", "headstats.jobs.sweep._planted"),

@@ -939,8 +939,8 @@ def test_a_pinned_kernel_joins_sweeps_of_different_scores_answer_for_answer(smol
     for answer and log-likelihood for log-likelihood, the baseline of a sweep with ``awft`` (which
     needs that kernel); the pin is part of the run's key, and a fused pin refuses a score that reads
     the probabilities."""
-    from headstats.jobs.specs import SpecError
     from headstats.jobs.sweep import run_sweep
+    from headstats.options import SpecError
 
     tokenizer = smollm2_tokenizer
     # A bf16 body rounds the two kernels differently.

@@ -31,7 +31,8 @@ from headstats.cli.options import spec_from_args
 from headstats.io import store
 from headstats.jobs import grid as launch
 from headstats.jobs.collect import collect_scores
-from headstats.jobs.specs import Resources, SpecError
+from headstats.options import SpecError
+from headstats.specs import Resources
 
 pytest.importorskip("submitit")
 

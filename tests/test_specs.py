@@ -10,17 +10,21 @@ from pathlib import Path
 
 import pytest
 
+from headstats import options, specs
 from headstats.cli import build_parser
 from headstats.cli.options import flags_of
-from headstats.jobs import specs
 from headstats.jobs.analysis import load_analysis
-from headstats.jobs.specs import CollectSpec, ReportSpec, Resources, SpecError, SweepSpec
+from headstats.options import SpecError
+from headstats.specs import CollectSpec, ReportSpec, Resources, SweepSpec
 
 PLUGGED_IN = {"finetune"}
 SPECS = [
     obj
     for obj in vars(specs).values()
-    if isinstance(obj, type) and issubclass(obj, specs.Spec) and dataclasses.is_dataclass(obj) and obj is not specs.Spec
+    if isinstance(obj, type)
+    and issubclass(obj, options.Spec)
+    and dataclasses.is_dataclass(obj)
+    and obj is not options.Spec
 ]
 
 

@@ -420,7 +420,7 @@ def test_collection_dataset_names_and_unknown_name(data_dir: Path) -> None:
 def test_one_name_per_task_and_dataset_hyphens_accepted(data_dir: Path, tokenizer) -> None:
     """Built-in tasks and datasets are spelled with underscores (as lm-eval's tasks); a hyphenated
     spelling is the same name everywhere a name is read (Python, flags, analysis files)."""
-    from headstats.jobs.specs import AblateSection, CollectSection, SweepSpec
+    from headstats.specs import AblateSection, CollectSection, SweepSpec
 
     assert set(TASKS) & {"arc_easy", "arc_challenge"} == {"arc_easy", "arc_challenge"}
     assert {"arc_easy", "arc_challenge"} <= set(COLLECTION_DATASETS)

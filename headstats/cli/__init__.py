@@ -1,5 +1,5 @@
 """``headstats ...``: the command line. argparse only: every flag is derived from the option
-declarations of :mod:`headstats.jobs.specs` (:mod:`headstats.cli.options`), each command is a small
+declarations of :mod:`headstats.specs` (:mod:`headstats.cli.options`), each command is a small
 function in :mod:`headstats.cli.commands` that builds its specs and calls the library."""
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from headstats.cli.options import add_resources, add_spec, spec_from_args
-from headstats.jobs.specs import (
+from headstats.options import narrow
+from headstats.specs import (
     LIST_ALL,
     LISTABLE,
     AblateSection,
@@ -32,7 +33,6 @@ from headstats.jobs.specs import (
     SummaryOutput,
     SummarySpec,
     SweepSpec,
-    narrow,
 )
 
 logger = logging.getLogger("headstats")

@@ -1,5 +1,5 @@
 """``headstats finetune``: build a base -> SFT -> DPO -> GRPO chain (:mod:`headstats.jobs.finetune`);
-its flags are :class:`headstats.jobs.specs.FinetuneSpec`'s."""
+its flags are :class:`headstats.specs.FinetuneSpec`'s."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from headstats.cli.options import add_spec, spec_from_args
-from headstats.jobs.specs import FinetuneSpec
+from headstats.specs import FinetuneSpec
 
 
 def add_command(subparsers: argparse._SubParsersAction) -> None:

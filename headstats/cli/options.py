@@ -1,4 +1,4 @@
-"""Command-line flags derived from the option declarations of :mod:`headstats.jobs.specs`.
+"""Command-line flags derived from the option declarations of :mod:`headstats.specs`.
 
 Each field of a spec becomes one flag (``--batch-size`` for ``batch_size``, or the field's declared
 flag) plus its old spellings; its help lists the allowed names from the registry and the default.
@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import MISSING, Field, fields
 from typing import Any, TypeVar
 
-from headstats.jobs.specs import EXECUTOR_FLAGS, Resources, Spec, choices_of, element_type, hints, is_list
+from headstats.options import Spec, choices_of, element_type, hints, is_list
+from headstats.specs import EXECUTOR_FLAGS, Resources
 
 T = TypeVar("T", bound=Spec)
 

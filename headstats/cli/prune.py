@@ -1,12 +1,12 @@
 """``headstats prune``: remove the heads a score calls inactive and save the smaller model
-(:mod:`headstats.jobs.prune`); its flags are :class:`headstats.jobs.specs.PruneSpec`'s."""
+(:mod:`headstats.jobs.prune`); its flags are :class:`headstats.specs.PruneSpec`'s."""
 
 from __future__ import annotations
 
 import argparse
 
 from headstats.cli.options import add_spec, spec_from_args
-from headstats.jobs.specs import PruneSpec, RunSpec
+from headstats.specs import PruneSpec, RunSpec
 
 
 def add_command(subparsers: argparse._SubParsersAction) -> None:

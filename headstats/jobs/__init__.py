@@ -1,2 +1,2 @@
-"""Jobs: what a command runs. Each job's options are one spec dataclass (:mod:`~headstats.jobs.specs`)
+"""Jobs: what a command runs. Each job's options are one spec dataclass (:mod:`~headstats.specs`)
 that the CLI, analysis TOML files and Python calls all build."""

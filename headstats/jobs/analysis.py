@@ -25,7 +25,7 @@ Layout of a file (all sections optional except ``models``)::
     [report_options]
     n_boot = 200
 
-Each section is a spec of :mod:`headstats.jobs.specs` (``[models]``: :class:`ModelsSection`,
+Each section is a spec of :mod:`headstats.specs` (``[models]``: :class:`ModelsSection`,
 ``[collect]``: :class:`CollectSection`, ``[[ablate]]``: :class:`AblateSection`, ``[report_options]``:
 :class:`ReportSpec`): its keys are that spec's fields, with the same names as the command-line
 flags and the Python keywords. An unknown key or a value of the wrong type is refused when the file
@@ -45,7 +45,9 @@ from typing import Any, ClassVar
 import pandas as pd
 
 from headstats.io import store
-from headstats.jobs.specs import (
+from headstats.names import check_name
+from headstats.options import Spec, SpecError, narrow, option
+from headstats.specs import (
     STAGES,
     AblateSection,
     CollectSection,
@@ -54,13 +56,8 @@ from headstats.jobs.specs import (
     ModelsSection,
     ReportSpec,
     Resources,
-    Spec,
-    SpecError,
     SweepSpec,
-    narrow,
-    option,
 )
-from headstats.names import check_name
 
 if sys.version_info >= (3, 11):
     import tomllib

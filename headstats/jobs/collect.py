@@ -28,7 +28,7 @@ from headstats.engine.zeroing import warn_tied_scores
 from headstats.io import store
 from headstats.io.assets import public_path
 from headstats.io.models import model_identity, model_slug
-from headstats.jobs.specs import CollectSpec
+from headstats.specs import CollectSpec
 
 log = logging.getLogger("headstats")
 
@@ -79,7 +79,7 @@ def collect_scores(
     ``limit`` documents are a seeded random sample (``seed``; MMLU stratified by subject, every
     subject once from 57 on; a larger limit extends the same sample), or the first ones in file
     order with ``sample="first"``. Tables of a task's prompts carry ``subject`` and ``question_id``.
-    The options are :class:`~headstats.jobs.specs.CollectSpec`'s (``spec``, or its fields by name).
+    The options are :class:`~headstats.specs.CollectSpec`'s (``spec``, or its fields by name).
     """
     from headstats.io.tasks import collection_source, resolve_format
 

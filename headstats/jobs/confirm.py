@@ -42,16 +42,8 @@ import pandas as pd
 from headstats.engine import scores as S
 from headstats.io import store
 from headstats.jobs.analysis import AnalysisHeader, AnalysisSpec, run_model_stages
-from headstats.jobs.specs import (
-    AblateSection,
-    Claim,
-    CollectSection,
-    ConfirmSection,
-    LoadOptions,
-    ModelsSection,
-    SpecError,
-    narrow,
-)
+from headstats.options import SpecError, narrow
+from headstats.specs import AblateSection, Claim, CollectSection, ConfirmSection, LoadOptions, ModelsSection
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -26,7 +26,8 @@ import pandas as pd
 
 from headstats.engine.batching import padded_tokens
 from headstats.io import store
-from headstats.jobs.specs import LoadOptions, SweepSpec, narrow
+from headstats.options import narrow
+from headstats.specs import LoadOptions, SweepSpec
 
 logger = logging.getLogger("headstats")
 

@@ -52,7 +52,7 @@ import torch
 
 from headstats.io import store
 from headstats.jobs import finetune_data as fd
-from headstats.jobs.specs import FINETUNE_STAGES, FinetuneSpec
+from headstats.specs import FINETUNE_STAGES, FinetuneSpec
 
 STAGES = FINETUNE_STAGES
 RECIPE_FILE = "recipe.json"

@@ -33,7 +33,8 @@ from headstats.engine.prune import count_parameters, prune_heads
 from headstats.engine.speed import inference_cost, time_inference
 from headstats.io.store import write_json_atomic, write_parquet_atomic
 from headstats.jobs.prune import calibration_set, head_means, select_heads
-from headstats.jobs.specs import FrontierSpec, LoadOptions, ModelsSection, SpecError, narrow
+from headstats.options import SpecError, narrow
+from headstats.specs import FrontierSpec, LoadOptions, ModelsSection
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -15,7 +15,7 @@ What submitit already does is left to it: the executors (``slurm``: one job arra
 processes on this machine; ``debug``: in this process, one after the other), waiting
 (``helpers.as_completed``, ``job.results()``), and requeueing a job that hit its time limit (a
 :class:`Job` is ``submitit.helpers.Checkpointable``; collections and sweeps resume where they
-stopped). Executor parameters are passed through unchanged (:class:`~headstats.jobs.specs.Resources`).
+stopped). Executor parameters are passed through unchanged (:class:`~headstats.specs.Resources`).
 What headstats adds: completion markers, the output check, at most ``array_parallelism`` local
 processes at once, and every failure of a grid in one :class:`GridError` with the end of each log.
 ``submitit`` is an optional dependency (``pip install 'headstats[slurm]'``).
@@ -38,7 +38,8 @@ from typing import Any, Literal
 from tqdm.auto import tqdm
 
 from headstats.io import store
-from headstats.jobs.specs import LAUNCHERS, CollectSpec, LoadOptions, Resources, split_kwargs
+from headstats.options import split_kwargs
+from headstats.specs import LAUNCHERS, CollectSpec, LoadOptions, Resources
 
 logger = logging.getLogger("headstats")
 
@@ -503,7 +504,7 @@ def run_grid(
 ) -> GridResult:
     """Run every unfinished job of a grid and wait for all of them.
 
-    ``resources``: a :class:`~headstats.jobs.specs.Resources` (or a launcher name, with its other
+    ``resources``: a :class:`~headstats.specs.Resources` (or a launcher name, with its other
     fields as keyword arguments): the launcher, ``folder`` for submitit's pickles and each job's
     logs, ``array_parallelism`` (jobs at once, slurm and local) and ``executor_params`` for submitit
     as they are (``timeout_min``, ``mem_gb``, ``gpus_per_node``, ``cpus_per_task``,

@@ -34,7 +34,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from headstats.engine import scores as S
 from headstats.engine.prune import CONFIG_KEY, count_parameters, geometry, layer_plans, prune_heads
 from headstats.io.store import write_json_atomic
-from headstats.jobs.specs import DEFAULT_PRUNE_SHARES, LoadOptions, PruneSpec, narrow
+from headstats.options import narrow
+from headstats.specs import DEFAULT_PRUNE_SHARES, LoadOptions, PruneSpec
 from headstats.stats.paired import drop_bound
 
 logger = logging.getLogger("headstats")

@@ -50,7 +50,8 @@ from headstats.engine import scores as S
 from headstats.engine.probe import Probe
 from headstats.engine.zeroing import ablate_heads, model_shape, warn_tied_scores
 from headstats.io import store
-from headstats.jobs.specs import LoadOptions, SweepSpec, check_device, split_kwargs
+from headstats.options import check_device, split_kwargs
+from headstats.specs import LoadOptions, SweepSpec
 from headstats.stats.summary import BASELINE
 from headstats.stats.thresholds import QUANTILE_METHOD, pooled_scores, thresholds_for_fractions
 
@@ -266,8 +267,8 @@ def plan_sweep(
 ) -> SweepPlan:
     """Validate a sweep's inputs (task, options, output, calibration data) without a model.
 
-    The options are :class:`~headstats.jobs.specs.SweepSpec`'s and, for a model given by name,
-    :class:`~headstats.jobs.specs.LoadOptions`' (``spec`` / ``load``, or their fields by name)."""
+    The options are :class:`~headstats.specs.SweepSpec`'s and, for a model given by name,
+    :class:`~headstats.specs.LoadOptions`' (``spec`` / ``load``, or their fields by name)."""
     from headstats.io.models import model_identity, model_slug, resolve_dtype, resolve_model_path
     from headstats.io.tasks import load_task
 
@@ -435,7 +436,7 @@ def run_sweep(
     """Run the baseline and every (score, target) point of a sweep; returns the results partition.
 
     ``model`` is a model name/path (loaded with ``load`` after every input has been validated) or a
-    loaded model (then ``tokenizer`` is required). The options are :class:`~headstats.jobs.specs.SweepSpec`'s
+    loaded model (then ``tokenizer`` is required). The options are :class:`~headstats.specs.SweepSpec`'s
     (``scores``, ``targets``, ``limit``, ``batch_size``, ``calibration``, ...; ``spec``, or its fields by
     name, as are ``dtype`` and ``device``). Finished points under ``out`` are kept and skipped, so
     calling again with more targets or scores only runs what is missing. Read the results with

@@ -20,9 +20,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.jobs.frontier import Frontier
-from headstats.jobs.specs import FrontierSpec
 from headstats.report.plots import score_style
 from headstats.report.writer import ReportWriter
+from headstats.specs import FrontierSpec
 from headstats.stats.paired import drop_bound, minimum_detectable_drop
 
 

@@ -38,11 +38,11 @@ from matplotlib.figure import Figure
 
 from headstats.io import store
 from headstats.io.assets import cache_dir
-from headstats.jobs.specs import ReportSpec
 from headstats.report import plots
 from headstats.report import sections as report_sections
 from headstats.report.freshness import INPUTS_KEY, report_inputs
 from headstats.report.sections.context import ABSTRACT_WORDS, IN_PAGE_LINK, Context, Section, word_count
+from headstats.specs import ReportSpec
 
 logger = logging.getLogger("headstats")
 
@@ -518,7 +518,7 @@ def build_report(
 ) -> Path:
     """Build the report of everything under ``results_dir`` into ``out``; returns ``out/index.html``.
 
-    ``options`` are those of :class:`headstats.jobs.specs.ReportSpec` (declared and checked there,
+    ``options`` are those of :class:`headstats.specs.ReportSpec` (declared and checked there,
     as for the command line and an analysis file's ``[report_options]``): ``title``; ``metric``, the
     accuracy column (``correct`` or ``correct_norm``); ``rank_by``, the curve area that ranks score
     functions (``grid_auc``, or the study's ``norm_auc``); ``n_boot``, ``n_perm``, ``n_split``:

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from headstats.io import store
 from headstats.io.assets import local_path
 from headstats.io.models import checkpoint_info
-from headstats.jobs.specs import FINETUNE_STAGES, ReportSpec
+from headstats.specs import FINETUNE_STAGES, ReportSpec
 from headstats.stats import distances, ranking
 from headstats.stats.distances import score_columns
 from headstats.stats.summary import summarize_curves, summarize_interventions
@@ -115,7 +115,7 @@ class Writer(Protocol):
 
 class Context:
     """The tables under one results folder, read lazily and once, and the report's options
-    (``options``: a :class:`headstats.jobs.specs.ReportSpec`).
+    (``options``: a :class:`headstats.specs.ReportSpec`).
 
     ``scores``: every score table (columns ``model``, ``dataset``, keys and score ids) or None;
     ``interventions``: every per-question intervention row (``model``, ``task``, ...) or None;

@@ -1,39 +1,22 @@
 """The options of every headstats job, each declared once.
 
 A job's options are one frozen dataclass (:class:`CollectSpec`, :class:`SweepSpec`,
-:class:`ReportSpec`, :class:`Resources`, ...). Each field is declared with :func:`option`: its type
-(the annotation), default, help, the registry its allowed values come from, and its old spellings.
-Everything else derives from that one declaration:
-
-- Python: ``CollectSpec(limit=4)`` checks every value in ``__post_init__`` (a wrong type, a value out
-  of range or not registered raises :class:`SpecError`, a ``ValueError`` naming the option);
-  :meth:`Spec.from_kwargs` builds a spec from the keyword arguments of a public function
-  (``collect_scores(..., limit=4)``), refusing unknown names with the list of allowed ones;
-- analysis files: :meth:`Spec.from_toml` checks a TOML table's keys and types (a string is never
-  taken for a list there) and names the file, section and key in every error;
-- the command line: :mod:`headstats.cli.options` turns the fields into argparse flags.
-
-So every check runs before any model loads, whichever way a job is started. To add an option, add
-one field here and read it where it is used.
+:class:`ReportSpec`, :class:`Resources`, ...) of fields declared with
+:func:`headstats.options.option`; Python keywords, analysis-file keys, command-line flags and every
+check derive from it (:mod:`headstats.options`). So every check runs before any model loads,
+whichever way a job is started. To add an option, add one field here and read it where it is used.
 """
 
 from __future__ import annotations
 
-import math
-import numbers
-import os
-import types
-import typing
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import Field, dataclass, field, fields, replace
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 from headstats.engine import scores as S
 from headstats.names import canonical_name
-
-if TYPE_CHECKING:
-    import torch
+from headstats.options import Spec, SpecError, check_device, option
 
 LAUNCHERS: tuple[str, ...] = ("local", "slurm", "debug")
 METRICS: tuple[str, ...] = ("correct", "correct_norm")
@@ -45,329 +28,6 @@ ATTENTION_KERNELS: tuple[str, ...] = ("auto", "explicit", "fused")
 DEFAULT_SWEEP_SCORES = ("ahon_ln", "awft", "random")
 DEFAULT_TARGETS = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
 DEFAULT_CALIBRATION_LIMIT = 256
-
-T = TypeVar("T", bound="Spec")
-
-
-class SpecError(ValueError):
-    """A bad option value; the message names the option (``--limit``, ``limit``, or ``file: [section] limit``)."""
-
-    def __init__(self, key: str, text: str, label: str | None = None) -> None:
-        self.key, self.text, self.label = key, text, key if label is None else label
-        # `text` may place the label itself ("{key} must be at least 1"), else it follows "label: ".
-        prefix = f"{self.label}: " if self.label else ""
-        super().__init__(text.format(key=self.label) if "{key}" in text else prefix + text)
-
-    def relabel(self, label: Callable[[str], str]) -> SpecError:
-        return SpecError(self.key, self.text, label(self.key))
-
-
-def option(
-    default: Any = None,
-    help: str = "",
-    *,
-    factory: Callable[[], Any] | None = None,
-    choices: Callable[[], Iterable[str]] | Iterable[str] | None = None,
-    noun: str | None = None,
-    strict: bool = True,
-    each: Callable[[Any], object] | None = None,
-    minimum: float | None = None,
-    flag: str | None = None,
-    aliases: tuple[str, ...] = (),
-    metavar: str | None = None,
-    cli: bool = True,
-    toml: bool = True,
-    runtime: bool = False,
-    positional: bool = False,
-) -> Any:
-    """Declare one option.
-
-    ``choices``: the allowed names (a callable reading a registry, so names registered later count),
-    listed by ``--help``; ``strict=False`` lists them without refusing others (datasets: a file path
-    is allowed too). ``noun`` names a value in messages ("unknown score id 'x'"). ``each``: a check of
-    every value (of every element of a list) that raises ``ValueError``. ``minimum``: the smallest
-    number allowed. ``flag`` / ``aliases``: the command-line flag if not ``--name`` and old spellings,
-    accepted as flags and as Python keywords. ``cli`` / ``toml``: whether the option is offered there.
-    ``runtime``: it changes how a job runs, not what it produces (a grid does not rerun a finished
-    job when only such an option changed). ``positional``: a command-line argument without a flag.
-    """
-    meta = dict(
-        help=help,
-        choices=choices,
-        noun=noun,
-        strict=strict,
-        each=each,
-        minimum=minimum,
-        flag=flag,
-        aliases=aliases,
-        metavar=metavar,
-        cli=cli,
-        toml=toml,
-        runtime=runtime,
-        positional=positional,
-    )
-    if factory is not None:
-        return field(default_factory=factory, metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-def choices_of(f: Field) -> tuple[str, ...]:
-    source = f.metadata.get("choices")
-    if source is None:
-        return ()
-    return tuple(source() if callable(source) else source)
-
-
-# --- checking values ------------------------------------------------------------------------------
-
-
-def _describe(hint: Any) -> str:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(a) for a in args if a is not type(None)) + " (or unset)"
-    if origin is tuple:
-        return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(args[0], str(args[0]))
-    if origin is dict:
-        return "a table of settings"
-    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(hint, str(hint))
-
-
-def _coerce(hint: Any, value: Any) -> Any:
-    """``value`` as the annotated type, or TypeError. Numbers are never rounded (4.7 is no integer),
-    a bool is not a number, and a comma-separated string is a list only where Python code passes
-    one (analysis files are checked for real lists first, see :meth:`Spec.from_toml`)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(arg, value)
-            except TypeError:
-                continue
-        raise TypeError
-    if origin is tuple:
-        if isinstance(value, str):  # "a,b" / "0,0.1" from Python callers: the same reading as the flags
-            value = [_from_text(args[0], item.strip()) for item in value.split(",") if item.strip()]
-        if isinstance(value, (bytes, Mapping)) or not isinstance(value, Iterable):
-            raise TypeError
-        return tuple(_coerce(args[0], item) for item in value)
-    if origin is dict:
-        if not isinstance(value, Mapping):
-            raise TypeError
-        return dict(value)
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise TypeError
-        return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError
-        return int(value)
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise TypeError
-        return float(value)
-    if hint is str:
-        if isinstance(value, os.PathLike):  # a path is given as a Path as often as a string
-            return os.fspath(value)
-        if not isinstance(value, str):
-            raise TypeError
-        return value
-    raise TypeError
-
-
-def _from_text(kind: Any, text: str) -> Any:
-    """One comma-separated item as a number where numbers belong (else left for the type check)."""
-    try:
-        return int(text) if kind is int else float(text) if kind is float else text
-    except ValueError:
-        return text
-
-
-def _non_null(hint: Any) -> list[Any]:
-    """The types a hint allows besides None (one, unless it is a union of several)."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return [a for a in typing.get_args(hint) if a is not type(None)]
-    return [hint]
-
-
-def is_list(hint: Any) -> bool:
-    return any(typing.get_origin(a) is tuple for a in _non_null(hint))
-
-
-def element_type(hint: Any) -> Any:
-    """int, float, str or bool: the type of a value, or of a list's elements."""
-    (inner,) = _non_null(hint)
-    return typing.get_args(inner)[0] if typing.get_origin(inner) is tuple else inner
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
-def check_device(device: str | torch.device | None) -> str:
-    """The device type a model will be loaded on; an unusable device fails here, before any work."""
-    import torch  # here, not at the top: the command line reads the specs without loading torch
-
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        kind = torch.device(device).type
-    except (RuntimeError, TypeError):
-        raise ValueError(f"unknown device {device!r}: give cpu, cuda, cuda:1, mps, ...") from None
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{str(device)!r} was asked for, but no CUDA device is available here; use --device cpu")
-    return kind
-
-
-# --- the base class -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Spec:
-    """Base of every option set. Subclasses declare fields with :func:`option`."""
-
-    WHAT: ClassVar[str] = "job"  # names the option set in messages ("unknown collection option")
-    # Defaults that differ between jobs sharing a field (the field's own default is None).
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {}
-
-    def __post_init__(self) -> None:
-        types_ = hints(type(self))
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is None and f.name in self.DEFAULTS:
-                value = self.DEFAULTS[f.name]
-            try:
-                value = _coerce(types_[f.name], value)
-            except TypeError:
-                raise SpecError(f.name, f"expected {_describe(types_[f.name])}, not {value!r}") from None
-            value = _canonical(f, value)
-            object.__setattr__(self, f.name, value)
-            if value is not None:
-                _check_value(f, value)
-        try:
-            self.check()
-        except SpecError:
-            raise
-        except ValueError as err:
-            raise SpecError(getattr(err, "key", "options"), str(err)) from None
-
-    def check(self) -> None:
-        """Checks across fields or against registries (subclasses); raise ValueError."""
-
-    # --- building ---
-
-    @classmethod
-    def options(cls, *, where: str = "python") -> list[Field]:
-        return [f for f in fields(cls) if where == "python" or f.metadata.get(where, True)]
-
-    @classmethod
-    def aliases(cls) -> dict[str, str]:
-        """Old spellings -> field names."""
-        return {a: f.name for f in fields(cls) for a in f.metadata.get("aliases", ())}
-
-    @classmethod
-    def from_kwargs(
-        cls: type[T], kwargs: Mapping[str, Any], *, base: T | None = None, label: Callable[[str], str] = str
-    ) -> T:
-        """A spec from keyword arguments (old spellings accepted), on top of ``base`` if given."""
-        names = {f.name for f in fields(cls)}
-        aliases = cls.aliases()
-        unknown = sorted(k for k in kwargs if k not in names and k not in aliases)
-        if unknown:
-            raise SpecError(
-                unknown[0],
-                f"unknown {cls.WHAT} option(s) {', '.join(unknown)}: choose from {', '.join(sorted(names))}",
-                label=label(unknown[0]),
-            )
-        values = {aliases.get(k, k): v for k, v in kwargs.items()}
-        try:
-            return replace(base, **values) if base is not None else cls(**values)
-        except SpecError as err:
-            raise err.relabel(label) from None
-
-    @classmethod
-    def from_toml(cls: type[T], table: Mapping[str, Any], where: str, *, extra: Iterable[str] = ()) -> T:
-        """A spec from one table of an analysis file; ``where`` ("file: [section]") prefixes errors.
-        ``extra`` keys are allowed but not part of this spec (the caller reads them)."""
-        allowed = {f.name: f for f in cls.options(where="toml")}
-        aliases = {a: n for a, n in cls.aliases().items() if n in allowed}
-        unknown = sorted(set(table) - set(allowed) - set(aliases) - set(extra))
-        if unknown:
-            raise SpecError(
-                unknown[0],
-                f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted({*allowed, *extra}))}",
-                label="",
-            )
-        values = {aliases.get(k, k): v for k, v in table.items() if k not in set(extra)}
-        types_ = hints(cls)
-        for key, value in values.items():
-            if is_list(types_[key]) and not isinstance(value, list):
-                # TOML has real lists: a string here is a mistake, not "a,b,c" (nor letters).
-                raise SpecError(key, f"expected {_describe(types_[key])}, not {value!r}", label=f"{where} {key}")
-        return cls.from_kwargs(values, label=lambda k: f"{where} {k}")
-
-    def kwargs(self, *, where: str = "python") -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in self.options(where=where)}
-
-    def settings(self) -> dict[str, Any]:
-        """The values that decide what a job produces (the runtime options left out)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if not f.metadata.get("runtime")}
-
-
-def _canonical(f: Field, value: Any) -> Any:
-    """A choice spelled with '-' for '_' (``arc-easy``) is that choice (``arc_easy``): one name per
-    task and dataset (:func:`headstats.names.canonical_name`)."""
-    names = choices_of(f) if value is not None else ()
-    if not names:
-        return value
-    if isinstance(value, tuple):
-        return tuple(canonical_name(item, names) for item in value)
-    return canonical_name(value, names)
-
-
-def _check_value(f: Field, value: Any) -> None:
-    meta = f.metadata
-    items = value if isinstance(value, tuple) else (value,)
-    minimum = meta.get("minimum")
-    for item in items:
-        if minimum is not None and isinstance(item, (int, float)) and not item >= minimum:
-            raise SpecError(f.name, f"{{key}} must be at least {minimum:g}, not {item!r}")
-        if isinstance(item, float) and not math.isfinite(item):
-            raise SpecError(f.name, f"{{key}} must be a finite number, not {item!r}")
-        if meta.get("each") is not None:
-            try:
-                meta["each"](item)
-            except ValueError as err:
-                raise SpecError(f.name, str(err)) from None
-        names = choices_of(f) if meta.get("strict", True) else ()
-        if names and item not in names:
-            noun = meta.get("noun") or f.name.replace("_", " ")
-            raise SpecError(f.name, f"unknown {noun} {item!r}: choose from {', '.join(names)}")
-
-
-def split_kwargs(kwargs: Mapping[str, Any], *specs: type[Spec]) -> list[dict[str, Any]]:
-    """Keyword arguments spread over several option sets (each name to the first that has it);
-    a name none of them has is refused, listing every allowed one."""
-    parts: list[dict[str, Any]] = [{} for _ in specs]
-    for key, value in kwargs.items():
-        for part, spec in zip(parts, specs, strict=True):
-            if key in {f.name for f in fields(spec)} or key in spec.aliases():
-                part[key] = value
-                break
-        else:
-            allowed = sorted({f.name for spec in specs for f in fields(spec)})
-            what = specs[-1].WHAT
-            raise SpecError(key, f"unknown {what} option(s) {key}: choose from {', '.join(allowed)}")
-    return parts
 
 
 # --- registries -------------------------------------------------------------------------------------
@@ -998,12 +658,6 @@ class ListSpec(Spec):
     )  # fmt: skip
 
 
-def narrow(spec: Spec, cls: type[T]) -> T:
-    """The part of ``spec`` that is a ``cls`` (a base class of its type): e.g. the :class:`CollectSpec`
-    of a :class:`CollectSection`, the :class:`LoadOptions` of :class:`ModelsSection`."""
-    return cls(**{f.name: getattr(spec, f.name) for f in fields(cls)})
-
-
 __all__ = [
     "ATTENTION_KERNELS",
     "DEFAULT_CALIBRATION_LIMIT",
@@ -1034,14 +688,8 @@ __all__ = [
     "Results",
     "RunOptions",
     "RunSpec",
-    "Spec",
-    "SpecError",
     "SummaryOutput",
     "SummarySpec",
     "SweepSpec",
     "Truncated",
-    "check_device",
-    "narrow",
-    "option",
-    "split_kwargs",
 ]
