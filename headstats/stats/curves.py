@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 
 Reading = Literal["first", "study"]
 READINGS: tuple[str, ...] = ("first", "study")
@@ -118,6 +117,8 @@ def within_one_point_monotone(
     x, y = _sorted(realised, accuracy)
     if len(x) < 2:
         return within_one_point(x, y, baseline, drop)
+    from scipy.optimize import isotonic_regression
+
     fitted = isotonic_regression(y, increasing=False).x
     return within_one_point(x, fitted, baseline, drop)
 

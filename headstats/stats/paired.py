@@ -28,14 +28,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
-from scipy import stats as _st
-from scipy.optimize import brentq
-from statsmodels.stats.contingency_tables import mcnemar as _sm_mcnemar
-from statsmodels.stats.proportion import proportion_confint
 
 
 @dataclass(frozen=True)
@@ -109,7 +106,9 @@ def mcnemar_exact(a: ArrayLike, b: ArrayLike, clusters: ArrayLike | None = None)
     grouped = _cluster_codes(clusters, len(x))
     if grouped is None:
         table = [[int(np.count_nonzero(x & y)), only_a], [only_b, int(np.count_nonzero(~x & ~y))]]
-        return McNemar(only_a, only_b, float(_sm_mcnemar(table, exact=True).pvalue))
+        from statsmodels.stats.contingency_tables import mcnemar
+
+        return McNemar(only_a, only_b, float(mcnemar(table, exact=True).pvalue))
     codes, k = grouped
     sums = np.bincount(codes, weights=x.astype(np.int64) - y.astype(np.int64), minlength=k).astype(np.int64)
     return McNemar(only_a, only_b, _sign_flip_pvalue(sums))
@@ -119,12 +118,14 @@ def _sign_flip_pvalue(sums: np.ndarray) -> float:
     """P(|sum of ±s_c| >= |sum of s_c|) over independent fair signs, exactly: clusters with the same
     |s_c| = v contribute v * (2 Binomial(m, 1/2) - m), and those few distributions are convolved on
     the integer support."""
+    from scipy.stats import binom
+
     observed = abs(int(sums.sum()))
     values, counts = np.unique(np.abs(sums[sums != 0]), return_counts=True)
     pmf = np.ones(1)  # over the support -total..total, offset by total
     for v, m in zip(values.tolist(), counts.tolist(), strict=True):
         kernel = np.zeros(2 * v * m + 1)
-        kernel[:: 2 * v] = _st.binom.pmf(np.arange(m + 1), m, 0.5)
+        kernel[:: 2 * v] = binom.pmf(np.arange(m + 1), m, 0.5)
         pmf = np.convolve(pmf, kernel)
     total = (len(pmf) - 1) // 2
     support = np.abs(np.arange(-total, total + 1))
@@ -260,7 +261,7 @@ def drop_bound_from_counts(
     if not design_effect >= 1:
         raise ValueError(f"a design effect is at least 1 (independent questions), not {design_effect}")
     _check_confidence(confidence)
-    z = float(_st.norm.ppf(confidence))
+    z = NormalDist().inv_cdf(confidence)
     drop = (lost - gained) / n
     eff_lost, eff_gained, eff_n = lost / design_effect, gained / design_effect, n / design_effect
     eps = 1e-12
@@ -271,6 +272,8 @@ def drop_bound_from_counts(
     def solve(target: float, lo: float, hi: float, edge: float) -> float:
         if (statistic(lo) - target) * (statistic(hi) - target) > 0:
             return edge  # the statistic never reaches the critical value inside (-1, 1)
+        from scipy.optimize import brentq
+
         return float(brentq(lambda d: statistic(d) - target, lo, hi, xtol=1e-12))
 
     upper = solve(-z, drop, 1.0 - eps, 1.0)
@@ -292,7 +295,7 @@ def minimum_detectable_drop(
         raise ValueError(f"a detectable drop needs at least one question (n = {n})")
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise ValueError("alpha and power must lie strictly between 0 and 1")
-    za, zb = float(_st.norm.ppf(1 - alpha)), float(_st.norm.ppf(power))
+    za, zb = NormalDist().inv_cdf(1 - alpha), NormalDist().inv_cdf(power)
     psi0 = 0.0 if discordance is None or not np.isfinite(discordance) else float(discordance)
 
     def gap(d: float) -> float:
@@ -301,6 +304,8 @@ def minimum_detectable_drop(
 
     if gap(1.0) < 0:
         return float("nan")  # not even a drop of 100 points is detectable with these n
+    from scipy.optimize import brentq
+
     return float(brentq(gap, 1e-12, 1.0, xtol=1e-12))
 
 
@@ -309,6 +314,8 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     1, where the normal (Wald) interval collapses."""
     _check_counts(successes, n)
     _check_confidence(confidence)
+    from statsmodels.stats.proportion import proportion_confint
+
     low, high = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
     return max(0.0, float(low)), min(1.0, float(high))
 
@@ -318,7 +325,9 @@ def clopper_pearson_interval(successes: int, n: int, confidence: float = 0.95) -
     nominal coverage, so wider."""
     _check_counts(successes, n)
     _check_confidence(confidence)
-    ci = _st.binomtest(successes, n).proportion_ci(confidence_level=confidence, method="exact")
+    from scipy.stats import binomtest
+
+    ci = binomtest(successes, n).proportion_ci(confidence_level=confidence, method="exact")
     return float(ci.low), float(ci.high)
 
 
