@@ -12,7 +12,8 @@ import torch
 import headstats
 from headstats.cli import main
 from headstats.io import store
-from headstats.jobs.analysis import load_analysis, run_analysis
+from headstats.jobs.analysis import load_analysis
+from headstats.pipeline import run_analysis
 from headstats.specs import Resources
 
 ANALYSES = Path(__file__).parent.parent / "analyses"

@@ -41,7 +41,8 @@ def test_a_claim_is_confirmed_only_when_every_planned_path_certifies_it() -> Non
 
 def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_rule(tiny_llama_dir, tmp_path) -> None:
     from headstats.io.models import model_slug
-    from headstats.jobs.confirm import expand, is_confirmation, load_confirmation, run_confirmation
+    from headstats.jobs.confirm import expand, is_confirmation, load_confirmation
+    from headstats.pipeline import run_confirmation
 
     model = tiny_llama_dir.as_posix()
     path = tmp_path / "confirm.toml"

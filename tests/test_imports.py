@@ -1,9 +1,9 @@
 """The package's imports respect its layers, read from the source with ``ast`` (nothing is imported).
 
-Data flows one way: engine -> io -> stats -> (specs) -> jobs -> report -> cli. A module may import its own layer
-and the layers below it, never one above; no module imports a private name (``_x``) of another
-module; and no two modules import each other, deferred imports inside functions included. The
-modules outside the six layers get a place from what they import:
+Data flows one way: engine -> io -> stats -> (specs) -> jobs -> report -> (pipeline) -> cli. A module
+may import its own layer and the layers below it, never one above; no module imports a private name
+(``_x``) of another module; and no two modules import each other, deferred imports inside functions
+included. The modules outside the six layers get a place from what they import:
 
 - ``headstats.names`` (path-safe names) imports nothing from headstats and the engine imports it, so
   it is the bottom layer, ``base``; ``headstats.options`` (the option machinery: :class:`Spec`,
@@ -14,6 +14,8 @@ modules outside the six layers get a place from what they import:
 - ``headstats.lmeval`` (the lm-eval model) runs the engine's zeroing and ``jobs.evaluate``'s scoring
   inside lm-eval, and ``headstats.lmeval_tasks`` (lm-eval task code) reads the bundled data through
   ``io``: an adapter layer just above jobs, which only the cli loads.
+- ``headstats.pipeline`` (``headstats run``: a file's collection and sweeps, then its report) runs
+  jobs and report in turn: the ``pipeline`` layer, above report, which the cli calls.
 - ``headstats`` (the package root: lazy re-exports and ``__version__``) and ``headstats.scores`` (the
   public alias of ``headstats.engine.scores``) are the facade: for users, above everything. Inside the
   package only ``__version__`` may be read from the root.
@@ -27,7 +29,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "headstats"
 
-LAYERS = ("base", "engine", "io", "stats", "specs", "jobs", "lmeval", "report", "cli", "facade")
+LAYERS = ("base", "engine", "io", "stats", "specs", "jobs", "lmeval", "report", "pipeline", "cli", "facade")
 LAYER_OF_PREFIX = {
     "headstats.names": "base",
     "headstats.options": "base",
@@ -39,24 +41,10 @@ LAYER_OF_PREFIX = {
     "headstats.lmeval": "lmeval",
     "headstats.lmeval_tasks": "lmeval",
     "headstats.report": "report",
+    "headstats.pipeline": "pipeline",
     "headstats.cli": "cli",
 }
 FACADE = ("headstats", "headstats.scores")
-
-# Known upward imports, each with why it is still here. A new upward import fails the test, and so
-# does an entry whose import has gone (delete it then).
-ALLOWED_UPWARD = {
-    ("headstats.jobs.analysis", "headstats.report.writer"): (
-        "run_analysis runs the report stage after collect and ablate; the pipeline that runs every "
-        "stage belongs above report (with `headstats run` in the cli), a move left to issue 28's "
-        "module split because run_analysis is being reshaped around RunSpec (item 1)"
-    ),
-    ("headstats.jobs.confirm", "headstats.report.confirm"): (
-        "run_confirmation writes the verdicts after the sweeps, as run_analysis does; it moves above "
-        "report together with run_analysis (report.confirm imports jobs.confirm's ConfirmPlan, so "
-        "this edge also closes a module cycle)"
-    ),
-}
 
 
 def _modules(root: Path) -> dict[str, Path]:
@@ -192,10 +180,6 @@ def layer_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return layers
 
 
-def _without_allowed(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    return {m: {t for t in targets if (m, t) not in ALLOWED_UPWARD} for m, targets in graph.items()}
-
-
 def test_every_module_has_a_layer() -> None:
     graph, _ = scan()
     assert len(graph) > 20  # the walk saw the package
@@ -205,16 +189,13 @@ def test_every_module_has_a_layer() -> None:
 
 def test_no_import_runs_up_the_layers() -> None:
     graph, _ = scan()
-    upward = upward_imports(graph)
-    new = sorted(upward - ALLOWED_UPWARD.keys())
-    found = "; ".join(f"{m} ({layer_of(m)}) imports {t} ({layer_of(t)})" for m, t in new)
-    assert not new, f"imports up the layers ({' -> '.join(LAYERS)}): {found}"
-    gone = sorted(ALLOWED_UPWARD.keys() - upward)
-    assert not gone, f"these allowed upward imports are gone; delete them from ALLOWED_UPWARD: {gone}"
+    upward = sorted(upward_imports(graph))
+    found = "; ".join(f"{m} ({layer_of(m)}) imports {t} ({layer_of(t)})" for m, t in upward)
+    assert not upward, f"imports up the layers ({' -> '.join(LAYERS)}): {found}"
 
 
 def test_no_import_cycle_between_modules_or_layers() -> None:
-    graph = _without_allowed(scan()[0])
+    graph = scan()[0]
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle or [])
     cycle = find_cycle(layer_graph(graph))
@@ -262,6 +243,6 @@ def test_planted_violations_in_a_copy_are_found(tmp_path) -> None:
         ("headstats.io.sql", "headstats.jobs.sweep._planted"),
         ("headstats.io.sql", "headstats.stats.stability._planted_too"),
     }
-    # engine -> report closes a layer cycle with the report's (allowed) imports of engine.scores.
-    assert find_cycle(layer_graph(_without_allowed(before_graph))) is None
-    assert find_cycle(layer_graph(_without_allowed(graph))) is not None
+    # engine -> report closes a layer cycle with the report's imports of engine.scores.
+    assert find_cycle(layer_graph(before_graph)) is None
+    assert find_cycle(layer_graph(graph)) is not None

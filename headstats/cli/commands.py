@@ -236,7 +236,7 @@ def run_report(args: argparse.Namespace) -> int:
 
     results, out = spec_from_args(args, Results).results, spec_from_args(args, Output).out
     spec = spec_from_args(args, ReportSpec)
-    index = build_report(results, str(out), **spec.kwargs())
+    index = build_report(results, str(out), spec=spec)
     _report_line(f"report: {index}")
     return 0
 
@@ -283,62 +283,48 @@ def add_run(sub: Subparsers) -> None:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from headstats.jobs.analysis import load_analysis, run_analysis
     from headstats.jobs.confirm import is_confirmation
 
     run = spec_from_args(args, RunSpec)
-    if is_confirmation(run.analysis):
-        return run_confirmation_file(run, progress=not getattr(args, "quiet", False))
-    resources = spec_from_args(args, Resources)
+    progress = not getattr(args, "quiet", False)
+    if is_confirmation(Path(run.analysis)):
+        index = run_confirmation_file(run, progress=progress)
+    else:
+        index = run_analysis_file(run, spec_from_args(args, Resources), progress=progress)
+    if index is not None:
+        _report_line(str(index))
+    return 0
+
+
+def run_analysis_file(run: RunSpec, resources: Resources, *, progress: bool) -> Path | None:
+    """``headstats run`` of an analysis file: its stages, or with ``--dry-run`` what they would run."""
+    from headstats.jobs.analysis import load_analysis
+
     spec = load_analysis(run.analysis)  # every section checked before any work
     if run.dry_run:
         from headstats.jobs.dryrun import dry_run
 
-        planned = dry_run(
-            spec,
-            all_models=run.all_models,
-            only_models=run.only_models,
-            load=narrow(run, LoadOptions),
-            stages=run.stages,
-        )
-        print(planned.summary())
-        return 0
-    index = run_analysis(
-        spec,
-        all_models=run.all_models,
-        only_models=run.only_models,
-        stages=run.stages,
-        load=narrow(run, LoadOptions),
-        resources=resources if resources.launcher is not None else None,
-        progress=not getattr(args, "quiet", False),
-    )
-    if index is not None:
-        _report_line(str(index))
-    return 0
+        print(dry_run(spec, run).summary())
+        return None
+    from headstats.pipeline import run_analysis
+
+    return run_analysis(spec, run, resources=resources, progress=progress)
 
 
-def run_confirmation_file(run: RunSpec, *, progress: bool) -> int:
+def run_confirmation_file(run: RunSpec, *, progress: bool) -> Path | None:
     """``headstats run`` of a confirmation file (:mod:`headstats.jobs.confirm`): every path's sweeps,
     then the verdicts; ``--dry-run`` sizes every path. Each path sets its own dtype."""
-    from headstats.jobs.confirm import expand, load_confirmation, run_confirmation
+    from headstats.jobs.confirm import load_confirmation
 
     plan = load_confirmation(run.analysis)
-    load = replace(narrow(run, LoadOptions), dtype=None)
     if run.dry_run:
-        from headstats.jobs.dryrun import DryRun, dry_run
+        from headstats.jobs.dryrun import dry_run_confirmation
 
-        units, device, probe = [], "?", 8
-        for path, spec in expand(plan):
-            planned = dry_run(spec, load=load, stages=("ablate",))
-            units += [replace(u, what=f"{u.what} [{path.name}]") for u in planned.units]
-            device, probe = planned.device, planned.probe_sequences
-        print(DryRun(units, device, probe).summary())
-        return 0
-    stages = [s for s in run.stages if s in ("ablate", "report")]
-    index = run_confirmation(plan, stages=stages, load=load, progress=progress)
-    if index is not None:
-        _report_line(str(index))
-    return 0
+        print(dry_run_confirmation(plan, run).summary())
+        return None
+    from headstats.pipeline import run_confirmation
+
+    return run_confirmation(plan, run, progress=progress)
 
 
 # --- list -----------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
-"""Declarative analyses: ``headstats run analyses/NAME.toml`` runs collect -> ablate -> report.
+"""Declarative analyses (``analyses/NAME.toml``): reading and checking a file, and running its models'
+stages, collection and sweeps.
 
-An analysis file says which models, datasets, score ids, targets, tasks and limits to use; running
-it performs each stage in order and skips what is already done (collection resumes by sample id,
-sweeps skip finished points), then rebuilds the report from the Parquet results alone. Relative
-paths in the file are relative to the working directory (where ``headstats run`` is called).
+An analysis file says which models, datasets, score ids, targets, tasks and limits to use. Each
+model's stages skip what is already done (collection resumes by sample id, sweeps skip finished
+points); :func:`headstats.pipeline.run_analysis` runs them and then rebuilds the report from the
+Parquet results alone (``headstats run``). Relative paths in the file are relative to the working
+directory (where ``headstats run`` is called).
 
 Layout of a file (all sections optional except ``models``)::
 
@@ -36,9 +38,8 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -48,7 +49,6 @@ from headstats.io import store
 from headstats.names import check_name
 from headstats.options import Spec, SpecError, narrow, option
 from headstats.specs import (
-    STAGES,
     AblateSection,
     CollectSection,
     CollectSpec,
@@ -56,6 +56,7 @@ from headstats.specs import (
     ModelsSection,
     ReportSpec,
     Resources,
+    RunSpec,
     SweepSpec,
 )
 
@@ -80,6 +81,18 @@ class AnalysisHeader(Spec):
     description: str = option("", "title of the report", cli=False)
     results: str | None = option(None, "Parquet results directory (default: results/NAME)", cli=False)
     report: str | None = option(None, "report directory (default: reports/NAME)", cli=False)
+
+    def folders(self, path: Path) -> tuple[str, Path, Path]:
+        """The name (default: the stem of the file at ``path``), the results folder (default:
+        results/NAME) and the report folder (default: reports/NAME); a name that makes a folder must
+        be path-safe."""
+        name = self.name or path.stem
+        if self.results is None or self.report is None:
+            try:
+                check_name(name, "analysis name")
+            except ValueError as err:
+                raise ValueError(f"{path}: {err} (or give results = and report = folders)") from None
+        return name, Path(self.results or f"results/{name}"), Path(self.report or f"reports/{name}")
 
 
 @dataclass
@@ -129,11 +142,37 @@ class AnalysisSpec:
         return pool
 
 
-def _table(raw: Mapping[str, Any], key: str, path: Path) -> Mapping[str, Any]:
+def section_table(raw: Mapping[str, Any], key: str, path: Path) -> Mapping[str, Any]:
+    """The ``[key]`` table of a file read by :func:`read_analysis_file` (empty when absent)."""
     value = raw.get(key, {})
     if not isinstance(value, Mapping):
         raise SpecError(key, f"{path}: {key} must be a [{key}] section, not {value!r}", label="")
     return value
+
+
+def read_analysis_file(
+    path: Path, sections: Sequence[str], *, what: str = "analysis file", example: str = "analyses/*.toml"
+) -> tuple[Mapping[str, Any], AnalysisHeader]:
+    """The TOML of the file at ``path`` and its checked top-level keys (``sections``: the tables the
+    caller reads itself). Every error names the file."""
+    if not path.is_file():
+        raise FileNotFoundError(f"{what} {str(path)!r} not found (see {example} for examples)")
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}); save the file as UTF-8") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ValueError(f"{path}: not valid TOML ({err})") from err
+    return raw, AnalysisHeader.from_toml(raw, f"{path}: top level", extra=sections)
+
+
+def top_level_keys(path: Path) -> set[str]:
+    """The top-level keys of the TOML file at ``path``, which tell its kind (``[confirm]``: a
+    confirmation file); empty when the file cannot be read (loading it then says why)."""
+    try:
+        return set(tomllib.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return set()
 
 
 def load_analysis(path: str | Path) -> AnalysisSpec:
@@ -141,17 +180,9 @@ def load_analysis(path: str | Path) -> AnalysisSpec:
     from headstats.io.tasks import COLLECTION_DATASETS, collection_source
 
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"analysis file {str(path)!r} not found (see analyses/*.toml for examples)")
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}); save the file as UTF-8") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path}: not valid TOML ({err})") from err
-    header = AnalysisHeader.from_toml(raw, f"{path}: top level", extra=SECTIONS)
-    models = ModelsSection.from_toml(_table(raw, "models", path), f"{path}: [models]")
-    collect = CollectSection.from_toml(_table(raw, "collect", path), f"{path}: [collect]")
+    raw, header = read_analysis_file(path, SECTIONS)
+    models = ModelsSection.from_toml(section_table(raw, "models", path), f"{path}: [models]")
+    collect = CollectSection.from_toml(section_table(raw, "collect", path), f"{path}: [collect]")
     for dataset in collect.datasets:
         if dataset not in COLLECTION_DATASETS:  # a missing or bad user file fails now
             collection_source(dataset, data_dir=collect.data_dir, text_column=collect.text_column)
@@ -159,19 +190,14 @@ def load_analysis(path: str | Path) -> AnalysisSpec:
     if not isinstance(sections, list) or not all(isinstance(t, Mapping) for t in sections):
         raise SpecError("ablate", f"{path}: ablate must be [[ablate]] sections, not {sections!r}", label="")
     ablations = [AblateSection.from_toml(t, f"{path}: [[ablate]] #{i + 1}") for i, t in enumerate(sections)]
-    report_options = ReportSpec.from_toml(_table(raw, "report_options", path), f"{path}: [report_options]")
-    name = header.name or path.stem
-    if header.results is None or header.report is None:  # results/NAME, reports/NAME
-        try:
-            check_name(name, "analysis name")
-        except ValueError as err:
-            raise ValueError(f"{path}: {err} (or give results = and report = folders)") from None
+    report_options = ReportSpec.from_toml(section_table(raw, "report_options", path), f"{path}: [report_options]")
+    name, results, report = header.folders(path)
     return AnalysisSpec(
         name=name,
         path=path,
         description=header.description,
-        results=Path(header.results or f"results/{name}"),
-        report=Path(header.report or f"reports/{name}"),
+        results=results,
+        report=report,
         models_section=models,
         collect_section=collect,
         ablate=ablations,
@@ -179,77 +205,48 @@ def load_analysis(path: str | Path) -> AnalysisSpec:
     )
 
 
-def merged_load(spec: AnalysisSpec, load: LoadOptions | Mapping[str, Any] | None) -> LoadOptions:
-    """The file's [models] dtype/device, with the ones given (command line) taking precedence."""
-    given = load.kwargs() if isinstance(load, LoadOptions) else dict(load or {})
-    return LoadOptions.from_kwargs({k: v for k, v in given.items() if v is not None}, base=spec.load)
+def merged_load(spec: AnalysisSpec, load: LoadOptions | None = None) -> LoadOptions:
+    """The file's [models] loading options, with those ``load`` sets (every value other than the
+    default, as a command line's ``--dtype`` or a :class:`RunSpec`'s) taking precedence."""
+    if load is None:
+        return spec.load
+    given, default = narrow(load, LoadOptions), LoadOptions()
+    changed = {
+        f.name: getattr(given, f.name)
+        for f in fields(LoadOptions)
+        if getattr(given, f.name) != getattr(default, f.name)
+    }
+    return replace(spec.load, **changed)
 
 
-def run_analysis(
-    spec: AnalysisSpec,
-    *,
-    all_models: bool = False,
-    only_models: Sequence[str] | None = None,
-    stages: Sequence[str] = STAGES,
-    load: LoadOptions | None = None,
-    progress: bool = True,
-    resources: Resources | None = None,
-) -> Path | None:
-    """Run the stages of ``spec`` in order, resuming finished work; returns the report's index.html.
+def needs_model(spec: AnalysisSpec, run: RunSpec) -> bool:
+    """Whether ``run`` has a stage that loads the file's models (collection or sweeps to run)."""
+    return bool(("collect" in run.stages and spec.collect_datasets) or ("ablate" in run.stages and spec.ablate))
 
-    ``load`` overrides the file's dtype/device. With ``resources`` (a launcher; see
-    :mod:`headstats.jobs.grid`) each model's collection and sweeps run as one grid job, and the
-    report is built here once all have finished."""
-    from headstats.report.writer import build_report
 
-    unknown = sorted(set(stages) - set(STAGES))
-    if unknown:
-        raise ValueError(f"unknown stage(s) {', '.join(unknown)}: choose from {', '.join(STAGES)}")
-    models = spec.selected_models(all_models, only_models)
-    load = merged_load(spec, load)
-    store.ensure_writable(spec.results)
-    started = time.monotonic()
-    model_stages = [s for s in stages if s in ("collect", "ablate")]
-    needs_model = ("collect" in stages and spec.collect_datasets) or ("ablate" in stages and spec.ablate)
-    if needs_model and resources is not None and resources.launcher is not None:
-        from headstats.io.models import model_slug
-        from headstats.jobs.grid import FunctionJob, run_grid
-
-        jobs = [
-            FunctionJob(
-                f"{spec.name} {name}",
-                run_model_stages,
-                {
-                    "analysis": str(spec.path),
-                    "model": name,
-                    "stages": model_stages,
-                    "load": load.kwargs(),
-                    "progress": False,
-                },
-                output_paths=(str(store.partition_dir(spec.results, model=model_slug(name))),),
-            )
-            for name in models
-        ]
-        if resources.folder is None:
-            resources = replace(resources, folder=str(spec.results / "_grid"))
-        logger.info(run_grid(jobs, resources, progress=progress).summary())
-    elif needs_model:
+def run_models(spec: AnalysisSpec, run: RunSpec, *, resources: Resources | None = None, progress: bool = True) -> None:
+    """Collection and sweeps of every model ``run`` selects, resuming finished work. With
+    ``resources`` (a launcher; see :mod:`headstats.jobs.grid`) each model runs as one grid job."""
+    models = spec.selected_models(run.all_models, run.only_models)
+    if resources is None or resources.launcher is None:
         for name in models:
-            run_model_stages(spec, name, model_stages, load=load, progress=progress)
-    index = None
-    if "report" in stages:
-        logger.info("building the report into %s", spec.report)
-        options = replace(spec.report_options, progress=progress and spec.report_options.progress)
-        planned = planned_points(spec, spec.selected_models(all_models), load) if spec.ablate else None
-        index = build_report(
-            spec.results,
-            spec.report,
-            planned=planned,
-            analysis=spec.path,
-            **{**options.kwargs(), "title": spec.description or spec.name},
+            run_model_stages(spec, name, run, progress=progress)
+        return
+    from headstats.io.models import model_slug
+    from headstats.jobs.grid import FunctionJob, run_grid
+
+    jobs = [
+        FunctionJob(
+            f"{spec.name} {name}",
+            run_model_stages,
+            {"analysis": str(spec.path), "model": name, "run": run, "progress": False},
+            output_paths=(str(store.partition_dir(spec.results, model=model_slug(name))),),
         )
-    logger.info("done in %.0f s", time.monotonic() - started)
-    return index
+        for name in models
+    ]
+    if resources.folder is None:
+        resources = replace(resources, folder=str(spec.results / "_grid"))
+    logger.info(run_grid(jobs, resources, progress=progress).summary())
 
 
 def planned_points(spec: AnalysisSpec, models: Sequence[str], load: LoadOptions | None = None) -> pd.DataFrame:
@@ -269,29 +266,23 @@ def planned_points(spec: AnalysisSpec, models: Sequence[str], load: LoadOptions 
     return pd.DataFrame(rows, columns=["model", "task", "score", "target"])
 
 
-def run_model_stages(
-    analysis: AnalysisSpec | str,
-    model: str,
-    stages: Sequence[str],
-    *,
-    load: LoadOptions | Mapping[str, Any] | None = None,
-    progress: bool = True,
-) -> None:
-    """Collection and sweeps of one model of an analysis (also the unit of a grid job)."""
+def run_model_stages(analysis: AnalysisSpec | str, model: str, run: RunSpec, *, progress: bool = True) -> None:
+    """The collection and sweeps of ``run.stages`` for one model of an analysis (also the unit of a
+    grid job), loaded with the file's options and those ``run`` sets."""
     from headstats.io.models import load_model
     from headstats.jobs.collect import collect_scores
     from headstats.jobs.sweep import run_sweep
 
     spec = analysis if isinstance(analysis, AnalysisSpec) else load_analysis(analysis)
     logger.info("[%s] loading", model)
-    loaded, tokenizer = load_model(model, **merged_load(spec, load).kwargs())
-    if "collect" in stages:
+    loaded, tokenizer = load_model(model, **merged_load(spec, run).kwargs())
+    if "collect" in run.stages:
         collect = replace(spec.collect, progress=progress)
         for dataset in spec.collect_datasets:
             logger.info("[%s] collecting scores on %s", model, dataset)
             result = collect_scores(loaded, tokenizer, dataset, spec.results, spec=collect)
             logger.info("[%s] %s: %d sequences (%d new)", model, dataset, result.n_samples, result.n_new)
-    if "ablate" in stages:
+    if "ablate" in run.stages:
         for ablation in spec.ablate:
             logger.info("[%s] ablation sweep on %s: %s", model, ablation.task, ", ".join(ablation.scores or ()))
             sweep = replace(narrow(ablation, SweepSpec), progress=progress)

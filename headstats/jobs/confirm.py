@@ -1,4 +1,4 @@
-"""Pre-registered confirmatory runs: ``headstats run analyses/confirm.toml``.
+"""Pre-registered confirmatory runs (``headstats run analyses/confirm.toml``): the file and its paths' sweeps.
 
 A confirmation file states claims before they are tested (SPEC §3): each ``[[claims]]`` names a
 model, a score and the target fraction at which the exploratory run certified zeroing within the
@@ -33,22 +33,24 @@ kernel only (the fused kernel cannot compute it): its paths are the explicit one
 from __future__ import annotations
 
 import logging
-import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from headstats.engine import scores as S
 from headstats.io import store
-from headstats.jobs.analysis import AnalysisHeader, AnalysisSpec, run_model_stages
+from headstats.jobs.analysis import (
+    AnalysisSpec,
+    read_analysis_file,
+    run_model_stages,
+    section_table,
+    top_level_keys,
+)
 from headstats.options import SpecError, narrow
-from headstats.specs import AblateSection, Claim, CollectSection, ConfirmSection, LoadOptions, ModelsSection
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from headstats.specs import AblateSection, Claim, CollectSection, ConfirmSection, ModelsSection, RunSpec
 
 logger = logging.getLogger("headstats")
 SECTIONS = ("confirm", "claims")
@@ -99,25 +101,14 @@ class ConfirmPlan:
 
 def is_confirmation(path: str | Path) -> bool:
     """Whether an analysis file is a confirmation file (it has a ``[confirm]`` section)."""
-    try:
-        return "confirm" in tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+    return "confirm" in top_level_keys(Path(path))
 
 
 def load_confirmation(path: str | Path) -> ConfirmPlan:
     """Parse and check a confirmation file, every key and name, before any model loads."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"confirmation file {str(path)!r} not found (see analyses/confirm.toml)")
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path}: not valid TOML ({err})") from err
-    header = AnalysisHeader.from_toml(raw, f"{path}: top level", extra=SECTIONS)
-    table = raw.get("confirm", {})
-    if not isinstance(table, dict):
-        raise SpecError("confirm", f"{path}: confirm must be a [confirm] section", label="")
+    raw, header = read_analysis_file(path, SECTIONS, what="confirmation file", example="analyses/confirm.toml")
+    table = section_table(raw, "confirm", path)
     fixed = sorted(set(table) & set(FROM_CLAIMS))
     if fixed:
         raise SpecError(
@@ -127,6 +118,19 @@ def load_confirmation(path: str | Path) -> ConfirmPlan:
             label="",
         )
     section = ConfirmSection.from_toml(table, f"{path}: [confirm]")
+    name, results, report = header.folders(path)
+    plan = ConfirmPlan(name, path, header.description, results, report, section, read_claims(raw, path))
+    for claim in plan.claims:
+        if not plan.claim_paths(claim):
+            raise ValueError(
+                f"{path}: {claim.score} reads the attention probabilities and runs on the explicit kernel only; "
+                'add "explicit" to kernels'
+            )
+    return plan
+
+
+def read_claims(raw: Mapping[str, Any], path: Path) -> list[Claim]:
+    """The ``[[claims]]`` of a confirmation file, each checked, none stated twice."""
     entries = raw.get("claims", [])
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise SpecError("claims", f"{path}: state the claims as [[claims]] sections (model, score, target)", label="")
@@ -137,29 +141,14 @@ def load_confirmation(path: str | Path) -> ConfirmPlan:
         if key in seen:
             raise ValueError(f"{path}: the claim {claim.model} {claim.score}@{claim.target:g} is stated twice")
         seen.add(key)
-    name = header.name or path.stem
-    plan = ConfirmPlan(
-        name=name,
-        path=path,
-        description=header.description,
-        results=Path(header.results or f"results/{name}"),
-        report=Path(header.report or f"reports/{name}"),
-        section=section,
-        claims=claims,
-    )
-    for claim in claims:
-        if not plan.claim_paths(claim):
-            raise ValueError(
-                f"{path}: {claim.score} reads the attention probabilities and runs on the explicit kernel only; "
-                'add "explicit" to kernels'
-            )
-    return plan
+    return claims
 
 
 def expand(plan: ConfirmPlan) -> list[tuple[ComputePath, AnalysisSpec]]:
     """One ordinary analysis per (path, model): the model's claims that run on the path as one sweep
     (target 0, which reuses the baseline, and the claimed targets), its kernel pinned and its dtype
-    set, into the path's results folder. No report: :func:`run_confirmation` writes one for all."""
+    set, into the path's results folder. No report: :func:`headstats.pipeline.run_confirmation` writes one
+    for all."""
     sec = plan.section
     out = []
     for path in plan.paths:
@@ -209,23 +198,19 @@ def claims_table(plan: ConfirmPlan) -> pd.DataFrame:
     )
 
 
-def run_confirmation(
-    plan: ConfirmPlan, *, stages=("ablate", "report"), load: LoadOptions | None = None, progress: bool = True
-) -> Path | None:
-    """Run every path's sweeps (resuming finished points), then write the verdicts to ``plan.report``;
-    returns the report's index.html. ``load`` may set the device (each path sets its own dtype)."""
-    if "ablate" in stages:
-        store.ensure_writable(plan.results)
-        for path, spec in expand(plan):
-            for model in spec.models:
-                logger.info("[%s] %s: %s", path.name, model, ", ".join(spec.ablate[0].scores or ()))
-                given = {"device": load.device} if load is not None and load.device else {}
-                run_model_stages(spec, model, ["ablate"], load=given, progress=progress)
-    if "report" not in stages:
-        return None
-    from headstats.report.confirm import write_confirmation
+def path_run(run: RunSpec) -> RunSpec:
+    """The run of each (path, model) analysis of :func:`expand`: its sweeps, with the path's own
+    dtype and model (``run`` may set the device and the other loading options)."""
+    return replace(run, stages=("ablate",), dtype=None, all_models=False, only_models=None)
 
-    return write_confirmation(plan, progress=progress)
+
+def run_paths(plan: ConfirmPlan, run: RunSpec, *, progress: bool = True) -> None:
+    """Every path's sweeps of ``plan``, resuming finished points."""
+    store.ensure_writable(plan.results)
+    for path, spec in expand(plan):
+        for model in spec.models:
+            logger.info("[%s] %s: %s", path.name, model, ", ".join(spec.ablate[0].scores or ()))
+            run_model_stages(spec, model, path_run(run), progress=progress)
 
 
 __all__ = [
@@ -235,5 +220,7 @@ __all__ = [
     "expand",
     "is_confirmation",
     "load_confirmation",
-    "run_confirmation",
+    "path_run",
+    "read_claims",
+    "run_paths",
 ]

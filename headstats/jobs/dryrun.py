@@ -20,14 +20,16 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
 from headstats.engine.batching import padded_tokens
 from headstats.io import store
+from headstats.jobs.analysis import AnalysisSpec, merged_load
+from headstats.jobs.confirm import ConfirmPlan, expand, path_run
 from headstats.options import narrow
-from headstats.specs import LoadOptions, SweepSpec
+from headstats.specs import LoadOptions, RunSpec, SweepSpec
 
 logger = logging.getLogger("headstats")
 
@@ -127,23 +129,19 @@ def _probe(sample: Sequence, run: Callable[[Sequence], object], tokens: int) -> 
 
 
 def dry_run(
-    analysis,
-    *,
-    all_models: bool = False,
-    only_models: Sequence[str] | None = None,
-    load: LoadOptions | None = None,
-    stages: Sequence[str] = ("collect", "ablate"),
-    probe_sequences: int = 8,
+    analysis: AnalysisSpec, run: RunSpec | None = None, *, probe_sequences: int = 8, **options: object
 ) -> DryRun:
-    """Plan every stage of ``analysis`` (an :class:`~headstats.jobs.analysis.AnalysisSpec`) without
-    writing anything, measuring each unit's throughput on ``probe_sequences`` of its own sequences."""
+    """Plan the stages of ``run`` (a :class:`RunSpec`, or its fields by name: ``stages``,
+    ``only_models``, ``device``, ...) for ``analysis`` without writing anything, measuring each unit's
+    throughput on ``probe_sequences`` of its own sequences."""
     from headstats.io.models import load_model
-    from headstats.jobs.analysis import merged_load
 
-    load = merged_load(analysis, load)
+    run = RunSpec.from_kwargs(options, base=run)
+    stages = run.stages
+    load = merged_load(analysis, run)
     units: list[WorkUnit] = []
     device = "?"
-    for name in analysis.selected_models(all_models, only_models):
+    for name in analysis.selected_models(run.all_models, run.only_models):
         if "ablate" in stages and not ("collect" in stages and analysis.collect_datasets):
             # Counted from the results folder alone: a model with nothing left is not loaded. Files
             # from before the whole-sequence record count as left here; the loaded model decides them.
@@ -166,6 +164,17 @@ def dry_run(
                 _ablate_unit(analysis, name, model, tokenizer, ablation, probe_sequences, rng)
                 for ablation in analysis.ablate
             ]
+    return DryRun(units, device, probe_sequences)
+
+
+def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe_sequences: int = 8) -> DryRun:
+    """:func:`dry_run` of every (path, model) analysis of a confirmation file, each unit named with
+    its path."""
+    units, device = [], "?"
+    for path, spec in expand(plan):
+        planned = dry_run(spec, path_run(run or RunSpec()), probe_sequences=probe_sequences)
+        units += [replace(u, what=f"{u.what} [{path.name}]") for u in planned.units]
+        device = planned.device if planned.device != "?" else device
     return DryRun(units, device, probe_sequences)
 
 
@@ -283,4 +292,4 @@ def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, 
     return counts.unit(name, (len(planned), sum(lengths), padded_tokens(lengths, sweep.batch_size), speed))
 
 
-__all__ = ["DryRun", "WorkUnit", "dry_run"]
+__all__ = ["DryRun", "WorkUnit", "dry_run", "dry_run_confirmation"]

@@ -1,0 +1,75 @@
+"""``headstats run``: every stage of an analysis or confirmation file, the report last.
+
+A file's models run their collection and sweeps (:mod:`headstats.jobs.analysis`,
+:mod:`headstats.jobs.confirm`), resuming finished work; the report is then rebuilt from the Parquet
+results alone (:mod:`headstats.report`). What to run is one :class:`~headstats.specs.RunSpec`:
+the stages, the models, the loading options that override the file's.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from headstats.io import store
+from headstats.jobs.analysis import AnalysisSpec, load_analysis, merged_load, needs_model, planned_points, run_models
+from headstats.jobs.confirm import ConfirmPlan, run_paths
+from headstats.report.confirm import write_confirmation
+from headstats.report.writer import build_report
+from headstats.specs import Resources, RunSpec
+
+logger = logging.getLogger("headstats")
+
+
+def run_analysis(
+    analysis: AnalysisSpec | str | os.PathLike,
+    run: RunSpec | None = None,
+    *,
+    resources: Resources | None = None,
+    progress: bool = True,
+    **options: object,
+) -> Path | None:
+    """Run the stages of ``run`` (a :class:`RunSpec`, or its fields by name: ``stages``,
+    ``all_models``, ``only_models``, ``dtype``, ``device``, ...) for ``analysis`` (a loaded file or
+    its path) in order, resuming finished work; returns the report's index.html when the report
+    stage ran. With ``resources`` (a launcher; see :mod:`headstats.jobs.grid`) each model's
+    collection and sweeps run as one grid job, and the report is built here once all have finished."""
+    analysis = analysis if isinstance(analysis, AnalysisSpec) else load_analysis(analysis)
+    run = RunSpec.from_kwargs(options, base=run)
+    store.ensure_writable(analysis.results)
+    started = time.monotonic()
+    if needs_model(analysis, run):
+        run_models(analysis, run, resources=resources, progress=progress)
+    index = report_analysis(analysis, run, progress=progress) if "report" in run.stages else None
+    logger.info("done in %.0f s", time.monotonic() - started)
+    return index
+
+
+def report_analysis(analysis: AnalysisSpec, run: RunSpec, *, progress: bool = True) -> Path:
+    """Rebuild the report of ``analysis`` from its results, naming the sweep points the file plans
+    for the models ``run`` may select that are not finished yet; returns index.html."""
+    logger.info("building the report into %s", analysis.report)
+    options = analysis.report_options
+    spec = replace(options, title=analysis.description or analysis.name, progress=progress and options.progress)
+    models = analysis.selected_models(run.all_models)
+    planned = planned_points(analysis, models, merged_load(analysis, run)) if analysis.ablate else None
+    return build_report(analysis.results, analysis.report, spec=spec, planned=planned, analysis=analysis.path)
+
+
+def run_confirmation(
+    plan: ConfirmPlan, run: RunSpec | None = None, *, progress: bool = True, **options: object
+) -> Path | None:
+    """Run every path's sweeps of ``plan`` (resuming finished points), then write the verdicts to
+    ``plan.report``; returns the report's index.html when the report stage ran. ``run`` (or its
+    fields by name) gives the stages (ablate, report) and may set the device; each path sets its own
+    dtype."""
+    run = RunSpec.from_kwargs(options, base=run)
+    if "ablate" in run.stages:
+        run_paths(plan, run, progress=progress)
+    return write_confirmation(plan, progress=progress) if "report" in run.stages else None
+
+
+__all__ = ["report_analysis", "run_analysis", "run_confirmation"]
