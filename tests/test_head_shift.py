@@ -11,7 +11,7 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
-from scipy import stats as st
+from montecarlo import binomial_band
 from statsmodels.stats.multitest import multipletests
 
 from headstats.engine.scores import score_ids
@@ -46,11 +46,6 @@ def _table(
             frame["subject"] = np.repeat(subject, n_head)
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
-
-
-def _band(n: int, alpha: float, tail: float = 5e-4) -> tuple[int, int]:
-    """Two-sided 99.9% binomial band of the number of rejections of ``n`` level-``alpha`` tests."""
-    return int(st.binom.ppf(tail, n, alpha)), int(st.binom.isf(tail, n, alpha))
 
 
 def _brute_t(d: np.ndarray) -> np.ndarray:
@@ -128,7 +123,7 @@ def test_no_change_rejects_at_alpha_for_the_pooled_and_the_per_head_test() -> No
         assert (res["design"] == "paired").all()
         rejected += int((res["p_value"] <= 0.05).sum())  # p <= 0.05 needs all 19 relabellings below: rate 1/20
         n_pooled += len(res)
-    low, high = _band(n_pooled, 0.05)
+    low, high = binomial_band(n_pooled, 0.05)
     assert low <= rejected <= high, (rejected, n_pooled, low, high)
 
     # Per head: 400 datasets of 16 texts x 8 heads whose differences share a text effect (dependent
@@ -140,7 +135,7 @@ def test_no_change_rejects_at_alpha_for_the_pooled_and_the_per_head_test() -> No
         res = sign_flip_max_t(d, n_perm=199, seed=draw)
         family += res["p_max_t"].min() <= 0.05
         single += res["p_raw"].iloc[0] <= 0.05
-    low, high = _band(400, 0.05)
+    low, high = binomial_band(400, 0.05)
     assert low <= family <= high and low <= single <= high, (family, single, low, high)
 
 
@@ -155,7 +150,7 @@ def test_clusters_are_flipped_whole() -> None:
         means = pd.DataFrame(d).groupby(cluster).mean().to_numpy()
         whole += sign_flip_max_t(means, n_perm=256)["p_max_t"].min() <= 0.05
         split += sign_flip_max_t(d, n_perm=99, seed=draw)["p_max_t"].min() <= 0.05
-    low, high = _band(300, 0.05)
+    low, high = binomial_band(300, 0.05)
     assert low <= whole <= high and split > 3 * high, (whole, split, high)
     # head_shift_test averages the texts of a subject before flipping.
     a = rng.normal(size=(32, HEADS))

@@ -1,4 +1,5 @@
-"""Figures are written (PNG and SVG, non-empty), draw what they claim, and refuse bad tables."""
+"""Figures draw the data of their tables (line, cell and bar values against the table), are written as
+PNG and SVG, and refuse bad tables."""
 
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def _curves_of(ax) -> list[str]:
     return [line.get_label() for line in ax.lines if not line.get_label().startswith("baseline")]
 
 
-def test_curve_figures_draw_every_curve_and_the_baseline_lines(published, tmp_path) -> None:
+def test_curve_figures_draw_every_curve_and_the_baseline_lines(published) -> None:
     """14 curves per model: two blocks of panels (raw and normalised scores, random in both), at
     most 8 curves a panel, every curve drawn once per model, each block's legend at its right."""
     points, curves = published
@@ -63,6 +64,13 @@ def test_curve_figures_draw_every_curve_and_the_baseline_lines(published, tmp_pa
         drawn = [c for ax in panels if ax.get_title() == model for c in _curves_of(ax)]
         # random twice (once per block), every other score once
         assert sorted(drawn) == sorted([plots.score_style(s)["label"] for s in curves["score"].unique()] + ["random"])
+        label_of = {plots.score_style(s)["label"]: s for s in curves["score"].unique()}
+        for line in (line for ax in panels if ax.get_title() == model for line in ax.lines):
+            if not line.get_label().startswith("baseline"):  # a curve: the score's points, left to right
+                rows = points[(points["model"] == model) & (points["score"] == label_of[line.get_label()])]
+                rows = rows.sort_values("realised_pct")
+                np.testing.assert_allclose(line.get_xdata(), rows["realised_pct"])
+                np.testing.assert_allclose(line.get_ydata(), rows["accuracy"])
     base = points[(points["model"] == MODELS[0]) & (points["score"] == "baseline")]["accuracy"].item()
     levels = sorted(line.get_ydata()[0] for line in panels[0].lines if line.get_label().startswith("baseline"))
     assert levels == pytest.approx([base - 1, base])
@@ -75,23 +83,82 @@ def test_curve_figures_draw_every_curve_and_the_baseline_lines(published, tmp_pa
         assert legend.x0 >= max(a.x1 for a in axes)  # at the right of its own panels
         assert legend.y1 > min(a.y0 for a in axes) and legend.y0 < max(a.y1 for a in axes)  # beside them
         assert legend.x1 <= fig.bbox.x1
-    _written(plots.save_figure(fig, tmp_path, "grid", dpi=40))
 
     top = plots.top_curves(points, curves, MODELS, k=3)
     labels = [line.get_label() for line in top.axes[0].lines]
     assert labels[2] == "random" and "ahon_ln (avg head-output norm, layer-normalised)" in labels
     assert len(top.axes[0].lines) == 2 + 4  # baseline lines, random and the top 3
-    _written(plots.save_figure(top, tmp_path, "top", dpi=40))
-    ranks = plots.rank_heatmap(ranking.rank_scores(paper.paper_curves()))  # 14 models: a rank heatmap
-    _written(plots.save_figure(ranks, tmp_path, "ranks", dpi=40))
 
 
-def test_distribution_and_matrix_figures(score_table, tmp_path) -> None:
-    _written(plots.save_figure(plots.ecdf(score_table, ["awft", "ahon_ln"], ["m1", "m2"]), tmp_path, "ecdf", dpi=40))
-    heat = plots.layer_head_heatmap(score_table, "ahon_ln", "m1")
-    _written(plots.save_figure(heat, tmp_path, "heads", dpi=40))
-    ranks = pd.DataFrame(np.arange(9.0).reshape(3, 3), index=["a", "b", "c"], columns=["x", "y", "z"])
-    _written(plots.save_figure(plots.matrix_heatmap(ranks, title="ranks"), tmp_path, "ranks", dpi=40))
+def _cells(ax) -> np.ndarray:
+    """The values a heatmap panel colours, row by row (seaborn draws them as one QuadMesh)."""
+    return np.ma.filled(ax.collections[0].get_array(), np.nan).reshape(len(ax.get_yticks()), len(ax.get_xticks()))
+
+
+def test_an_ecdf_draws_each_models_quantiles(score_table) -> None:
+    """One panel per score, one line per model: its x are the model's score quantiles at evenly
+    spaced levels, its y those levels."""
+    fig = plots.ecdf(score_table, ["awft", "ahon_ln"], ["m1", "m2"], quantiles=64)
+    assert len(fig.axes) == 2
+    levels = np.linspace(0, 1, 64)
+    for ax, sid in zip(fig.axes, ["awft", "ahon_ln"], strict=True):
+        assert [line.get_label() for line in ax.lines] == ["m1", "m2"]
+        for line in ax.lines:
+            values = score_table.loc[score_table["model"] == line.get_label(), sid]
+            np.testing.assert_allclose(line.get_xdata(), np.quantile(values, levels), rtol=1e-12)
+            np.testing.assert_allclose(line.get_ydata(), levels)
+
+
+def test_a_layer_head_heatmap_colours_each_heads_mean(score_table) -> None:
+    fig = plots.layer_head_heatmap(score_table, ["awft", "ahon_ln"], "m2")
+    rows = score_table[score_table["model"] == "m2"]
+    panels = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    for ax, sid in zip(panels, ["awft", "ahon_ln"], strict=True):
+        expected = rows.groupby(["layer", "head"])[sid].mean().unstack("head").to_numpy()
+        np.testing.assert_allclose(_cells(ax), expected, rtol=1e-12)
+        assert [t.get_text() for t in ax.get_yticklabels()] == ["0", "1", "2"]  # layer 0 at the top
+
+
+def test_a_matrix_heatmap_colours_and_prints_the_matrix_and_a_rank_heatmap_its_ranks() -> None:
+    matrix = pd.DataFrame(np.arange(9.0).reshape(3, 3) / 7, index=["a", "b", "c"], columns=["x", "y", "z"])
+    ax = plots.matrix_heatmap(matrix, title="ranks").axes[0]
+    np.testing.assert_allclose(_cells(ax), matrix.to_numpy())
+    assert [t.get_text() for t in ax.texts] == [f"{v:.2f}" for v in matrix.to_numpy().ravel()]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["x", "y", "z"]
+    ranks = ranking.rank_scores(paper.paper_curves())  # 14 models x the study's scores
+    ax = plots.rank_heatmap(ranks).axes[0]
+    np.testing.assert_array_equal(_cells(ax), ranks.to_numpy(float))
+    assert [t.get_text() for t in ax.get_yticklabels()] == [str(m) for m in ranks.index]
+
+
+def test_area_intervals_draw_each_area_and_its_interval_best_last(score_table) -> None:
+    """One panel per model; a score's point is its area, its error bar runs from area_low to
+    area_high, scores ordered by area (best at the top); the reference interval shaded."""
+    intervals = pd.DataFrame({
+        "model": ["m1"] * 3 + ["m2"] * 2, "score": ["awft", "random", "ahon_ln", "random", "awft"],
+        "area": [3.0, 1.0, 2.0, 5.0, 4.0], "area_low": [2.5, 0.2, 1.0, 4.0, 3.9],
+        "area_high": [3.5, 1.5, 2.4, 6.0, 4.2], "reference": "random", "by": "grid_auc",
+    })  # fmt: skip
+    fig = plots.area_intervals(intervals)
+    for ax, model in zip(fig.axes, ["m1", "m2"], strict=True):
+        rows = intervals[intervals["model"] == model].sort_values("area")
+        assert [t.get_text() for t in ax.get_yticklabels()] == rows["score"].tolist()
+        points = [(c.lines[0].get_xdata()[0], c.lines[0].get_ydata()[0]) for c in ax.containers]
+        assert points == list(zip(rows["area"], range(len(rows)), strict=True))
+        bars = [c.lines[2][0].get_segments()[0][:, 0] for c in ax.containers]
+        np.testing.assert_allclose(bars, rows[["area_low", "area_high"]].to_numpy())
+        reference = rows[rows["score"] == "random"].iloc[0]
+        (span,) = ax.patches
+        shaded = (span.get_x(), span.get_x() + span.get_width())
+        assert shaded == pytest.approx((reference["area_low"], reference["area_high"]))
+
+
+def test_a_saved_figure_is_png_and_svg_and_the_same_bytes_when_drawn_again(score_table, tmp_path) -> None:
+    first = plots.save_figure(plots.ecdf(score_table, "awft", ["m1", "m2"]), tmp_path / "a", "ecdf", dpi=40)
+    _written(first)
+    again = plots.save_figure(plots.ecdf(score_table, "awft", ["m1", "m2"]), tmp_path / "b", "ecdf", dpi=40)
+    assert all(first[k].read_bytes() == again[k].read_bytes() for k in first)
+    assert not [p for p in (tmp_path / "a").iterdir() if p.suffix == ".tmp"]  # no temporary file left
 
 
 def test_wasserstein_heatmap_hatches_exactly_the_cells_within_the_noise_floor(score_table) -> None:

@@ -90,14 +90,28 @@ def test_one_partition_and_an_empty_kind(results: Path) -> None:
         connect(results / "missing")
 
 
-def test_pandas_and_joins(results: Path) -> None:
+def test_a_join_of_answers_and_prompt_scores_gives_what_pandas_gives(results: Path) -> None:
+    """Each answer of the baseline and the ahon_ln points joined to its prompt's mean ahon_ln: the
+    rows, answers and means of the same merge in pandas."""
     con = connect(results)
     frame = con.sql(
-        "SELECT i.subject, i.question_id, i.correct, avg(s.ahon_ln) AS ahon_ln FROM interventions i "
+        "SELECT i.score, i.target, i.subject, i.question_id, i.correct, avg(s.ahon_ln) AS ahon_ln FROM interventions i "
         "JOIN scores s ON s.dataset = 'mmlu' AND s.subject = i.subject AND s.question_id = i.question_id "
-        "WHERE i.score IS NULL OR i.score = 'ahon_ln' GROUP BY ALL"
+        "WHERE i.score IS NULL OR i.score = 'ahon_ln' GROUP BY ALL ORDER BY i.score, i.target, i.subject, i.question_id"
     ).df()
-    assert len(frame) > 0 and frame["ahon_ln"].notna().all()
+    scores, rows = headstats.read_scores(results), headstats.read_interventions(results)
+    prompts = scores[scores["dataset"] == "mmlu"].groupby(["subject", "question_id"])["ahon_ln"].mean()
+    answers = rows[rows["score"].isna() | (rows["score"] == "ahon_ln")]
+    expected = answers.merge(prompts.reset_index(), on=["subject", "question_id"]).sort_values(
+        ["score", "target", "subject", "question_id"]
+    )
+    assert len(frame) == len(expected) == len(answers)  # every answer's prompt was scored
+    keys = ["score", "subject", "question_id"]
+    assert frame[keys].astype(str).values.tolist() == expected[keys].astype(str).values.tolist()
+    np.testing.assert_allclose(frame["target"], expected["target"])
+    assert frame["correct"].tolist() == expected["correct"].tolist()
+    np.testing.assert_allclose(frame["ahon_ln"], expected["ahon_ln"], rtol=1e-6)
+    assert frame["ahon_ln"].std() > 0  # the prompts' means differ: a join to the wrong prompt would show
 
 
 # -- the README's queries ------------------------------------------------------------------------------
