@@ -98,7 +98,7 @@ def test_an_interrupted_collection_resumes_without_duplicates_or_partial_files(
         # rows_per_part=1 closes a part after every batch, so two whole parts survive the interruption.
         collect_module.collect_scores(model, tokenizer, str(corpus), out, batch_size=2, rows_per_part=1)
     partition = next(out.glob("model=*/dataset=notes-*"))
-    assert len(store.part_files(partition)) == 2
+    assert len(store.data_files(partition)) == 2
     assert not list(partition.glob(".*tmp")) and not (partition / store.DONE_FILE).exists()
     monkeypatch.setattr(collect_module, "iter_score_tables", real)
     resumed = collect_module.collect_scores(model, tokenizer, str(corpus), out, batch_size=2)

@@ -160,7 +160,7 @@ def test_local_grid_resumes_a_killed_job_without_duplicates(grid_inputs, tmp_pat
     with ThreadPoolExecutor(1) as pool:
         waiting = pool.submit(submission.wait)
         deadline = time.monotonic() + 120
-        while not (partition.is_dir() and len(store.part_files(partition)) >= 3):
+        while not (partition.is_dir() and len(store.data_files(partition)) >= 3):
             assert time.monotonic() < deadline, "the job never wrote a part"
             assert not waiting.done(), waiting.exception()
             time.sleep(0.02)

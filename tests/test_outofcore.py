@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
 import scipy.stats
@@ -141,7 +142,7 @@ def test_missing_values_are_dropped_and_unknown_names_are_clear_errors(tmp_path:
     root = tmp_path / "mixed"
     write_synthetic_scores(root, MODELS[:2], ("web",), n_sequences=10, progress=False)
     partition = root / "model=base-ft" / "dataset=web"
-    for part in store.part_files(partition):
+    for part in store.data_files(partition):
         t = pq.read_table(part)
         pq.write_table(t.drop_columns(["fhon"]), part)
     with pytest.raises(ValueError, match="model 'base-ft' has no values for 'fhon'"):
@@ -176,10 +177,10 @@ def test_overlap_equals_the_in_memory_version(table: Path, frame: pd.DataFrame, 
 
 def test_synthetic_table_has_the_spec_layout_and_consistent_normalised_scores(table: Path, frame: pd.DataFrame) -> None:
     schema = store.score_schema(SCORE_IDS)
-    part = store.part_files(table / "model=wide" / "dataset=web")[0]
+    part = store.data_files(table / "model=wide" / "dataset=web")[0]
     assert pq.read_schema(part).remove_metadata() == schema
     assert all(
-        pq.ParquetFile(p).metadata.num_rows <= 300 for p in store.part_files(table / "model=wide" / "dataset=web")
+        pq.ParquetFile(p).metadata.num_rows <= 300 for p in store.data_files(table / "model=wide" / "dataset=web")
     )
     prov = json.loads((table / "model=wide" / "dataset=web" / store.PROVENANCE_FILE).read_text())
     assert prov["kind"] == "scores" and prov["synthetic"]["model"]["n_heads"] == 7 and "versions" in prov
@@ -203,7 +204,7 @@ def test_synthetic_tables_are_reproducible_and_reused(tmp_path: Path, table: Pat
     assert not again["reused"].any()
     mine = store.read_scores(tmp_path).drop(columns=["model", "dataset"])
     theirs = store.read_scores(
-        table, filter=(store.pads.field("model") == "wide") & (store.pads.field("dataset") == "mmlu")
+        table, filter=(pads.field("model") == "wide") & (pads.field("dataset") == "mmlu")
     )
     pd.testing.assert_frame_equal(mine, theirs.drop(columns=["model", "dataset"]))
     reused = write_synthetic_scores(tmp_path, MODELS[2:], ("mmlu",), n_sequences=61, rows_per_part=300, progress=False)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -80,10 +82,23 @@ def test_provenance_is_written_with_the_first_finished_part_not_before(tmp_path:
         writer.write(score_table([0]))
         assert not (partition / store.PROVENANCE_FILE).exists() and not store.data_files(partition)
         writer.abort()
-        assert not list(partition.iterdir()) or [p.name for p in partition.iterdir()] == [store.LOCK_FILE]
+        assert sorted(p.name for p in partition.iterdir()) == [store.HOLDER_FILE, store.LOCK_FILE]
     assert not partition.exists()  # a run that finished nothing leaves no folders behind
     write_partition(tmp_path, [[0]])
     assert json.loads((partition / store.PROVENANCE_FILE).read_text())["settings"] == {"model": "tiny"}
+
+
+def test_a_failed_write_leaves_the_old_file_intact_and_no_temporary(tmp_path: Path) -> None:
+    path = store.write_json_atomic({"version": 1}, tmp_path / "record.json")
+
+    def half_then_fail(tmp: Path) -> None:
+        tmp.write_text('{"version": 2, "tru')
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        store.write_atomic(path, half_then_fail)
+    assert json.loads(path.read_text()) == {"version": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["record.json"]
 
 
 def test_every_data_file_carries_page_checksums(tmp_path: Path) -> None:
@@ -161,6 +176,35 @@ def test_a_second_writer_stops_with_a_message_naming_the_first(tmp_path: Path) -
         pass
 
 
+HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from headstats.io import store
+
+with store.writer_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_writer_in_another_process_excludes_this_one_until_it_dies(tmp_path: Path) -> None:
+    partition = tmp_path / "model=a" / "dataset=b"
+    env = {**os.environ, "PYTHONPATH": str(Path(store.__file__).parents[3])}
+    command = [sys.executable, "-c", HOLD_LOCK, str(partition)]
+    holder = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        busy = pytest.raises(store.PartitionBusy, match=rf"another headstats run \(pid {holder.pid} on ")
+        with busy, store.writer_lock(partition):
+            pytest.fail("two writers held one partition")
+        assert (partition / store.LOCK_FILE).exists()  # the refused writer leaves the holder's lock alone
+    finally:
+        holder.kill()
+        holder.wait(60)
+    with store.writer_lock(partition):  # the operating system released the dead holder's lock
+        assert (partition / store.HOLDER_FILE).read_text().startswith(f"pid {os.getpid()} ")
+
+
 def test_the_lock_cleans_temporaries_of_killed_runs_and_records_of_runs_that_wrote_nothing(tmp_path: Path) -> None:
     partition = tmp_path / "model=a" / "dataset=b"
     partition.mkdir(parents=True)
@@ -168,7 +212,7 @@ def test_the_lock_cleans_temporaries_of_killed_runs_and_records_of_runs_that_wro
     (partition / ".baseline.parquet.123.tmp").write_bytes(b"x")
     (partition / store.PROVENANCE_FILE).write_text(json.dumps({"settings": {"max_length": 1}}))
     with store.writer_lock(partition):
-        assert sorted(p.name for p in partition.iterdir()) == [store.LOCK_FILE]
+        assert sorted(p.name for p in partition.iterdir()) == [store.HOLDER_FILE, store.LOCK_FILE]
 
 
 def test_read_scores_never_returns_a_row_twice(tmp_path: Path) -> None:

@@ -251,7 +251,7 @@ def write_synthetic_scores(
             raise store.StoreError(
                 f"{partition} already holds a table with other settings; write to a new directory or delete it"
             )
-        if previous is None and partition.is_dir() and store.part_files(partition):
+        if previous is None and partition.is_dir() and store.data_files(partition):
             raise store.StoreError(f"{partition} already holds Parquet files that are not synthetic; use another root")
         done = (partition / store.DONE_FILE).is_file() and previous is not None
         if not done:

@@ -1,0 +1,143 @@
+"""The results layout of SPEC §6, and its only owner: writing, finding, reading, resume checks.
+
+- :mod:`~headstats.io.store.layout`: where each table and record lives and what its files hold
+  (partition keys, file names, the score schema, the Parquet options).
+- :mod:`~headstats.io.store.write`: the one atomic writer (:func:`write_atomic`) and what is written
+  with it: data files with their provenance, records, score parts (:class:`PartWriter`).
+- :mod:`~headstats.io.store.lock`: one writer per partition (:func:`writer_lock`).
+- :mod:`~headstats.io.store.read`: one partition's files and records, checked as they are read, and
+  the resume check (:func:`check_resume`).
+- :mod:`~headstats.io.store.tables`: finding the tables under a root and reading them together
+  (:func:`read_scores`, :func:`read_interventions`, :func:`open_dataset`).
+
+Everything else asks this package, through the names below.
+"""
+
+from headstats.io.store.layout import (
+    BASELINE_FILE,
+    CALIBRATION_FILE,
+    DONE_FILE,
+    HOLDER_FILE,
+    KIND_OF_KEY,
+    LOCK_FILE,
+    MODEL_KEY,
+    PARTITION_KEYS,
+    PROVENANCE_FILE,
+    PROVENANCE_KEY,
+    QUESTION_KEY_TYPES,
+    READ_FORMAT,
+    ROW_KEY,
+    SCHEMA_VERSION,
+    SCORE_KEY_TYPES,
+    WRITE_OPTIONS,
+    Kind,
+    Partition,
+    PartitionBusy,
+    StoreError,
+    data_files,
+    has_data,
+    partition_dir,
+    partition_of,
+    partitioning,
+    point_file_name,
+    score_schema,
+    table_dir,
+)
+from headstats.io.store.lock import clean_temporaries, writer_lock
+from headstats.io.store.read import (
+    check_resume,
+    check_schema_versions,
+    damaged,
+    file_provenance,
+    is_finished_file,
+    read_calibration,
+    read_json,
+    read_provenance,
+    read_table,
+    scan_provenance,
+    stored_sample_ids,
+)
+from headstats.io.store.tables import (
+    duplicate_samples,
+    find_partitions,
+    open_dataset,
+    read_interventions,
+    read_scores,
+    table_partitions,
+)
+from headstats.io.store.write import (
+    PROVENANCE_PACKAGES,
+    PartWriter,
+    ensure_writable,
+    make_provenance,
+    mark_done,
+    package_versions,
+    write_atomic,
+    write_calibration,
+    write_json_atomic,
+    write_parquet_atomic,
+    write_point,
+    write_provenance,
+)
+
+__all__ = [
+    "BASELINE_FILE",
+    "CALIBRATION_FILE",
+    "DONE_FILE",
+    "HOLDER_FILE",
+    "KIND_OF_KEY",
+    "LOCK_FILE",
+    "MODEL_KEY",
+    "PARTITION_KEYS",
+    "PROVENANCE_FILE",
+    "PROVENANCE_KEY",
+    "PROVENANCE_PACKAGES",
+    "QUESTION_KEY_TYPES",
+    "READ_FORMAT",
+    "ROW_KEY",
+    "SCHEMA_VERSION",
+    "SCORE_KEY_TYPES",
+    "WRITE_OPTIONS",
+    "Kind",
+    "PartWriter",
+    "Partition",
+    "PartitionBusy",
+    "StoreError",
+    "check_resume",
+    "check_schema_versions",
+    "clean_temporaries",
+    "damaged",
+    "data_files",
+    "duplicate_samples",
+    "ensure_writable",
+    "file_provenance",
+    "find_partitions",
+    "has_data",
+    "is_finished_file",
+    "make_provenance",
+    "mark_done",
+    "open_dataset",
+    "package_versions",
+    "partition_dir",
+    "partition_of",
+    "partitioning",
+    "point_file_name",
+    "read_calibration",
+    "read_interventions",
+    "read_json",
+    "read_provenance",
+    "read_scores",
+    "read_table",
+    "scan_provenance",
+    "score_schema",
+    "stored_sample_ids",
+    "table_dir",
+    "table_partitions",
+    "write_atomic",
+    "write_calibration",
+    "write_json_atomic",
+    "write_parquet_atomic",
+    "write_point",
+    "write_provenance",
+    "writer_lock",
+]
