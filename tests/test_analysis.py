@@ -61,6 +61,25 @@ def test_missing_analysis_file_is_a_clear_cli_error(capsys: pytest.CaptureFixtur
     assert "not found" in capsys.readouterr().err
 
 
+def test_a_run_spec_overrides_the_files_loading_options_it_sets_and_checks_its_stages(tmp_path: Path) -> None:
+    from headstats.jobs.analysis import merged_load
+    from headstats.specs import RunSpec
+
+    path = tmp_path / "a.toml"
+    path.write_text(
+        f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n'
+        '[models]\nnames = ["m"]\ndtype = "bfloat16"\ntrust_remote_code = true\n'
+    )
+    spec = load_analysis(path)
+    assert merged_load(spec, RunSpec()) == spec.load
+    # Options the run leaves at their defaults keep the file's (trust_remote_code is not turned off).
+    load = merged_load(spec, RunSpec(dtype="float32", device="cpu"))
+    assert (load.dtype, load.device, load.trust_remote_code) == ("float32", "cpu", True)
+    with pytest.raises(ValueError, match="stage"):
+        run_analysis(spec, stages=("collect", "bogus"))
+    assert not (tmp_path / "results").exists()
+
+
 def _analysis_file(tmp_path: Path, model_dir: Path, body: str) -> Path:
     """A tiny analysis file: results and report under ``tmp_path``, the one model, then ``body``."""
     path = tmp_path / "tiny.toml"

@@ -78,6 +78,12 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
         ("fused-float32", ("ahon_ln",)), ("fused-bfloat16", ("ahon_ln",)),
     }  # fmt: skip
     index = run_confirmation(plan, progress=False)
+    # With every path's sweeps done, the dry run counts no pass left on any path (and loads no model).
+    from headstats.jobs.dryrun import dry_run_confirmation
+
+    planned = dry_run_confirmation(plan).units
+    assert sorted(u.what for u in planned) == sorted(f"hellaswag [{name}]" for name, _ in runs)
+    assert all(u.passes_left == 0 and u.sequences is None for u in planned)
     assert index is not None and index.is_file()
     verdicts = pd.read_csv(tmp_path / "report" / "tables" / "verdicts.csv").set_index("claim")
     bounds = pd.read_csv(tmp_path / "report" / "tables" / "bounds.csv")
