@@ -116,7 +116,9 @@ class LoadOptions(Spec):
     revision: str | None = option(None, "Hub branch, tag or commit of the model (recorded with the resolved commit)")
     trust_remote_code: bool = option(False, "run the model repository's own code (off unless you trust it)")
     device_map: str | None = option(None, "accelerate device map, e.g. auto to spread a large model over the GPUs")
-    token: str | None = option(None, "Hugging Face token for gated models (default: the logged-in one)", toml=False)
+    token: str | None = option(
+        None, "Hugging Face token for gated models (default: the logged-in one)", toml=False, runtime=True
+    )
 
     def check(self) -> None:
         import torch

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +34,7 @@ from headstats.io import store
 from headstats.jobs import grid as launch
 from headstats.jobs.collect import collect_scores
 from headstats.options import SpecError
-from headstats.specs import Resources
+from headstats.specs import CollectSpec, Resources
 
 pytest.importorskip("submitit")
 
@@ -117,7 +119,7 @@ def test_debug_grid_merges_into_the_single_process_table_and_reruns_skip_finishe
     assert len(result.finished) == 4 and not result.failed
     merged = _sorted(store.read_scores(out))
     pd.testing.assert_frame_equal(merged, expected)
-    partitions = {Path(job.partition) for job in launch.collect_jobs(models, datasets, out)}
+    partitions = {job.outputs()[0] for job in launch.collect_jobs(models, datasets, out)}
     assert len(partitions) == 4 and {p.parent for p in out.rglob(f"{launch.MARKER_PREFIX}.json")} == partitions
     again = launch.collect_grid(models, datasets, out, launcher="debug", device="cpu", batch_size=4, progress=False)
     assert len(again.skipped) == 4 and not again.finished  # batch size does not change what a job produces
@@ -151,8 +153,8 @@ def test_local_grid_resumes_a_killed_job_without_duplicates(grid_inputs, tmp_pat
     models, datasets = grid_inputs["models"], [grid_inputs["web"], grid_inputs["big"]]
     out, folder = tmp_path / "grid", tmp_path / "grid-logs"
     jobs = launch.collect_jobs(models, datasets, out, device="cpu", batch_size=2, rows_per_part=1, progress=False)
-    victim = next(i for i, j in enumerate(jobs) if j.model == models[1] and j.dataset == grid_inputs["big"])
-    partition = Path(jobs[victim].partition)
+    victim = next(i for i, j in enumerate(jobs) if j.name == f"collect {models[1]} on {grid_inputs['big']}")
+    partition = jobs[victim].outputs()[0]
     resources = Resources(
         launcher="local", folder=str(folder), array_parallelism=4, executor_params={"cpus_per_task": 1}, poll_s=0.05
     )
@@ -245,7 +247,7 @@ def fake_slurm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_slurm_array_runs_every_job_and_reports_a_failure_with_its_traceback(grid_inputs, tmp_path, fake_slurm) -> None:
     out = tmp_path / "grid"
-    good = launch.CollectJob.create(grid_inputs["models"][0], grid_inputs["notes"], out, device="cpu", progress=False)
+    (good,) = launch.collect_jobs([grid_inputs["models"][0]], [grid_inputs["notes"]], out, device="cpu", progress=False)
     missing = tmp_path / "never-written.txt"
     bad = launch.FunctionJob(
         "remove a file that is not there", os.remove, {"path": str(missing)}, output_paths=(str(tmp_path / "bad"),)
@@ -277,7 +279,7 @@ def test_slurm_array_runs_every_job_and_reports_a_failure_with_its_traceback(gri
     assert [o.status for o in caught.value.result.outcomes] == ["finished", "failed"]
     assert good.is_complete() and not bad.is_complete()
     table = store.read_scores(out)
-    dataset = Path(good.partition).name.split("=", 1)[1]  # notes-<content hash>
+    dataset = good.outputs()[0].name.split("=", 1)[1]  # notes-<content hash>
     assert table["sample_id"].nunique() == 9 and set(table["dataset"]) == {dataset} and dataset.startswith("notes")
     script = fake_slurm.read_text()
     for line in ("--array=0-1%1", "--partition=gpu-small", "--gpus-per-node=1", "--mem=12GB", "--time=30"):
@@ -321,13 +323,30 @@ def test_launcher_flags_map_to_submitit_parameters_unchanged() -> None:
         launch.make_executor(Resources(), "logs")
 
 
-def test_a_grid_job_is_requeued_by_submitit_as_itself(tmp_path) -> None:
-    """On a time limit or preemption submitit calls the job's checkpoint(): the same job (settings,
-    outputs) is submitted again, and collections and sweeps resume from what they wrote."""
-    import submitit
+def test_a_job_is_complete_once_its_work_succeeded_with_the_same_settings(tmp_path) -> None:
+    """What makes a rerun (or a copy requeued in another process) skip a job: the marker its
+    successful work wrote, holding the settings that decide what it produces."""
+    out = tmp_path / "o"
+    spec = CollectSpec(batch_size=2, limit=5)
 
-    job = launch.FunctionJob("remove", os.remove, {"path": str(tmp_path / "x")}, output_paths=(str(tmp_path / "o"),))
-    assert isinstance(job, submitit.helpers.Checkpointable)
-    again = job.checkpoint()
-    assert isinstance(again, submitit.helpers.DelayedSubmission) and again.function == job
-    assert again.function.settings() == job.settings()
+    def job(spec: CollectSpec = spec, **kwargs: object) -> launch.FunctionJob:
+        kwargs = {"name": str(out / "made"), "exist_ok": True, **kwargs}
+        return launch.FunctionJob("make a folder", record_spec, {**kwargs, "spec": spec}, output_paths=(str(out),))
+
+    first = job()
+    assert not first.is_complete()
+    first()
+    copy = pickle.loads(pickle.dumps(first))  # as submitit ships it to a job process
+    assert copy.is_complete() and copy.outputs() == first.outputs() and (out / "made").is_dir()
+    assert job(replace(spec, batch_size=4)).is_complete()  # a runtime option does not change what it produces
+    assert not job(replace(spec, limit=6)).is_complete()
+    assert not job(exist_ok=False).is_complete()
+    failing = launch.FunctionJob("fail", os.rmdir, {"path": str(tmp_path / "absent")}, output_paths=(str(tmp_path),))
+    with pytest.raises(FileNotFoundError):
+        failing()
+    assert not failing.marker.exists() and not failing.is_complete()
+
+
+def record_spec(name: str, exist_ok: bool, spec: CollectSpec) -> int:
+    os.makedirs(name, exist_ok=exist_ok)
+    return spec.limit or 0

@@ -38,7 +38,7 @@ from typing import Any, Literal
 from tqdm.auto import tqdm
 
 from headstats.io import store
-from headstats.options import split_kwargs
+from headstats.options import Spec, split_kwargs
 from headstats.specs import LAUNCHERS, CollectSpec, LoadOptions, Resources
 
 logger = logging.getLogger("headstats")
@@ -155,70 +155,36 @@ class FunctionJob(Job):
         return Path(self.marker_path) if self.marker_path else super().marker
 
     def settings(self) -> dict[str, object]:
+        """The function and its arguments; an option set among them by its settings (the runtime
+        options, which change how a job runs and not what it produces, left out)."""
         fn = f"{self.function.__module__}.{self.function.__qualname__}"
-        return {"name": self.label, "function": fn, "kwargs": dict(self.kwargs)}
+        kwargs = {k: v.settings() if isinstance(v, Spec) else v for k, v in self.kwargs.items()}
+        return {"name": self.label, "function": fn, "kwargs": kwargs}
 
     def work(self) -> object:
         return self.function(**self.kwargs)
 
 
-@dataclass(frozen=True)
-class CollectJob(Job):
-    """Score one dataset with one model into ``out/model=<slug>/dataset=<name>/``."""
+def load_and_collect(model: str, dataset: str, out: str, spec: CollectSpec, load: LoadOptions) -> object:
+    """Load ``model`` and score ``dataset`` with it into ``out`` (what a collection job runs)."""
+    from headstats.io.models import load_model
+    from headstats.jobs.collect import collect_scores
 
-    model: str
-    dataset: str
-    out: str
-    partition: str
-    spec: CollectSpec = field(default_factory=CollectSpec)
-    load: LoadOptions = field(default_factory=LoadOptions)
+    loaded, tokenizer = load_model(model, **load.kwargs())
+    return collect_scores(loaded, tokenizer, dataset, out, spec=spec)
 
-    @classmethod
-    def create(
-        cls,
-        model: str,
-        dataset: str,
-        out: str | os.PathLike,
-        *,
-        spec: CollectSpec | None = None,
-        load: LoadOptions | None = None,
-        **options: object,
-    ) -> CollectJob:
-        """Check the options, the model name and the dataset here, before anything is submitted.
-        ``options``: :class:`LoadOptions` and :class:`CollectSpec` fields by name."""
-        from headstats.io.models import model_slug, resolve_model_path
-        from headstats.io.tasks import collection_source
 
-        load_kw, collect_kw = split_kwargs(options, LoadOptions, CollectSpec)
-        load = LoadOptions.from_kwargs(load_kw, base=load)
-        spec = CollectSpec.from_kwargs(collect_kw, base=spec)
-        resolve_model_path(model)  # a typo in a model name fails now, not in every job
-        source = collection_source(dataset, data_dir=spec.data_dir, text_column=spec.text_column)
-        partition = store.partition_dir(out, model=model_slug(model), dataset=source.name)
-        return cls(model, dataset, os.fspath(out), os.fspath(partition), spec, load)
+def collect_job(model: str, dataset: str, out: str | os.PathLike, spec: CollectSpec, load: LoadOptions) -> FunctionJob:
+    """The job that scores ``dataset`` with ``model`` into ``out/model=<slug>/dataset=<name>/``, with
+    the model name and the dataset checked here, before anything is submitted."""
+    from headstats.io.models import model_slug, resolve_model_path
+    from headstats.io.tasks import collection_source
 
-    @property
-    def name(self) -> str:
-        return f"collect {self.model} on {self.dataset}"
-
-    def outputs(self) -> tuple[Path, ...]:
-        return (Path(self.partition),)
-
-    def settings(self) -> dict[str, object]:
-        return {
-            "kind": "collect",
-            "model": self.model,
-            "dataset": self.dataset,
-            "dtype": self.load.dtype,
-            **self.spec.settings(),
-        }
-
-    def work(self) -> object:
-        from headstats.io.models import load_model
-        from headstats.jobs.collect import collect_scores
-
-        model, tokenizer = load_model(self.model, **self.load.kwargs())
-        return collect_scores(model, tokenizer, self.dataset, self.out, spec=self.spec)
+    resolve_model_path(model)  # a typo in a model name fails now, not in every job
+    source = collection_source(dataset, data_dir=spec.data_dir, text_column=spec.text_column)
+    partition = store.partition_dir(out, model=model_slug(model), dataset=source.name)
+    kwargs = {"model": model, "dataset": dataset, "out": os.fspath(out), "spec": spec, "load": load}
+    return FunctionJob(f"collect {model} on {dataset}", load_and_collect, kwargs, output_paths=(str(partition),))
 
 
 def collect_jobs(
@@ -229,17 +195,14 @@ def collect_jobs(
     spec: CollectSpec | None = None,
     load: LoadOptions | None = None,
     **options: object,
-) -> list[CollectJob]:
-    """One :class:`CollectJob` per (model, dataset), validated (see :func:`collect_grid`)."""
+) -> list[FunctionJob]:
+    """One job per (model, dataset), validated (see :func:`collect_grid`). ``options``:
+    :class:`LoadOptions` and :class:`CollectSpec` fields by name."""
     if not models or not datasets:
         raise ValueError("a collection grid needs at least one model and one dataset")
     load_kw, collect_kw = split_kwargs(options, LoadOptions, CollectSpec)
     load, spec = LoadOptions.from_kwargs(load_kw, base=load), CollectSpec.from_kwargs(collect_kw, base=spec)
-    return [
-        CollectJob.create(m, d, out, spec=spec, load=load)
-        for m in dict.fromkeys(models)
-        for d in dict.fromkeys(datasets)
-    ]
+    return [collect_job(m, d, out, spec, load) for m in dict.fromkeys(models) for d in dict.fromkeys(datasets)]
 
 
 # --- running a grid ------------------------------------------------------------------------------
@@ -541,7 +504,8 @@ def collect_grid(
     if resources.folder is None:
         resources = Resources.from_kwargs({"folder": os.fspath(Path(out) / "_grid")}, base=resources)
     jobs = collect_jobs(models, datasets, out, spec=spec, load=load, **rest)
-    return run_grid(jobs, resources, progress=jobs[0].spec.progress, raise_on_failure=raise_on_failure)
+    progress = jobs[0].kwargs["spec"].progress  # type: ignore[attr-defined]
+    return run_grid(jobs, resources, progress=progress, raise_on_failure=raise_on_failure)
 
 
 def _split_resources(options: Mapping[str, object]) -> tuple[dict[str, object], dict[str, object]]:
