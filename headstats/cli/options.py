@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, fields
 from typing import Any, TypeVar
 
@@ -162,6 +162,22 @@ def _add_executor_params(parser: argparse.ArgumentParser | argparse._ArgumentGro
 def add_resources(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("grid execution (needs submitit: pip install 'headstats[slurm]')")
     add_spec(group, Resources)
+
+
+def spec_command(
+    subparsers: argparse._SubParsersAction,
+    name: str,
+    run: Callable[[argparse.Namespace], int],
+    spec: type[Spec],
+    *,
+    help: str,
+    description: str,
+) -> argparse.ArgumentParser:
+    """The subcommand ``name``, whose flags are ``spec``'s fields and which runs ``run(args)``."""
+    parser = subparsers.add_parser(name, help=help, description=description)
+    add_spec(parser, spec)
+    parser.set_defaults(func=run)
+    return parser
 
 
 def spec_from_args(args: argparse.Namespace, spec: type[T], **values: Any) -> T:

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import argparse
 
-from headstats.cli.options import add_spec, spec_from_args
+from headstats.cli.options import spec_command, spec_from_args
 from headstats.specs import PruneSpec, RunSpec
 
 
 def add_command(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+    spec_command(
+        subparsers,
         "prune",
+        _main,
+        PruneSpec,
         help="remove inactive heads physically and save the smaller model",
         description=(
             "Rank every head by the mean of --score over a calibration set (default: 64 bundled Wikipedia "
@@ -21,10 +24,11 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
             "AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)."
         ),
     )
-    add_spec(parser, PruneSpec)
-    parser.set_defaults(func=_main)
-    frontier = subparsers.add_parser(
+    spec_command(
+        subparsers,
         "frontier",
+        _frontier,
+        RunSpec,
         help="prune every model of an analysis file at every share by every score; accuracy, speed, report",
         description=(
             "Run a pruning frontier analysis file (e.g. analyses/prune_embedded.toml): rank heads on the "
@@ -33,8 +37,6 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
             "report (stage report). Re-running resumes."
         ),
     )
-    add_spec(frontier, RunSpec)
-    frontier.set_defaults(func=_frontier)
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ than MMLU come from the validation split, as lm-eval does for any task without a
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import datasets
@@ -36,29 +37,19 @@ def _splits(dataset: str, splits: tuple[str, ...], data_dir: str | None) -> data
     return datasets.DatasetDict(loaded)
 
 
-def piqa(data_dir: str | None = None, **_: Any) -> datasets.DatasetDict:
-    return _splits("piqa/plain_text", ("validation",), data_dir)
+def validation(embedded: str, data_dir: str | None = None, **_: Any) -> datasets.DatasetDict:
+    """The validation split of the ``embedded`` dataset (a task with no other split)."""
+    return _splits(embedded, ("validation",), data_dir)
 
 
-def arc_easy(data_dir: str | None = None, **_: Any) -> datasets.DatasetDict:
-    return _splits("ai2_arc/ARC-Easy", ("validation",), data_dir)
-
-
-def arc_challenge(data_dir: str | None = None, **_: Any) -> datasets.DatasetDict:
-    return _splits("ai2_arc/ARC-Challenge", ("validation",), data_dir)
-
-
-def hellaswag(data_dir: str | None = None, **_: Any) -> datasets.DatasetDict:
-    return _splits("hellaswag/none", ("validation",), data_dir)
-
-
-def winogrande(data_dir: str | None = None, **_: Any) -> datasets.DatasetDict:
-    return _splits("winogrande/winogrande_xl", ("validation",), data_dir)
-
-
-def boolq(data_dir: str | None = None, **_: Any) -> datasets.DatasetDict:
-    return _splits("boolq/none", ("validation",), data_dir)
+piqa = partial(validation, "piqa/plain_text")
+arc_easy = partial(validation, "ai2_arc/ARC-Easy")
+arc_challenge = partial(validation, "ai2_arc/ARC-Challenge")
+hellaswag = partial(validation, "hellaswag/none")
+winogrande = partial(validation, "winogrande/winogrande_xl")
+boolq = partial(validation, "boolq/none")
 
 
 def mmlu(subject: str, data_dir: str | None = None, **_: Any) -> datasets.DatasetDict:
+    """One MMLU subject's dev (few-shot) and test splits."""
     return _splits(f"hails/mmlu_no_train/{subject}", ("dev", "test"), data_dir)

@@ -182,13 +182,15 @@ def add_curve_sections(
             "mdd_80",
             "zeroes_none",
         ]
-        writer.table(
-            curves[[c for c in cols if c in curves.columns]],
+        _guided_table(
+            writer,
+            curves,
+            cols,
             f"{prefix}within_one_point_certified",
             floatfmt=".2f",
             collapsed="per curve: the first drop, the certified and the not-excluded share, the detectable drop",
+            guide=("What certified means", how),
         )
-        writer.text(f"[What certified means](#{how}).")
     if "awft" in set(curves["score"]) and n_scores > 1:
         writer.table(
             ranking.compare_with_reference(curves, "awft"),
@@ -264,6 +266,23 @@ def add_curve_sections(
         writer.table(iou, f"{prefix}top{k}_iou", floatfmt=".2f", index=True, collapsed=f"top-{k} IoU matrix")
     steps.update()
     steps.close()
+
+
+def _guided_table(
+    writer: Writer,
+    frame: pd.DataFrame,
+    columns: Sequence[str],
+    name: str,
+    *,
+    floatfmt: str,
+    collapsed: str,
+    guide: tuple[str, str],
+) -> None:
+    """The ``columns`` of ``frame`` that it has, as a collapsed table, then a link to the note that
+    says how to read it (``guide``: the link's text and the note's anchor)."""
+    writer.table(frame[[c for c in columns if c in frame.columns]], name, floatfmt=floatfmt, collapsed=collapsed)
+    text, anchor = guide
+    writer.text(f"[{text}](#{anchor}).")
 
 
 def _number(value: float) -> str:
@@ -453,13 +472,15 @@ def interventions(writer: Writer, context: Context) -> None:
         )
         at = POINT_TABLE.index("n_clusters") + 1
         columns = [*POINT_TABLE[:at], "design_effect", *POINT_TABLE[at:]] if clustered else POINT_TABLE
-        writer.table(
-            tp[[c for c in columns if c in tp.columns]],
+        _guided_table(
+            writer,
+            tp,
+            columns,
             f"{task}_points",
             floatfmt=".3g",
             collapsed="every point against the baseline: accuracy, paired difference, certified, McNemar p",
+            guide=("How to read the point table", how),
         )
-        writer.text(f"[How to read the point table](#{how}).")
         tc = curves[curves["task"] == task]
         if tc.empty:
             writer.text("Only the baseline was run: no curves to draw.")
