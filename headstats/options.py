@@ -57,7 +57,7 @@ def option(
     each: Callable[[Any], object] | None = None,
     minimum: float | None = None,
     flag: str | None = None,
-    aliases: tuple[str, ...] = (),
+    split: bool = True,
     metavar: str | None = None,
     cli: bool = True,
     toml: bool = True,
@@ -70,8 +70,9 @@ def option(
     listed by ``--help``; ``strict=False`` lists them without refusing others (datasets: a file path
     is allowed too). ``noun`` names a value in messages ("unknown score id 'x'"). ``each``: a check of
     every value (of every element of a list) that raises ``ValueError``. ``minimum``: the smallest
-    number allowed. ``flag`` / ``aliases``: the command-line flag if not ``--name`` and old spellings,
-    accepted as flags and as Python keywords. ``cli`` / ``toml``: whether the option is offered there.
+    number allowed. ``flag``: the command-line flag if not ``--name``. ``split=False``: a list whose
+    items may hold commas (shell lines), given one item per flag and never split at commas.
+    ``cli`` / ``toml``: whether the option is offered there.
     ``runtime``: it changes how a job runs, not what it produces (a grid does not rerun a finished
     job when only such an option changed). ``positional``: a command-line argument without a flag.
     """
@@ -83,7 +84,7 @@ def option(
         each=each,
         minimum=minimum,
         flag=flag,
-        aliases=aliases,
+        split=split,
         metavar=metavar,
         cli=cli,
         toml=toml,
@@ -229,6 +230,8 @@ class Spec:
             value = getattr(self, f.name)
             if value is None and f.name in self.DEFAULTS:
                 value = self.DEFAULTS[f.name]
+            if isinstance(value, str) and not f.metadata.get("split", True):
+                value = (value,)  # one item, commas and all
             try:
                 value = _coerce(types_[f.name], value)
             except TypeError:
@@ -254,27 +257,20 @@ class Spec:
         return [f for f in fields(cls) if where == "python" or f.metadata.get(where, True)]
 
     @classmethod
-    def aliases(cls) -> dict[str, str]:
-        """Old spellings -> field names."""
-        return {a: f.name for f in fields(cls) for a in f.metadata.get("aliases", ())}
-
-    @classmethod
     def from_kwargs(
         cls: type[T], kwargs: Mapping[str, Any], *, base: T | None = None, label: Callable[[str], str] = str
     ) -> T:
-        """A spec from keyword arguments (old spellings accepted), on top of ``base`` if given."""
+        """A spec from keyword arguments, on top of ``base`` if given."""
         names = {f.name for f in fields(cls)}
-        aliases = cls.aliases()
-        unknown = sorted(k for k in kwargs if k not in names and k not in aliases)
+        unknown = sorted(k for k in kwargs if k not in names)
         if unknown:
             raise SpecError(
                 unknown[0],
                 f"unknown {cls.WHAT} option(s) {', '.join(unknown)}: choose from {', '.join(sorted(names))}",
                 label=label(unknown[0]),
             )
-        values = {aliases.get(k, k): v for k, v in kwargs.items()}
         try:
-            return replace(base, **values) if base is not None else cls(**values)
+            return replace(base, **kwargs) if base is not None else cls(**kwargs)
         except SpecError as err:
             raise err.relabel(label) from None
 
@@ -283,15 +279,14 @@ class Spec:
         """A spec from one table of an analysis file; ``where`` ("file: [section]") prefixes errors.
         ``extra`` keys are allowed but not part of this spec (the caller reads them)."""
         allowed = {f.name: f for f in cls.options(where="toml")}
-        aliases = {a: n for a, n in cls.aliases().items() if n in allowed}
-        unknown = sorted(set(table) - set(allowed) - set(aliases) - set(extra))
+        unknown = sorted(set(table) - set(allowed) - set(extra))
         if unknown:
             raise SpecError(
                 unknown[0],
                 f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted({*allowed, *extra}))}",
                 label="",
             )
-        values = {aliases.get(k, k): v for k, v in table.items() if k not in set(extra)}
+        values = {k: v for k, v in table.items() if k not in set(extra)}
         types_ = hints(cls)
         for key, value in values.items():
             if is_list(types_[key]) and not isinstance(value, list):
@@ -344,7 +339,7 @@ def split_kwargs(kwargs: Mapping[str, Any], *specs: type[Spec]) -> list[dict[str
     parts: list[dict[str, Any]] = [{} for _ in specs]
     for key, value in kwargs.items():
         for part, spec in zip(parts, specs, strict=True):
-            if key in {f.name for f in fields(spec)} or key in spec.aliases():
+            if key in {f.name for f in fields(spec)}:
                 part[key] = value
                 break
         else:

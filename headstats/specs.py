@@ -10,12 +10,12 @@ whichever way a job is started. To add an option, add one field here and read it
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
 from headstats.engine import scores as S
-from headstats.names import canonical_name
+from headstats.names import canonical_name, check_name
 from headstats.options import Spec, SpecError, check_device, option
 
 LAUNCHERS: tuple[str, ...] = ("local", "slurm", "debug")
@@ -145,7 +145,6 @@ class RunOptions(Seeded, Progress):
         choices=_score_ids,
         noun="score id",
         each=_score_id,
-        aliases=("score_ids", "score"),
         metavar="IDS",
     )
     limit: int | None = option(None, "use only N documents (collect) or questions (ablate)", minimum=1)
@@ -265,7 +264,11 @@ class Output(Spec):
 
 @dataclass(frozen=True)
 class Results(Spec):
-    results: str = option("", "a results directory (headstats collect / ablate output)", positional=True, toml=False)
+    results: str | None = option(
+        None,
+        "a results directory (headstats collect / ablate output; an analysis file's default: results/NAME)",
+        positional=True,
+    )
 
 
 @dataclass(frozen=True)
@@ -320,15 +323,14 @@ class ReportSpec(SummarySpec, Seeded, Figures):
         choices=_rank_metrics,
         noun="curve area",
     )
-    n_boot: int = option(200, "bootstrap resamples of sequences", minimum=1, aliases=("bootstrap",))
+    n_boot: int = option(200, "bootstrap resamples of sequences", minimum=1)
     n_perm: int = option(
         200,
         "permutations per W1 test; Holm over a comparison's m tests reaches 5% only with at least 20 m "
         "(the report states each table's floor)",
         minimum=1,
-        aliases=("permutations",),
     )
-    n_split: int = option(20, "random halvings for noise floors", minimum=1, aliases=("splits",))
+    n_split: int = option(20, "random halvings for noise floors", minimum=1)
     depth_bins: int = option(5, "relative-depth bins", minimum=1)
     reference: str | None = option(
         None,
@@ -359,13 +361,35 @@ class PaperSpec(Figures):
 
 
 @dataclass(frozen=True)
-class Resources(Spec):
+class SubmititParameters(Spec):
+    """The submitit parameters headstats names, under submitit's own names (flags ``--gpus-per-node``,
+    ...); any other goes through :attr:`Resources.executor_params`."""
+
+    slurm_partition: str | None = option(None, "slurm partition")
+    gpus_per_node: int | None = option(
+        None, "GPUs per job (slurm: requested, default 0; local: visible, default all)", minimum=0
+    )
+    timeout_min: int | None = option(None, "minutes per job (slurm default 60; local: no limit)", minimum=1)
+    mem_gb: float | None = option(None, "GB of memory per job (slurm; default 32)", minimum=0)
+    cpus_per_task: int | None = option(
+        None, "CPUs per job (slurm: requested; local: threads per job; default: all)", minimum=1
+    )
+    slurm_setup: tuple[str, ...] = option(
+        (),
+        "shell line run before each slurm job, e.g. 'source .venv/bin/activate' (repeatable)",
+        split=False,
+        metavar="LINE",
+    )
+
+
+@dataclass(frozen=True)
+class Resources(SubmititParameters):
     """Where and how a grid's jobs run (:mod:`headstats.jobs.grid`).
 
-    ``executor_params`` go to submitit's ``executor.update_parameters`` as they are: its shared names
-    (``timeout_min``, ``mem_gb``, ``gpus_per_node``, ``cpus_per_task``, ``nodes``, ``name``) and any
-    cluster option with its prefix (``slurm_partition``, ``slurm_account``, ``slurm_qos``,
-    ``slurm_constraint``, ``slurm_gres``, ``slurm_setup``, ``slurm_additional_parameters``, ...).
+    :meth:`submitit_parameters` go to submitit's ``executor.update_parameters`` as they are: the
+    declared ones of :class:`SubmititParameters`, then ``executor_params``, any other submitit name
+    (``nodes``, ``name``, ``slurm_account``, ``slurm_qos``, ``slurm_constraint``, ``slurm_gres``,
+    ``slurm_additional_parameters``, ...).
     """
 
     WHAT: ClassVar[str] = "launcher"
@@ -380,32 +404,57 @@ class Resources(Spec):
     folder: str | None = option(None, "submitit logs and pickles (default: OUT/_grid)", flag="--grid-folder")
     array_parallelism: int = option(8, "jobs running at once (slurm array and local)", minimum=1)
     executor_params: dict[str, Any] = option(  # noqa: RUF009
-        help="submitit parameter KEY=VALUE, passed through (repeatable), e.g. slurm_account=abc, slurm_qos=high, "
-        "slurm_constraint=a100, gpus_per_node=2, timeout_min=90",
+        help="any other submitit parameter KEY=VALUE, passed through (repeatable), e.g. slurm_account=abc, "
+        "slurm_qos=high, slurm_constraint=a100",
         factory=dict,
         flag="--executor-param",
-        metavar="KEY=VALUE",
     )
     poll_s: float | None = option(None, "seconds between status checks", minimum=0, cli=False, toml=False)
 
     def check(self) -> None:
+        declared = self.declared_parameters()
         for key in self.executor_params:
             if not isinstance(key, str) or not key:
                 raise SpecError("executor_params", f"parameter names are strings, not {key!r}")
+            if key in declared and self.executor_params[key] != declared[key]:
+                raise SpecError(key, f"given twice: as {key} and in executor_params")
 
+    def declared_parameters(self) -> dict[str, Any]:
+        """The :class:`SubmititParameters` given (set, non-empty), as submitit takes them."""
+        given = {f.name: getattr(self, f.name) for f in fields(SubmititParameters)}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in given.items() if v not in (None, ())}
 
-# Old command-line flags for common submitit parameters: each sets one key of executor_params.
-EXECUTOR_FLAGS: dict[str, tuple[str, type, str]] = {
-    "--partition": ("slurm_partition", str, "slurm partition"),
-    "--gpus": ("gpus_per_node", int, "GPUs per job (slurm: requested, default 0; local: visible, default all)"),
-    "--time": ("timeout_min", int, "minutes per job (slurm default 60; local: no limit)"),
-    "--mem": ("mem_gb", float, "GB of memory per job (slurm; default 32)"),
-    "--cpus": ("cpus_per_task", int, "CPUs per job (slurm: requested; local: threads per job; default: all)"),
-    "--slurm-setup": ("slurm_setup", list, "shell line run before each slurm job, e.g. 'source .venv/bin/activate'"),
-}
+    def submitit_parameters(self) -> dict[str, Any]:
+        """Every submitit parameter given: the declared ones and ``executor_params``."""
+        return {**self.declared_parameters(), **self.executor_params}
 
 
 # --- analysis files ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AnalysisHeader(Results):
+    """The top-level keys of an analysis file (its sections are read by their own specs)."""
+
+    WHAT: ClassVar[str] = "analysis"
+
+    name: str | None = option(
+        None, "name of the analysis (default: the file name)", cli=False, each=lambda n: check_name(n, "name")
+    )
+    description: str = option("", "title of the report", cli=False)
+    report: str | None = option(None, "report directory (default: reports/NAME)", cli=False)
+
+    def folders(self, path: Path) -> tuple[str, Path, Path]:
+        """The name (default: the stem of the file at ``path``), the results folder (default:
+        results/NAME) and the report folder (default: reports/NAME); a name that makes a folder must
+        be path-safe."""
+        name = self.name or path.stem
+        if self.results is None or self.report is None:
+            try:
+                check_name(name, "analysis name")
+            except ValueError as err:
+                raise ValueError(f"{path}: {err} (or give results = and report = folders)") from None
+        return name, Path(self.results or f"results/{name}"), Path(self.report or f"reports/{name}")
 
 
 @dataclass(frozen=True)
@@ -585,11 +634,10 @@ DEFAULT_PRUNE_SHARES = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
 class PruneShares(Spec):
     shares: tuple[float, ...] | None = option(
         None,
-        "fractions of all heads to remove: one (--share 0.1), or the candidates of --certify (default "
+        "fractions of all heads to remove: one (--shares 0.1), or the candidates of --certify (default "
         f"{','.join(f'{x:g}' for x in DEFAULT_PRUNE_SHARES)})",
         each=_fraction,
         metavar="FRACTIONS",
-        aliases=("share",),
     )
     max_drop: float = option(0.01, "largest certified accuracy drop (0.01 = 1 point)", minimum=0)
 
@@ -597,7 +645,7 @@ class PruneShares(Spec):
 @dataclass(frozen=True)
 class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, Output):
     """``headstats prune``: remove the heads a score calls inactive (:mod:`headstats.jobs.prune`).
-    ``--model`` and ``--score`` take one each; ``--limit`` counts the ``--certify`` task's questions."""
+    ``--model`` and ``--scores`` take one each; ``--limit`` counts the ``--certify`` task's questions."""
 
     WHAT: ClassVar[str] = "prune"
     DEFAULTS: ClassVar[Mapping[str, Any]] = {
@@ -606,7 +654,7 @@ class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, O
 
     certify: str | None = option(
         None,
-        "instead of --share: remove the largest of --shares whose accuracy drop on this task is certified "
+        "instead of one --shares: remove the largest of --shares whose accuracy drop on this task is certified "
         "within --max-drop (one-sided 95% Tango bound; shares tested in increasing order, stopping at the first "
         "failure)",
         choices=_tasks,
@@ -618,11 +666,11 @@ class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, O
         if len(self.names) != 1:
             raise SpecError("names", f"prune takes one --model, not {len(self.names)}")
         if self.scores is None or len(self.scores) != 1:
-            raise SpecError("scores", "prune ranks heads by one score: give one --score")
+            raise SpecError("scores", "prune ranks heads by one score: give one --scores")
         if self.calibration == "eval":
             raise SpecError("calibration", "prune ranks heads on a collection dataset (e.g. wikipedia), not 'eval'")
         if self.certify is None and (self.shares is None or len(self.shares) != 1):
-            raise SpecError("shares", "give one --share (a fraction of heads), or --certify TASK")
+            raise SpecError("shares", "give one --shares (a fraction of heads), or --certify TASK")
         if not self.out:
             raise SpecError("out", "give the directory to write the pruned model to (--out DIR)")
 
@@ -666,12 +714,12 @@ __all__ = [
     "DEFAULT_PRUNE_SHARES",
     "DEFAULT_SWEEP_SCORES",
     "DEFAULT_TARGETS",
-    "EXECUTOR_FLAGS",
     "LAUNCHERS",
     "LISTABLE",
     "METRICS",
     "STAGES",
     "AblateSection",
+    "AnalysisHeader",
     "Calibrated",
     "Claim",
     "CollectSection",
@@ -690,6 +738,7 @@ __all__ = [
     "Results",
     "RunOptions",
     "RunSpec",
+    "SubmititParameters",
     "SummaryOutput",
     "SummarySpec",
     "SweepSpec",

@@ -598,7 +598,7 @@ def test_sweep_writes_per_question_rows_one_file_per_point_and_resumes(tiny_mmlu
     assert len(points) == 7 and points.iloc[0]["score"] == "baseline"
     from headstats.cli import main
 
-    assert main(["ablate", "--summary", str(tmp_path)]) == 0
+    assert main(["summary", str(tmp_path)]) == 0
 
 
 def test_sweep_calibrates_on_a_held_out_dataset_or_score_tables_and_an_interrupted_point_leaves_nothing(

@@ -292,17 +292,18 @@ def test_slurm_array_runs_every_job_and_reports_a_failure_with_its_traceback(gri
 def test_launcher_flags_map_to_submitit_parameters_unchanged() -> None:
     parser = build_parser()
     base = ["collect", "--model", "m", "--dataset", "mmlu", "--out", "o"]
-    options = "--launcher slurm --partition a100 --gpus 2 --time 90 --mem 64 --array-parallelism 3 --grid-folder logs"
-    extra = ["--slurm-setup", "module load cuda", "--slurm-setup", "source .venv/bin/activate"]
+    options = "--launcher slurm --slurm-partition a100 --gpus-per-node 2 --timeout-min 90 --mem-gb 64"
+    options += " --array-parallelism 3 --grid-folder logs"
+    extra = ["--slurm-setup", "module load cuda,gcc", "--slurm-setup", "source .venv/bin/activate"]
     extra += ["--executor-param", "slurm_account=abc", "--executor-param", 'slurm_additional_parameters={"x": 1}']
     resources = spec_from_args(parser.parse_args([*base, *options.split(), *extra]), Resources)
     assert resources.launcher == "slurm" and resources.folder == "logs" and resources.array_parallelism == 3
-    assert resources.executor_params == {
+    assert resources.submitit_parameters() == {
         "slurm_partition": "a100",
         "gpus_per_node": 2,
         "timeout_min": 90,
         "mem_gb": 64.0,
-        "slurm_setup": ["module load cuda", "source .venv/bin/activate"],
+        "slurm_setup": ["module load cuda,gcc", "source .venv/bin/activate"],  # a shell line is never split
         "slurm_account": "abc",
         "slurm_additional_parameters": {"x": 1},
     }
@@ -311,8 +312,8 @@ def test_launcher_flags_map_to_submitit_parameters_unchanged() -> None:
     # Defaults where nothing was given: slurm 60 minutes, 32 GB; local: no time limit.
     slurm = launch.executor_parameters(Resources(launcher="slurm"))
     assert slurm["timeout_min"] == 60 and slurm["mem_gb"] == 32 and slurm["gpus_per_node"] == 0
-    local = spec_from_args(parser.parse_args([*base, "--launcher", "local", "--cpus", "2"]), Resources)
-    assert local.folder is None and local.executor_params == {"cpus_per_task": 2}
+    local = spec_from_args(parser.parse_args([*base, "--launcher", "local", "--cpus-per-task", "2"]), Resources)
+    assert local.folder is None and local.submitit_parameters() == {"cpus_per_task": 2}
     local_params = launch.executor_parameters(local)
     assert local_params["timeout_min"] == launch.LOCAL_NO_LIMIT_MIN
     assert "export OMP_NUM_THREADS=2" in local_params["local_setup"]
@@ -321,6 +322,8 @@ def test_launcher_flags_map_to_submitit_parameters_unchanged() -> None:
         spec_from_args(parser.parse_args([*base, "--launcher", "local", "--array-parallelism", "0"]), Resources)
     with pytest.raises(ValueError, match="no launcher given"):
         launch.make_executor(Resources(), "logs")
+    with pytest.raises(SpecError, match="mem_gb: given twice"):
+        Resources(launcher="slurm", mem_gb=8, executor_params={"mem_gb": 16})
 
 
 def test_a_job_is_complete_once_its_work_succeeded_with_the_same_settings(tmp_path) -> None:

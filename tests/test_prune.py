@@ -203,7 +203,7 @@ def test_prune_command_removes_the_lowest_calibration_means(model_dir, tmp_path)
     out = tmp_path / "pruned"
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("Inactive heads can be removed.\n\nThe rest stays.\n\nA third passage.\n\nAnd four.\n")
-    args = ["prune", "--model", str(model_dir), "--score", "ahon_ln", "--share", "0.25", "--calibration", str(corpus),
+    args = ["prune", "--model", str(model_dir), "--scores", "ahon_ln", "--shares", "0.25", "--calibration", str(corpus),
             "--calibration-limit", "4", "--max-length", "32", "--out", str(out), "--no-progress"]  # fmt: skip
     assert main(args) == 0
     record = json.loads((out / "pruning.json").read_text())

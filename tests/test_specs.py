@@ -12,7 +12,7 @@ import pytest
 
 from headstats import options, specs
 from headstats.cli import build_parser
-from headstats.cli.options import flags_of
+from headstats.cli.options import flag_of
 from headstats.jobs.analysis import load_analysis
 from headstats.options import SpecError
 from headstats.specs import CollectSpec, ReportSpec, Resources, SweepSpec
@@ -55,7 +55,6 @@ def test_every_flag_of_every_command_maps_to_exactly_one_spec_field() -> None:
     for name, found in fields_by_name.items():
         assert len(found) == 1, f"{name} is declared by several specs"
         spellings[name] = found[0]
-    shortcut_flags = set(specs.EXECUTOR_FLAGS)
     for command, parser in _commands(build_parser()).items():
         if command == "lm-eval":  # lm-eval's own command line, passed through untouched
             continue
@@ -70,7 +69,7 @@ def test_every_flag_of_every_command_maps_to_exactly_one_spec_field() -> None:
                 assert flag not in seen, f"headstats {command}: {flag} twice"
                 seen[flag] = action.dest
                 field = spellings[action.dest]
-                assert flag in flags_of(field) or flag in shortcut_flags or flag == "--summary", (command, flag)
+                assert flag == flag_of(field), (command, flag)
             assert action.help, f"headstats {command}: {action.option_strings} has no help"
 
 
@@ -101,11 +100,31 @@ def test_python_construction_checks_types_ranges_and_registries() -> None:
     assert SweepSpec(calibration_limit=None).calibration_limit == specs.DEFAULT_CALIBRATION_LIMIT
 
 
-def test_keyword_names_and_old_spellings() -> None:
-    assert ReportSpec.from_kwargs({"bootstrap": 50}).n_boot == 50  # `report --bootstrap`, kept as an alias
-    assert CollectSpec.from_kwargs({"score_ids": ["awft"]}).scores == ("awft",)  # collect_scores(score_ids=)
+def test_keyword_names_are_the_field_names() -> None:
+    assert ReportSpec.from_kwargs({"n_boot": 50}).n_boot == 50
+    for old in ("bootstrap", "score_ids"):  # no second spelling of an option
+        with pytest.raises(SpecError, match=f"unknown .* option.*{old}"):
+            (ReportSpec if old == "bootstrap" else CollectSpec).from_kwargs({old: 1})
     with pytest.raises(SpecError, match=r"unknown collection option.*batchsize.*batch_size"):
         CollectSpec.from_kwargs({"batchsize": 4})
+
+
+# Flags that still name a different field in another command: `headstats finetune`'s (--out for
+# FinetuneSpec.chains, --seed for recipe_seed, --stages for chain_stages), left to the fine-tuning
+# spec's rework.
+SHARED_FLAGS = {"--out", "--seed", "--stages"}
+
+
+def test_each_flag_names_one_field_in_every_command() -> None:
+    owners: dict[str, set[str]] = {}
+    for command, parser in _commands(build_parser()).items():
+        if command == "lm-eval":
+            continue
+        for action in parser._actions:
+            for flag in action.option_strings:
+                owners.setdefault(flag, set()).add(action.dest)
+    shared = {flag for flag, names in owners.items() if len(names) > 1}
+    assert shared == SHARED_FLAGS, {flag: owners.get(flag) for flag in shared ^ SHARED_FLAGS}
 
 
 def test_a_score_registered_in_user_code_is_an_allowed_value_at_once() -> None:

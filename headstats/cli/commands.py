@@ -117,7 +117,6 @@ def add_ablate(sub: Subparsers) -> None:
     add_spec(p, AblateSection)
     add_spec(p, Output)
     add_spec(p, SummarySpec)
-    add_spec(p, Results, flags={"results": "--summary"})  # the old spelling of `headstats summary RESULTS`
     add_resources(p)
     p.set_defaults(func=run_ablate)
 
@@ -128,14 +127,11 @@ def run_ablate(args: argparse.Namespace) -> int:
     from headstats.jobs.sweep import run_sweep
 
     summary = spec_from_args(args, SummarySpec)
-    if getattr(args, "results", None):
-        print_summary(args.results, metric=summary.metric)
-        return 0
     given = {"--model": getattr(args, "names", None), "--task": getattr(args, "task", None)}
     given["--out"] = getattr(args, "out", None)
     missing = [flag for flag, value in given.items() if not value]
     if missing:
-        raise ValueError(f"headstats ablate needs {', '.join(missing)} (or headstats summary RESULTS for results)")
+        raise ValueError(f"headstats ablate needs {', '.join(missing)} (headstats summary RESULTS prints results)")
     models = spec_from_args(args, ModelsSection)
     tasks = [t.strip() for t in str(args.task).split(",") if t.strip()]
     sweeps = [narrow(spec_from_args(args, AblateSection, task=task), SweepSpec) for task in tasks]

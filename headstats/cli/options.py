@@ -1,7 +1,8 @@
 """Command-line flags derived from the option declarations of :mod:`headstats.specs`.
 
 Each field of a spec becomes one flag (``--batch-size`` for ``batch_size``, or the field's declared
-flag) plus its old spellings; its help lists the allowed names from the registry and the default.
+flag); its help lists the allowed names from the registry and the default. A list option takes
+comma-separated values and may be repeated; a table option (``dict``) takes ``KEY=VALUE``, repeated.
 Flags default to "not given", so a spec built from parsed arguments (:func:`spec_from_args`) gets
 its own defaults and runs its own checks, and an error names the flag.
 """
@@ -10,12 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable, Mapping
+import typing
+from collections.abc import Callable
 from dataclasses import MISSING, Field, fields
 from typing import Any, TypeVar
 
 from headstats.options import Spec, choices_of, element_type, hints, is_list
-from headstats.specs import EXECUTOR_FLAGS, Resources
+from headstats.specs import Resources
 
 T = TypeVar("T", bound=Spec)
 
@@ -33,11 +35,6 @@ class Parser(argparse.ArgumentParser):
 
 def flag_of(f: Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-
-
-def flags_of(f: Field) -> list[str]:
-    names = [flag_of(f)] + ["--" + alias.replace("_", "-") for alias in f.metadata.get("aliases", ())]
-    return list(dict.fromkeys(names))
 
 
 def _default_of(spec: type[Spec], f: Field) -> Any:
@@ -75,45 +72,41 @@ def _parse_scalar(kind: Any, text: str) -> Any:
     return text
 
 
-def _value_parser(hint: Any) -> Any:
+def _value_parser(hint: Any, split: bool = True) -> Any:
     kind = element_type(hint)
+    if is_list(hint) and not split:
+        return lambda text: (text,)
     if is_list(hint):
         return lambda text: tuple(_parse_scalar(kind, item.strip()) for item in text.split(",") if item.strip())
     return lambda text: _parse_scalar(kind, text)
 
 
 def add_spec(
-    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-    spec: type[Spec],
-    *,
-    required: tuple[str, ...] = (),
-    flags: Mapping[str, str] | None = None,
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, spec: type[Spec], *, required: tuple[str, ...] = ()
 ) -> None:
-    """One flag per command-line field of ``spec`` (``flags`` renames a field's flag, which also
-    turns a positional argument into an optional flag)."""
+    """One flag (or positional argument) per command-line field of ``spec``."""
     types_ = hints(spec)
     for f in spec.options(where="cli"):
-        if f.name == "executor_params":
-            _add_executor_params(parser, f)
-            continue
         hint, help_text = types_[f.name], _help(spec, f)
-        if f.metadata.get("positional") and not (flags and f.name in flags):
+        if f.metadata.get("positional"):
             # A positional argument with a default may be left out (``headstats list``).
             optional = {"nargs": "?", "default": argparse.SUPPRESS} if f.default not in (None, "", MISSING) else {}
             parser.add_argument(f.name, metavar=f.name.upper(), type=_value_parser(hint), help=help_text, **optional)
             continue
-        names = [flags[f.name]] if flags and f.name in flags else flags_of(f)
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_text}
         if hint is bool:
             kw["action"] = "store_false" if f.default is True else "store_true"
+        elif typing.get_origin(hint) is dict:  # KEY=VALUE, repeatable
+            kw["action"] = _KeyValue
+            kw["metavar"] = f.metadata.get("metavar") or "KEY=VALUE"
         else:
-            kw["type"] = _value_parser(hint)
+            kw["type"] = _value_parser(hint, f.metadata.get("split", True))
             kw["metavar"] = f.metadata.get("metavar") or f.name.upper()
             if is_list(hint):  # given twice (--dataset a --dataset b): both lists, in order
                 kw["action"] = _Extend
         if f.name in required:
             kw["required"] = True
-        parser.add_argument(*names, **kw)
+        parser.add_argument(flag_of(f), **kw)
 
 
 class _Extend(argparse.Action):
@@ -125,38 +118,20 @@ class _Extend(argparse.Action):
         setattr(namespace, self.dest, tuple(dict.fromkeys(merged)))
 
 
-class _ExecutorParam(argparse.Action):
-    """Collects ``--executor-param KEY=VALUE`` and the shortcut flags into one dict."""
-
-    def __init__(self, *args: Any, key: str | None = None, kind: Any = str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.key, self.kind = key, kind
+class _KeyValue(argparse.Action):
+    """A table option: each ``KEY=VALUE`` adds one entry (a JSON value as itself: numbers, true/false,
+    lists; anything else as text)."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, value: Any, option=None):
-        params = dict(getattr(namespace, "executor_params", None) or {})
-        if self.key is None:
-            key, sep, text = str(value).partition("=")
-            if not sep or not key:
-                parser.error(f"{option}: give KEY=VALUE, e.g. slurm_account=abc, not {value!r}")
-            try:
-                params[key] = json.loads(text)  # numbers, true/false and lists as themselves
-            except ValueError:
-                params[key] = text
-        elif self.kind is list:
-            params[self.key] = [*params.get(self.key, []), value]
-        else:
-            try:
-                params[self.key] = self.kind(value)
-            except ValueError:
-                parser.error(f"{option}: {value!r} is not {'an integer' if self.kind is int else 'a number'}")
-        namespace.executor_params = params
-
-
-def _add_executor_params(parser: argparse.ArgumentParser | argparse._ArgumentGroup, f: Field) -> None:
-    common = {"dest": "executor_params", "default": argparse.SUPPRESS, "action": _ExecutorParam}
-    parser.add_argument(flag_of(f), metavar="KEY=VALUE", help=f.metadata["help"], **common)
-    for flag, (key, kind, text) in EXECUTOR_FLAGS.items():
-        parser.add_argument(flag, key=key, kind=kind, metavar=key.upper(), help=f"{text} (sets {key})", **common)
+        table = dict(getattr(namespace, self.dest, None) or {})
+        key, sep, text = str(value).partition("=")
+        if not sep or not key:
+            parser.error(f"{option}: give KEY=VALUE, e.g. slurm_account=abc, not {value!r}")
+        try:
+            table[key] = json.loads(text)
+        except ValueError:
+            table[key] = text
+        setattr(namespace, self.dest, table)
 
 
 def add_resources(parser: argparse.ArgumentParser) -> None:

@@ -17,8 +17,8 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         PruneSpec,
         help="remove inactive heads physically and save the smaller model",
         description=(
-            "Rank every head by the mean of --score over a calibration set (default: 64 bundled Wikipedia "
-            "passages), remove the --share of heads that look most inactive (or the largest share certified "
+            "Rank every head by the mean of --scores over a calibration set (default: 64 bundled Wikipedia "
+            "passages), remove the fraction --shares of heads that look most inactive (or the largest share certified "
             "within --max-drop on the --certify task) from the weights, and write the model to --out with "
             "pruning.json. Load it with headstats.load_model(OUT) or "
             "AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)."

@@ -41,15 +41,15 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pandas as pd
 
 from headstats.io import store
-from headstats.names import check_name
-from headstats.options import Spec, SpecError, narrow, option
+from headstats.options import SpecError, narrow
 from headstats.specs import (
     AblateSection,
+    AnalysisHeader,
     CollectSection,
     CollectSpec,
     LoadOptions,
@@ -67,32 +67,6 @@ else:  # pragma: no cover
 
 logger = logging.getLogger("headstats")
 SECTIONS = ("models", "collect", "ablate", "report_options")
-
-
-@dataclass(frozen=True)
-class AnalysisHeader(Spec):
-    """The top-level keys of an analysis file (its sections are read by their own specs)."""
-
-    WHAT: ClassVar[str] = "analysis"
-
-    name: str | None = option(
-        None, "name of the analysis (default: the file name)", cli=False, each=lambda n: check_name(n, "name")
-    )
-    description: str = option("", "title of the report", cli=False)
-    results: str | None = option(None, "Parquet results directory (default: results/NAME)", cli=False)
-    report: str | None = option(None, "report directory (default: reports/NAME)", cli=False)
-
-    def folders(self, path: Path) -> tuple[str, Path, Path]:
-        """The name (default: the stem of the file at ``path``), the results folder (default:
-        results/NAME) and the report folder (default: reports/NAME); a name that makes a folder must
-        be path-safe."""
-        name = self.name or path.stem
-        if self.results is None or self.report is None:
-            try:
-                check_name(name, "analysis name")
-            except ValueError as err:
-                raise ValueError(f"{path}: {err} (or give results = and report = folders)") from None
-        return name, Path(self.results or f"results/{name}"), Path(self.report or f"reports/{name}")
 
 
 @dataclass

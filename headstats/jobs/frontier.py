@@ -34,7 +34,7 @@ from headstats.engine.speed import inference_cost, time_inference
 from headstats.io.store import write_json_atomic, write_parquet_atomic
 from headstats.jobs.prune import calibration_set, head_means, select_heads
 from headstats.options import SpecError, narrow
-from headstats.specs import FrontierSpec, LoadOptions, ModelsSection
+from headstats.specs import AnalysisHeader, FrontierSpec, LoadOptions, ModelsSection
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -73,8 +73,6 @@ def is_frontier(path: str | Path) -> bool:
 
 def load_frontier(path: str | Path) -> Frontier:
     """Read and check a frontier file; every error names the file, section and key."""
-    from headstats.jobs.analysis import AnalysisHeader
-
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))

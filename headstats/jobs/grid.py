@@ -281,7 +281,7 @@ def _submitit() -> Any:
 def executor_parameters(resources: Resources, job_name: str = "headstats") -> dict[str, object]:
     """What ``executor.update_parameters`` receives: headstats' defaults under the given parameters."""
     launcher = resources.launcher
-    given = dict(resources.executor_params)
+    given = resources.submitit_parameters()
     if launcher == "slurm":
         params = {"name": job_name, **SLURM_DEFAULTS, "slurm_array_parallelism": resources.array_parallelism}
     elif launcher == "local":
