@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import os
 import textwrap
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from matplotlib.patches import Rectangle
 
 from headstats.engine.scores import SCORES
 from headstats.engine.scores import score_ids as registered_score_ids
+from headstats.io import store
 from headstats.stats import ranking
 from headstats.stats.distances import DistanceMatrix, model_rows
 from headstats.stats.summary import BASELINE
@@ -127,17 +127,13 @@ def save_figure(
     out.mkdir(parents=True, exist_ok=True)
     paths = {}
     for fmt in formats:
-        path = out / f"{name}.{fmt}"
-        tmp = out / f".{path.name}.{uuid.uuid4().hex}.tmp"
         metadata = {"Date": None} if fmt == "svg" else {"Software": None} if fmt == "png" else None
-        try:
+
+        def save(tmp: Path, fmt: str = fmt, metadata: dict | None = metadata) -> None:
             with mpl.rc_context({"svg.fonttype": "none", "svg.hashsalt": "headstats"}):
                 fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata)
-            os.replace(tmp, path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-        paths[fmt] = path
+
+        paths[fmt] = store.write_atomic(out / f"{name}.{fmt}", save)
     return paths
 
 

@@ -116,7 +116,6 @@ max-width: 100%; font-size: .8em; } details { margin: .5em 0 1em; } summary { cu
 """
 
 
-
 def _inline_html(text: str) -> str:
     """Markdown's inline code, bold and in-page links (``[text](#anchor)``) as HTML."""
     escaped = html.escape(text)
@@ -130,7 +129,6 @@ def anchor_slug(text: str) -> str:
     hyphens), so that the contents' links work in ``summary.md`` on GitHub and in ``index.html``."""
     slug = re.sub(r"[^\w\- ]", "", text.strip().lower())
     return slug.replace(" ", "-")
-
 
 
 def _format_cell(value: object, floatfmt: str) -> str:
@@ -296,11 +294,7 @@ class ReportWriter:
         self._stream.md.append("\n\n".join(paragraphs))
 
     def _write_csv(self, frame: pd.DataFrame, name: str, csv: str | None, index: bool) -> Path:
-        path = self.out / (csv or f"tables/{name}.csv")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".{path.name}.tmp"
-        frame.to_csv(tmp, index=index)
-        os.replace(tmp, path)
+        path = store.write_atomic(self.out / (csv or f"tables/{name}.csv"), lambda tmp: frame.to_csv(tmp, index=index))
         self._written.add(path)
         return path
 
@@ -370,11 +364,7 @@ class ReportWriter:
         if file is None:
             self._stream.md.append(f"<details><summary>{summary}</summary>\n\n```\n{body}\n```\n\n</details>")
             return
-        path = self.out / file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.parent / f".{path.name}.tmp"
-        tmp.write_text(public_text(body), encoding="utf-8")
-        os.replace(tmp, path)
+        path = store.write_atomic(self.out / file, lambda tmp: tmp.write_text(public_text(body), encoding="utf-8"))
         self._written.add(path)
         self._stream.md.append(f"{summary}: [`{file}`]({file}).")
 
@@ -425,9 +415,7 @@ class ReportWriter:
         md = head + "\n\n".join(p for p in parts if p) + f"\n\n---\n{footer}\n"
         index = self.out / "index.html"
         for path, text in ((index, page), (self.out / "summary.md", md)):
-            tmp = path.parent / f".{path.name}.tmp"
-            tmp.write_text(public_text(text), encoding="utf-8")
-            os.replace(tmp, path)
+            store.write_atomic(path, lambda tmp, text=text: tmp.write_text(public_text(text), encoding="utf-8"))
         self._remove_stale()
         return index
 
