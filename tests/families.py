@@ -22,6 +22,8 @@ from transformers import (
     Qwen3Config,
 )
 
+import headstats
+
 VOCAB = 128
 COMMON = dict(
     vocab_size=VOCAB,
@@ -89,6 +91,21 @@ def tiny_llama(vocab_size: int, *, seed: int = 0, **config: object) -> torch.nn.
     )
     torch.manual_seed(seed)
     return LlamaForCausalLM(LlamaConfig(**{**settings, **config})).eval()
+
+
+def tiny_decoder(family: str, vocab_size: int, *, max_positions: int = 1024) -> torch.nn.Module:
+    """A randomly initialised 2-layer Llama or GPT-2 for a vocabulary of ``vocab_size`` (the synthetic
+    tokenizer's), with headstats' attention; a wide init makes the choices of a task differ clearly."""
+    torch.manual_seed(0)
+    if family == "llama":
+        config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                             intermediate_size=128, vocab_size=vocab_size, max_position_embeddings=max_positions,
+                             initializer_range=0.2)  # fmt: skip
+    else:
+        config = GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=vocab_size, n_positions=max_positions,
+                            initializer_range=0.2)  # fmt: skip
+    model = AutoModelForCausalLM.from_config(config, attn_implementation=headstats.ATTN_IMPLEMENTATION)
+    return model.eval()
 
 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:

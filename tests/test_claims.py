@@ -149,12 +149,13 @@ def _flat_then_falling(loss, n: int, draws: int, resamples: int) -> tuple[float,
 def test_first_drop_intervals_cover_the_true_reading_on_flat_then_falling_curves(loss, truth) -> None:
     """Both first-drop intervals (of the raw reading and of the monotone fit) reach nominal 95%
     coverage within simulation error on curves that run flat, at the baseline or just above the
-    1-point line, and then fall (400 tasks x 300 resamples measured 92.8-95.3%; here 240 x 150)."""
-    got_truth, coverage, unstable = _flat_then_falling(loss, n=1000, draws=240, resamples=150)
+    1-point line, and then fall: over 200 tasks (100 resamples each) the count of covering intervals
+    lies in the 99.9% binomial band of 95% coverage (179-198), neither short nor needlessly wide."""
+    got_truth, coverage, unstable = _flat_then_falling(loss, n=1000, draws=200, resamples=100)
     assert got_truth == pytest.approx(truth)
-    low, high = binomial_band(240, 0.95)  # 99.9% of counts at 95% coverage: 216-237 of 240
+    low, high = binomial_band(200, 0.95)
     for kind in ("raw", "mono"):
-        assert low <= round(240 * coverage[kind]) <= high, (kind, coverage[kind])
+        assert low <= round(200 * coverage[kind]) <= high, (kind, coverage[kind])
     assert unstable <= 0.15  # the flag is raised only where most resamples read elsewhere
 
 

@@ -11,51 +11,21 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, LlamaConfig
+from families import tiny_decoder
+from test_tasks import make_tokenizer
+from transformers import AutoTokenizer
 
 import headstats
 import headstats.jobs.evaluate as ev
 from headstats.engine.probe import Probe
 from headstats.io.tasks import PromptRenderer, load_task, resolve_format
 
-try:  # the helpers live beside this file; pytest puts tests/ on sys.path unless it becomes a package
-    from test_tasks import build_data_dir, make_tokenizer
-except ImportError:  # pragma: no cover
-    from tests.test_tasks import build_data_dir, make_tokenizer
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: tiny models gain nothing from more, and on a busy 2-core machine a second
-    thread made SmolLM2's forward pass ~10x slower (threads wait on each other)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_data_dir(tmp_path_factory.mktemp("olmo_eval_like"))
-
-
-def tiny_model(family: str, vocab_size: int, *, max_positions: int = 1024) -> torch.nn.Module:
-    """A randomly initialised 2-layer model; a wide init makes choices differ clearly."""
-    torch.manual_seed(0)
-    if family == "llama":
-        config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                             intermediate_size=128, vocab_size=vocab_size, max_position_embeddings=max_positions,
-                             initializer_range=0.2)  # fmt: skip
-    else:
-        config = GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=vocab_size, n_positions=max_positions,
-                            initializer_range=0.2)  # fmt: skip
-    model = AutoModelForCausalLM.from_config(config, attn_implementation=headstats.ATTN_IMPLEMENTATION)
-    return model.eval()
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module", params=["llama", "gpt2"])
 def model(request: pytest.FixtureRequest) -> torch.nn.Module:
-    return tiny_model(request.param, len(make_tokenizer(adds_bos=False)))
+    return tiny_decoder(request.param, len(make_tokenizer(adds_bos=False)))
 
 
 @contextlib.contextmanager
@@ -136,7 +106,7 @@ def test_results_do_not_depend_on_batch_size_or_padding_side(model, data_dir: Pa
 def test_every_logit_path_gives_the_same_numbers(monkeypatch: pytest.MonkeyPatch, data_dir: Path) -> None:
     """(batch, position) logits_to_keep, a shared 1-D index, and full logits agree."""
     tok = make_tokenizer(adds_bos=False)
-    model = tiny_model("llama", len(tok))
+    model = tiny_decoder("llama", len(tok))
     reference = [s.logliks for s in scores(model, tok, "winogrande", data_dir, batch_size=4)]
     monkeypatch.setattr(ev, "_keeps_2d_positions", lambda m: False)
     np.testing.assert_allclose([s.logliks for s in scores(model, tok, "winogrande", data_dir, batch_size=4)],
@@ -148,7 +118,7 @@ def test_every_logit_path_gives_the_same_numbers(monkeypatch: pytest.MonkeyPatch
 
 def test_too_long_inputs_are_cut_from_the_left_as_lm_eval_does(data_dir: Path) -> None:
     tok = make_tokenizer(adds_bos=False)
-    model = tiny_model("gpt2", len(tok), max_positions=24)
+    model = tiny_decoder("gpt2", len(tok), max_positions=24)
     r = PromptRenderer(resolve_format("tokenizer", tok), tok)
     for task in ("mmlu", "mmlu_cloze"):
         for s in scores(model, tok, task, data_dir, batch_size=4):
@@ -241,7 +211,7 @@ def test_probe_gets_question_keys_and_n_zeroed_counts_zeroed_heads(model, data_d
 
 def test_bad_arguments_are_clear_errors(data_dir: Path) -> None:
     tok = make_tokenizer(adds_bos=False)
-    model = tiny_model("llama", len(tok))
+    model = tiny_decoder("llama", len(tok))
     piqa = load_task("piqa", data_dir=data_dir)
     with pytest.raises(ValueError, match="batch_size must be at least 1"):
         ev.evaluate(model, tok, piqa, batch_size=0, progress=False)
@@ -255,7 +225,7 @@ def test_bad_arguments_are_clear_errors(data_dir: Path) -> None:
 
 def test_model_is_left_in_its_training_mode(data_dir: Path) -> None:
     tok = make_tokenizer(adds_bos=False)
-    model = tiny_model("gpt2", len(tok)).train()
+    model = tiny_decoder("gpt2", len(tok)).train()
     ev.evaluate(model, tok, load_task("piqa", data_dir=data_dir, limit=1), progress=False)
     assert model.training
 
@@ -287,7 +257,7 @@ def test_real_mmlu_one_pass_accuracy_equals_a_naive_loop(smollm2) -> None:
 def test_real_tasks_on_tiny_models(task: str) -> None:
     tok = AutoTokenizer.from_pretrained(headstats.io.assets.embedded_model("smollm2-135m"))
     for family in ("llama", "gpt2"):
-        model = tiny_model(family, len(tok), max_positions=2048)
+        model = tiny_decoder(family, len(tok), max_positions=2048)
         frame = ev.evaluate(model, tok, load_task(task, limit=2), batch_size=4, progress=False)
         assert len(frame) == 2 and frame["gold_loglik"].lt(0).all() and frame["pred"].lt(frame["n_choices"]).all()
 

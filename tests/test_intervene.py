@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
-from families import VOCAB, tiny_llama, tiny_model
+from families import VOCAB, tiny_model
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.proportion import proportion_confint
 from transformers.pytorch_utils import Conv1D
@@ -482,15 +482,9 @@ def test_summaries_refuse_bad_input() -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_mmlu_model(smollm2_tokenizer):
+def tiny_mmlu_model(smollm2_tiny_llama, smollm2_tokenizer):
     """A tiny random Llama that reads the embedded model's tokenizer, so real MMLU prompts run in seconds."""
-    return named_tiny_llama("tiny-llama", smollm2_tokenizer), smollm2_tokenizer
-
-
-def named_tiny_llama(name: str, tokenizer, **config):
-    model = tiny_llama(len(tokenizer), **config)
-    model.headstats_name = name
-    return model
+    return smollm2_tiny_llama(), smollm2_tokenizer
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 11, 16])
@@ -775,7 +769,7 @@ def test_sweep_points_record_their_kernel_and_points_of_another_kernel_are_run_a
 
 
 def test_a_score_tied_at_its_extreme_zeroes_nothing_and_its_points_reuse_the_baseline(
-    smollm2_tokenizer, tmp_path, monkeypatch, caplog
+    smollm2_tiny_llama, smollm2_tokenizer, tmp_path, monkeypatch, caplog
 ) -> None:
     # One KV head per layer (Gemma-3 270M's geometry): avvn is the same for every query head of a
     # layer, so avvn_ln is 1 everywhere, every threshold is 1 and no head crosses it.
@@ -783,7 +777,7 @@ def test_a_score_tied_at_its_extreme_zeroes_nothing_and_its_points_reuse_the_bas
     from headstats.jobs.sweep import run_sweep
 
     tokenizer = smollm2_tokenizer
-    model = named_tiny_llama("tiny-mqa", tokenizer, num_key_value_heads=1)
+    model = smollm2_tiny_llama("tiny-mqa", num_key_value_heads=1)
     calls = []
     real_evaluate = ev.evaluate
     monkeypatch.setattr(ev, "evaluate", lambda *a, **k: calls.append(1) or real_evaluate(*a, **k))
@@ -933,7 +927,9 @@ def test_a_tiny_real_sweep_on_the_embedded_model(tmp_path) -> None:
     assert curves["score"].tolist() == ["ahon_ln"] and (curves["baseline"] == 100 * base["correct"].mean()).all()
 
 
-def test_a_pinned_kernel_joins_sweeps_of_different_scores_answer_for_answer(smollm2_tokenizer, tmp_path) -> None:
+def test_a_pinned_kernel_joins_sweeps_of_different_scores_answer_for_answer(
+    smollm2_tiny_llama, smollm2_tokenizer, tmp_path
+) -> None:
     """``attention_kernel = explicit`` makes a sweep of ``ahon_ln`` alone (which reads no
     probabilities, so ``auto`` runs fused SDPA) run the explicit kernel, so its baseline equals, answer
     for answer and log-likelihood for log-likelihood, the baseline of a sweep with ``awft`` (which
@@ -944,7 +940,7 @@ def test_a_pinned_kernel_joins_sweeps_of_different_scores_answer_for_answer(smol
 
     tokenizer = smollm2_tokenizer
     # A bf16 body rounds the two kernels differently.
-    model = named_tiny_llama("tiny-llama", tokenizer).to(torch.bfloat16)
+    model = smollm2_tiny_llama().to(torch.bfloat16)
     sweep = dict(task="mmlu", tokenizer=tokenizer, targets=[0, 0.5], limit=6, progress=False)
     run_sweep(model, scores="awft", out=tmp_path / "awft", **sweep)
     run_sweep(model, scores="ahon_ln", out=tmp_path / "pinned", attention_kernel="explicit", **sweep)

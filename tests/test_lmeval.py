@@ -16,8 +16,10 @@ import torch
 pytest.importorskip("lm_eval", minversion="0.4.12")
 
 import lm_eval
+from families import tiny_decoder
 from lm_eval.api.instance import Instance
 from lm_eval.models.huggingface import HFLM
+from test_tasks import PIQA
 
 import headstats
 import headstats.jobs.evaluate as ev
@@ -26,35 +28,12 @@ from headstats.io.tasks import PromptRenderer, load_task, resolve_format
 from headstats.lmeval import GENERATION_REFUSED, HeadstatsLM, parse_heads, run_lm_eval, task_manager
 from headstats.stats.thresholds import threshold_for_fraction
 
-try:
-    from test_evaluate import tiny_model
-    from test_tasks import PIQA, build_data_dir, make_tokenizer
-except ImportError:  # pragma: no cover
-    from tests.test_evaluate import tiny_model
-    from tests.test_tasks import PIQA, build_data_dir, make_tokenizer
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_data_dir(tmp_path_factory.mktemp("olmo_eval_like"))
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return make_tokenizer(adds_bos=False)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module", params=["llama", "gpt2"])
-def model(request: pytest.FixtureRequest, tok):
-    return tiny_model(request.param, len(tok))
+def model(request: pytest.FixtureRequest, tokenizer):
+    return tiny_decoder(request.param, len(tokenizer))
 
 
 def requests_for(questions, renderer: PromptRenderer) -> list[Instance]:
@@ -71,16 +50,16 @@ def logliks(lm, instances) -> np.ndarray:
     return np.array([ll for ll, _ in lm.loglikelihood(instances, disable_tqdm=True)])
 
 
-def task_requests(task: str, data_dir: Path, tok):
+def task_requests(task: str, data_dir: Path, tokenizer):
     questions = load_task(task, data_dir=data_dir).questions
-    renderer = PromptRenderer(resolve_format("tokenizer", tok), tok)
+    renderer = PromptRenderer(resolve_format("tokenizer", tokenizer), tokenizer)
     return questions, requests_for(questions, renderer)
 
 
-def evaluator_logliks(model, tok, questions, instances, **zeroing) -> np.ndarray:
+def evaluator_logliks(model, tokenizer, questions, instances, **zeroing) -> np.ndarray:
     """headstats' own evaluator under ``ablate_heads(**zeroing)``, one number per request."""
     with headstats.ablate_heads(model, **zeroing) as ablation:
-        ours = ev.question_logliks(model, tok, questions, batch_size=3, probe=ablation.probe, progress=False)
+        ours = ev.question_logliks(model, tokenizer, questions, batch_size=3, probe=ablation.probe, progress=False)
     return np.array([ours[inst.doc_id].logliks[inst.idx] for inst in instances])
 
 
@@ -88,43 +67,43 @@ def evaluator_logliks(model, tok, questions, instances, **zeroing) -> np.ndarray
 
 
 @pytest.mark.parametrize("task", ["mmlu", "piqa", "mmlu_cloze"])
-def test_nothing_zeroed_equals_hflm(model, tok, data_dir: Path, task: str) -> None:
-    _, instances = task_requests(task, data_dir, tok)
-    theirs = logliks(HFLM(pretrained=model, tokenizer=tok, batch_size=4), instances)
-    ours = logliks(HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=4), instances)
+def test_nothing_zeroed_equals_hflm(model, tokenizer, data_dir: Path, task: str) -> None:
+    _, instances = task_requests(task, data_dir, tokenizer)
+    theirs = logliks(HFLM(pretrained=model, tokenizer=tokenizer, batch_size=4), instances)
+    ours = logliks(HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=4), instances)
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("task", ["mmlu", "piqa"])
-def test_dynamic_zeroing_equals_headstats_evaluator(model, tok, data_dir: Path, task: str) -> None:
-    questions, instances = task_requests(task, data_dir, tok)
-    lm = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=4, score="ahon_ln", target=0.2)
+def test_dynamic_zeroing_equals_headstats_evaluator(model, tokenizer, data_dir: Path, task: str) -> None:
+    questions, instances = task_requests(task, data_dir, tokenizer)
+    lm = HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=4, score="ahon_ln", target=0.2)
     ours = logliks(lm, instances)
     assert 0.0 < lm.realised_fraction() < 1.0  # something was zeroed, not everything
-    theirs = evaluator_logliks(model, tok, questions, instances, score="ahon_ln", threshold=lm.threshold)
+    theirs = evaluator_logliks(model, tokenizer, questions, instances, score="ahon_ln", threshold=lm.threshold)
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4)
-    plain = logliks(HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=4), instances)
+    plain = logliks(HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=4), instances)
     assert np.abs(ours - plain).max() > 1e-3  # the zeroing changed the answers
 
 
-def test_static_zeroing_equals_headstats_evaluator(model, tok, data_dir: Path) -> None:
-    questions, instances = task_requests("mmlu", data_dir, tok)
-    lm = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=4, heads="0:1;1:3")
+def test_static_zeroing_equals_headstats_evaluator(model, tokenizer, data_dir: Path) -> None:
+    questions, instances = task_requests("mmlu", data_dir, tokenizer)
+    lm = HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=4, heads="0:1;1:3")
     ours = logliks(lm, instances)
     assert lm.realised_fraction() == pytest.approx(2 / (2 * 4))
-    theirs = evaluator_logliks(model, tok, questions, instances, heads=[(0, 1), (1, 3)])
+    theirs = evaluator_logliks(model, tokenizer, questions, instances, heads=[(0, 1), (1, 3)])
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4)
 
 
 @pytest.mark.parametrize("zeroing", [{}, {"score": "ahon_ln", "threshold": 0.95}, {"score": "entropy", "target": 0.1},
                                      {"score": "random", "target": 0.3}])  # fmt: skip
-def test_padded_batches_equal_batch_size_one(model, tok, data_dir: Path, zeroing: dict) -> None:
+def test_padded_batches_equal_batch_size_one(model, tokenizer, data_dir: Path, zeroing: dict) -> None:
     """Sequences of different lengths share padded batches; with the 2-D mask every score, every
     zeroing decision and every log-likelihood is that of the sequence alone."""
-    _, instances = task_requests("piqa", data_dir, tok)
-    _, more = task_requests("mmlu", data_dir, tok)
+    _, instances = task_requests("piqa", data_dir, tokenizer)
+    _, more = task_requests("mmlu", data_dir, tokenizer)
     instances += more
-    runs = [HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=b, **zeroing) for b in (1, 3, 16)]
+    runs = [HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=b, **zeroing) for b in (1, 3, 16)]
     values = [logliks(lm, instances) for lm in runs]
     for other in values[1:]:  # fp32 round-off of sums over ~100 tokens: relative 1e-6
         np.testing.assert_allclose(other, values[0], rtol=1e-6, atol=1e-5)
@@ -133,43 +112,43 @@ def test_padded_batches_equal_batch_size_one(model, tok, data_dir: Path, zeroing
         assert len({lm.threshold for lm in runs}) == 1
 
 
-def test_target_is_calibrated_on_the_tasks_own_inputs(model, tok, data_dir: Path) -> None:
+def test_target_is_calibrated_on_the_tasks_own_inputs(model, tokenizer, data_dir: Path) -> None:
     """τ = the target-quantile of the un-intervened scores pooled over the distinct inputs the
     requests read (as `headstats ablate` calibrates on the evaluation prompts)."""
-    questions, instances = task_requests("mmlu", data_dir, tok)
-    lm = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=4, score="entropy", target=0.15)
+    questions, instances = task_requests("mmlu", data_dir, tokenizer)
+    lm = HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=4, score="entropy", target=0.15)
     logliks(lm, instances)
     # MMLU: the four letters of a question share one input (the prompt), so one sequence per question.
     assert lm.calibration_sequences == len(questions)
-    renderer = PromptRenderer(resolve_format("tokenizer", tok), tok)
+    renderer = PromptRenderer(resolve_format("tokenizer", tokenizer), tokenizer)
     inputs = [ev.plan_sequences(renderer, [q])[0].input_ids for q in questions]
     table = score_sequences(model, inputs, 2, scores=["entropy"], progress=False)
     assert lm.threshold == pytest.approx(threshold_for_fraction(table, "entropy", 0.15), rel=1e-5)
     assert lm.realised_fraction() == pytest.approx(0.15, abs=0.1)
 
 
-def test_random_zeroing_depends_on_the_seed_and_not_the_batch(model, tok, data_dir: Path) -> None:
-    _, instances = task_requests("piqa", data_dir, tok)
-    a = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=1, score="random", threshold=0.5, seed=1)
-    b = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=8, score="random", threshold=0.5, seed=1)
-    c = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=8, score="random", threshold=0.5, seed=2)
+def test_random_zeroing_depends_on_the_seed_and_not_the_batch(model, tokenizer, data_dir: Path) -> None:
+    _, instances = task_requests("piqa", data_dir, tokenizer)
+    a = HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=1, score="random", threshold=0.5, seed=1)
+    b = HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=8, score="random", threshold=0.5, seed=1)
+    c = HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=8, score="random", threshold=0.5, seed=2)
     np.testing.assert_allclose(logliks(a, instances), logliks(b, instances), atol=1e-5)
     assert np.abs(logliks(c, instances) - logliks(b, instances)).max() > 1e-4
 
 
-def test_generation_under_zeroing_is_refused_and_says_why(model, tok) -> None:
-    lm = HeadstatsLM(pretrained=model, tokenizer=tok, score="ahon_ln", threshold=0.5)
+def test_generation_under_zeroing_is_refused_and_says_why(model, tokenizer) -> None:
+    lm = HeadstatsLM(pretrained=model, tokenizer=tokenizer, score="ahon_ln", threshold=0.5)
     request = Instance("generate_until", {}, ("Question: 2+2?", {"until": ["\n"], "max_gen_toks": 3}), 0)
     with pytest.raises(ValueError, match="whole sequence") as err:
         lm.generate_until([request])
     assert str(err.value) == GENERATION_REFUSED
 
 
-def test_rolling_loglikelihood_under_zeroing_equals_the_evaluator_on_the_same_window(model, tok) -> None:
+def test_rolling_loglikelihood_under_zeroing_equals_the_evaluator_on_the_same_window(model, tokenizer) -> None:
     text = "The river is long. It flows north and it is cold."
-    lm = HeadstatsLM(pretrained=model, tokenizer=tok, score="ahon_ln", target=0.2)
+    lm = HeadstatsLM(pretrained=model, tokenizer=tokenizer, score="ahon_ln", target=0.2)
     (rolling,) = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)], disable_tqdm=True)
-    ids = tok(text)["input_ids"]  # one window: the prefix token, then every token is predicted
+    ids = tokenizer(text)["input_ids"]  # one window: the prefix token, then every token is predicted
     whole = [lm.prefix_token_id, *ids]
     assert lm.calibration_sequences == 1
     with headstats.ablate_heads(model, score="ahon_ln", threshold=lm.threshold) as ablation, torch.no_grad():
@@ -188,9 +167,9 @@ def test_rolling_loglikelihood_under_zeroing_equals_the_evaluator_on_the_same_wi
     ({"score": "ahon_ln", "target": 1.5}, "fraction in"),
     ({"score": "nope", "threshold": 1.0}, "nope"),
 ])  # fmt: skip
-def test_bad_model_args_are_clear_errors(model, tok, kwargs: dict, message: str) -> None:
+def test_bad_model_args_are_clear_errors(model, tokenizer, kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        HeadstatsLM(pretrained=model, tokenizer=tok, **kwargs)
+        HeadstatsLM(pretrained=model, tokenizer=tokenizer, **kwargs)
 
 
 def test_parse_heads() -> None:
@@ -231,10 +210,10 @@ def local_task(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory, tok) -> Path:
+def model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
     path = tmp_path_factory.mktemp("tiny_llama")
-    tiny_model("llama", len(tok)).save_pretrained(path)
-    tok.save_pretrained(path)
+    tiny_decoder("llama", len(tokenizer)).save_pretrained(path)
+    tokenizer.save_pretrained(path)
     return path
 
 
@@ -318,25 +297,27 @@ def smollm2():
 @pytest.mark.integration
 @pytest.mark.parametrize("task", ["mmlu", "piqa"])
 def test_real_tasks_through_lm_evals_task_machinery(smollm2, task: str) -> None:
-    model, tok = smollm2
+    model, tokenizer = smollm2
     instances, questions = lm_eval_instances(task)
-    renderer = PromptRenderer(resolve_format("tokenizer", tok), tok)
+    renderer = PromptRenderer(resolve_format("tokenizer", tokenizer), tokenizer)
     for inst in instances:  # lm-eval's requests are the ones headstats' evaluator scores
         q = questions[inst.doc_id]
         assert inst.args == (renderer.context(q, inst.idx), renderer.continuation(q, inst.idx))
-    hf = logliks(HFLM(pretrained=model, tokenizer=tok, batch_size=4), instances)
-    plain = HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=4)
+    hf = logliks(HFLM(pretrained=model, tokenizer=tokenizer, batch_size=4), instances)
+    plain = HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=4)
     np.testing.assert_allclose(logliks(plain, instances), hf, rtol=0, atol=1e-5)
 
-    zeroed = [HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=b, score="ahon_ln", target=0.1) for b in (1, 4)]
+    zeroed = [
+        HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=b, score="ahon_ln", target=0.1) for b in (1, 4)
+    ]
     one, padded = (logliks(lm, instances) for lm in zeroed)
     np.testing.assert_allclose(padded, one, rtol=1e-6, atol=1e-5)  # fp32 round-off of sums over many tokens
     assert zeroed[0].threshold == pytest.approx(zeroed[1].threshold, rel=1e-6)
     assert 0.0 < zeroed[1].realised_fraction() < 0.5
-    theirs = evaluator_logliks(model, tok, questions, instances, score="ahon_ln", threshold=zeroed[1].threshold)
+    theirs = evaluator_logliks(model, tokenizer, questions, instances, score="ahon_ln", threshold=zeroed[1].threshold)
     # The plugin sums fp32 log-softmax values as HFLM does (off by up to ~1.3e-5 per token against
     # float64); the evaluator normalises more exactly (tests/test_evaluate.py), hence a per-token bound.
-    tokens = np.array([len(tok(inst.args[1], add_special_tokens=False).input_ids) for inst in instances])
+    tokens = np.array([len(tokenizer(inst.args[1], add_special_tokens=False).input_ids) for inst in instances])
     assert (np.abs(padded - theirs) <= 1e-4 + 2e-5 * tokens).all()
     assert np.abs(padded - hf).max() > 1e-3
 
@@ -356,14 +337,16 @@ BUNDLED_AS_LM_EVAL = {  # bundled task -> lm-eval's own config file of the same 
 
 
 @pytest.fixture(scope="module")
-def bundled_data(data_dir: Path) -> Path:
-    """The unit-test data directory with an MMLU subject of a real name (lm-eval's task names it)."""
+def bundled_data(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the unit-test data directory with an MMLU subject of a real name (lm-eval's task
+    names it); the shared directory stays as other modules read it."""
     import shutil
 
-    mmlu = data_dir / "hf_datasets" / "hails" / "mmlu_no_train"
-    if not (mmlu / "anatomy").exists():
-        shutil.copytree(mmlu / "alpha_topic", mmlu / "anatomy")
-    return data_dir
+    copy = tmp_path_factory.mktemp("bundled") / "data"
+    shutil.copytree(data_dir, copy)
+    mmlu = copy / "hf_datasets" / "hails" / "mmlu_no_train"
+    shutil.copytree(mmlu / "alpha_topic", mmlu / "anatomy")
+    return copy
 
 
 @pytest.fixture(scope="module")
@@ -427,13 +410,13 @@ def logged_choices(results: dict, task: str) -> tuple[list[int], list[np.ndarray
 
 
 @pytest.mark.parametrize("task", ["piqa", "arc_easy"])
-def test_bundled_task_headstats_equals_hf(bundled_tasks, tok, task: str) -> None:
+def test_bundled_task_headstats_equals_hf(bundled_tasks, tokenizer, task: str) -> None:
     """Through lm-eval's evaluator on a bundled task: HeadstatsLM with nothing zeroed gives lm-eval's
     ``hf`` model's accuracy and log-likelihoods (within 2e-5)."""
-    model = tiny_model("llama", len(tok))
+    model = tiny_decoder("llama", len(tokenizer))
     runs = {}
-    for name, lm in (("hf", HFLM(pretrained=model, tokenizer=tok, batch_size=3)),
-                     ("headstats", HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=3))):  # fmt: skip
+    for name, lm in (("hf", HFLM(pretrained=model, tokenizer=tokenizer, batch_size=3)),
+                     ("headstats", HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=3))):  # fmt: skip
         runs[name] = lm_eval.simple_evaluate(model=lm, tasks=[task], task_manager=bundled_tasks, log_samples=True)
     docs_hf, hf, _ = logged_choices(runs["hf"], task)
     docs, ours, gold = logged_choices(runs["headstats"], task)
@@ -471,12 +454,12 @@ def test_headstats_lm_eval_defaults_to_the_headstats_model_and_bundled_tasks(
 def test_bundled_tasks_on_the_embedded_model_headstats_equals_hf(smollm2) -> None:
     """`headstats lm-eval --tasks piqa,arc_easy --limit 20`'s tasks on the real model and data:
     nothing zeroed, HeadstatsLM's accuracy and log-likelihoods are lm-eval's ``hf`` model's."""
-    model, tok = smollm2
+    model, tokenizer = smollm2
     tasks = ["piqa", "arc_easy"]
     runs = {
         name: lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=task_manager(), limit=20, log_samples=True)
-        for name, lm in (("hf", HFLM(pretrained=model, tokenizer=tok, batch_size=8)),
-                         ("headstats", HeadstatsLM(pretrained=model, tokenizer=tok, batch_size=8)))
+        for name, lm in (("hf", HFLM(pretrained=model, tokenizer=tokenizer, batch_size=8)),
+                         ("headstats", HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=8)))
     }  # fmt: skip
     for task in tasks:
         docs_hf, hf, _ = logged_choices(runs["hf"], task)

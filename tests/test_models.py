@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from families import tiny_decoder
 from transformers import AutoConfig, AutoModelForCausalLM, FalconConfig
 
 import headstats
@@ -16,32 +17,20 @@ from headstats.engine.attention import UnsupportedModelError
 from headstats.io import models
 from headstats.io.models import ModelLoadError, ModelNotFoundError, load_model, model_identity, resolve_dtype
 
-try:
-    from test_evaluate import tiny_model
-    from test_tasks import make_tokenizer
-except ImportError:  # pragma: no cover
-    from tests.test_evaluate import tiny_model
-    from tests.test_tasks import make_tokenizer
 
-
-@pytest.fixture(scope="module")
-def tok():
-    return make_tokenizer(adds_bos=False)
-
-
-def save(path: Path, tok, *, seed: int = 0, dtype: torch.dtype = torch.float32) -> Path:
-    model = tiny_model("llama", len(tok))
+def save(path: Path, tokenizer, *, seed: int = 0, dtype: torch.dtype = torch.float32) -> Path:
+    model = tiny_decoder("llama", len(tokenizer))
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.01 * seed)
     model.to(dtype).save_pretrained(path)
-    tok.save_pretrained(path)
+    tokenizer.save_pretrained(path)
     return path
 
 
 @pytest.fixture(scope="module")
-def bf16_dir(tmp_path_factory: pytest.TempPathFactory, tok) -> Path:
-    return save(tmp_path_factory.mktemp("bf16") / "model", tok, dtype=torch.bfloat16)
+def bf16_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
+    return save(tmp_path_factory.mktemp("bf16") / "model", tokenizer, dtype=torch.bfloat16)
 
 
 def first_weight(model) -> torch.Tensor:
@@ -68,7 +57,7 @@ MAIN, STEP = "a" * 40, "b" * 40
 
 
 @pytest.fixture
-def hub_cache(tmp_path: Path, tok, monkeypatch: pytest.MonkeyPatch) -> Path:
+def hub_cache(tmp_path: Path, tokenizer, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``acme/tiny`` with branches main and step100 (other weights), and ``tinygpt`` (no organisation),
     in an offline Hub cache: what a user has after downloading them once."""
     import huggingface_hub.constants
@@ -79,7 +68,7 @@ def hub_cache(tmp_path: Path, tok, monkeypatch: pytest.MonkeyPatch) -> Path:
         folder = cache / ("models--" + repo.replace("/", "--"))
         for ref, (commit, seed) in refs.items():
             if not (folder / "snapshots" / commit).exists():
-                save(folder / "snapshots" / commit, tok, seed=seed)
+                save(folder / "snapshots" / commit, tokenizer, seed=seed)
             (folder / "refs").mkdir(parents=True, exist_ok=True)
             (folder / "refs" / ref).write_text(commit)
 
@@ -156,12 +145,12 @@ def test_device_map_places_the_model_with_accelerate(bf16_dir: Path, from_pretra
 
 
 @pytest.fixture(scope="module")
-def falcon_dir(tmp_path_factory: pytest.TempPathFactory, tok) -> Path:
+def falcon_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
     """A model whose attention is computed inline (not through AttentionInterface)."""
     path = tmp_path_factory.mktemp("falcon")
-    config = FalconConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
+    config = FalconConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
     AutoModelForCausalLM.from_config(config).save_pretrained(path)
-    tok.save_pretrained(path)
+    tokenizer.save_pretrained(path)
     return path
 
 
@@ -204,7 +193,7 @@ def test_damaged_safetensors_and_missing_tokenizer(bf16_dir: Path, tmp_path: Pat
     with pytest.raises(ModelLoadError, match="damaged"):
         load_model(str(damaged), device="cpu")
     no_tokenizer = broken_copy(bf16_dir, tmp_path / "no_tokenizer")
-    for f in no_tokenizer.glob("tok*"):
+    for f in no_tokenizer.glob("tokenizer*"):
         f.unlink()
     with pytest.raises(ModelLoadError, match="no usable tokenizer"):
         load_model(str(no_tokenizer), device="cpu")

@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+from families import CONFIGS
 from transformers import AutoModelForCausalLM, DynamicCache
 
 import headstats
@@ -18,30 +19,18 @@ from headstats.engine.probe import Probe
 from headstats.engine.scoring import iter_score_tables
 from headstats.io.tasks import PromptRenderer, load_task, resolve_format
 
-try:  # the helpers live beside this file; pytest puts tests/ on sys.path unless it becomes a package
-    from families import CONFIGS
-    from test_tasks import build_data_dir
-except ImportError:  # pragma: no cover
-    from tests.families import CONFIGS
-    from tests.test_tasks import build_data_dir
-
 # Llama (GQA), Gemma-3 (sliding windows shorter than the prompts, so suffix batches of a local model),
 # Gemma-2 (softcapping: the explicit-probabilities path for every score) and GPT-2 (absolute positions).
 FAMILIES = ["llama", "gemma3", "gemma2", "gpt2"]
 NON_RANDOM = [sid for sid in S.score_ids() if not S.SCORES[sid].is_random]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def mmlu(tmp_path_factory: pytest.TempPathFactory):
-    return load_task("mmlu", data_dir=build_data_dir(tmp_path_factory.mktemp("prefix_data")))
+def mmlu(data_dir):
+    return load_task("mmlu", data_dir=data_dir)
 
 
 def family_model(family: str, vocab_size: int, dtype: torch.dtype = torch.float32) -> torch.nn.Module:

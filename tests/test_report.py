@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
-from families import tiny_llama, tiny_model
+from families import tiny_model
 from scipy import stats as st
 
 import headstats
@@ -284,15 +284,19 @@ def test_questions_needed_to_certify_within_one_point() -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny_sweep(tmp_path_factory: pytest.TempPathFactory, smollm2_tokenizer) -> Path:
+def tiny_sweep(tmp_path_factory: pytest.TempPathFactory, smollm2_tiny_llama, smollm2_tokenizer) -> Path:
     """A sweep of a tiny random Llama (the embedded model's tokenizer) over 8 real MMLU questions with
     a single score: a model that can only guess."""
-    tokenizer = smollm2_tokenizer
-    model = tiny_llama(len(tokenizer))
-    model.headstats_name = "tiny-llama"
     root = tmp_path_factory.mktemp("sweep")
     headstats.run_sweep(
-        model, "mmlu", tokenizer=tokenizer, scores="ahon_ln", targets=[0, 0.5], limit=8, out=root, progress=False
+        smollm2_tiny_llama(),
+        "mmlu",
+        tokenizer=smollm2_tokenizer,
+        scores="ahon_ln",
+        targets=[0, 0.5],
+        limit=8,
+        out=root,
+        progress=False,
     )
     return root
 
@@ -599,8 +603,8 @@ def test_a_fine_tuning_report_leads_with_its_answer_and_draws_checkpoints_in_tra
     )
     page = (out / "index.html").read_text()
     parsed = _parse(page)
-    assert parsed.order.index("div#abstract") < parsed.order.index("figure.headline") < parsed.order.index(
-        "nav#contents"
+    assert (
+        parsed.order.index("div#abstract") < parsed.order.index("figure.headline") < parsed.order.index("nav#contents")
     )
     assert set(parsed.links) <= parsed.ids and all(parsed.tables_boxed)
     labels = pd.read_csv(out / "tables" / "finetuning_checkpoints.csv")

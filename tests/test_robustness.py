@@ -178,12 +178,11 @@ def test_a_flipped_byte_in_a_part_file_is_an_error_naming_the_file(model_dir: Pa
     assert code == 2 and f"{part} is damaged" in one_line_error(capsys)
 
 
-def test_a_truncated_sweep_point_is_computed_again(smollm2_tokenizer, tmp_path: Path) -> None:
+def test_a_truncated_sweep_point_is_computed_again(smollm2_tiny_llama, smollm2_tokenizer, tmp_path: Path) -> None:
     from headstats.jobs.sweep import run_sweep
 
     tokenizer = smollm2_tokenizer
-    model = tiny_llama(len(tokenizer))
-    model.headstats_name = "tiny"
+    model = smollm2_tiny_llama("tiny")
     sweep = dict(tokenizer=tokenizer, scores="ahon_ln", targets=[0.5], limit=2, out=tmp_path, progress=False)
     partition = run_sweep(model, "piqa", **sweep)
     point = partition / "point-ahon_ln-0.5.parquet"

@@ -12,27 +12,21 @@ import pytest
 
 pytest.importorskip("duckdb")
 
+from families import tiny_decoder
+
 import headstats
 from headstats.io.sql import connect
 from headstats.jobs.collect import collect_scores
 from headstats.jobs.sweep import run_sweep
 
-try:
-    from test_evaluate import tiny_model
-    from test_tasks import build_data_dir, make_tokenizer
-except ImportError:  # pragma: no cover
-    from tests.test_evaluate import tiny_model
-    from tests.test_tasks import build_data_dir, make_tokenizer
-
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def results(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, tokenizer) -> Path:
     """A results folder made with a tiny model: two score tables (several part files each) and a
     sweep (baseline + four points)."""
     root = tmp_path_factory.mktemp("results")
-    data = build_data_dir(tmp_path_factory.mktemp("data"))
-    tok = make_tokenizer(adds_bos=False)
-    model = tiny_model("llama", len(tok))
+    data, tok = data_dir, tokenizer
+    model = tiny_decoder("llama", len(tok))
     model.headstats_name = "tiny-llama"
     corpus = tmp_path_factory.mktemp("corpus") / "docs.jsonl"
     corpus.write_text("".join(json.dumps({"text": f"Document number {i} is here."}) + "\n" for i in range(5)))

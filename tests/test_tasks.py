@@ -137,11 +137,6 @@ def build_data_dir(root: Path) -> Path:
     return root
 
 
-@pytest.fixture(scope="session")
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_data_dir(tmp_path_factory.mktemp("olmo_eval_like"))
-
-
 def corpus() -> list[str]:
     texts = ["The following are multiple choice questions (with answers) about alpha topic beta topic.",
              "Question: Answer: A. B. C. D.", " A B C D <|user|> <|assistant|> <|system|>"]  # fmt: skip

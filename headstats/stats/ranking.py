@@ -288,8 +288,8 @@ def curve_intervals(
     at its largest realised %; where an interval end falls on such a resample it is a lower bound
     (``first_low_open``, ``first_high_open``: read ``≥``). On a curve that runs flat near the line
     the first-drop interval is wide: that is how far the reading can be trusted. The first drop is
-    not a smooth statistic (it jumps where a point grazes the line); its percentile interval covered
-    the true crossing in 92-97% of simulated tasks (``tests/test_readings.py``).
+    not a smooth statistic (it jumps where a point grazes the line); the coverage of its percentile
+    interval is checked by simulation (``tests/test_claims.py``).
 
     How far the point reading can be trusted: ``first_median``, ``first_q25`` and ``first_q75`` are
     the median and quartiles of its bootstrap distribution (censored resamples sort as their lower
