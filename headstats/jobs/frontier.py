@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import json
 import logging
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,14 +31,10 @@ import pyarrow as pa
 from headstats.engine.prune import count_parameters, prune_heads
 from headstats.engine.speed import inference_cost, time_inference
 from headstats.io.store import write_json_atomic, write_parquet_atomic
+from headstats.jobs.analysis import read_analysis_file, section_table, top_level_keys
 from headstats.jobs.prune import calibration_set, head_means, select_heads
 from headstats.options import SpecError, narrow
-from headstats.specs import AnalysisHeader, FrontierSpec, LoadOptions, ModelsSection
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from headstats.specs import FrontierSpec, LoadOptions, ModelsSection
 
 logger = logging.getLogger("headstats")
 
@@ -65,32 +60,17 @@ class Frontier:
 
 def is_frontier(path: str | Path) -> bool:
     """Whether an analysis file is a pruning frontier (it has a ``[prune]`` section)."""
-    try:
-        return isinstance(tomllib.loads(Path(path).read_text(encoding="utf-8")).get("prune"), dict)
-    except (OSError, tomllib.TOMLDecodeError):
-        return False
+    return "prune" in top_level_keys(Path(path))
 
 
 def load_frontier(path: str | Path) -> Frontier:
     """Read and check a frontier file; every error names the file, section and key."""
     path = Path(path)
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"analysis file {str(path)!r} not found") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path}: not valid TOML ({err})") from None
-    header = AnalysisHeader.from_toml(raw, f"{path}:", extra=("models", "prune"))
-    for section in ("models", "prune"):
-        if not isinstance(raw.get(section, {}), dict):
-            raise SpecError(section, f"{path}: {section} must be a [{section}] section", label="")
-    name = header.name or path.stem
-    return Frontier(
-        path, name, header.description, Path(header.results or f"results/{name}"),
-        Path(header.report or f"reports/{name}"),
-        ModelsSection.from_toml(raw.get("models", {}), f"{path}: [models]"),
-        FrontierSpec.from_toml(raw.get("prune", {}), f"{path}: [prune]"),
-    )  # fmt: skip
+    raw, header = read_analysis_file(path, ("models", "prune"), example="analyses/prune_embedded.toml")
+    name, results, report = header.folders(path)
+    models = ModelsSection.from_toml(section_table(raw, "models", path), f"{path}: [models]")
+    prune = FrontierSpec.from_toml(section_table(raw, "prune", path), f"{path}: [prune]")
+    return Frontier(path, name, header.description, results, report, models, prune)
 
 
 def point_name(score: str, share: float) -> str:
