@@ -37,8 +37,9 @@ import hashlib
 import logging
 import pickle
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ from headstats.engine.probe import Probe
 from headstats.engine.zeroing import Ablation, ablate_heads, model_shape
 from headstats.io import assets
 from headstats.jobs.evaluate import position_logprobs
+from headstats.specs import ZeroingSpec, head_pairs
 from headstats.stats.thresholds import thresholds_for_fractions
 
 try:
@@ -79,21 +81,27 @@ GENERATION_REFUSED = (
 )
 
 
-def parse_heads(heads: str | Sequence[Sequence[int]] | None) -> list[tuple[int, int]] | None:
-    """``"3:1;7:4"`` (or pairs) -> [(3, 1), (7, 4)]."""
-    if heads is None or isinstance(heads, list | tuple):
-        return None if heads is None else [(int(layer), int(head)) for layer, head in heads]
-    pairs = []
-    for item in str(heads).replace(" ", "").split(";"):
-        if not item:
-            continue
-        layer, sep, head = item.partition(":")
-        if not sep or not layer.lstrip("-").isdigit() or not head.lstrip("-").isdigit():
-            raise ValueError(f"heads={heads!r}: give layer:head pairs separated by ';', e.g. heads=3:1;7:4")
-        pairs.append((int(layer), int(head)))
-    if not pairs:
-        raise ValueError(f"heads={heads!r} names no head: give layer:head pairs separated by ';', e.g. heads=3:1;7:4")
-    return pairs
+def heads_text(heads: object) -> str | None:
+    """``heads`` as :class:`~headstats.specs.ZeroingSpec` takes it: ``"3:1;7:4"`` as given, pairs
+    ([(3, 1), (7, 4)]) joined into that form, anything else as its text (refused by the spec)."""
+    if heads is None or isinstance(heads, str):
+        return heads
+    if isinstance(heads, Sequence) and all(isinstance(pair, Sequence) and len(pair) == 2 for pair in heads):
+        return ";".join(f"{layer}:{head}" for layer, head in heads)
+    return str(heads)
+
+
+def split_zeroing(model_args: Mapping[str, Any]) -> tuple[ZeroingSpec, dict[str, Any]]:
+    """The :class:`~headstats.specs.ZeroingSpec` of lm-eval's ``model_args`` (checked there) and the
+    arguments left for HFLM. ``score=random`` with ``target`` takes the fraction itself as τ."""
+    names = {f.name for f in fields(ZeroingSpec)}
+    given = {k: v for k, v in model_args.items() if k in names}
+    if "heads" in given:
+        given["heads"] = heads_text(given["heads"])
+    spec = ZeroingSpec.from_kwargs(given)
+    if spec.target is not None and S.get_score(spec.score).is_random:
+        spec = replace(spec, threshold=spec.target, target=None)  # random zeroing needs no calibration
+    return spec, {k: v for k, v in model_args.items() if k not in names}
 
 
 def sequence_key(ids: Sequence[int]) -> int:
@@ -107,22 +115,12 @@ def sequence_key(ids: Sequence[int]) -> int:
 class HeadstatsLM(HFLM):
     """lm-eval's HFLM with headstats' head zeroing (see the module docstring for the arguments)."""
 
-    def __init__(
-        self,
-        pretrained: str | PreTrainedModel = DEFAULT_MODEL,
-        score: str | None = None,
-        threshold: float | None = None,
-        target: float | None = None,
-        heads: str | Sequence[Sequence[int]] | None = None,
-        seed: int = 0,
-        **kwargs: Any,
-    ) -> None:
-        self.score = None if score is None else S.get_score(str(score)).id
-        self.threshold = None if threshold is None else float(threshold)
-        self.target = None if target is None else float(target)
-        self.heads = parse_heads(heads)
-        self.seed = int(seed)
-        self._check_options()
+    def __init__(self, pretrained: str | PreTrainedModel = DEFAULT_MODEL, **model_args: Any) -> None:
+        """``model_args``: the fields of :class:`~headstats.specs.ZeroingSpec` (``score``,
+        ``threshold``, ``target``, ``heads``, ``seed``), the rest HFLM's own."""
+        spec, kwargs = split_zeroing(model_args)
+        self.score, self.threshold, self.target, self.seed = spec.score, spec.threshold, spec.target, spec.seed
+        self.heads = None if spec.heads is None else head_pairs(spec.heads)
         if isinstance(pretrained, str) and pretrained in assets.EMBEDDED_MODELS:
             pretrained = str(assets.embedded_model(pretrained))
         device = kwargs.get("device")
@@ -145,23 +143,6 @@ class HeadstatsLM(HFLM):
         self.calibration_sequences = 0
         self._zeroed = 0
         self._scored_sequences = 0
-
-    def _check_options(self) -> None:
-        if self.heads is not None and (self.score, self.threshold, self.target) != (None, None, None):
-            raise ValueError("give heads= (static zeroing) or score= with threshold= or target=, not both")
-        if self.score is None:
-            if self.threshold is not None or self.target is not None:
-                raise ValueError("threshold= and target= need score= (e.g. score=ahon_ln)")
-            return
-        if (self.threshold is None) == (self.target is None):
-            raise ValueError(
-                f"score={self.score} needs exactly one of threshold= (an absolute τ) or target= (a fraction of heads, "
-                "calibrated on the task's own inputs)"
-            )
-        if self.target is not None and not 0.0 <= self.target <= 1.0:
-            raise ValueError(f"target={self.target} must be a fraction in [0, 1] (0.1 = 10% of heads)")
-        if self.target is not None and S.get_score(self.score).is_random:
-            self.threshold, self.target = self.target, None  # random zeroing needs no calibration: τ = p
 
     @property
     def zeroing(self) -> bool:

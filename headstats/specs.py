@@ -557,16 +557,66 @@ class ConfirmSection(AblateSection):
             raise SpecError("kernels", "a confirmation needs at least one attention kernel and one dtype")
 
 
+def head_pairs(heads: str) -> list[tuple[int, int]]:
+    """``"3:1;7:4"`` -> [(3, 1), (7, 4)]: the (layer, head) pairs a static zeroing names."""
+    pairs = []
+    for item in heads.replace(" ", "").split(";"):
+        if not item:
+            continue
+        layer, sep, head = item.partition(":")
+        if not sep or not layer.lstrip("-").isdigit() or not head.lstrip("-").isdigit():
+            raise ValueError(f"heads={heads!r}: give layer:head pairs separated by ';', e.g. heads=3:1;7:4")
+        pairs.append((int(layer), int(head)))
+    if not pairs:
+        raise ValueError(f"heads={heads!r} names no head: give layer:head pairs separated by ';', e.g. heads=3:1;7:4")
+    return pairs
+
+
 @dataclass(frozen=True)
-class Claim(Spec):
+class ScoredZeroing(Spec):
+    """Zeroing the heads a score calls inactive at a target fraction of heads."""
+
+    score: str | None = option(None, "score id", choices=_score_ids, noun="score id", each=_score_id)
+    target: float | None = option(
+        None, "target fraction of heads zeroed: the score's threshold is calibrated for it", each=_fraction
+    )
+
+
+@dataclass(frozen=True)
+class ZeroingSpec(ScoredZeroing, Seeded):
+    """Which heads a run zeroes (the ``model_args`` of :class:`headstats.lmeval.HeadstatsLM`): those
+    past a score's ``threshold`` (an absolute τ) or its calibrated ``target``, or the fixed ``heads``;
+    nothing when none is given."""
+
+    WHAT: ClassVar[str] = "zeroing"
+
+    threshold: float | None = option(None, "an absolute τ of the score (instead of target)")
+    heads: str | None = option(None, "static zeroing: layer:head pairs separated by ';', e.g. 3:1;7:4", each=head_pairs)
+
+    def check(self) -> None:
+        if self.heads is not None and (self.score, self.threshold, self.target) != (None, None, None):
+            raise SpecError("heads", "give heads= (static zeroing) or score= with threshold= or target=, not both")
+        if self.score is None:
+            if self.threshold is not None or self.target is not None:
+                raise SpecError("score", "threshold= and target= need score= (e.g. score=ahon_ln)")
+            return
+        if (self.threshold is None) == (self.target is None):
+            raise SpecError(
+                "score",
+                f"score={self.score} needs exactly one of threshold= (an absolute τ) or target= (a fraction of "
+                "heads, calibrated on the task's own inputs)",
+            )
+
+
+@dataclass(frozen=True)
+class Claim(ScoredZeroing):
     """One ``[[claims]]`` entry of a confirmation file: zeroing the heads ``score`` calls inactive at
     ``target`` costs ``model`` at most the tolerated drop on the held-out questions."""
 
     WHAT: ClassVar[str] = "claim"
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {"target": 0.05}
 
     model: str = option("", "embedded model name, directory or Hub id")
-    score: str = option("", "score id", choices=_score_ids, noun="score id", each=_score_id)
-    target: float = option(0.05, "target fraction of heads the score's threshold is calibrated for", each=_fraction)
     share: float | None = option(None, "% of heads the exploratory run zeroed at this target", minimum=0)
     source: str = option("", "where the claim comes from (the exploratory report and its reading)")
 
@@ -738,9 +788,12 @@ __all__ = [
     "Results",
     "RunOptions",
     "RunSpec",
+    "ScoredZeroing",
     "SubmititParameters",
     "SummaryOutput",
     "SummarySpec",
     "SweepSpec",
     "Truncated",
+    "ZeroingSpec",
+    "head_pairs",
 ]

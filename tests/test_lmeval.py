@@ -25,7 +25,8 @@ import headstats
 import headstats.jobs.evaluate as ev
 from headstats.engine.scoring import score_sequences
 from headstats.io.tasks import PromptRenderer, load_task, resolve_format
-from headstats.lmeval import GENERATION_REFUSED, HeadstatsLM, parse_heads, run_lm_eval, task_manager
+from headstats.lmeval import GENERATION_REFUSED, HeadstatsLM, heads_text, run_lm_eval, task_manager
+from headstats.specs import head_pairs
 from headstats.stats.thresholds import threshold_for_fraction
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -164,7 +165,8 @@ def test_rolling_loglikelihood_under_zeroing_equals_the_evaluator_on_the_same_wi
     ({"heads": "0:1", "score": "ahon_ln", "threshold": 1.0}, "not both"),
     ({"heads": "0-1"}, "layer:head pairs"),
     ({"heads": "9:0"}, "out of range"),
-    ({"score": "ahon_ln", "target": 1.5}, "fraction in"),
+    ({"score": "ahon_ln", "target": 1.5}, "outside \\[0, 1\\]"),
+    ({"score": "ahon_ln", "threshold": 0.5, "seed": -1}, "seed must be at least 0"),
     ({"score": "nope", "threshold": 1.0}, "nope"),
 ])  # fmt: skip
 def test_bad_model_args_are_clear_errors(model, tokenizer, kwargs: dict, message: str) -> None:
@@ -172,11 +174,10 @@ def test_bad_model_args_are_clear_errors(model, tokenizer, kwargs: dict, message
         HeadstatsLM(pretrained=model, tokenizer=tokenizer, **kwargs)
 
 
-def test_parse_heads() -> None:
-    assert parse_heads("3:1;7:4") == [(3, 1), (7, 4)]
-    assert parse_heads(" 3:1 ; ") == [(3, 1)]
-    assert parse_heads([(1, 2)]) == [(1, 2)]
-    assert parse_heads(None) is None
+def test_heads_are_read_from_text_or_pairs() -> None:
+    assert head_pairs("3:1;7:4") == [(3, 1), (7, 4)]
+    assert head_pairs(" 3:1 ; ") == [(3, 1)]
+    assert heads_text([(1, 2), (3, 4)]) == "1:2;3:4" and heads_text("1:2") == "1:2" and heads_text(None) is None
 
 
 # -- lm-eval's machinery: registry, evaluator, command line -----------------------------------------
