@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 import headstats
+from headstats.options import SpecError
 from headstats.stats.confirm import claim_bounds, claim_verdicts
 from headstats.stats.paired import drop_bound
 
@@ -118,22 +119,30 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
     assert claim_verdicts(only, ["explicit-float32"])["verdict"].tolist() == ["incomplete"]
 
 
-def test_a_confirmation_file_is_checked_before_any_work(tmp_path) -> None:
+CLAIM = '[[claims]]\nmodel = "m"\nscore = "awft"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "error", "message"),
+    [
+        ('kernels = ["fused"]\n' + CLAIM, ValueError, r'awft reads the attention probabilities.*"explicit" to kernels'),
+        ("confidance = 0.9\n" + CLAIM, SpecError, r"unknown key\(s\) confidance"),
+        ("targets = [0.1]\n" + CLAIM, SpecError, r"\[confirm\] targets: set by the claims"),
+        ("", SpecError, r"state the claims as \[\[claims\]\]"),
+    ],
+    ids=["fused-kernel-for-awft", "unknown-key", "targets-of-the-claims", "no-claims"],
+)
+def test_a_bad_confirmation_file_is_refused_before_any_work(tmp_path, text: str, error, message: str) -> None:
     from headstats.jobs.confirm import load_confirmation
-    from headstats.options import SpecError
 
     path = tmp_path / "c.toml"
-    path.write_text('[confirm]\ntask = "hellaswag"\nkernels = ["fused"]\n[[claims]]\nmodel = "m"\nscore = "awft"\n')
-    with pytest.raises(ValueError, match=r'awft reads the attention probabilities.*add "explicit" to kernels'):
+    path.write_text('[confirm]\ntask = "hellaswag"\n' + text)
+    with pytest.raises(error, match=message):
         load_confirmation(path)
-    path.write_text('[confirm]\ntask = "hellaswag"\nconfidance = 0.9\n[[claims]]\nmodel = "m"\nscore = "awft"\n')
-    with pytest.raises(SpecError, match=r"unknown key\(s\) confidance"):
-        load_confirmation(path)
-    path.write_text('[confirm]\ntask = "hellaswag"\ntargets = [0.1]\n[[claims]]\nmodel = "m"\nscore = "awft"\n')
-    with pytest.raises(SpecError, match=r"\[confirm\] targets: set by the claims"):
-        load_confirmation(path)
-    path.write_text('[confirm]\ntask = "hellaswag"\n')
-    with pytest.raises(SpecError, match=r"state the claims as \[\[claims\]\]"):
-        load_confirmation(path)
+
+
+def test_the_committed_confirmation_file_loads() -> None:
+    from headstats.jobs.confirm import load_confirmation
+
     confirm = load_confirmation("analyses/confirm.toml")
     assert len(confirm.claims) == 4 and confirm.section.limit >= 3000 and confirm.section.exclude_limit == 2000

