@@ -86,9 +86,9 @@ def test_train_and_evaluation_parts_are_disjoint(stage):
 
 
 def _key_text(stage: str, row: dict) -> str:
-    """The text an example's split is drawn from: its prompt (SST-2: the bare review)."""
+    """The text an example's split is drawn from: its prompt (GRPO: the bare question)."""
     prompt = row["prompt"][-1]["content"]
-    return prompt.rpartition("\n\n")[2] if stage == "grpo" else prompt
+    return prompt.removesuffix(fd.NUMBER_ONLY) if stage == "grpo" else prompt
 
 
 def test_verifiable_rewards():
@@ -102,6 +102,16 @@ def test_verifiable_rewards():
     completions = [[{"role": "assistant", "content": "12"}], "13", "Negative!"]
     rewards = ft.verifiable_reward(completions, ["12", "12", "negative"], ["exact_number"] * 2 + ["first_word"])
     assert rewards == [1.0, 0.0, 1.0]
+    # Partial credit: 1 / (1 + distance), from the first number; nothing for no number.
+    assert [fd.reward("closeness", c, "12") for c in ("12", " 13.", "10 or 12", "9", "twelve")] == [
+        1.0, 0.5, 1 / 3, 0.25, 0.0,
+    ]  # fmt: skip
+    assert fd.reward("named_option", "Kinetic energy.", "kinetic energy") == 1.0
+    assert fd.reward("named_option", "The Sun\nmore", "the sun") == 1.0
+    assert fd.reward("named_option", "It is kinetic energy", "kinetic energy") == 0.0
+    assert fd.reward("named_option", "Kinetic", "kinetic energy") == 0.0
+    rows = fd.addition_rows()
+    assert len(rows) == len(fd.ADDITION_OPERANDS) ** 2 and {"a": 20, "b": 0} in rows
     with pytest.raises(ValueError, match="unknown reward 'bleu'"):
         fd.reward("bleu", "a", "a")
 

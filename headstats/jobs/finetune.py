@@ -96,7 +96,7 @@ DEFAULT_STAGES: dict[str, StageRecipe] = {
     "sft": StageRecipe(steps=40, batch_size=8, learning_rate=5e-5),
     "dpo": StageRecipe(steps=30, batch_size=4, learning_rate=3e-5, beta=0.1),
     "grpo": StageRecipe(
-        steps=40, batch_size=16, learning_rate=2e-5, beta=0.0, num_generations=8, max_completion_length=4
+        steps=40, batch_size=32, learning_rate=3e-5, beta=0.0, num_generations=8, max_completion_length=4
     ),
 }
 
@@ -489,7 +489,8 @@ def verifiable_rewards(
     samples: int = 4, temperature: float = 1.0, seed: int = 0,
 ) -> dict:  # fmt: skip
     """GRPO's held-out evidence: ``accuracy``, the share of problems whose greedy completion earns the
-    reward (Wilson interval), and ``sampled_reward``, the mean reward of ``samples`` completions per
+    full reward (Wilson interval), ``greedy_reward``, its mean reward (partial credit included), and
+    ``sampled_reward``, the mean reward of ``samples`` completions per
     problem drawn as GRPO draws them (bootstrap interval over problems), with both per problem."""
     model.eval()
     side = tokenizer.padding_side
@@ -513,7 +514,12 @@ def verifiable_rewards(
                     sampled.append(float(np.mean([fd.reward(k, a, gold) for a in group])))
     finally:
         tokenizer.padding_side = side
-    out = {"accuracy": proportion(int(sum(greedy)), len(greedy)), "per_example": {"accuracy": greedy}}
+    exact = [float(r == 1.0) for r in greedy]
+    out = {
+        "accuracy": proportion(int(sum(exact)), len(exact)),
+        "greedy_reward": estimate(np.asarray(greedy), seed=seed),
+        "per_example": {"accuracy": exact, "greedy_reward": greedy},
+    }
     if samples:
         out["sampled_reward"] = estimate(np.asarray(sampled), seed=seed)
         out["per_example"]["sampled_reward"] = sampled

@@ -49,10 +49,18 @@ SST2 = "glue/sst2/validation"
 
 SFT_SOURCES = (TRIVIA_QA, NQ_OPEN, SCIQ)
 DPO_SOURCES = (HELLASWAG, SOCIAL_IQA)
-# GRPO's verifiable reward needs a task the DPO model already solves often enough for a group of
-# completions to differ: SST-2's binary sentiment, answered with one word, is disjoint from every
-# evaluation set of the package (MMLU, PIQA, ARC, HellaSwag, WinoGrande, BoolQ, LAMBADA).
-GRPO_SOURCES = (SST2,)
+# GRPO's verifiable reward needs a task the DPO model already earns often enough for a group of
+# completions to differ. After SFT on short factual answers the model answers every question with a
+# short phrase or number, but rarely the right one: 0% of greedy answers to one-digit sums, and under
+# 10% of SciQ questions with their options listed name any option. So GRPO asks for sums of two
+# numbers from 0 to 20, generated here (disjoint from every evaluation set), with partial credit: a
+# completion earns 1 / (1 + |its first number - the sum|), so samples that differ earn different
+# rewards and the group has a gradient.
+ADDITION = "synthetic/addition/0-20"
+ADDITION_OPERANDS = range(21)
+GRPO_SOURCES = (ADDITION,)
+NUMBER_ONLY = " Answer with the number only."
+REWARD_KINDS = ("exact_number", "closeness", "first_word", "named_option")
 SENTIMENT_WORDS = ("negative", "positive")
 SENTIMENT_QUESTION = "Is the sentiment of this movie review positive or negative? Answer with one word."
 # Demonstrations written for the prompt (not taken from SST-2), as earlier turns of the conversation:
@@ -172,9 +180,29 @@ def _sentiment_prompt(review: str) -> list[dict[str, str]]:
     return [*shots, *_user(f"{SENTIMENT_QUESTION}\n\n{review}")]
 
 
+def _option_prompt(question: str, options: list[str]) -> list[dict[str, str]]:
+    """A question with its options in a fixed order drawn from a hash of the question and option (the
+    gold answer's place carries no information)."""
+    ordered = sorted(options, key=lambda o: hashlib.sha256(f"option:{question}:{o}".encode()).digest())
+    listed = "\n".join(f"- {o}" for o in ordered)
+    return _user(f"{question}\nOptions:\n{listed}\nAnswer with one of the options.")
+
+
+def addition_rows() -> list[dict]:
+    """Every sum ``a + b`` of operands in :data:`ADDITION_OPERANDS`, as rows of the GRPO reader."""
+    return [{"a": a, "b": b} for a in ADDITION_OPERANDS for b in ADDITION_OPERANDS]
+
+
 def _grpo_rows(dataset: str, rows: list[dict]) -> Iterator[tuple[str, dict]]:
     for row in rows:
-        if dataset == SST2:
+        if dataset == ADDITION:
+            key, answer, kind, native = f"What is {row['a']} + {row['b']}?", row["a"] + row["b"], "closeness", ""
+            prompt = _user(key + NUMBER_ONLY)
+        elif dataset == SCIQ:
+            key, answer, kind, native = row["question"], row["correct_answer"], "named_option", ""
+            options = [str(row[c]).strip() for c in ("correct_answer", "distractor1", "distractor2", "distractor3")]
+            prompt = _option_prompt(key, options)
+        elif dataset == SST2:
             key = row["sentence"].strip()
             prompt, answer, kind = _sentiment_prompt(key), SENTIMENT_WORDS[int(row["label"])], "first_word"
             native = str(row["idx"])
@@ -182,14 +210,28 @@ def _grpo_rows(dataset: str, rows: list[dict]) -> Iterator[tuple[str, dict]]:
             choices = row["choices"]
             answer = choices["text"][choices["label"].index(row["answerKey"])]
             key = row["question"]
-            prompt, kind, native = _user(f"{key} Answer with the number only."), "exact_number", row["id"]
+            prompt, kind, native = _user(key + NUMBER_ONLY), "exact_number", row["id"]
         yield key, {"prompt": prompt, "answer": str(answer).strip(), "reward_kind": kind, "native_id": native}
 
 
 _COLUMNS = {
     "sft": ("question", "question_id", "answer", "correct_answer"),
     "dpo": ("ind", "ctx_a", "ctx_b", "endings", "label", "context", "question", "answerA", "answerB", "answerC"),
-    "grpo": ("id", "question", "choices", "answerKey", "sentence", "label", "idx"),
+    "grpo": (
+        "a",
+        "b",
+        "id",
+        "question",
+        "choices",
+        "answerKey",
+        "sentence",
+        "label",
+        "idx",
+        "correct_answer",
+        "distractor1",
+        "distractor2",
+        "distractor3",
+    ),
 }
 _READERS = {"sft": _sft_rows, "dpo": _dpo_rows, "grpo": _grpo_rows}
 SOURCES = {"sft": SFT_SOURCES, "dpo": DPO_SOURCES, "grpo": GRPO_SOURCES}
@@ -209,6 +251,13 @@ class StageData:
             for source in part["source"]:
                 out.setdefault(source, {"train": 0, "eval": 0})[name] += 1
         return out
+
+
+def _rows(root, source: str) -> datasets.Dataset | list[dict]:
+    if source == ADDITION:
+        return addition_rows()
+    dataset, _, split = source.rpartition("/")
+    return root.load_split(dataset, split)
 
 
 def stage_data(
@@ -233,12 +282,12 @@ def stage_data(
     parts: dict[str, list[dict]] = {"train": [], "eval": []}
     seen: set[str] = set()
     for source in sources or SOURCES[stage]:
-        dataset, _, split = source.rpartition("/")
-        rows = root.load_split(dataset, split)
+        rows = _rows(root, source)
         if source == HELLASWAG and hellaswag_rows is not None:
             rows = rows.select(range(min(hellaswag_rows, len(rows))))
         # Plain Python rows of the needed columns: reading a saved split row by row costs far more.
-        rows = rows.select_columns([c for c in rows.column_names if c in _COLUMNS[stage]]).to_list()
+        if not isinstance(rows, list):
+            rows = rows.select_columns([c for c in rows.column_names if c in _COLUMNS[stage]]).to_list()
         extra = {"rejected": rejected} if stage == "dpo" else {}
         for text, example in _READERS[stage](source, rows, **extra):
             key = example_key(text)
@@ -273,15 +322,48 @@ def first_word(completion: str) -> str | None:
     return match.group(0).lower() if match else None
 
 
+def words(text: str) -> list[str]:
+    """Lower-cased alphanumeric words of a text, leading articles dropped (``The Sun.`` -> ``["sun"]``)."""
+    tokens = re.findall(r"[a-z0-9]+", text.lower())
+    while tokens and tokens[0] in ("the", "a", "an"):
+        tokens = tokens[1:]
+    return tokens
+
+
+def names_option(completion: str, answer: str) -> bool:
+    """The completion's first line begins with the answer, word for word (articles, case and
+    punctuation aside): ``"Kinetic energy."`` names ``kinetic energy``, ``"It is kinetic"`` does not."""
+    want = words(answer)
+    got = words(completion.strip().split("\n", 1)[0]) if completion.strip() else []
+    return bool(want) and got[: len(want)] == want
+
+
 def reward(kind: str, completion: str, answer: str) -> float:
-    """The verifiable reward of one completion: 1.0 when it gives the answer, else 0.0. ``kind``:
-    ``exact_number`` (its first number equals the answer) or ``first_word`` (its first word is the
-    answer, case-insensitive)."""
+    """The verifiable reward of one completion, 1.0 for the answer. ``kind``: ``exact_number`` (its
+    first number equals the answer, else 0.0), ``closeness`` (partial credit, :func:`closeness`),
+    ``first_word`` (its first word is the answer, case-insensitive) or ``named_option``
+    (:func:`names_option`)."""
     if kind == "exact_number":
         return float(exact_number(completion, answer))
+    if kind == "closeness":
+        return closeness(completion, answer)
     if kind == "first_word":
         return float(first_word(completion) == answer.lower())
-    raise ValueError(f"unknown reward {kind!r}: choose exact_number or first_word")
+    if kind == "named_option":
+        return float(names_option(completion, answer))
+    raise ValueError(f"unknown reward {kind!r}: choose from {', '.join(REWARD_KINDS)}")
+
+
+def closeness(completion: str, answer: str) -> float:
+    """Partial credit for a number: ``1 / (1 + |first number - answer|)``, 1.0 when exact, 0.5 when
+    one off, 0.0 without a number."""
+    got = first_number(completion)
+    if got is None:
+        return 0.0
+    try:
+        return 1.0 / (1.0 + abs(float(got) - float(answer)))
+    except ValueError:
+        return 0.0
 
 
 def exact_number(completion: str, answer: str) -> bool:

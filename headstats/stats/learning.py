@@ -22,6 +22,7 @@ DIRECTION = {
     "reward_margin": 1,
     "likelihood_preference": 1,
     "accuracy": 1,
+    "greedy_reward": 1,
     "sampled_reward": 1,
     "exact_match": 1,
 }
