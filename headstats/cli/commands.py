@@ -255,7 +255,7 @@ def run_paper(args: argparse.Namespace) -> int:
     from headstats.report.paper import write_paper
 
     out = str(spec_from_args(args, Output).out)
-    index = write_paper(out, **spec_from_args(args, PaperSpec).kwargs())
+    index = write_paper(out, spec=spec_from_args(args, PaperSpec))
     table = pd.read_csv(Path(out) / "table2.csv")
     with pd.option_context("display.width", 160):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.2f}", na_rep=""))

@@ -33,6 +33,7 @@ from headstats.io import store
 from headstats.report import plots
 from headstats.report.sections import add_curve_sections, write_provenance
 from headstats.report.writer import ReportWriter
+from headstats.specs import PaperSpec
 from headstats.stats import ranking
 from headstats.stats.summary import BASELINE, POINT_COLUMNS, summarize_curves
 
@@ -152,12 +153,14 @@ def paper_abstract(t2: pd.DataFrame, curves: pd.DataFrame) -> str:
     )
 
 
-def write_paper(out: str | Path, *, dpi: int = 80, progress: bool = True) -> Path:
-    """Write Table 2, the per-model tables and the figures under ``out``; returns ``out/index.html``."""
+def write_paper(out: str | Path, *, spec: PaperSpec | None = None, **options: object) -> Path:
+    """Write Table 2, the per-model tables and the figures under ``out``; returns ``out/index.html``.
+    The options are :class:`headstats.specs.PaperSpec`'s (``spec``, or its fields by name)."""
+    spec = PaperSpec.from_kwargs(options, base=spec)
     out_dir = store.ensure_writable(out)
     points = paper_points()
     curves = paper_curves(points)
-    writer = ReportWriter(out_dir, "The study's MMLU results, rebuilt from its published numbers", dpi=dpi)
+    writer = ReportWriter(out_dir, "The study's MMLU results, rebuilt from its published numbers", dpi=spec.dpi)
     t2 = table2(curves)
     writer.abstract(paper_abstract(t2, curves))
     writer.headline(
@@ -199,7 +202,7 @@ def write_paper(out: str | Path, *, dpi: int = 80, progress: bool = True) -> Pat
         rank_by="norm_auc",
         top_models=TOP_CURVE_MODELS,
         key_tables_at_root=True,
-        progress=progress,
+        progress=spec.progress,
     )
     write_provenance(
         writer,

@@ -508,13 +508,8 @@ def build_report(
     """Build the report of everything under ``results_dir`` into ``out``; returns ``out/index.html``.
 
     The options are :class:`headstats.specs.ReportSpec`'s (``spec``, or its fields by name;
-    declared and checked there, as for the command line and an analysis file's ``[report_options]``):
-    ``title``; ``metric``, the accuracy column (``correct`` or ``correct_norm``); ``rank_by``, the
-    curve area that ranks score functions (``grid_auc``, or the study's ``norm_auc``); ``n_boot``,
-    ``n_perm``, ``n_split``: bootstrap resamples, permutations and random halvings behind each W1
-    interval, p-value and noise floor; ``depth_bins``; ``rates``, the selection rates of the
-    score-overlap table; ``figure_scores``, the scores drawn in distribution figures when present
-    (tables cover every score); ``seed``, ``dpi``, ``progress``. ``sections``: the sections to write, in order
+    declared, described and checked there, as for the command line and an analysis file's
+    ``[report_options]``). ``sections``: the sections to write, in order
     (default: :data:`headstats.report.sections.SECTIONS`). ``planned``: the sweep points an analysis
     file plans (columns model, task, score, target; :func:`headstats.jobs.analysis.planned_points`),
     so that a report of an unfinished run says what is missing. ``analysis``: the analysis file the
