@@ -96,7 +96,13 @@ DEFAULT_STAGES: dict[str, StageRecipe] = {
     "sft": StageRecipe(steps=40, batch_size=8, learning_rate=5e-5),
     "dpo": StageRecipe(steps=30, batch_size=4, learning_rate=3e-5, beta=0.1),
     "grpo": StageRecipe(
-        steps=40, batch_size=32, learning_rate=3e-5, beta=0.0, num_generations=8, max_completion_length=4
+        steps=40,
+        batch_size=32,
+        learning_rate=2e-5,
+        beta=0.0,
+        num_generations=8,
+        max_completion_length=4,
+        temperature=0.7,
     ),
 }
 

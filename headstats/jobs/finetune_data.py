@@ -55,7 +55,8 @@ DPO_SOURCES = (HELLASWAG, SOCIAL_IQA)
 # 10% of SciQ questions with their options listed name any option. So GRPO asks for sums of two
 # numbers from 0 to 20, generated here (disjoint from every evaluation set), with partial credit: a
 # completion earns 1 / (1 + |its first number - the sum|), so samples that differ earn different
-# rewards and the group has a gradient.
+# rewards and the group has a gradient. GRPO samples at temperature 0.7: at 1.0 most of this model's
+# samples are junk tokens, and a run at 1.0 had 3 of every 4 groups all-equal by its 12th step.
 ADDITION = "synthetic/addition/0-20"
 ADDITION_OPERANDS = range(21)
 GRPO_SOURCES = (ADDITION,)
