@@ -489,7 +489,7 @@ def tiny_mmlu_model(smollm2_tiny_llama, smollm2_tokenizer):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 11, 16])
 def test_points_run_coarse_to_fine_so_a_stopped_sweep_spans_the_range(n: int) -> None:
-    from headstats.jobs.sweep import coarse_to_fine
+    from headstats.jobs.sweep_plan import coarse_to_fine
 
     targets = [round(i / 20, 2) for i in range(n)]
     order = coarse_to_fine(list(reversed(targets)))

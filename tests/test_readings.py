@@ -261,7 +261,8 @@ def test_rank_interval_coverage_on_clustered_answers() -> None:
 def test_passages_of_one_document_are_one_cluster() -> None:
     """HellaSwag's contexts come from videos and articles, several from one: rows that carry a
     ``document`` resample by document; another task in the same table keeps its own unit."""
-    from headstats.jobs.sweep import Point, to_rows
+    from headstats.jobs.sweep import to_rows
+    from headstats.jobs.sweep_plan import Point
 
     rng = np.random.default_rng(0)
     n = 60

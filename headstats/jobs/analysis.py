@@ -226,7 +226,7 @@ def run_models(spec: AnalysisSpec, run: RunSpec, *, resources: Resources | None 
 def planned_points(spec: AnalysisSpec, models: Sequence[str], load: LoadOptions | None = None) -> pd.DataFrame:
     """Every sweep point ``spec`` plans for ``models`` (the baseline included): columns model (the
     results' slug), task, score, target. Planned without loading a model."""
-    from headstats.jobs.sweep import plan_sweep
+    from headstats.jobs.sweep_plan import plan_sweep
 
     rows = []
     for name in models:

@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import torch
@@ -28,9 +28,16 @@ from headstats.engine.zeroing import warn_tied_scores
 from headstats.io import store
 from headstats.io.assets import public_path
 from headstats.io.models import model_identity, model_slug
+from headstats.jobs.resume import check_key, jsonable, settings_key
 from headstats.specs import CollectSpec
 
 log = logging.getLogger("headstats")
+
+# Options that name which documents a table holds rather than how each is scored: a larger limit
+# extends the same sample, so the table grows (:mod:`headstats.jobs.resume`).
+COLLECT_AXES = ("limit",)
+# Entries that score tables' records spell otherwise: their score ids were recorded as score_ids.
+RECORDED_NAMES = {"score_ids": "scores"}
 
 
 @dataclass
@@ -38,6 +45,13 @@ class CollectResult:
     partition: Path
     n_samples: int
     n_new: int
+
+
+def collect_key(spec: CollectSpec, **inputs: object) -> dict[str, object]:
+    """What decides a score table's rows: the collection's settings (its axis, the limit, left out)
+    with the model, its weights' hash, the dataset by content, the dtype, the score ids and the
+    truncation as resolved (``inputs``)."""
+    return settings_key(spec, COLLECT_AXES, **inputs)
 
 
 def position_limit(model: PreTrainedModel) -> int | None:
@@ -81,99 +95,137 @@ def collect_scores(
     order with ``sample="first"``. Tables of a task's prompts carry ``subject`` and ``question_id``.
     The options are :class:`~headstats.specs.CollectSpec`'s (``spec``, or its fields by name).
     """
+    spec = CollectSpec.from_kwargs(options, base=spec)  # every option checked here, before any work
+    run = plan_collection(model, tokenizer, dataset, out, spec)
+    warn_tied_scores(model, run.ids, run.model_name)
+    with store.writer_lock(run.partition):
+        run.check()  # again, now that no one else writes
+        done = store.stored_sample_ids(run.partition)
+        n_new = write_scores(run, model, tokenizer, done)
+        total = len(done) + n_new
+        store.mark_done(run.partition, n_samples=total)
+    return CollectResult(run.partition, total, n_new)
+
+
+@dataclass
+class Collection:
+    """One collection, checked against what its partition holds before anything is scored."""
+
+    spec: CollectSpec
+    source: Any  # a collection source (headstats.io.tasks)
+    ids: tuple[str, ...]
+    model_name: str
+    max_length: int | None
+    keys: list | None  # the source's (sample id, subject, question id) keys where they are needed
+    wanted: set[int] | None  # the sample a limit takes; None for every document
+    partition: Path
+    settings: dict[str, object]
+    defaults: dict[str, object]
+    provenance: dict[str, object]
+
+    def check(self) -> None:
+        check_key(self.partition, self.settings, self.defaults, what="scores", renamed=RECORDED_NAMES)
+
+    def todo(self, done: set[int]) -> int:
+        """Documents still to score."""
+        if self.wanted is not None:
+            return len(self.wanted - done)
+        if self.keys is not None:
+            return len({k for k, *_ in self.keys} - done)
+        return len(self.source) - len(done)
+
+
+def plan_collection(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, dataset: str, out: str | os.PathLike, spec: CollectSpec
+) -> Collection:
+    """The collection's source, sample, resume key and provenance; refuses a partition that holds
+    scores of other settings."""
     from headstats.io.tasks import collection_source, resolve_format
 
-    spec = CollectSpec.from_kwargs(options, base=spec)  # every option checked here, before any work
-    limit, sample, max_length, prompt_format = spec.limit, spec.sample, spec.max_length, spec.prompt_format
-    seed, data_dir, text_column, padding_side = spec.seed, spec.data_dir, spec.text_column, spec.padding_side
-    progress = spec.progress
-    ids = S.resolve(spec.scores)
+    ids = tuple(S.resolve(spec.scores))
     store.ensure_writable(out, create=False)
-    source = collection_source(dataset, data_dir=data_dir, text_column=text_column)
-    available = len(source)
-    if available == 0:
+    source = collection_source(dataset, data_dir=spec.data_dir, text_column=spec.text_column)
+    if len(source) == 0:
         raise ValueError(f"dataset {dataset!r} has no documents to score")
     identity = model_identity(model)
-    max_length = _cap_max_length(model, max_length)
-    fmt = resolve_format(prompt_format, tokenizer, model_name=identity["model"], model_type=identity["model_type"])
+    max_length = _cap_max_length(model, spec.max_length)
+    fmt = resolve_format(spec.prompt_format, tokenizer, model_name=identity["model"], model_type=identity["model_type"])
     param = next(model.parameters())
-    dtype_name = str(param.dtype).removeprefix("torch.")  # float32, as --dtype spells it
-    has_questions = hasattr(source, "task")
-    keys = list(source.keys()) if (limit is not None or has_questions) else None
-    wanted = None if limit is None else set(source.select(limit, sample=sample, seed=seed, keys=keys))
-    settings = {
-        "model": identity["model"], "revision": identity["revision"], "dataset": source.name,
-        "dataset_identity": source.identity, "dtype": dtype_name,
-        "prompt_format": prompt_format, "max_length": max_length, "score_ids": list(ids), "seed": seed,
-        "sample": sample,
-    }  # fmt: skip
-    provenance = store.make_provenance(
-        settings,
-        **fmt.provenance(),
-        kind="scores",
-        **identity,
+    keys = list(source.keys()) if (spec.limit is not None or hasattr(source, "task")) else None
+    wanted = None
+    if spec.limit is not None:
+        wanted = set(source.select(spec.limit, sample=spec.sample, seed=spec.seed, keys=keys))
+    inputs = dict(
+        model=identity["model"],
+        revision=identity["revision"],
         dataset=source.name,
-        dataset_source=public_path(dataset),
-        dataset_identity=settings["dataset_identity"],
-        dtype=dtype_name,
-        device=str(param.device),
+        dataset_identity=source.identity,
+        dtype=str(param.dtype).removeprefix("torch."),  # float32, as --dtype spells it
         max_length=max_length,
-        score_ids=list(ids),
-        seed=seed,
-        sample=sample,
-        padding_side=padding_side,
-        limit=limit,
-        n_documents_available=available,
+        scores=list(ids),
+    )
+    settings = collect_key(spec, **inputs)
+    facts = dict(
+        kind="scores",
+        limit=spec.limit,
+        dataset_source=public_path(dataset),
+        device=str(param.device),
+        n_documents_available=len(source),
         bos_token=getattr(tokenizer, "bos_token", None),
         attn_implementation="headstats",
+        options=jsonable(spec.kwargs()),
     )
+    provenance = store.make_provenance(settings, **{**fmt.provenance(), **identity, **settings, **facts})
     partition = store.table_dir(out, "scores", model_slug(identity["model"]), source.name)
-    store.check_resume(partition, settings, what="scores")  # before anything is created
-    warn_tied_scores(model, ids, identity["model"])
-    questions = {k[0]: (k[1], k[2]) for k in keys} if has_questions and keys is not None else None
+    defaults = collect_key(CollectSpec(), **inputs)
+    run = Collection(
+        spec, source, ids, identity["model"], max_length, keys, wanted, partition, settings, defaults, provenance
+    )
+    run.check()  # before anything is created
+    return run
+
+
+def write_scores(run: Collection, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, done: set[int]) -> int:
+    """Score the documents not ``done`` into new part files; returns how many were scored."""
+    spec, source = run.spec, run.source
+    has_questions = hasattr(source, "task")
+    questions = {k[0]: (k[1], k[2]) for k in run.keys} if has_questions and run.keys is not None else None
     documents = source.documents() if has_questions else {}
-    schema = store.score_schema(ids, question_keys=questions is not None, documents=bool(documents))
-    with store.writer_lock(partition):
-        store.check_resume(partition, settings, what="scores")  # again, now that no one else writes
-        done = store.stored_sample_ids(partition)
-        todo_ids = wanted if wanted is not None else {k for k, *_ in keys} if keys is not None else None
-        todo = available - len(done) if todo_ids is None else len(todo_ids - done)
-
-        def pending() -> Iterator[tuple[int, list[int]]]:
-            for sample_id, tokens in source.iter_sequences(
-                tokenizer, prompt_format=prompt_format, max_length=max_length, model_name=identity["model"],
-                ids=wanted,
-            ):  # fmt: skip
-                if sample_id not in done:
-                    yield sample_id, tokens
-
-        writer = store.PartWriter(partition, schema, provenance, spec.rows_per_part, spec.part_seconds)
-        bar = tqdm(total=max(todo, 0), desc=f"{identity['model']} on {source.name}", unit="seq", disable=not progress)
-        n_new = 0
-        try:
-            for table in iter_score_tables(
-                model,
-                pending(),
-                batch_size=spec.batch_size,
-                score_ids=ids,
-                padding_side=padding_side,
-                seed=seed,
-                salt=zlib.crc32(f"{identity['model']}/{source.name}".encode()),
-                progress=bar,
-            ):
-                if questions is not None:
-                    table = _with_question_keys(table, questions, documents)
-                writer.write(table)
-                n_new += len(set(table.column("sample_id").to_pylist()))
-        except BaseException:
-            writer.abort()
-            raise
-        finally:
-            bar.close()
-        writer.close()
-        total = len(done) + n_new
-        store.mark_done(partition, n_samples=total)
-    return CollectResult(partition, total, n_new)
+    schema = store.score_schema(run.ids, question_keys=questions is not None, documents=bool(documents))
+    sequences = source.iter_sequences(
+        tokenizer,
+        prompt_format=spec.prompt_format,
+        max_length=run.max_length,
+        model_name=run.model_name,
+        ids=run.wanted,
+    )
+    pending = ((sample_id, tokens) for sample_id, tokens in sequences if sample_id not in done)
+    writer = store.PartWriter(run.partition, schema, run.provenance, spec.rows_per_part, spec.part_seconds)
+    desc = f"{run.model_name} on {source.name}"
+    bar = tqdm(total=max(run.todo(done), 0), desc=desc, unit="seq", disable=not spec.progress)
+    n_new = 0
+    try:
+        for table in iter_score_tables(
+            model,
+            pending,
+            batch_size=spec.batch_size,
+            score_ids=list(run.ids),
+            padding_side=spec.padding_side,
+            seed=spec.seed,
+            salt=zlib.crc32(f"{run.model_name}/{source.name}".encode()),
+            progress=bar,
+        ):
+            if questions is not None:
+                table = _with_question_keys(table, questions, documents)
+            writer.write(table)
+            n_new += len(set(table.column("sample_id").to_pylist()))
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        bar.close()
+    writer.close()
+    return n_new
 
 
 def _with_question_keys(

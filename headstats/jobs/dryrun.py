@@ -211,7 +211,7 @@ def _collect_unit(analysis, name: str, model, tokenizer, dataset: str, n_probe: 
 class _AblateCounts:
     """The passes of one sweep, counted from its plan and its results folder."""
 
-    plan: object  # headstats.jobs.sweep.SweepPlan
+    plan: object  # headstats.jobs.sweep_plan.SweepPlan
     sweep: SweepSpec
     passes_left: int
     passes_total: int
@@ -236,7 +236,7 @@ def _ablate_counts(
     import functools
 
     from headstats.jobs.evaluate import model_sequences
-    from headstats.jobs.sweep import plan_sweep, prefix_free, saved_thresholds
+    from headstats.jobs.sweep_plan import plan_sweep, prefix_free, saved_thresholds
 
     sweep = narrow(ablation, SweepSpec)
     plan = plan_sweep(name if model is None else model, str(ablation.task), out=analysis.results, spec=sweep,
