@@ -613,3 +613,37 @@ def test_a_fine_tuning_report_leads_with_its_answer_and_draws_checkpoints_in_tra
     steps = pd.read_csv(out / "tables" / "finetuning_tests.csv")["cumulative_step"]
     assert list(dict.fromkeys(steps)) == [6, 12, 25]  # training order, not the order names sort in
     assert "chain-0123abcd" not in svg  # short labels, in training order
+
+
+def test_a_stage_not_shown_to_learn_makes_no_comparison_in_the_main_table() -> None:
+    """The main table gives a stage's distances only when it learned: a scored stage that did not
+    learn, and a trained stage that was not scored, get their verdict and no distance; the abstract's
+    "end" is the last stage that learned."""
+    from headstats.report.sections.finetuning import NO_COMPARISON, ChainAnalysis, finetuning_abstract, stage_table
+
+    chain = pd.DataFrame({
+        "model": ["b", "s", "d", "g"], "stage": ["base", "sft", "dpo", "grpo"], "step": [0, 4, 3, 4],
+        "primary": True, "cumulative_step": [0, 4, 7, 11], "label": ["base", "SFT 4", "DPO 3", "GRPO 4"],
+    })  # fmt: skip
+    learning = pd.DataFrame({
+        "stage": ["sft", "dpo", "grpo"], "metric": ["answer_loss", "reward_margin", "sampled_reward"],
+        "primary": True, "primary_chain": True, "seed": 0, "change": [-1.0, 6.0, 0.05],
+        "ci_low": [-1.5, 5.0, -0.01], "ci_high": [-0.5, 7.0, 0.11], "learned": [True, True, False],
+    })  # fmt: skip
+    tests = pd.DataFrame({
+        "comparison": "from base", "model_b": ["s", "d", "g"], "stage": ["sft", "dpo", "grpo"], "step": [4, 3, 4],
+        "w1_iqr": [0.1, 0.2, 0.9], "p_holm": [0.001, 0.001, 0.001], "n_seq_a": 32,
+    })  # fmt: skip
+    empty = pd.DataFrame()
+    analysis = ChainAnalysis(chain, "m", ["d1"], ["ahon"], {}, learning, empty, tests, empty, empty, 100)
+    table = stage_table(analysis).set_index("stage")
+    assert table.loc["SFT (to step 4)", "base → end, W1/IQR"] == "0.10 [0.10–0.10]"
+    assert table.loc["GRPO (to step 4)", "base → end, W1/IQR"] == NO_COMPARISON
+    assert table.loc["GRPO (to step 4)", "distributions moved (Holm p ≤ 0.01)"] == ""
+    assert "not shown" in table.loc["GRPO (to step 4)"].iloc[0]
+    text = finetuning_abstract(analysis)
+    assert "Not shown to learn: GRPO" in text and "At the end of DPO, the last stage that learned" in text
+    assert "0.20 IQR" in text and "0.90" not in text
+    unscored = ChainAnalysis(chain[chain["stage"] != "grpo"], "m", ["d1"], ["ahon"], {}, learning, empty,
+                             tests[tests["stage"] != "grpo"], empty, empty, 100)  # fmt: skip
+    assert stage_table(unscored).set_index("stage").loc["GRPO", "base → end, W1/IQR"] == NO_COMPARISON

@@ -42,6 +42,7 @@ from headstats.report.sections.context import (
 from headstats.stats import distances
 from headstats.stats.constant import constant_scores
 from headstats.stats.learning import PRIMARY, learning_verdicts, training_signal
+from headstats.stats.learning import STAGES as TRAINED_STAGES
 from headstats.stats.movement import head_shift_test
 
 FAMILY_ALPHA = 0.01  # the Holm-adjusted level the permutation count lets the whole family reach
@@ -212,44 +213,63 @@ def _median_range(values: pd.Series) -> str:
     return "" if v.empty else f"{v.median():.2f} [{v.min():.2f}–{v.max():.2f}]"
 
 
+LEARNED = "learned (primary metric, end − start [95% CI])"
+NO_COMPARISON = "no comparison: not shown to learn"
+
+
+def _learning_cell(learning: pd.DataFrame, stage: str) -> tuple[str, bool | None]:
+    """The main table's learning cell of ``stage`` (its primary metric's paired change, per seed) and
+    whether the primary chain's stage learned (None without evidence)."""
+    if learning.empty:
+        return "", None
+    mine = learning[learning["primary_chain"] & (learning["stage"] == stage) & learning["metric"].eq(PRIMARY[stage])]
+    parts = []
+    for _, r in mine.iterrows():
+        seed = "" if pd.isna(r["seed"]) else f"seed {int(r['seed'])}: "
+        verdict = "learned" if r["learned"] else "not shown"
+        parts.append(f"{seed}{verdict}, {r['metric']} {_interval(r['change'], r['ci_low'], r['ci_high'])}")
+    return "; ".join(parts), (bool(mine["learned"].fillna(False).all()) if len(mine) else None)
+
+
+def _movement_cells(analysis: ChainAnalysis, end: pd.Series) -> dict[str, str]:
+    tests, heads = analysis.tests, analysis.heads
+    stage, step = str(end["stage"]), int(end["step"])
+    mine = tests[(tests["comparison"] == "from base") & (tests["model_b"] == end["model"])]
+    seeds = tests[(tests["comparison"] == "between seeds") & (tests["stage"] == stage) & (tests["step"] == step)]
+    moved = int((mine["p_holm"] <= FAMILY_ALPHA).sum())
+    row = {
+        "base → end, W1/IQR": _median_range(mine["w1_iqr"]),
+        "seed → seed, W1/IQR": _median_range(seeds["w1_iqr"]),
+        "distributions moved (Holm p ≤ 0.01)": f"{moved} of {len(mine)}",
+    }
+    if not heads.empty:
+        from_base = heads[(heads["comparison"] == "from base") & (heads["model_b"] == end["model"])]
+        twin = heads[(heads["comparison"] == "between seeds") & (heads["stage"] == stage)]
+        row["heads moved from base (max-T)"] = f"{int(from_base['moved'].sum())} of {len(from_base)}"
+        row["heads moved between seeds"] = f"{int(twin['moved'].sum())} of {len(twin)}" if len(twin) else ""
+    return row
+
+
 def stage_table(analysis: ChainAnalysis) -> pd.DataFrame:
     """The main table: per stage, whether it learned (its primary metric's paired change), how far its
     end moved from the base against the seed replicate (W1 / IQR: median [range] over datasets and
     scores), how many of those distances the permutation test calls moved (Holm over the report's
-    family, p <= 0.01), and how many heads the max-T test calls moved (summed over datasets and scores)."""
-    tests, heads, learning = analysis.tests, analysis.heads, analysis.learning
-    rows = []
-    for _, end in analysis.ends.iterrows():
-        stage, step = str(end["stage"]), int(end["step"])
-        row = {"stage": f"{STAGE_NAMES[stage]} (to step {step})"}
-        if not learning.empty:
-            mine = learning[
-                learning["primary_chain"] & (learning["stage"] == stage) & learning["metric"].eq(PRIMARY[stage])
-            ]
-            for _, r in mine.iterrows():
-                seed = "" if pd.isna(r["seed"]) else f"seed {int(r['seed'])}: "
-                verdict = "learned" if r["learned"] else "not shown"
-                row.setdefault("learned (primary metric, end − start [95% CI])", "")
-                row["learned (primary metric, end − start [95% CI])"] += (
-                    f"{seed}{verdict}, {r['metric']} {_interval(r['change'], r['ci_low'], r['ci_high'])}; "
-                )
-            key = "learned (primary metric, end − start [95% CI])"
-            if key in row:
-                row[key] = row[key].rstrip("; ")
-        mine = tests[(tests["comparison"] == "from base") & (tests["model_b"] == end["model"])]
-        seeds = tests[(tests["comparison"] == "between seeds") & (tests["stage"] == stage) & (tests["step"] == step)]
-        row["base → end, W1/IQR"] = _median_range(mine["w1_iqr"])
-        row["seed → seed, W1/IQR"] = _median_range(seeds["w1_iqr"])
-        moved = int((mine["p_holm"] <= FAMILY_ALPHA).sum())
-        row["distributions moved (Holm p ≤ 0.01)"] = f"{moved} of {len(mine)}"
-        if not heads.empty:
-            from_base = heads[(heads["comparison"] == "from base") & (heads["model_b"] == end["model"])]
-            twin = heads[(heads["comparison"] == "between seeds") & (heads["stage"] == stage)]
-            tested = len(from_base)
-            row["heads moved from base (max-T)"] = f"{int(from_base['moved'].sum())} of {tested}"
-            row["heads moved between seeds"] = f"{int(twin['moved'].sum())} of {len(twin)}" if len(twin) else ""
+    family, p <= 0.01), and how many heads the max-T test calls moved (summed over datasets and scores).
+    A stage not shown to learn makes no comparison: its row says so, whether or not it was scored."""
+    learning, rows = analysis.learning, []
+    ends = {str(e["stage"]): e for _, e in analysis.ends.iterrows()}
+    trained = [] if learning.empty else list(dict.fromkeys(learning.loc[learning["primary_chain"], "stage"]))
+    for stage in [s for s in TRAINED_STAGES if s in ends or s in trained]:
+        cell, learned = _learning_cell(learning, stage)
+        end = ends.get(stage)
+        label = STAGE_NAMES[stage] + (f" (to step {int(end['step'])})" if end is not None else "")
+        row = {"stage": label, LEARNED: cell}
+        if learned is False or end is None:
+            row["base → end, W1/IQR"] = NO_COMPARISON if learned is False else "not scored"
+        else:
+            row.update(_movement_cells(analysis, end))
         rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows).fillna("")
 
 
 def _learning_sentence(analysis: ChainAnalysis) -> str:
@@ -266,6 +286,17 @@ def _learning_sentence(analysis: ChainAnalysis) -> str:
     return f"{head} (end − start, paired 95% CI): " + "; ".join(parts) + "."
 
 
+def _last_learned_end(analysis: ChainAnalysis) -> pd.Series:
+    """The last stage end whose stage learned (the last end when learning is unknown)."""
+    learning = analysis.learning
+    if learning.empty:
+        return analysis.ends.iloc[-1]
+    mine = learning[learning["primary_chain"] & learning["primary"]]
+    silent = set(mine.loc[~mine["learned"].fillna(False).astype(bool), "stage"])
+    kept = analysis.ends[~analysis.ends["stage"].isin(silent)]
+    return (kept if len(kept) else analysis.ends).iloc[-1]
+
+
 def finetuning_abstract(analysis: ChainAnalysis) -> str:
     chain, tests = analysis.chain, analysis.tests
     primary = chain[chain["primary"] & chain["stage"].ne("base")]
@@ -277,11 +308,15 @@ def finetuning_abstract(analysis: ChainAnalysis) -> str:
         f"base's {n_seq} texts of {len(analysis.datasets)} datasets.",
         _learning_sentence(analysis),
     ]
-    final = analysis.ends.iloc[-1]
+    final = _last_learned_end(analysis)
     end = tests[(tests["comparison"] == "from base") & (tests["model_b"] == final["model"])]
     seeds = tests[(tests["comparison"] == "between seeds") & (tests["stage"] == final["stage"])]
     if len(end):
-        text = f"At the chain's end the median distance from the base is {end['w1_iqr'].median():.2f} IQR"
+        text = (
+            f"At the end of {STAGE_NAMES[final['stage']]}"
+            + ("" if analysis.learning.empty else ", the last stage that learned,")
+            + f" the median distance from the base is {end['w1_iqr'].median():.2f} IQR"
+        )
         if len(seeds):
             text += f", against {seeds['w1_iqr'].median():.2f} between two seeds of the same training"
         yard = analysis.yardsticks
