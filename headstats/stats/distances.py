@@ -366,13 +366,19 @@ def _sides(data: SequenceBlocks, pair: _Pair) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(data.present[:k]), np.flatnonzero(data.present[k:])
 
 
+def _paired_units(pair: _Pair, keys_a: np.ndarray, keys_b: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Paired design: the texts both models scored, each one's cluster unit, and the number of units."""
+    both = np.intersect1d(keys_a, keys_b)
+    unit, n_units = _units(pair.key_cluster[both])
+    return both, unit, n_units
+
+
 def _bootstrap(data: SequenceBlocks, pair: _Pair, n_boot: int, rng: np.random.Generator) -> np.ndarray:
     k, n = pair.n_keys, pair.n_blocks
     keys_a, keys_b = _sides(data, pair)
     ga, gb = np.zeros((n_boot, n)), np.zeros((n_boot, n))
     if pair.paired:
-        both = np.intersect1d(keys_a, keys_b)
-        unit, n_units = _units(pair.key_cluster[both])
+        both, unit, n_units = _paired_units(pair, keys_a, keys_b)
         counts = _cluster_counts(n_units, n_boot, rng)
         ga[:, both] = counts[:, unit]
         gb[:, both + k] = counts[:, unit]
@@ -403,8 +409,7 @@ def _permutations(data: SequenceBlocks, pair: _Pair, n_perm: int, rng: np.random
     keys_a, keys_b = _sides(data, pair)
     ga, gb = np.zeros((n_perm, n)), np.zeros((n_perm, n))
     if pair.paired:
-        both = np.intersect1d(keys_a, keys_b)
-        unit, n_units = _units(pair.key_cluster[both])
+        both, unit, n_units = _paired_units(pair, keys_a, keys_b)
         swap = (rng.random((n_perm, n_units)) < 0.5)[:, unit]
         ga[:, both], ga[:, both + k] = ~swap, swap
         gb[:, both], gb[:, both + k] = swap, ~swap
