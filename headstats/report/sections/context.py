@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from functools import cached_property
 from pathlib import Path
@@ -279,6 +279,17 @@ class Context:
                 n_perm=opt.n_perm, n_split=opt.n_split, seed=opt.seed,
             ).assign(dataset=dataset)  # fmt: skip
         return cache[key]
+
+    def score_datasets(self) -> Iterator[tuple[str, pd.DataFrame, list[str]]]:
+        """(dataset, its score rows, the models with rows there in :attr:`model_order`) of every
+        dataset of the score tables, in name order; nothing without score tables."""
+        scores = self.scores
+        if scores is None:
+            return
+        for dataset in sorted(scores["dataset"].unique()):
+            rows = scores[scores["dataset"] == dataset]
+            present = set(rows["model"])
+            yield dataset, rows, [m for m in self.model_order if m in present]
 
     def measured_scores(self, frame: pd.DataFrame | None = None) -> list[str]:
         """The scores of ``frame`` that describe the model. ``random`` is a seeded draw per (sample id,

@@ -7,13 +7,10 @@ from headstats.report.sections.context import Context, Writer
 
 
 def score_distributions(writer: Writer, context: Context) -> None:
-    scores = context.scores
-    if scores is None:
+    if context.scores is None:
         return
     writer.heading("Score distributions")
-    for dataset in sorted(scores["dataset"].unique()):
-        rows = scores[scores["dataset"] == dataset]
-        here = [m for m in context.model_order if m in set(rows["model"])]
+    for dataset, rows, here in context.score_datasets():
         writer.heading(f"Dataset `{dataset}`", 3)
         sids = context.score_ids(rows)
         counts = rows.groupby("model").agg(

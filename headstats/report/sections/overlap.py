@@ -9,13 +9,10 @@ from headstats.stats import overlap
 
 
 def score_overlap(writer: Writer, context: Context) -> None:
-    scores = context.scores
-    if scores is None:
+    if context.scores is None:
         return
     writer.heading("Overlap of the heads scores select")
-    for dataset in sorted(scores["dataset"].unique()):
-        rows = scores[scores["dataset"] == dataset]
-        here = [m for m in context.model_order if m in set(rows["model"])]
+    for dataset, rows, here in context.score_datasets():
         chain = analyse_chain(context)
         if chain is not None:  # a chain's checkpoints are compared in the fine-tuning section: here its base
             here = [m for m in here if m == chain.base or m not in set(chain.chain["model"])]
