@@ -5,6 +5,7 @@ command line (offline: tasks read local data)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from pathlib import Path
 
@@ -241,9 +242,14 @@ def test_lm_eval_evaluator_reports_the_realised_fraction(model_dir: Path, local_
     assert 0.0 <= results["results"]["piqa_local"]["acc,none"] <= 1.0
 
 
-def test_headstats_lm_eval_command_runs_lm_evals_cli(model_dir: Path, local_task: Path, tmp_path: Path) -> None:
+def test_headstats_lm_eval_command_runs_lm_evals_cli(
+    model_dir: Path, local_task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import headstats.lmeval as lmeval
     from headstats.cli import main
 
+    # The task comes from --include_path: lm-eval's thousands of own configs need not be indexed.
+    monkeypatch.setattr(lmeval, "task_manager", functools.partial(lmeval.task_manager, include_defaults=False))
     out = tmp_path / "results"
     code = main(["lm-eval", "--model", "headstats", "--model_args", f"pretrained={model_dir},heads=0:1;1:2",
                  "--tasks", "piqa_local", "--include_path", str(local_task), "--device", "cpu",
