@@ -112,7 +112,7 @@ def _describe(hint: Any) -> str:
         return " or ".join(_describe(a) for a in args if a is not type(None)) + " (or unset)"
     if origin is tuple:
         return "a list of " + {int: "integers", float: "numbers", str: "strings"}.get(args[0], str(args[0]))
-    if origin is dict:
+    if origin is dict or _is_spec(hint):
         return "a table of settings"
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}.get(hint, str(hint))
 
@@ -143,6 +143,12 @@ def _coerce(hint: Any, value: Any) -> Any:
         if not isinstance(value, Mapping):
             raise TypeError
         return dict(value)
+    if _is_spec(hint):  # a nested option set: given as one, or as a table of its options
+        if isinstance(value, hint):
+            return value
+        if not isinstance(value, Mapping):
+            raise TypeError
+        return hint.from_kwargs(value)
     if hint is bool:
         if not isinstance(value, bool):
             raise TypeError
@@ -162,6 +168,10 @@ def _coerce(hint: Any, value: Any) -> Any:
             raise TypeError
         return value
     raise TypeError
+
+
+def _is_spec(hint: Any) -> bool:
+    return isinstance(hint, type) and issubclass(hint, Spec)
 
 
 def _from_text(kind: Any, text: str) -> Any:
@@ -236,6 +246,8 @@ class Spec:
                 value = _coerce(types_[f.name], value)
             except TypeError:
                 raise SpecError(f.name, f"expected {_describe(types_[f.name])}, not {value!r}") from None
+            except SpecError as err:  # in a nested option set: named by its path ("sft.steps")
+                raise SpecError(f"{f.name}.{err.key}", err.text) from None
             value = _canonical(f, value)
             object.__setattr__(self, f.name, value)
             if value is not None:

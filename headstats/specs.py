@@ -631,7 +631,9 @@ MEASURES: tuple[str, ...] = ("ends", "all", "none")
 
 @dataclass(frozen=True)
 class FinetuneSpec(Spec):
-    """``headstats finetune``: a base -> SFT -> DPO -> GRPO chain (:func:`headstats.jobs.finetune.finetune`)."""
+    """``headstats finetune``: a base -> SFT -> DPO -> GRPO chain (:func:`headstats.jobs.finetune.finetune`).
+    The recipe it trains with (:func:`headstats.jobs.finetune.recipe_of`) is the built-in one at
+    ``scale``, or the ``recipe`` file, with ``recipe_seed`` and ``bf16`` on top."""
 
     WHAT: ClassVar[str] = "finetune"
 
@@ -664,7 +666,7 @@ class FinetuneSpec(Spec):
         noun="measure",
     )
     eval_size: int | None = option(None, "held-out examples per learning metric", minimum=1)
-    print_recipe: bool = option(False, "print the recipe as JSON and exit", toml=False)
+    print_recipe: bool = option(False, "print the recipe as JSON (and its chain's directory) and exit", toml=False)
 
     def check(self) -> None:
         if not self.scale > 0:

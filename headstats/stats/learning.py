@@ -6,6 +6,9 @@ A stage learned when the mean change of its primary metric, end minus start on t
 a 95% interval that excludes 0 in the direction training pushes it (losses down, margins and rewards
 up). The interval is a percentile bootstrap over held-out examples, paired: one resample draws the
 same examples at both ends, so the examples' own difficulty cancels.
+
+The metrics themselves are measured in one form: a mean with a bootstrap interval over held-out
+examples (:func:`mean_interval`) or a share with a Wilson interval (:func:`proportion`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import math
 
 import numpy as np
 import pandas as pd
+
+from headstats.stats.paired import wilson_interval
 
 # The direction training moves each metric (+1 up, -1 down) and the metric that decides a stage.
 DIRECTION = {
@@ -30,6 +35,37 @@ PRIMARY = {"sft": "answer_loss", "dpo": "reward_margin", "grpo": "sampled_reward
 STAGES = ("sft", "dpo", "grpo")
 
 
+def mean_interval(
+    values: np.ndarray,
+    weights: np.ndarray | None = None,
+    *,
+    n_boot: int = 1000,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, float]:
+    """The (weighted) mean of ``values`` over examples with a percentile bootstrap interval that
+    resamples examples: ``value``, ``ci_low``, ``ci_high`` and ``n``, the form of every learning
+    metric in ``metrics.json``."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return {"value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0}
+    w = np.ones_like(x) if weights is None else np.asarray(weights, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, x.size, size=(n_boot, x.size))
+    boot = (x[idx] * w[idx]).sum(1) / w[idx].sum(1)
+    alpha = (1 - confidence) / 2
+    low, high = np.quantile(boot, [alpha, 1 - alpha])
+    return {"value": float((x * w).sum() / w.sum()), "ci_low": float(low), "ci_high": float(high), "n": int(x.size)}
+
+
+def proportion(successes: int, n: int, confidence: float = 0.95) -> dict[str, float]:
+    """A share of successes with its Wilson interval, in the form of :func:`mean_interval`."""
+    if not n:
+        return {"value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0}
+    low, high = wilson_interval(int(successes), int(n), confidence)
+    return {"value": successes / n, "ci_low": float(low), "ci_high": float(high), "n": int(n)}
+
+
 def paired_change(
     before: np.ndarray,
     after: np.ndarray,
@@ -41,20 +77,12 @@ def paired_change(
 ) -> dict[str, float]:
     """Mean of ``after`` minus mean of ``before`` over the same examples (weighted means when
     ``weights`` are given, e.g. tokens per answer), with a percentile bootstrap interval that
-    resamples examples jointly at both ends."""
+    resamples examples jointly at both ends (:func:`mean_interval` of the differences)."""
     x, y = np.asarray(before, dtype=np.float64), np.asarray(after, dtype=np.float64)
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"paired values need the same examples at both ends, not shapes {x.shape} and {y.shape}")
-    if x.size == 0:
-        return {"change": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0}
-    w = np.ones_like(x) if weights is None else np.asarray(weights, dtype=np.float64)
-    diff = y - x
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.size, size=(n_boot, x.size))
-    boot = (diff[idx] * w[idx]).sum(1) / w[idx].sum(1)
-    alpha = (1 - confidence) / 2
-    low, high = np.quantile(boot, [alpha, 1 - alpha])
-    return {"change": float((diff * w).sum() / w.sum()), "ci_low": float(low), "ci_high": float(high), "n": x.size}
+    change = mean_interval(y - x, weights, n_boot=n_boot, confidence=confidence, seed=seed)
+    return {"change": change.pop("value"), **change}
 
 
 def _ends(measured: dict) -> tuple[str, str] | None:
@@ -79,10 +107,14 @@ def learning_verdicts(metrics: dict, *, n_boot: int = 4000, confidence: float = 
             if not isinstance(first.get(name), dict) or not isinstance(last.get(name), dict):
                 continue
             row = {
-                "stage": stage, "metric": name, "primary": PRIMARY.get(stage) == name,
-                "start_step": int(ends[0]), "end_step": int(ends[1]),
-                "start": first[name]["value"], "end": last[name]["value"],
-            }  # fmt: skip
+                "stage": stage,
+                "metric": name,
+                "primary": PRIMARY.get(stage) == name,
+                "start_step": int(ends[0]),
+                "end_step": int(ends[1]),
+                "start": first[name]["value"],
+                "end": last[name]["value"],
+            }
             if name in per_first and name in per_last:
                 weights = per_first.get(f"{name}_tokens")
                 change = paired_change(
@@ -94,9 +126,19 @@ def learning_verdicts(metrics: dict, *, n_boot: int = 4000, confidence: float = 
                 row |= {"change": row["end"] - row["start"], "ci_low": math.nan, "ci_high": math.nan, "learned": None}
             rows.append(row)
     columns = [
-        "stage", "metric", "primary", "start_step", "end_step", "start", "end", "change", "ci_low", "ci_high", "n",
+        "stage",
+        "metric",
+        "primary",
+        "start_step",
+        "end_step",
+        "start",
+        "end",
+        "change",
+        "ci_low",
+        "ci_high",
+        "n",
         "learned",
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows, columns=columns)
 
 
@@ -123,4 +165,12 @@ def training_signal(metrics: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-__all__ = ["DIRECTION", "PRIMARY", "learning_verdicts", "paired_change", "training_signal"]
+__all__ = [
+    "DIRECTION",
+    "PRIMARY",
+    "learning_verdicts",
+    "mean_interval",
+    "paired_change",
+    "proportion",
+    "training_signal",
+]

