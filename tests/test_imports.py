@@ -16,9 +16,10 @@ included. The modules outside the six layers get a place from what they import:
   ``io``: an adapter layer just above jobs, which only the cli loads.
 - ``headstats.pipeline`` (``headstats run``: a file's collection and sweeps, then its report) runs
   jobs and report in turn: the ``pipeline`` layer, above report, which the cli calls.
-- ``headstats`` (the package root: lazy re-exports and ``__version__``) and ``headstats.scores`` (the
-  public alias of ``headstats.engine.scores``) are the facade: for users, above everything. Inside the
-  package only ``__version__`` may be read from the root.
+- ``headstats`` (the package root: lazy re-exports and ``__version__``), ``headstats.__main__``
+  (``python -m headstats``) and ``headstats.scores`` (the public alias of ``headstats.engine.scores``)
+  are the facade: for users, above everything. Inside the package only ``__version__`` may be read
+  from the root.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ LAYER_OF_PREFIX = {
     "headstats.pipeline": "pipeline",
     "headstats.cli": "cli",
 }
-FACADE = ("headstats", "headstats.scores")
+FACADE = ("headstats", "headstats.__main__", "headstats.scores")
 
 
 def _modules(root: Path) -> dict[str, Path]:
