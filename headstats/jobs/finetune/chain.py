@@ -131,49 +131,48 @@ def build_stage(chain: Chain, name: str, start: str, record: dict, spec: Finetun
         stage_metrics.update(eval_examples=len(held_out), checkpoints={})
     checkpoints = layout.stage_checkpoints(root, recipe, name)
     todo = to_measure(stage_metrics, [c.step for c in checkpoints], spec.measure)
-    measured = Measurer(chain, name, held_out)
+    ref_logps = None  # DPO: the starting weights' log-probabilities of the held-out pairs
     if todo and (0 in todo or name == "dpo"):
-        measured.start(start, record_start=0 in todo)
+        ref_logps = measure_start(chain, name, start, held_out, record=0 in todo)
     if not layout.is_complete(checkpoints[-1].path):
         train = fd.training_order(data.train, recipe.examples(name), recipe.seed)
         facts = training.train_stage(name, start, root, recipe, train, log)
         stage_metrics["run"] = {k: v for k, v in facts.items() if k != "log_history"}
         stage_metrics["log_history"] = facts["log_history"]
-        measured.save()
+        save_metrics(chain)
     for ckpt in checkpoints:
         if ckpt.step in todo and ckpt.step > 0:
-            measured.checkpoint(ckpt)
+            measure_checkpoint(chain, ckpt, held_out, ref_logps)
     return checkpoints
 
 
-class Measurer:
-    """Measures one stage's learning metrics on its held-out examples into the chain's
-    ``metrics.json``, each as soon as it is known."""
+def save_metrics(chain: Chain) -> None:
+    store.write_json_atomic(chain.metrics, chain.root / METRICS_FILE)
 
-    def __init__(self, chain: Chain, name: str, held_out) -> None:
-        self.chain, self.name, self.held_out = chain, name, held_out
-        self.ref_logps = None  # DPO: the starting weights' log-probabilities of the held-out pairs
 
-    def save(self) -> None:
-        store.write_json_atomic(self.chain.metrics, self.chain.root / METRICS_FILE)
+def record_metrics(chain: Chain, name: str, step: int, model, tokenizer, held_out, ref_logps) -> None:
+    """Stage ``name``'s learning metrics of ``model`` at ``step``, into the chain's ``metrics.json``."""
+    values = evidence.measure_stage(name, model, tokenizer, held_out, chain.recipe, ref_logps)
+    chain.metrics[name]["checkpoints"][str(step)] = values
+    save_metrics(chain)
 
-    def _measure(self, key: str, model, tokenizer) -> None:
-        values = evidence.measure_stage(self.name, model, tokenizer, self.held_out, self.chain.recipe, self.ref_logps)
-        self.chain.metrics[self.name]["checkpoints"][key] = values
-        self.save()
 
-    def start(self, path: str, *, record_start: bool) -> None:
-        """The weights the stage starts from: DPO's reference log-probabilities, and the stage's
-        metrics at step 0 when ``record_start``."""
-        recipe = self.chain.recipe
-        model, tokenizer = training.load_for_training(path, recipe.chat_template)
-        if self.name == "dpo":  # DPO's implicit reward is measured against its starting weights
-            self.ref_logps = evidence.reference_logps(
-                model, tokenizer, self.held_out, max_length=recipe.dpo.max_length, bf16=recipe.bf16
-            )
-        if record_start:
-            self._measure("0", model, tokenizer)
+def measure_start(chain: Chain, name: str, start: str, held_out, *, record: bool):
+    """The weights stage ``name`` starts from: its metrics at step 0 when ``record``; returns DPO's
+    reference log-probabilities of the held-out pairs (None for the other stages)."""
+    recipe = chain.recipe
+    model, tokenizer = training.load_for_training(start, recipe.chat_template)
+    ref_logps = None
+    if name == "dpo":  # DPO's implicit reward is measured against its starting weights
+        ref_logps = evidence.reference_logps(
+            model, tokenizer, held_out, max_length=recipe.dpo.max_length, bf16=recipe.bf16
+        )
+    if record:
+        record_metrics(chain, name, 0, model, tokenizer, held_out, ref_logps)
+    return ref_logps
 
-    def checkpoint(self, ckpt: Checkpoint) -> None:
-        model, tokenizer = training.load_for_training(str(ckpt.path), self.chain.recipe.chat_template)
-        self._measure(str(ckpt.step), model, tokenizer)
+
+def measure_checkpoint(chain: Chain, ckpt: Checkpoint, held_out, ref_logps) -> None:
+    """A checkpoint's learning metrics, into the chain's ``metrics.json``."""
+    model, tokenizer = training.load_for_training(str(ckpt.path), chain.recipe.chat_template)
+    record_metrics(chain, ckpt.stage, ckpt.step, model, tokenizer, held_out, ref_logps)

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headstats.io import store
 from headstats.jobs.finetune.recipe import STAGES, Recipe
 
 RECIPE_FILE = "recipe.json"
@@ -121,7 +122,9 @@ def write_checkpoint(model, tokenizer, path: Path, info: dict) -> None:
 
 def read_json(path: Path) -> dict:
     """A chain's JSON record, or {} when it is not written yet."""
-    return json.loads(path.read_text()) if path.is_file() else {}
+    if not path.is_file():
+        return {}
+    return store.read_json(path, "remove it, and the next run of the chain writes it again (no checkpoint is lost)")
 
 
 def iter_checkpoints(root: str | os.PathLike) -> Iterator[Checkpoint]:

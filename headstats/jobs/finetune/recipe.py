@@ -52,12 +52,12 @@ class StageRecipe(Spec):
             raise SpecError("learning_rate", f"must be above 0, not {self.learning_rate!r}")
 
 
-# Defaults sized for about an hour of Gemma-3 270M on 2 CPU cores (fp32, embeddings frozen); each
-# stage is sized so that its held-out learning metric moves by more than its paired interval (the
-# run times and learning evidence of the default chain are in reports/finetuning-embedded/). DPO
-# needs a learning rate at which 30 steps move the implicit reward; GRPO needs groups whose rewards
-# differ: 8 completions per prompt on SST-2 sentiment, a task the DPO model answers right about half
-# the time, so few groups have all-equal rewards (an all-equal group has no gradient).
+# Defaults sized for Gemma-3 270M on 2 CPU cores (fp32, embeddings frozen), each stage so that its
+# held-out learning metric moves by more than its paired interval (run times and learning evidence
+# of the default chain: reports/finetuning-embedded/). DPO needs a learning rate at which its steps
+# move the implicit reward; GRPO needs groups whose rewards differ: 8 completions per prompt on SST-2
+# sentiment, a task the DPO model answers right often but not always, so few groups have all-equal
+# rewards (an all-equal group has no gradient).
 DEFAULT_STAGES: dict[str, StageRecipe] = {
     "sft": StageRecipe(steps=40, batch_size=8, learning_rate=5e-5),
     "dpo": StageRecipe(steps=30, batch_size=4, learning_rate=3e-5, beta=0.1),
@@ -110,8 +110,7 @@ class Recipe(Spec):
     dpo_rejected: str = option(
         "other_question",
         "DPO's rejected answers: another question's gold answer (other_question), or HellaSwag's own "
-        "machine-written distractors (distractor), on which 30 steps moved held-out margins by no more than "
-        "their noise",
+        "distractors (distractor), machine-written to be plausible and so a far weaker signal",
         choices=fd.REJECTED,
         noun="rejected-answer kind",
     )
