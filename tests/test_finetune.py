@@ -1,6 +1,7 @@
-"""The fine-tuning chain (issue 11): a tiny random model with the real SmolLM2 tokenizer goes through
-SFT -> DPO -> GRPO for two steps each; its checkpoints load, score and enter a W1 comparison; the recipe
-round-trips; train and evaluation parts are disjoint."""
+"""The fine-tuning chain: a tiny random model with the real SmolLM2 tokenizer goes through SFT -> DPO ->
+GRPO for two steps each; its checkpoints load, score and enter a W1 comparison; the recipe round-trips
+and keeps its hash; a chain directory left by an earlier run is found and resumed (unit tests, without
+weights); train and evaluation parts are disjoint."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from families import tiny_llama
 
 pytest.importorskip("trl")
 
@@ -35,10 +35,9 @@ EVAL_SIZE = 6
 
 
 @pytest.fixture(scope="module")
-def base_dir(tmp_path_factory, smollm2_tokenizer):
+def base_dir(tmp_path_factory, smollm2_tiny_llama, smollm2_tokenizer):
     tokenizer = smollm2_tokenizer
-    model = tiny_llama(
-        len(tokenizer),
+    model = smollm2_tiny_llama(
         intermediate_size=96,
         max_position_embeddings=512,
         tie_word_embeddings=True,
