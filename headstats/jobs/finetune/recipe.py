@@ -55,9 +55,9 @@ class StageRecipe(Spec):
 # Defaults sized for Gemma-3 270M on 2 CPU cores (fp32, embeddings frozen), each stage so that its
 # held-out learning metric moves by more than its paired interval (run times and learning evidence
 # of the default chain: reports/finetuning-embedded/). DPO needs a learning rate at which its steps
-# move the implicit reward; GRPO needs groups whose rewards differ: 8 completions per prompt on SST-2
-# sentiment, a task the DPO model answers right often but not always, so few groups have all-equal
-# rewards (an all-equal group has no gradient).
+# move the implicit reward; GRPO needs groups whose rewards differ (an all-equal group has no
+# gradient): 8 completions per prompt of a sum with partial credit for closeness, sampled at a
+# temperature low enough that the completions are numbers.
 DEFAULT_STAGES: dict[str, StageRecipe] = {
     "sft": StageRecipe(steps=40, batch_size=8, learning_rate=5e-5),
     "dpo": StageRecipe(steps=30, batch_size=4, learning_rate=3e-5, beta=0.1),
