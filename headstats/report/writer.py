@@ -527,7 +527,11 @@ def build_report(
         )
     check_report_inputs(spec, results, context)
     out_dir = store.ensure_writable(out)
-    models = "; ".join(f"`{slug}`" + (f" = {ident}" if ident != slug else "") for slug, ident in context.models.items())
+    # A local folder's path is in the provenance appendix; the subtitle names what the slug hides.
+    models = "; ".join(
+        f"`{slug}`" + (f" = {ident}" if ident != slug and not Path(ident).is_absolute() and "/" not in ident else "")
+        for slug, ident in context.models.items()
+    )
     writer = ReportWriter(
         out_dir, spec.title or f"headstats report: {results.name}", dpi=spec.dpi, subtitle=f"Models: {models}."
     )

@@ -473,7 +473,18 @@ def _moved_heads(writer: Writer, analysis: ChainAnalysis) -> None:
         f"{HEAD_PERMUTATIONS} sign vectors, family-wise error 5% over the heads). Effect size: the head's mean "
         "shift in units of the base's IQR of the score (`shift_iqr`) and in units of its own per-text spread (`d_z`)."
     )
-    writer.table(counts, "finetuning_moved_head_counts", floatfmt=".3g")
+    writer.text("Heads moved, summed over datasets (largest |shift| in base IQRs):")
+    summed = counts.groupby(["comparison", "stage", "score"], sort=False).agg(
+        moved=("moved", "sum"), heads=("heads", "sum"), largest=("largest_shift_iqr", "max")
+    )
+    cells = summed.apply(lambda r: f"{int(r['moved'])} of {int(r['heads'])} (≤ {r['largest']:.2f})", axis=1)
+    writer.table(
+        cells.unstack("score").reset_index(),
+        "finetuning_moved_head_summary",
+    )
+    writer.table(
+        counts, "finetuning_moved_head_counts", floatfmt=".3g", collapsed="per dataset: heads moved and largest shift"
+    )
     moved = heads[heads["moved"]]
     columns = [
         "comparison",
