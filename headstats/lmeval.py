@@ -197,8 +197,9 @@ class HeadstatsLM(HFLM):
         for _, context, continuation in requests:
             total = len(context) + len(continuation)
             if total > self.max_length + 1:
-                log.warning("request of %d tokens exceeds the model's %d positions: cut from the left", total,
-                            self.max_length)  # fmt: skip
+                log.warning(
+                    "request of %d tokens exceeds the model's %d positions: cut from the left", total, self.max_length
+                )
             ids = self._input_ids(context, continuation)
             index = by_input.get(tuple(ids)) if self.logits_cache else None
             if index is None:
@@ -309,8 +310,9 @@ class HeadstatsLM(HFLM):
         table = pd.DataFrame({self.score: torch.cat(pooled).numpy()})
         self.threshold = float(thresholds_for_fractions(table, self.score, [self.target])[0])
         self.calibration_sequences = len(unique)
-        log.info("%s threshold %.6g for target %.3g (%d sequences)", self.score, self.threshold,
-                 self.target, len(unique))  # fmt: skip
+        log.info(
+            "%s threshold %.6g for target %.3g (%d sequences)", self.score, self.threshold, self.target, len(unique)
+        )
 
     # -- what goes into lm-eval's results ----------------------------------------------------------
 

@@ -295,9 +295,12 @@ class SummaryOutput(Spec):
         toml=False,
     )
     table: str = option(
-        "both", "which table: points (one row per sweep point), curves (one per curve) or both",
-        choices=SUMMARY_TABLES, noun="table", toml=False,
-    )  # fmt: skip
+        "both",
+        "which table: points (one row per sweep point), curves (one per curve) or both",
+        choices=SUMMARY_TABLES,
+        noun="table",
+        toml=False,
+    )
 
     def check(self) -> None:
         if self.format == "csv" and self.table == "both":
@@ -701,8 +704,10 @@ class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, O
 
     WHAT: ClassVar[str] = "prune"
     DEFAULTS: ClassVar[Mapping[str, Any]] = {
-        "scores": ("ahon_ln",), "calibration": "wikipedia", "calibration_limit": 64,
-    }  # fmt: skip
+        "scores": ("ahon_ln",),
+        "calibration": "wikipedia",
+        "calibration_limit": 64,
+    }
 
     certify: str | None = option(
         None,
@@ -735,9 +740,11 @@ class FrontierSpec(RunOptions, Calibrated, Truncated, PruneShares):
 
     WHAT: ClassVar[str] = "frontier"
     DEFAULTS: ClassVar[Mapping[str, Any]] = {
-        "scores": DEFAULT_SWEEP_SCORES, "calibration": "wikipedia", "calibration_limit": 64,
+        "scores": DEFAULT_SWEEP_SCORES,
+        "calibration": "wikipedia",
+        "calibration_limit": 64,
         "shares": (0.0, 0.1, 0.2, 0.3),
-    }  # fmt: skip
+    }
 
     tasks: tuple[str, ...] = option(("piqa", "arc_easy"), "held-out tasks", choices=_tasks, noun="task")
     speed_batches: tuple[int, ...] = option((1, 8), "batch sizes of the speed measurement", minimum=1)
@@ -755,9 +762,13 @@ class ListSpec(Spec):
     """``headstats list``: the names a registry holds."""
 
     what: str = option(
-        LIST_ALL, "what to list (all: every list)", choices=(LIST_ALL, *LISTABLE), noun="list", positional=True,
+        LIST_ALL,
+        "what to list (all: every list)",
+        choices=(LIST_ALL, *LISTABLE),
+        noun="list",
+        positional=True,
         toml=False,
-    )  # fmt: skip
+    )
 
 
 __all__ = [

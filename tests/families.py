@@ -98,12 +98,20 @@ def tiny_decoder(family: str, vocab_size: int, *, max_positions: int = 1024) -> 
     tokenizer's), with headstats' attention; a wide init makes the choices of a task differ clearly."""
     torch.manual_seed(0)
     if family == "llama":
-        config = LlamaConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                             intermediate_size=128, vocab_size=vocab_size, max_position_embeddings=max_positions,
-                             initializer_range=0.2)  # fmt: skip
+        config = LlamaConfig(
+            hidden_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=128,
+            vocab_size=vocab_size,
+            max_position_embeddings=max_positions,
+            initializer_range=0.2,
+        )
     else:
-        config = GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=vocab_size, n_positions=max_positions,
-                            initializer_range=0.2)  # fmt: skip
+        config = GPT2Config(
+            n_embd=64, n_layer=2, n_head=4, vocab_size=vocab_size, n_positions=max_positions, initializer_range=0.2
+        )
     model = AutoModelForCausalLM.from_config(config, attn_implementation=headstats.ATTN_IMPLEMENTATION)
     return model.eval()
 

@@ -201,13 +201,18 @@ def test_run_times_give_one_row_per_machine_and_dtype_of_a_resumed_sweep() -> No
     xeon = {"cpu": "Xeon", "cores": 2, "torch_threads": 2, "bf16_units": ["avx512_bf16", "amx_bf16"]}
     passes = pd.DataFrame(
         {
-            "model": "m", "task": "piqa", "score": ["baseline", "a", "a", "b", "b"],
-            "target": [0, 0.1, 0.2, 0.1, 0.2], "seconds": [600.0, 300.0, None, 60.0, 120.0],
+            "model": "m",
+            "task": "piqa",
+            "score": ["baseline", "a", "a", "b", "b"],
+            "target": [0, 0.1, 0.2, 0.1, 0.2],
+            "seconds": [600.0, 300.0, None, 60.0, 120.0],
             "cpu_seconds": [1000.0, 500.0, None, 100.0, 200.0],
-            "timed": True, "finished": ["t1", "t2", "t2", "t3", "t4"],
-            "machine": [amd, amd, amd, xeon, xeon], "dtype": ["float32"] * 3 + ["bfloat16"] * 2,
+            "timed": True,
+            "finished": ["t1", "t2", "t2", "t3", "t4"],
+            "machine": [amd, amd, amd, xeon, xeon],
+            "dtype": ["float32"] * 3 + ["bfloat16"] * 2,
         }
-    )  # fmt: skip
+    )
     table = run_times(SimpleNamespace(passes=passes)).set_index("dtype")
     assert len(table) == 2
     assert table.loc["float32", ["passes_timed", "reused_baseline", "last_finished"]].tolist() == [2, 1, "t2"]

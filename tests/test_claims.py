@@ -90,13 +90,19 @@ def test_verdicts_against_random_are_holm_adjusted_over_every_curve_given() -> N
     assert ranking.bootstrap_pvalue(diffs) == pytest.approx(0.01)
     assert ranking.bootstrap_pvalue(np.zeros(10)) == 1.0
     p = [0.004, 0.02, 0.03, 0.6]
-    intervals = pd.DataFrame({
-        "model": ["a", "a", "b", "b", "a", "b"], "task": "t", "score": ["s1", "s2", "s1", "s2", "random", "random"],
-        "reference": "random", "vs_reference": [2.0, 1.0, -1.5, 0.1, np.nan, np.nan],
-        "vs_reference_low": [0.5, 0.1, -2.5, -0.8, np.nan, np.nan],
-        "vs_reference_high": [3.5, 2.0, -0.2, 1.0, np.nan, np.nan],
-        "vs_reference_p": [*p, np.nan, np.nan], "p_best": [0.97, 0.03, 0.5, 0.5, 0.0, 0.0],
-    })  # fmt: skip
+    intervals = pd.DataFrame(
+        {
+            "model": ["a", "a", "b", "b", "a", "b"],
+            "task": "t",
+            "score": ["s1", "s2", "s1", "s2", "random", "random"],
+            "reference": "random",
+            "vs_reference": [2.0, 1.0, -1.5, 0.1, np.nan, np.nan],
+            "vs_reference_low": [0.5, 0.1, -2.5, -0.8, np.nan, np.nan],
+            "vs_reference_high": [3.5, 2.0, -0.2, 1.0, np.nan, np.nan],
+            "vs_reference_p": [*p, np.nan, np.nan],
+            "p_best": [0.97, 0.03, 0.5, 0.5, 0.0, 0.0],
+        }
+    )
     tests = ranking.against_reference(intervals)
     assert tests["vs_reference_p_holm"].tolist() == pytest.approx(holm(p).tolist())
     assert tests["vs_reference_p_holm"].tolist() == pytest.approx([0.016, 0.06, 0.06, 0.6])
@@ -125,10 +131,25 @@ def _flat_then_falling(loss, n: int, draws: int, resamples: int) -> tuple[float,
     for draw in range(draws):
         base = rng.random(n) < 0.6
         frames = [("baseline", 0.0, base)] + [("ahon_ln", t, base & ~(rng.random(n) < loss(t))) for t in targets]
-        rows = pd.concat([pd.DataFrame({
-            "model": "m", "task": "t", "question_id": np.arange(n), "score": s, "target": t, "threshold": 0.5,
-            "correct": c, "n_zeroed": int(100 * t), "n_heads": 100,
-        }) for s, t, c in frames], ignore_index=True)  # fmt: skip
+        rows = pd.concat(
+            [
+                pd.DataFrame(
+                    {
+                        "model": "m",
+                        "task": "t",
+                        "question_id": np.arange(n),
+                        "score": s,
+                        "target": t,
+                        "threshold": 0.5,
+                        "correct": c,
+                        "n_zeroed": int(100 * t),
+                        "n_heads": 100,
+                    }
+                )
+                for s, t, c in frames
+            ],
+            ignore_index=True,
+        )
         got = ranking.curve_intervals(rows, n_resamples=resamples, seed=draw).iloc[0]
         covered["raw"] += got["first_low"] <= truth and (truth <= got["first_high"] or got["first_high_open"])
         covered["mono"] += got["first_mono_low"] <= truth and (

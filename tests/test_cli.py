@@ -198,8 +198,9 @@ def test_summary_table_fits_120_columns_and_csv_json_carry_every_column(tmp_path
     assert "baseline" in table and "per curve" in table
 
     assert main(["summary", str(tmp_path), "--format", "csv", "--table", "points"]) == 0
-    pd.testing.assert_frame_equal(pd.read_csv(io.StringIO(capsys.readouterr().out)), points,
-                                  check_dtype=False, check_exact=False, rtol=1e-12)  # fmt: skip
+    pd.testing.assert_frame_equal(
+        pd.read_csv(io.StringIO(capsys.readouterr().out)), points, check_dtype=False, check_exact=False, rtol=1e-12
+    )
     assert main(["summary", str(tmp_path), "--format", "csv", "--table", "curves"]) == 0
     assert pd.read_csv(io.StringIO(capsys.readouterr().out)).columns.tolist() == curves.columns.tolist()
 

@@ -52,11 +52,19 @@ def _table(rng: np.random.Generator) -> pd.DataFrame:
     for model, shift in (("a", 0.0), ("b", 0.3)):
         sample = np.repeat(np.arange(60), 6)
         subject = sample // 5
-        frames.append(pd.DataFrame({
-            "model": model, "dataset": "mmlu", "sample_id": sample, "subject": [f"s{k}" for k in subject],
-            "layer": np.tile(np.repeat([0, 1], 3), 60), "head": np.tile([0, 1, 2], 120),
-            "awft": subject_effect[subject] + 0.3 * rng.normal(size=360) + shift,
-        }))  # fmt: skip
+        frames.append(
+            pd.DataFrame(
+                {
+                    "model": model,
+                    "dataset": "mmlu",
+                    "sample_id": sample,
+                    "subject": [f"s{k}" for k in subject],
+                    "layer": np.tile(np.repeat([0, 1], 3), 60),
+                    "head": np.tile([0, 1, 2], 120),
+                    "awft": subject_effect[subject] + 0.3 * rng.normal(size=360) + shift,
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -142,10 +150,19 @@ def test_split_half_reliability_halves_clusters_with_spearman_brown() -> None:
         subject = sample // 10
         per_subject = rng.normal(0, 3.0, size=(8, 12))
         head = np.tile(np.arange(12), 80)
-        frames.append(pd.DataFrame({
-            "model": "m", "dataset": dataset, "sample_id": sample, "subject": subject, "layer": head // 4,
-            "head": head % 4, "ahon_ln": head_effect[head] + per_subject[subject, head] + 0.1 * rng.normal(size=960),
-        }))  # fmt: skip
+        frames.append(
+            pd.DataFrame(
+                {
+                    "model": "m",
+                    "dataset": dataset,
+                    "sample_id": sample,
+                    "subject": subject,
+                    "layer": head // 4,
+                    "head": head % 4,
+                    "ahon_ln": head_effect[head] + per_subject[subject, head] + 0.1 * rng.normal(size=960),
+                }
+            )
+        )
     table = pd.concat(frames, ignore_index=True)
     by_subject = stability.rank_stability(table, "m", n_split=200).iloc[0]
     by_question = stability.rank_stability(table, "m", n_split=200, cluster="sample_id").iloc[0]

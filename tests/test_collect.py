@@ -65,8 +65,12 @@ def test_collected_table_equals_scoring_the_same_sequences(model_dir: Path, corp
     assert set(table["model"]) == {model_dir.name} and set(table["dataset"]) == {f"notes-{digest[:8]}"}
     assert len(table) == len(TEXTS) * 3 * 4 and not table.duplicated(["sample_id", "layer", "head"]).any()
     assert [str(table[c].dtype) for c in ("sample_id", "layer", "head", "kv_head", "n_tokens")] == [
-        "int64", "int16", "int16", "int16", "int32"
-    ]  # fmt: skip
+        "int64",
+        "int16",
+        "int16",
+        "int16",
+        "int32",
+    ]
     ids = [tokenizer(t)["input_ids"] for t in TEXTS]
     expected = headstats.score_sequences(model, ids, batch_size=2, padding_side="left")
     got = table.sort_values(["sample_id", "layer", "head"]).reset_index(drop=True)
@@ -168,8 +172,17 @@ def test_unsupported_architecture_is_a_clear_cli_error(tmp_path: Path, tokenizer
     ).save_pretrained(tmp_path / "bloom")
     tokenizer.save_pretrained(tmp_path / "bloom")
     (tmp_path / "t.txt").write_text("some text")
-    code = main(["collect", "--model", str(tmp_path / "bloom"), "--dataset", str(tmp_path / "t.txt"),
-                 "--out", str(tmp_path / "out")])  # fmt: skip
+    code = main(
+        [
+            "collect",
+            "--model",
+            str(tmp_path / "bloom"),
+            "--dataset",
+            str(tmp_path / "t.txt"),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     assert code == 2 and "AttentionInterface" in capsys.readouterr().err
 
 
@@ -177,8 +190,21 @@ def test_unsupported_architecture_is_a_clear_cli_error(tmp_path: Path, tokenizer
 def test_collect_command_on_the_embedded_model_and_real_mmlu(tmp_path: Path) -> None:
     # The first 8 questions in file order (one subject's short prompts) keep this real-model run quick;
     # the random, stratified default is tested in test_robustness on a tiny model.
-    argv = ["collect", "--model", "smollm2-135m", "--dataset", "mmlu", "--limit", "8", "--sample", "first",
-            "--batch-size", "4", "--out", str(tmp_path)]  # fmt: skip
+    argv = [
+        "collect",
+        "--model",
+        "smollm2-135m",
+        "--dataset",
+        "mmlu",
+        "--limit",
+        "8",
+        "--sample",
+        "first",
+        "--batch-size",
+        "4",
+        "--out",
+        str(tmp_path),
+    ]
     assert main(argv) == 0
     table = headstats.read_scores(tmp_path)
     assert len(table) == 8 * 30 * 9 and set(table["dataset"]) == {"mmlu"} and set(table["model"]) == {"smollm2-135m"}

@@ -28,12 +28,17 @@ def _bounds(rows: list[tuple[str, str, float, bool, float]]) -> pd.DataFrame:
 
 def test_a_claim_is_confirmed_only_when_every_planned_path_certifies_it() -> None:
     nan = float("nan")
-    bounds = _bounds([
-        ("a", "explicit-float32", 3000, True, 0.8), ("a", "fused-float32", 3000, True, 0.9),
-        ("b", "explicit-float32", 3000, True, 0.8), ("b", "fused-float32", 3000, False, 1.2),
-        ("c", "explicit-float32", 3000, True, 0.7), ("c", "fused-float32", nan, False, nan),
-        ("d", "explicit-float32", 3000, True, 0.6),
-    ])  # fmt: skip
+    bounds = _bounds(
+        [
+            ("a", "explicit-float32", 3000, True, 0.8),
+            ("a", "fused-float32", 3000, True, 0.9),
+            ("b", "explicit-float32", 3000, True, 0.8),
+            ("b", "fused-float32", 3000, False, 1.2),
+            ("c", "explicit-float32", 3000, True, 0.7),
+            ("c", "fused-float32", nan, False, nan),
+            ("d", "explicit-float32", 3000, True, 0.6),
+        ]
+    )
     got = claim_verdicts(bounds, ["explicit-float32", "fused-float32"]).set_index("claim")
     assert got["verdict"].to_dict() == {"a": "confirmed", "b": "not confirmed", "c": "incomplete", "d": "confirmed"}
     assert got.loc["b", "worst_bound"] == 1.2 and got.loc["c", "paths"] == "1 of 2"
@@ -75,9 +80,11 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
     # awft reads the attention probabilities: the explicit paths only.
     runs = {(p.name, s.ablate[0].scores) for p, s in expand(plan)}
     assert runs == {
-        ("explicit-float32", ("ahon_ln", "awft")), ("explicit-bfloat16", ("ahon_ln", "awft")),
-        ("fused-float32", ("ahon_ln",)), ("fused-bfloat16", ("ahon_ln",)),
-    }  # fmt: skip
+        ("explicit-float32", ("ahon_ln", "awft")),
+        ("explicit-bfloat16", ("ahon_ln", "awft")),
+        ("fused-float32", ("ahon_ln",)),
+        ("fused-bfloat16", ("ahon_ln",)),
+    }
     index = run_confirmation(plan, progress=False)
     # With every path's sweeps done, the dry run counts no pass left on any path (and loads no model).
     from headstats.jobs.dryrun import dry_run_confirmation
@@ -112,10 +119,22 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
     # 8 questions certify nothing: the honest answer.
     assert set(verdicts["verdict"]) == {"not confirmed"}
     # A path not run leaves no claim confirmed, and says so.
-    only = claim_bounds({}, pd.DataFrame([{
-        "claim": "x", "model": slug, "task": "hellaswag", "score": "ahon_ln", "target": 0.25, "share": None,
-        "paths": ["explicit-float32"],
-    }]))  # fmt: skip
+    only = claim_bounds(
+        {},
+        pd.DataFrame(
+            [
+                {
+                    "claim": "x",
+                    "model": slug,
+                    "task": "hellaswag",
+                    "score": "ahon_ln",
+                    "target": 0.25,
+                    "share": None,
+                    "paths": ["explicit-float32"],
+                }
+            ]
+        ),
+    )
     assert claim_verdicts(only, ["explicit-float32"])["verdict"].tolist() == ["incomplete"]
 
 

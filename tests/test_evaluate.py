@@ -97,8 +97,10 @@ def test_mmlu_letters_take_one_forward_pass_per_question(model, data_dir: Path) 
 @pytest.mark.parametrize("task", ["mmlu", "mmlu_cloze", "winogrande"])
 def test_results_do_not_depend_on_batch_size_or_padding_side(model, data_dir: Path, task: str) -> None:
     tok = make_tokenizer(adds_bos=True)
-    runs = [scores(model, tok, task, data_dir, batch_size=b, padding_side=side)
-            for b, side in ((1, "right"), (3, "left"), (8, "right"), (8, "left"))]  # fmt: skip
+    runs = [
+        scores(model, tok, task, data_dir, batch_size=b, padding_side=side)
+        for b, side in ((1, "right"), (3, "left"), (8, "right"), (8, "left"))
+    ]
     for other in runs[1:]:
         np.testing.assert_allclose([s.logliks for s in other], [s.logliks for s in runs[0]], rtol=1e-6, atol=1e-5)
 
@@ -109,11 +111,13 @@ def test_every_logit_path_gives_the_same_numbers(monkeypatch: pytest.MonkeyPatch
     model = tiny_decoder("llama", len(tok))
     reference = [s.logliks for s in scores(model, tok, "winogrande", data_dir, batch_size=4)]
     monkeypatch.setattr(ev, "_keeps_2d_positions", lambda m: False)
-    np.testing.assert_allclose([s.logliks for s in scores(model, tok, "winogrande", data_dir, batch_size=4)],
-                               reference, atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        [s.logliks for s in scores(model, tok, "winogrande", data_dir, batch_size=4)], reference, atol=1e-5
+    )
     monkeypatch.setattr(ev, "_accepts_logits_to_keep", lambda m: False)
-    np.testing.assert_allclose([s.logliks for s in scores(model, tok, "winogrande", data_dir, batch_size=4)],
-                               reference, atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        [s.logliks for s in scores(model, tok, "winogrande", data_dir, batch_size=4)], reference, atol=1e-5
+    )
 
 
 def test_too_long_inputs_are_cut_from_the_left_as_lm_eval_does(data_dir: Path) -> None:
@@ -139,10 +143,16 @@ def test_table_columns_types_and_accuracies(model, data_dir: Path) -> None:
             assert frame["document"].tolist() == ["activitynet~v_a", "activitynet~v_a", "wikihow~7"]
             frame = frame.drop(columns="document")
         assert frame.dtypes.to_dict() == {
-            "task": frame.dtypes["task"], "subject": np.dtype(object), "question_id": np.dtype("int64"),
-            "correct": np.dtype(bool), "correct_norm": pd.BooleanDtype(), "gold_loglik": np.dtype("float64"),
-            "pred": np.dtype("int16"), "n_choices": np.dtype("int16"), "n_zeroed": np.dtype("float64"),
-        }  # fmt: skip
+            "task": frame.dtypes["task"],
+            "subject": np.dtype(object),
+            "question_id": np.dtype("int64"),
+            "correct": np.dtype(bool),
+            "correct_norm": pd.BooleanDtype(),
+            "gold_loglik": np.dtype("float64"),
+            "pred": np.dtype("int16"),
+            "n_choices": np.dtype("int16"),
+            "n_zeroed": np.dtype("float64"),
+        }
         scored = scores(model, tok, task, data_dir)
         logliks = [s.logliks for s in scored]
         gold = np.array([s.question.gold for s in scored])
@@ -163,8 +173,11 @@ def test_mmlu_rows_carry_subject_and_question_ids(model, data_dir: Path) -> None
     tok = make_tokenizer(adds_bos=False)
     frame = ev.evaluate(model, tok, load_task("mmlu", data_dir=data_dir, limit_per_subject=2), progress=False)
     assert list(zip(frame["subject"], frame["question_id"], strict=True)) == [
-        ("alpha_topic", 0), ("alpha_topic", 1), ("beta_topic", 0), ("beta_topic", 1)
-    ]  # fmt: skip
+        ("alpha_topic", 0),
+        ("alpha_topic", 1),
+        ("beta_topic", 0),
+        ("beta_topic", 1),
+    ]
     assert (frame["n_choices"] == 4).all()
     piqa = ev.evaluate(model, tok, load_task("piqa", data_dir=data_dir), progress=False)
     assert piqa["subject"].isna().all() and piqa["question_id"].tolist() == [0, 1, 2, 3]
@@ -265,14 +278,19 @@ def test_real_tasks_on_tiny_models(task: str) -> None:
 # ours -> (lm-eval task config under lm_eval/tasks, our data under hf_datasets, its splits, shots, questions)
 LM_EVAL_TASKS = {
     "mmlu": ("mmlu/default/mmlu_world_religions.yaml", "hails/mmlu_no_train/world_religions", ("test", "dev"), 5, 3),
-    "mmlu_cloze": ("mmlu/continuation/mmlu_world_religions.yaml", "hails/mmlu_no_train/world_religions",
-                   ("test", "dev"), 5, 1),
+    "mmlu_cloze": (
+        "mmlu/continuation/mmlu_world_religions.yaml",
+        "hails/mmlu_no_train/world_religions",
+        ("test", "dev"),
+        5,
+        1,
+    ),
     "piqa": ("piqa/piqa.yaml", "piqa/plain_text", ("validation",), 0, 3),
     "hellaswag": ("hellaswag/hellaswag.yaml", "hellaswag/none", ("validation",), 0, 2),
     "arc_easy": ("arc/arc_easy.yaml", "ai2_arc/ARC-Easy", ("validation",), 0, 3),
     # lm-eval draws WinoGrande's shots from a train split the embedded data lacks: compare 0-shot.
     "winogrande": ("winogrande/default.yaml", "winogrande/winogrande_xl", ("validation",), 0, 3),
-}  # fmt: skip
+}
 
 
 def lm_eval_instances(task: str, **chat):
@@ -315,8 +333,11 @@ def test_log_likelihoods_agree_with_lm_eval(smollm2, lm_eval_model, task: str, f
     model, tok = smollm2
     chat = {}
     if fmt == "chat":
-        chat = {"apply_chat_template": True, "fewshot_as_multiturn": True,
-                "chat_template": lm_eval_model.apply_chat_template}  # fmt: skip
+        chat = {
+            "apply_chat_template": True,
+            "fewshot_as_multiturn": True,
+            "chat_template": lm_eval_model.apply_chat_template,
+        }
     instances, limit = lm_eval_instances(task, **chat)
     theirs = lm_eval_model.loglikelihood(instances, disable_tqdm=True)
     if task.startswith("mmlu"):

@@ -157,8 +157,12 @@ def test_verifiable_rewards():
     assert rewards == [1.0, 0.0, 1.0]
     # Partial credit: 1 / (1 + distance), from the first number; nothing for no number.
     assert [fd.reward("closeness", c, "12") for c in ("12", " 13.", "10 or 12", "9", "twelve")] == [
-        1.0, 0.5, 1 / 3, 0.25, 0.0,
-    ]  # fmt: skip
+        1.0,
+        0.5,
+        1 / 3,
+        0.25,
+        0.0,
+    ]
     assert fd.reward("named_option", "Kinetic energy.", "kinetic energy") == 1.0
     assert fd.reward("named_option", "The Sun\nmore", "the sun") == 1.0
     assert fd.reward("named_option", "It is kinetic energy", "kinetic energy") == 0.0

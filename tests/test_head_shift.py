@@ -37,11 +37,16 @@ def _table(
     n_text, n_head = a.shape
     frames = []
     for model, values in (("base", a), ("tuned", b)):
-        frame = pd.DataFrame({
-            "model": model, "dataset": "texts", "sample_id": np.repeat(np.arange(n_text), n_head),
-            "layer": np.tile(np.arange(n_head) // per_layer, n_text),
-            "head": np.tile(np.arange(n_head) % per_layer, n_text), score: values.reshape(-1),
-        })  # fmt: skip
+        frame = pd.DataFrame(
+            {
+                "model": model,
+                "dataset": "texts",
+                "sample_id": np.repeat(np.arange(n_text), n_head),
+                "layer": np.tile(np.arange(n_head) // per_layer, n_text),
+                "head": np.tile(np.arange(n_head) % per_layer, n_text),
+                score: values.reshape(-1),
+            }
+        )
         if subject is not None:
             frame["subject"] = np.repeat(subject, n_head)
         frames.append(frame)
@@ -110,10 +115,15 @@ def test_no_change_rejects_at_alpha_for_the_pooled_and_the_per_head_test() -> No
         frames = []
         for model in ("base", "tuned"):
             values = text + head + 0.5 * rng.normal(size=(len(sids), n_text, heads))
-            frame = pd.DataFrame({
-                "model": model, "dataset": "texts", "sample_id": np.repeat(np.arange(n_text), heads),
-                "layer": np.tile(np.arange(heads) // HEADS, n_text), "head": np.tile(np.arange(heads) % HEADS, n_text),
-            })  # fmt: skip
+            frame = pd.DataFrame(
+                {
+                    "model": model,
+                    "dataset": "texts",
+                    "sample_id": np.repeat(np.arange(n_text), heads),
+                    "layer": np.tile(np.arange(heads) // HEADS, n_text),
+                    "head": np.tile(np.arange(heads) % HEADS, n_text),
+                }
+            )
             for i, sid in enumerate(sids):
                 frame[sid] = values[i].reshape(-1)
             frames.append(frame)
@@ -208,9 +218,9 @@ def test_heads_shifted_by_less_than_half_an_sd_are_found_by_both_tests() -> None
         a = np.linspace(0, 3, heads) + 0.6 * rng.normal(size=(n_text, 1)) + 0.8 * rng.normal(size=(n_text, heads))
         b = a + 0.4 * shifted + 0.2 * rng.normal(size=a.shape)  # per-head SD across texts is 1
         table = _table(a, b)
-        pooled_p.append(model_distance(table, "base", "tuned", depth_bins=0, n_boot=0, n_perm=199, n_split=0)[
-            "p_value"
-        ].item())  # fmt: skip
+        pooled_p.append(
+            model_distance(table, "base", "tuned", depth_bins=0, n_boot=0, n_perm=199, n_split=0)["p_value"].item()
+        )
         rows = head_shift_test(table, "base", "tuned", "ahon_ln", n_perm=999, seed=draw)
         moved = rows["moved"].to_numpy()
         found += moved[shifted].all()
@@ -246,8 +256,9 @@ def test_standardised_distance_divides_by_the_reference_iqr_per_depth() -> None:
         assert (row.w1_iqr_low, row.w1_iqr_high) == pytest.approx((row.ci_low / iqr, row.ci_high / iqr), rel=1e-12)
         assert row.w1_iqr_low <= row.w1_iqr <= row.w1_iqr_high
     # Scaling a score rescales W1 and its IQR together: the standardised distance does not change.
-    scaled = model_distance(_table(a * 7, (a * 1.1 + 0.1) * 7), "base", "tuned", depth_bins=3, n_boot=0, n_perm=0,
-                            n_split=0)  # fmt: skip
+    scaled = model_distance(
+        _table(a * 7, (a * 1.1 + 0.1) * 7), "base", "tuned", depth_bins=3, n_boot=0, n_perm=0, n_split=0
+    )
     np.testing.assert_allclose(scaled["w1_iqr"], res["w1_iqr"], rtol=1e-9)
     np.testing.assert_allclose(scaled["w1"], 7 * res["w1"], rtol=1e-9)
 
@@ -284,13 +295,19 @@ def _mqa_table(kv_column: bool) -> pd.DataFrame:
     shape = (n_text, layers, heads)
     avvn = np.broadcast_to(rng.gamma(3.0, size=(n_text, layers, 1)), shape).astype(np.float32)
     ahon = rng.gamma(3.0, size=shape).astype(np.float32)
-    frame = pd.DataFrame({
-        "model": "mqa", "dataset": "texts", "sample_id": np.repeat(np.arange(n_text), layers * heads),
-        "layer": np.tile(np.repeat(np.arange(layers), heads), n_text),
-        "head": np.tile(np.arange(heads), n_text * layers),
-        "avvn": avvn.reshape(-1), "avvn_ln": (avvn / avvn.mean(axis=2, keepdims=True, dtype=np.float32)).reshape(-1),
-        "ahon": ahon.reshape(-1), "ahon_ln": (ahon / ahon.mean(axis=2, keepdims=True)).reshape(-1),
-    })  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "model": "mqa",
+            "dataset": "texts",
+            "sample_id": np.repeat(np.arange(n_text), layers * heads),
+            "layer": np.tile(np.repeat(np.arange(layers), heads), n_text),
+            "head": np.tile(np.arange(heads), n_text * layers),
+            "avvn": avvn.reshape(-1),
+            "avvn_ln": (avvn / avvn.mean(axis=2, keepdims=True, dtype=np.float32)).reshape(-1),
+            "ahon": ahon.reshape(-1),
+            "ahon_ln": (ahon / ahon.mean(axis=2, keepdims=True)).reshape(-1),
+        }
+    )
     if kv_column:
         frame.insert(4, "kv_head", 0)
     return frame

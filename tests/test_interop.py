@@ -102,7 +102,8 @@ def test_a_transformer_lens_model_is_refused_with_the_supported_route(call) -> N
 
 def test_a_real_transformer_lens_model_is_refused() -> None:
     transformer_lens = pytest.importorskip("transformer_lens", reason="transformer_lens is not installed")
-    config = transformer_lens.HookedTransformerConfig(n_layers=1, d_model=8, n_ctx=8, d_head=4, n_heads=2, d_vocab=16,
-                                                      act_fn="relu")  # fmt: skip
+    config = transformer_lens.HookedTransformerConfig(
+        n_layers=1, d_model=8, n_ctx=8, d_head=4, n_heads=2, d_vocab=16, act_fn="relu"
+    )
     with pytest.raises(UnsupportedModelError, match=r"headstats\.load_model"):
         ablate_heads(transformer_lens.HookedTransformer(config), heads=HEADS)

@@ -376,12 +376,18 @@ def per_question(
     n_heads = 200
     return pd.DataFrame(
         {
-            "model": "m", "task": "t", "subject": np.where(np.arange(n) % 2 == 0, "s1", "s2"),
-            "question_id": np.arange(n) // 2, "score": score, "target": target,
-            "threshold": math.nan if score == "baseline" else threshold, "correct": correct.astype(bool),
-            "n_zeroed": np.full(n, round(realised * n_heads / 100)), "n_heads": n_heads,
+            "model": "m",
+            "task": "t",
+            "subject": np.where(np.arange(n) % 2 == 0, "s1", "s2"),
+            "question_id": np.arange(n) // 2,
+            "score": score,
+            "target": target,
+            "threshold": math.nan if score == "baseline" else threshold,
+            "correct": correct.astype(bool),
+            "n_zeroed": np.full(n, round(realised * n_heads / 100)),
+            "n_heads": n_heads,
         }
-    )  # fmt: skip
+    )
 
 
 def flip(correct: np.ndarray, lose: int, gain: int = 0) -> np.ndarray:
@@ -527,8 +533,22 @@ def test_sweep_writes_per_question_rows_one_file_per_point_and_resumes(tiny_mmlu
     assert len(calls) == 3
 
     df = headstats.io.store.read_interventions(tmp_path)
-    expected = ["subject", "question_id", "score", "target", "threshold", "correct", "correct_norm", "gold_loglik",
-                "pred", "n_choices", "n_zeroed", "n_heads", "model", "task"]  # fmt: skip
+    expected = [
+        "subject",
+        "question_id",
+        "score",
+        "target",
+        "threshold",
+        "correct",
+        "correct_norm",
+        "gold_loglik",
+        "pred",
+        "n_choices",
+        "n_zeroed",
+        "n_heads",
+        "model",
+        "task",
+    ]
     assert list(df.columns) == expected and len(df) == 10
     assert str(df["target"].dtype) == "float64" and str(df["threshold"].dtype) == "float64"
     assert set(df["model"]) == {"tiny-llama"} and set(df["task"]) == {"mmlu"} and set(df["n_heads"]) == {8}
@@ -649,9 +669,13 @@ def test_one_kernel_per_sweep_so_a_pass_that_zeroes_nothing_is_the_baseline_bit_
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+        vocab_size=VOCAB,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
         num_key_value_heads=2,
-    )  # fmt: skip
+    )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).eval().to(torch.bfloat16)
     sequences = [[(7 * i + 3 * j) % (VOCAB - 1) + 1 for j in range(120 + 9 * i)] for i in range(4)]
@@ -910,8 +934,9 @@ def test_a_tiny_real_sweep_on_the_embedded_model(tmp_path) -> None:
     from headstats.jobs.sweep import run_sweep
 
     model, tokenizer = headstats.load_model("smollm2-135m", device="cpu")
-    run_sweep(model, "mmlu", tokenizer=tokenizer, scores="ahon_ln", targets=[0, 0.1], limit=2, out=tmp_path,
-              progress=False)  # fmt: skip
+    run_sweep(
+        model, "mmlu", tokenizer=tokenizer, scores="ahon_ln", targets=[0, 0.1], limit=2, out=tmp_path, progress=False
+    )
     df = headstats.io.store.read_interventions(tmp_path)
     assert set(df["n_heads"]) == {30 * 9} and len(df) == 3 * 2
     base = df[df.score == "baseline"].sort_values("question_id")

@@ -97,8 +97,15 @@ def test_static_zeroing_equals_headstats_evaluator(model, tokenizer, data_dir: P
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4)
 
 
-@pytest.mark.parametrize("zeroing", [{}, {"score": "ahon_ln", "threshold": 0.95}, {"score": "entropy", "target": 0.1},
-                                     {"score": "random", "target": 0.3}])  # fmt: skip
+@pytest.mark.parametrize(
+    "zeroing",
+    [
+        {},
+        {"score": "ahon_ln", "threshold": 0.95},
+        {"score": "entropy", "target": 0.1},
+        {"score": "random", "target": 0.3},
+    ],
+)
 def test_padded_batches_equal_batch_size_one(model, tokenizer, data_dir: Path, zeroing: dict) -> None:
     """Sequences of different lengths share padded batches; with the 2-D mask every score, every
     zeroing decision and every log-likelihood is that of the sequence alone."""
@@ -159,17 +166,20 @@ def test_rolling_loglikelihood_under_zeroing_equals_the_evaluator_on_the_same_wi
     assert rolling == pytest.approx(float(logp[torch.arange(len(ids)), torch.tensor(ids)].sum()), abs=1e-4)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"score": "ahon_ln"}, "exactly one of threshold"),
-    ({"score": "ahon_ln", "threshold": 0.5, "target": 0.1}, "exactly one of threshold"),
-    ({"target": 0.1}, "need score"),
-    ({"heads": "0:1", "score": "ahon_ln", "threshold": 1.0}, "not both"),
-    ({"heads": "0-1"}, "layer:head pairs"),
-    ({"heads": "9:0"}, "out of range"),
-    ({"score": "ahon_ln", "target": 1.5}, "outside \\[0, 1\\]"),
-    ({"score": "ahon_ln", "threshold": 0.5, "seed": -1}, "seed must be at least 0"),
-    ({"score": "nope", "threshold": 1.0}, "nope"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"score": "ahon_ln"}, "exactly one of threshold"),
+        ({"score": "ahon_ln", "threshold": 0.5, "target": 0.1}, "exactly one of threshold"),
+        ({"target": 0.1}, "need score"),
+        ({"heads": "0:1", "score": "ahon_ln", "threshold": 1.0}, "not both"),
+        ({"heads": "0-1"}, "layer:head pairs"),
+        ({"heads": "9:0"}, "out of range"),
+        ({"score": "ahon_ln", "target": 1.5}, "outside \\[0, 1\\]"),
+        ({"score": "ahon_ln", "threshold": 0.5, "seed": -1}, "seed must be at least 0"),
+        ({"score": "nope", "threshold": 1.0}, "nope"),
+    ],
+)
 def test_bad_model_args_are_clear_errors(model, tokenizer, kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         HeadstatsLM(pretrained=model, tokenizer=tokenizer, **kwargs)
@@ -232,9 +242,13 @@ def test_lm_eval_evaluator_reports_the_realised_fraction(model_dir: Path, local_
 
     tasks = TaskManager(include_path=str(local_task), include_defaults=False)  # no need to index lm-eval's own
     results = lm_eval.simple_evaluate(
-        model="headstats", model_args=f"pretrained={model_dir},score=ahon_ln,target=0.25,dtype=float32",
-        tasks=["piqa_local"], task_manager=tasks, device="cpu", batch_size=2,
-    )  # fmt: skip
+        model="headstats",
+        model_args=f"pretrained={model_dir},score=ahon_ln,target=0.25,dtype=float32",
+        tasks=["piqa_local"],
+        task_manager=tasks,
+        device="cpu",
+        batch_size=2,
+    )
     info = results["config"]["headstats"]
     assert info["mode"] == "dynamic" and info["score"] == "ahon_ln" and info["target"] == 0.25
     assert info["sequences"] == 2 * len(PIQA) and info["calibration_sequences"] == 2 * len(PIQA)
@@ -251,9 +265,23 @@ def test_headstats_lm_eval_command_runs_lm_evals_cli(
     # The task comes from --include_path: lm-eval's thousands of own configs need not be indexed.
     monkeypatch.setattr(lmeval, "task_manager", functools.partial(lmeval.task_manager, include_defaults=False))
     out = tmp_path / "results"
-    code = main(["lm-eval", "--model", "headstats", "--model_args", f"pretrained={model_dir},heads=0:1;1:2",
-                 "--tasks", "piqa_local", "--include_path", str(local_task), "--device", "cpu",
-                 "--output_path", str(out)])  # fmt: skip
+    code = main(
+        [
+            "lm-eval",
+            "--model",
+            "headstats",
+            "--model_args",
+            f"pretrained={model_dir},heads=0:1;1:2",
+            "--tasks",
+            "piqa_local",
+            "--include_path",
+            str(local_task),
+            "--device",
+            "cpu",
+            "--output_path",
+            str(out),
+        ]
+    )
     assert code == 0
     (written,) = out.rglob("results_*.json")
     info = json.loads(written.read_text())["config"]["headstats"]
@@ -267,7 +295,7 @@ def test_headstats_lm_eval_command_runs_lm_evals_cli(
 LM_EVAL_TASKS = {
     "mmlu": ("mmlu/default/mmlu_world_religions.yaml", "hails/mmlu_no_train/world_religions", ("test", "dev"), 5, 3),
     "piqa": ("piqa/piqa.yaml", "piqa/plain_text", ("validation",), 0, 4),
-}  # fmt: skip
+}
 
 
 def lm_eval_instances(task: str) -> tuple[list[Instance], tuple]:
@@ -403,8 +431,10 @@ def test_bundled_mmlu_has_lm_evals_57_subjects() -> None:
     for path in theirs:
         own, bundled = yaml.safe_load(path.read_text()), yaml.safe_load((TASKS_DIR / path.name).read_text())
         assert (bundled["task"], bundled["task_alias"], bundled["description"]) == (
-            own["task"], own["task_alias"], own["description"]
-        )  # fmt: skip
+            own["task"],
+            own["task_alias"],
+            own["description"],
+        )
         assert bundled["dataset_kwargs"] == {"subject": own["dataset_name"]}
 
 
@@ -422,8 +452,10 @@ def test_bundled_task_headstats_equals_hf(bundled_tasks, tokenizer, task: str) -
     ``hf`` model's accuracy and log-likelihoods (within 2e-5)."""
     model = tiny_decoder("llama", len(tokenizer))
     runs = {}
-    for name, lm in (("hf", HFLM(pretrained=model, tokenizer=tokenizer, batch_size=3)),
-                     ("headstats", HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=3))):  # fmt: skip
+    for name, lm in (
+        ("hf", HFLM(pretrained=model, tokenizer=tokenizer, batch_size=3)),
+        ("headstats", HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=3)),
+    ):
         runs[name] = lm_eval.simple_evaluate(model=lm, tasks=[task], task_manager=bundled_tasks, log_samples=True)
     docs_hf, hf, _ = logged_choices(runs["hf"], task)
     docs, ours, gold = logged_choices(runs["headstats"], task)
@@ -447,9 +479,22 @@ def test_headstats_lm_eval_defaults_to_the_headstats_model_and_bundled_tasks(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     out = tmp_path / "out"
-    code = run_lm_eval(["--tasks", "piqa", "--limit", "3", "--model_args", f"pretrained={model_dir}",
-                        "--metadata", json.dumps({"data_dir": str(bundled_data)}), "--device", "cpu",
-                        "--output_path", str(out)])  # fmt: skip
+    code = run_lm_eval(
+        [
+            "--tasks",
+            "piqa",
+            "--limit",
+            "3",
+            "--model_args",
+            f"pretrained={model_dir}",
+            "--metadata",
+            json.dumps({"data_dir": str(bundled_data)}),
+            "--device",
+            "cpu",
+            "--output_path",
+            str(out),
+        ]
+    )
     assert code == 0
     (written,) = out.rglob("results_*.json")
     result = json.loads(written.read_text())
@@ -465,14 +510,20 @@ def test_bundled_tasks_on_the_embedded_model_headstats_equals_hf(smollm2) -> Non
     tasks = ["piqa", "arc_easy"]
     runs = {
         name: lm_eval.simple_evaluate(model=lm, tasks=tasks, task_manager=task_manager(), limit=20, log_samples=True)
-        for name, lm in (("hf", HFLM(pretrained=model, tokenizer=tokenizer, batch_size=8)),
-                         ("headstats", HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=8)))
-    }  # fmt: skip
+        for name, lm in (
+            ("hf", HFLM(pretrained=model, tokenizer=tokenizer, batch_size=8)),
+            ("headstats", HeadstatsLM(pretrained=model, tokenizer=tokenizer, batch_size=8)),
+        )
+    }
     for task in tasks:
         docs_hf, hf, _ = logged_choices(runs["hf"], task)
         docs, ours, _ = logged_choices(runs["headstats"], task)
         assert docs_hf == docs == list(range(20))
         np.testing.assert_allclose(np.concatenate(ours), np.concatenate(hf), rtol=0, atol=2e-5)
         assert runs["hf"]["results"][task]["acc,none"] == runs["headstats"]["results"][task]["acc,none"]
-        print(task, {name: runs[name]["results"][task]["acc,none"] for name in runs},
-              "max |dll|", float(np.abs(np.concatenate(ours) - np.concatenate(hf)).max()))  # fmt: skip
+        print(
+            task,
+            {name: runs[name]["results"][task]["acc,none"] for name in runs},
+            "max |dll|",
+            float(np.abs(np.concatenate(ours) - np.concatenate(hf)).max()),
+        )

@@ -203,9 +203,7 @@ def test_synthetic_tables_are_reproducible_and_reused(tmp_path: Path, table: Pat
     again = write_synthetic_scores(tmp_path, MODELS[2:], ("mmlu",), n_sequences=61, rows_per_part=300, progress=False)
     assert not again["reused"].any()
     mine = store.read_scores(tmp_path).drop(columns=["model", "dataset"])
-    theirs = store.read_scores(
-        table, filter=(pads.field("model") == "wide") & (pads.field("dataset") == "mmlu")
-    )
+    theirs = store.read_scores(table, filter=(pads.field("model") == "wide") & (pads.field("dataset") == "mmlu"))
     pd.testing.assert_frame_equal(mine, theirs.drop(columns=["model", "dataset"]))
     reused = write_synthetic_scores(tmp_path, MODELS[2:], ("mmlu",), n_sequences=61, rows_per_part=300, progress=False)
     assert reused["reused"].all()

@@ -30,11 +30,19 @@ def score_table() -> pd.DataFrame:
     frames = []
     for model, shift in (("m1", 0.0), ("m2", 0.5), ("m3", 0.2)):
         n = 6 * 3 * 4
-        frames.append(pd.DataFrame({
-            "model": model, "dataset": "text", "sample_id": np.repeat(np.arange(6), 12),
-            "layer": np.tile(np.repeat(np.arange(3), 4), 6), "head": np.tile(np.arange(4), 18),
-            "awft": rng.random(n) + shift, "ahon_ln": rng.random(n) * 2,
-        }))  # fmt: skip
+        frames.append(
+            pd.DataFrame(
+                {
+                    "model": model,
+                    "dataset": "text",
+                    "sample_id": np.repeat(np.arange(6), 12),
+                    "layer": np.tile(np.repeat(np.arange(3), 4), 6),
+                    "head": np.tile(np.arange(4), 18),
+                    "awft": rng.random(n) + shift,
+                    "ahon_ln": rng.random(n) * 2,
+                }
+            )
+        )
     return pd.concat(frames, ignore_index=True)
 
 
@@ -134,11 +142,17 @@ def test_a_matrix_heatmap_colours_and_prints_the_matrix_and_a_rank_heatmap_its_r
 def test_area_intervals_draw_each_area_and_its_interval_best_last(score_table) -> None:
     """One panel per model; a score's point is its area, its error bar runs from area_low to
     area_high, scores ordered by area (best at the top); the reference interval shaded."""
-    intervals = pd.DataFrame({
-        "model": ["m1"] * 3 + ["m2"] * 2, "score": ["awft", "random", "ahon_ln", "random", "awft"],
-        "area": [3.0, 1.0, 2.0, 5.0, 4.0], "area_low": [2.5, 0.2, 1.0, 4.0, 3.9],
-        "area_high": [3.5, 1.5, 2.4, 6.0, 4.2], "reference": "random", "by": "grid_auc",
-    })  # fmt: skip
+    intervals = pd.DataFrame(
+        {
+            "model": ["m1"] * 3 + ["m2"] * 2,
+            "score": ["awft", "random", "ahon_ln", "random", "awft"],
+            "area": [3.0, 1.0, 2.0, 5.0, 4.0],
+            "area_low": [2.5, 0.2, 1.0, 4.0, 3.9],
+            "area_high": [3.5, 1.5, 2.4, 6.0, 4.2],
+            "reference": "random",
+            "by": "grid_auc",
+        }
+    )
     fig = plots.area_intervals(intervals)
     for ax, model in zip(fig.axes, ["m1", "m2"], strict=True):
         rows = intervals[intervals["model"] == model].sort_values("area")

@@ -75,9 +75,13 @@ def prefix_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 def collect(model, sequences, *, share_prefix: bool, padding_side: str = "right", batch_size: int = 3):
     tables = iter_score_tables(
-        model, enumerate(sequences), batch_size=batch_size, padding_side=padding_side, progress=False,
+        model,
+        enumerate(sequences),
+        batch_size=batch_size,
+        padding_side=padding_side,
+        progress=False,
         share_prefix=share_prefix,
-    )  # fmt: skip
+    )
     frame = pa.concat_tables(list(tables)).to_pandas()
     return frame.sort_values(["sample_id", "layer", "head"]).reset_index(drop=True)
 
@@ -185,8 +189,9 @@ def test_static_zeroing_with_prefix_reuse_equals_whole_passes(model, mmlu, token
     results = {}
     for share in (False, True):
         with headstats.ablate_heads(model, heads=heads) as ablation:
-            frame = ev.evaluate(model, tokenizer, mmlu, batch_size=3, probe=ablation.probe, progress=False,
-                                share_prefix=share)  # fmt: skip
+            frame = ev.evaluate(
+                model, tokenizer, mmlu, batch_size=3, probe=ablation.probe, progress=False, share_prefix=share
+            )
             results[share] = (frame, logliks(model, tokenizer, mmlu, probe=ablation.probe, share_prefix=share))
     assert len(prefix_calls) == 4  # two subjects, two evaluations
     plain = logliks(model, tokenizer, mmlu, share_prefix=False)
@@ -225,8 +230,10 @@ def test_random_zeroing_is_refused_up_front(model, mmlu, tokenizer, prefix_calls
     for share in (False, True):
         with headstats.ablate_heads(model, score="random", threshold=0.3, seed=4) as ablation:
             assert "per sequence" in ablation.probe.prefix_refusal()
-            results[share] = (logliks(model, tokenizer, mmlu, probe=ablation.probe, share_prefix=share),
-                              ablation.zero_masks()[ablation.sample_keys().argsort()])  # fmt: skip
+            results[share] = (
+                logliks(model, tokenizer, mmlu, probe=ablation.probe, share_prefix=share),
+                ablation.zero_masks()[ablation.sample_keys().argsort()],
+            )
     assert prefix_calls == []
     np.testing.assert_allclose(results[True][0], results[False][0], atol=1e-5)
     assert torch.equal(results[True][1], results[False][1])

@@ -90,9 +90,13 @@ def test_cached_generation_equals_zeroed_model(family: str) -> None:
         seq = torch.cat([seq, nxt], dim=1)
     with torch.no_grad():
         generated = pruned.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=steps, do_sample=False, min_new_tokens=steps,
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=steps,
+            do_sample=False,
+            min_new_tokens=steps,
             pad_token_id=0,
-        )  # fmt: skip
+        )
     assert generated[:, ids.shape[1] :].tolist() == seq[:, ids.shape[1] :].tolist()
 
 
@@ -160,8 +164,9 @@ def _load_without_tokenizer(path):
 def test_probe_refuses_pruned_model() -> None:
     model = tiny_model("llama", attn="headstats")
     prune_heads(model, [(0, 1)])
-    with pytest.raises(UnsupportedModelError, match="pruned by headstats prune"), headstats.ablate_heads(
-        model, heads=[(1, 0)]
+    with (
+        pytest.raises(UnsupportedModelError, match="pruned by headstats prune"),
+        headstats.ablate_heads(model, heads=[(1, 0)]),
     ):
         ids = _ids()
         model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
@@ -203,8 +208,24 @@ def test_prune_command_removes_the_lowest_calibration_means(model_dir, tmp_path)
     out = tmp_path / "pruned"
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("Inactive heads can be removed.\n\nThe rest stays.\n\nA third passage.\n\nAnd four.\n")
-    args = ["prune", "--model", str(model_dir), "--scores", "ahon_ln", "--shares", "0.25", "--calibration", str(corpus),
-            "--calibration-limit", "4", "--max-length", "32", "--out", str(out), "--no-progress"]  # fmt: skip
+    args = [
+        "prune",
+        "--model",
+        str(model_dir),
+        "--scores",
+        "ahon_ln",
+        "--shares",
+        "0.25",
+        "--calibration",
+        str(corpus),
+        "--calibration-limit",
+        "4",
+        "--max-length",
+        "32",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     assert main(args) == 0
     record = json.loads((out / "pruning.json").read_text())
     means = sorted(record["calibration_means"], key=lambda r: (r[2], r[0], r[1]))
@@ -226,9 +247,26 @@ def test_certified_share_is_a_fixed_sequence_of_tango_bounds(model_dir, tmp_path
     from headstats.stats.paired import drop_bound_from_counts
 
     out = tmp_path / "certified"
-    args = ["prune", "--model", str(model_dir), "--certify", "piqa", "--limit", "12", "--shares", "0,0.25,0.5,1",
-            "--max-drop", "0.3", "--calibration-limit", "4", "--max-length", "32", "--out", str(out),
-            "--no-progress"]  # fmt: skip
+    args = [
+        "prune",
+        "--model",
+        str(model_dir),
+        "--certify",
+        "piqa",
+        "--limit",
+        "12",
+        "--shares",
+        "0,0.25,0.5,1",
+        "--max-drop",
+        "0.3",
+        "--calibration-limit",
+        "4",
+        "--max-length",
+        "32",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
     assert main(args) == 0
     record = json.loads((out / "pruning.json").read_text())
     points = record["certification"]["points"]
@@ -247,9 +285,24 @@ def test_certified_share_is_a_fixed_sequence_of_tango_bounds(model_dir, tmp_path
 def test_no_certified_share_is_a_clear_error(model_dir, tmp_path, capsys) -> None:
     from headstats.cli import main
 
-    args = ["prune", "--model", str(model_dir), "--certify", "piqa", "--limit", "4", "--shares", "0.25",
-            "--calibration-limit", "2", "--max-length", "16", "--out", str(tmp_path / "none"),
-            "--no-progress"]  # fmt: skip
+    args = [
+        "prune",
+        "--model",
+        str(model_dir),
+        "--certify",
+        "piqa",
+        "--limit",
+        "4",
+        "--shares",
+        "0.25",
+        "--calibration-limit",
+        "2",
+        "--max-length",
+        "16",
+        "--out",
+        str(tmp_path / "none"),
+        "--no-progress",
+    ]
     assert main(args) != 0
     assert "no share is certified on piqa" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()
@@ -352,8 +405,9 @@ def test_inference_cost_counts_the_pruned_shapes() -> None:
     prune_heads(model, HEADS)
     cost = inference_cost(model)
     # Layer 0: 3 query heads, 2 KV heads; layer 1: 2 query heads, 1 KV head; layer 2: the placeholder.
-    assert cost.projection_flops == 2 * ((3 + 2 + 2 + 3) * head + (2 + 1 + 1 + 2) * head + 4 * head + 3 * mlp
-                                         + 64 * 128)  # fmt: skip
+    assert cost.projection_flops == 2 * (
+        (3 + 2 + 2 + 3) * head + (2 + 1 + 1 + 2) * head + 4 * head + 3 * mlp + 64 * 128
+    )
     assert [layer.query_heads for layer in cost.layers] == [3, 2, 1]
     assert [layer.kv_bytes_per_token for layer in cost.layers] == [2 * 2 * 16 * 4, 2 * 16 * 4, 2 * 16 * 4]
     assert cost.attention_flops(10) == 4 * (3 + 2 + 1) * 16 * 10

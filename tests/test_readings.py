@@ -39,11 +39,15 @@ def test_a_curve_that_never_drops_is_censored_at_its_largest_realised_percent() 
 def test_censored_values_are_lower_bounds_in_the_awft_vs_best_table() -> None:
     """PIQA's case (issue 10): awft never drops a point up to 26.5%, ahon_ln crosses at 12; with
     the study's 0 awft would lose, as a lower bound it wins and the table says so."""
-    curves = pd.DataFrame({
-        "model": ["p"] * 3 + ["q"] * 3, "score": ["awft", "ahon_ln", "random"] * 2,
-        "within_1pt": [26.5, 12.0, 3.0, 4.0, 12.0, 12.0], "censored": [True, False, False, False, False, True],
-        "non_monotone": [False, True, False, False, False, False],
-    })  # fmt: skip
+    curves = pd.DataFrame(
+        {
+            "model": ["p"] * 3 + ["q"] * 3,
+            "score": ["awft", "ahon_ln", "random"] * 2,
+            "within_1pt": [26.5, 12.0, 3.0, 4.0, 12.0, 12.0],
+            "censored": [True, False, False, False, False, True],
+            "non_monotone": [False, True, False, False, False, False],
+        }
+    )
     table = ranking.compare_with_reference(curves).set_index("model")
     assert table.loc["p", "best_overall_score"] == "awft" and bool(table.loc["p", "awft_censored"])
     assert table.loc["p", "best_other_score"] == "ahon_ln"
@@ -71,10 +75,21 @@ def test_a_curve_that_zeroes_no_head_has_no_reading_no_rank_and_does_not_shrink_
                 correct[: int(40 * target)] = False  # awft loses more than ahon_ln
             if score == "ahon_ln":
                 correct[: int(10 * target)] = False
-            rows.append(pd.DataFrame({
-                "model": "g", "task": "t", "question_id": np.arange(n), "score": score, "target": target,
-                "threshold": 1.0, "correct": correct, "n_zeroed": zeroed, "n_heads": 100,
-            }))  # fmt: skip
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "model": "g",
+                        "task": "t",
+                        "question_id": np.arange(n),
+                        "score": score,
+                        "target": target,
+                        "threshold": 1.0,
+                        "correct": correct,
+                        "n_zeroed": zeroed,
+                        "n_heads": 100,
+                    }
+                )
+            )
     df = pd.concat(rows, ignore_index=True)
     curves = summarize_curves(df, n_resamples=100).set_index("score")
     assert bool(curves.loc["avvn_ln", "zeroes_none"]) and not curves["zeroes_none"].drop("avvn_ln").any()
@@ -106,10 +121,21 @@ def test_no_changed_answer_certifies_with_5000_questions_but_not_with_20() -> No
         base = np.arange(n) % 3 != 0
         rows = []
         for score, target in (("baseline", 0.0), ("ahon_ln", 0.1)):
-            rows.append(pd.DataFrame({
-                "model": "m", "task": "t", "question_id": np.arange(n), "score": score, "target": target,
-                "threshold": 0.5, "correct": base, "n_zeroed": 0 if score == "baseline" else 20, "n_heads": 100,
-            }))  # fmt: skip
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "model": "m",
+                        "task": "t",
+                        "question_id": np.arange(n),
+                        "score": score,
+                        "target": target,
+                        "threshold": 0.5,
+                        "correct": base,
+                        "n_zeroed": 0 if score == "baseline" else 20,
+                        "n_heads": 100,
+                    }
+                )
+            )
         df = pd.concat(rows, ignore_index=True)
         points = summarize_interventions(df, n_resamples=200)
         point = points[points["score"] == "ahon_ln"].iloc[0]
@@ -156,11 +182,22 @@ def _sweep_rows(n: int, losses: dict[str, float], subjects: int = 0, seed: int =
             if score != "baseline":
                 right = np.flatnonzero(correct)
                 correct[right[: int(losses[score] * target * n)]] = False
-            rows.append(pd.DataFrame({
-                "model": "m", "task": "t", "subject": subject, "question_id": np.arange(n), "score": score,
-                "target": target, "threshold": 0.5, "correct": correct,
-                "n_zeroed": 0 if score == "baseline" else int(100 * target), "n_heads": 1000,
-            }))  # fmt: skip
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "model": "m",
+                        "task": "t",
+                        "subject": subject,
+                        "question_id": np.arange(n),
+                        "score": score,
+                        "target": target,
+                        "threshold": 0.5,
+                        "correct": correct,
+                        "n_zeroed": 0 if score == "baseline" else int(100 * target),
+                        "n_heads": 1000,
+                    }
+                )
+            )
     return pd.concat(rows, ignore_index=True)
 
 
@@ -239,10 +276,26 @@ def test_rank_interval_coverage_on_clustered_answers() -> None:
         for t in (0.1, 0.2):
             points.append(("ahon_ln", t, base & ~(rng.random(n) < np.where(heavy, 2.0 * t, 0.0)[subject])))
             points.append(("random", t, base & ~(rng.random(n) < 0.5 * t)))
-        return pd.concat([pd.DataFrame({
-            "model": "m", "task": "t", "subject": [f"s{k}" for k in subject], "question_id": np.arange(n),
-            "score": s, "target": t, "threshold": 0.5, "correct": c, "n_zeroed": int(100 * t), "n_heads": 100,
-        }) for s, t, c in points], ignore_index=True)  # fmt: skip
+        return pd.concat(
+            [
+                pd.DataFrame(
+                    {
+                        "model": "m",
+                        "task": "t",
+                        "subject": [f"s{k}" for k in subject],
+                        "question_id": np.arange(n),
+                        "score": s,
+                        "target": t,
+                        "threshold": 0.5,
+                        "correct": c,
+                        "n_zeroed": int(100 * t),
+                        "n_heads": 100,
+                    }
+                )
+                for s, t, c in points
+            ],
+            ignore_index=True,
+        )
 
     # Expected accuracies: 60% x (1 - loss); ahon_ln's loss is 0.3 x 2t on average, random's 0.5 t.
     x = np.array([0.0, 10.0, 20.0])
@@ -266,11 +319,20 @@ def test_passages_of_one_document_are_one_cluster() -> None:
 
     rng = np.random.default_rng(0)
     n = 60
-    evaluated = pd.DataFrame({
-        "task": "hellaswag", "subject": None, "question_id": np.arange(n), "correct": rng.random(n) < 0.5,
-        "correct_norm": pd.array([None] * n, dtype="boolean"), "gold_loglik": -1.0, "pred": np.int16(0),
-        "n_choices": np.int16(4), "n_zeroed": 0.0, "document": [f"v{i // 3}" for i in range(n)],
-    })  # fmt: skip
+    evaluated = pd.DataFrame(
+        {
+            "task": "hellaswag",
+            "subject": None,
+            "question_id": np.arange(n),
+            "correct": rng.random(n) < 0.5,
+            "correct_norm": pd.array([None] * n, dtype="boolean"),
+            "gold_loglik": -1.0,
+            "pred": np.int16(0),
+            "n_choices": np.int16(4),
+            "n_zeroed": 0.0,
+            "document": [f"v{i // 3}" for i in range(n)],
+        }
+    )
     rows = to_rows(evaluated, Point("baseline", 0.0), float("nan"), 100)
     assert rows["document"].tolist() == evaluated["document"].tolist()  # the intervention rows keep it
     zeroed = to_rows(evaluated.assign(correct=rng.random(n) < 0.5, n_zeroed=10.0), Point("ahon_ln", 0.1), 0.5, 100)

@@ -43,9 +43,14 @@ def max_attention_weight(rows: TokenRows) -> torch.Tensor:
 def maxattn() -> Iterator[tuple[str, str]]:
     """A user's score and its layer-normalised variant, registered for one test and removed after."""
     raw = Score(
-        "maxattn", "max attention weight", "above", stat=max_attention_weight, pool="mean", needs_weights=True,
+        "maxattn",
+        "max attention weight",
+        "above",
+        stat=max_attention_weight,
+        pool="mean",
+        needs_weights=True,
         description="mean over valid query rows of max_s A[t, s]",
-    )  # fmt: skip
+    )
     ln = Score("maxattn_ln", "max attention weight, layer-normalised", "above", ratio=Ratio("maxattn", "maxattn"))
     try:
         headstats.scores.register(raw)

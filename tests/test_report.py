@@ -51,12 +51,24 @@ def write_interventions(root: Path, model: str, rng: np.random.Generator) -> Non
 
     def rows(score: str, target: float, accuracy: float) -> pa.Table:
         correct = difficulty < accuracy
-        return pa.Table.from_pandas(pd.DataFrame({
-            "subject": np.where(np.arange(n_q) % 2, "anatomy", "virology"), "question_id": np.arange(n_q),
-            "score": score, "target": target, "threshold": target, "correct": correct, "correct_norm": correct,
-            "gold_loglik": -rng.random(n_q), "pred": rng.integers(0, 4, n_q), "n_choices": 4,
-            "n_zeroed": rng.binomial(n_heads, target, n_q), "n_heads": n_heads,
-        }))  # fmt: skip
+        return pa.Table.from_pandas(
+            pd.DataFrame(
+                {
+                    "subject": np.where(np.arange(n_q) % 2, "anatomy", "virology"),
+                    "question_id": np.arange(n_q),
+                    "score": score,
+                    "target": target,
+                    "threshold": target,
+                    "correct": correct,
+                    "correct_norm": correct,
+                    "gold_loglik": -rng.random(n_q),
+                    "pred": rng.integers(0, 4, n_q),
+                    "n_choices": 4,
+                    "n_zeroed": rng.binomial(n_heads, target, n_q),
+                    "n_heads": n_heads,
+                }
+            )
+        )
 
     store.write_parquet_atomic(rows("baseline", 0.0, 0.6), part / "baseline.parquet", provenance)
     for score, slope in (("ahon_ln", 0.1), ("awft", 0.5), ("random", 1.2)):
@@ -115,8 +127,12 @@ def test_report_is_self_contained_and_lists_every_table(results: Path, built: Pa
     embedded = re.findall(r'<img alt="([^"]+)" src="data:image/(?:png|svg\+xml);base64,', page)
     assert sorted(embedded) == sorted(p.stem for p in (built / "figures").glob("*.png")) and len(embedded) >= 10
     assert not re.search(r'<img [^>]*src="(?!data:)', page)
-    for partition in ("scores/model=base/dataset=wide", "scores/model=base/dataset=narrow",
-                      "scores/model=tuned/dataset=wide", "ablations/model=base/task=mmlu"):  # fmt: skip
+    for partition in (
+        "scores/model=base/dataset=wide",
+        "scores/model=base/dataset=narrow",
+        "scores/model=tuned/dataset=wide",
+        "ablations/model=base/task=mmlu",
+    ):
         assert partition in page  # the provenance of every table used
     for section in ("Between models: Wasserstein-1", "Across datasets", "Interventions: task", "within 1 point"):
         assert section in page
@@ -621,19 +637,40 @@ def test_a_stage_not_shown_to_learn_makes_no_comparison_in_the_main_table() -> N
     "end" is the last stage that learned."""
     from headstats.report.sections.finetuning import NO_COMPARISON, ChainAnalysis, finetuning_abstract, stage_table
 
-    chain = pd.DataFrame({
-        "model": ["b", "s", "d", "g"], "stage": ["base", "sft", "dpo", "grpo"], "step": [0, 4, 3, 4],
-        "primary": True, "cumulative_step": [0, 4, 7, 11], "label": ["base", "SFT 4", "DPO 3", "GRPO 4"],
-    })  # fmt: skip
-    learning = pd.DataFrame({
-        "stage": ["sft", "dpo", "grpo"], "metric": ["answer_loss", "reward_margin", "sampled_reward"],
-        "primary": True, "primary_chain": True, "seed": 0, "change": [-1.0, 6.0, 0.05],
-        "ci_low": [-1.5, 5.0, -0.01], "ci_high": [-0.5, 7.0, 0.11], "learned": [True, True, False],
-    })  # fmt: skip
-    tests = pd.DataFrame({
-        "comparison": "from base", "model_b": ["s", "d", "g"], "stage": ["sft", "dpo", "grpo"], "step": [4, 3, 4],
-        "w1_iqr": [0.1, 0.2, 0.9], "p_holm": [0.001, 0.001, 0.001], "n_seq_a": 32,
-    })  # fmt: skip
+    chain = pd.DataFrame(
+        {
+            "model": ["b", "s", "d", "g"],
+            "stage": ["base", "sft", "dpo", "grpo"],
+            "step": [0, 4, 3, 4],
+            "primary": True,
+            "cumulative_step": [0, 4, 7, 11],
+            "label": ["base", "SFT 4", "DPO 3", "GRPO 4"],
+        }
+    )
+    learning = pd.DataFrame(
+        {
+            "stage": ["sft", "dpo", "grpo"],
+            "metric": ["answer_loss", "reward_margin", "sampled_reward"],
+            "primary": True,
+            "primary_chain": True,
+            "seed": 0,
+            "change": [-1.0, 6.0, 0.05],
+            "ci_low": [-1.5, 5.0, -0.01],
+            "ci_high": [-0.5, 7.0, 0.11],
+            "learned": [True, True, False],
+        }
+    )
+    tests = pd.DataFrame(
+        {
+            "comparison": "from base",
+            "model_b": ["s", "d", "g"],
+            "stage": ["sft", "dpo", "grpo"],
+            "step": [4, 3, 4],
+            "w1_iqr": [0.1, 0.2, 0.9],
+            "p_holm": [0.001, 0.001, 0.001],
+            "n_seq_a": 32,
+        }
+    )
     empty = pd.DataFrame()
     analysis = ChainAnalysis(chain, "m", ["d1"], ["ahon"], {}, learning, empty, tests, empty, empty, 100)
     table = stage_table(analysis).set_index("stage")
@@ -644,6 +681,17 @@ def test_a_stage_not_shown_to_learn_makes_no_comparison_in_the_main_table() -> N
     text = finetuning_abstract(analysis)
     assert "Not shown to learn: GRPO" in text and "At the end of DPO, the last stage that learned" in text
     assert "0.20 IQR" in text and "0.90" not in text
-    unscored = ChainAnalysis(chain[chain["stage"] != "grpo"], "m", ["d1"], ["ahon"], {}, learning, empty,
-                             tests[tests["stage"] != "grpo"], empty, empty, 100)  # fmt: skip
+    unscored = ChainAnalysis(
+        chain[chain["stage"] != "grpo"],
+        "m",
+        ["d1"],
+        ["ahon"],
+        {},
+        learning,
+        empty,
+        tests[tests["stage"] != "grpo"],
+        empty,
+        empty,
+        100,
+    )
     assert stage_table(unscored).set_index("stage").loc["GRPO", "base → end, W1/IQR"] == NO_COMPARISON

@@ -278,12 +278,32 @@ def test_collect_mmlu_limit_57_covers_the_subjects_and_repeats_its_sample(smollm
 
     tokenizer = smollm2_tokenizer
     tiny_llama(
-        len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=1, max_position_embeddings=4096,
-    ).save_pretrained(tmp_path / "tiny")  # fmt: skip
+        len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=4096,
+    ).save_pretrained(tmp_path / "tiny")
     tokenizer.save_pretrained(tmp_path / "tiny")
-    argv = ["collect", "--model", str(tmp_path / "tiny"), "--dataset", "mmlu", "--limit", "57", "--batch-size", "8",
-            "--max-length", "256", "--scores", "ahon,random", "--out", str(tmp_path / "out")]  # fmt: skip
+    argv = [
+        "collect",
+        "--model",
+        str(tmp_path / "tiny"),
+        "--dataset",
+        "mmlu",
+        "--limit",
+        "57",
+        "--batch-size",
+        "8",
+        "--max-length",
+        "256",
+        "--scores",
+        "ahon,random",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert main(argv) == 0
     table = headstats.read_scores(tmp_path / "out")
     samples = table.drop_duplicates("sample_id")

@@ -80,11 +80,14 @@ def test_a_missing_text_column_names_the_columns_present(tmp_path: Path, fmt: st
     assert str(path) in str(err.value)
 
 
-@pytest.mark.parametrize(("name", "content", "line"), [
-    ("latin1.jsonl", b'{"text": "ok"}\n{"text": "caf\xe9"}\n', 2),
-    ("latin1.txt", b"hello\n\nwor\xffld\n", 3),
-    ("latin1.csv", b"text\nfine\nna\xefve\n", 3),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "content", "line"),
+    [
+        ("latin1.jsonl", b'{"text": "ok"}\n{"text": "caf\xe9"}\n', 2),
+        ("latin1.txt", b"hello\n\nwor\xffld\n", 3),
+        ("latin1.csv", b"text\nfine\nna\xefve\n", 3),
+    ],
+)
 def test_non_utf8_input_names_the_file_and_line(tmp_path: Path, name: str, content: bytes, line: int) -> None:
     path = tmp_path / name
     path.write_bytes(content)
@@ -131,12 +134,15 @@ def test_unsupported_and_missing_files(tmp_path: Path) -> None:
 # -- Hub datasets (no network here: the spec, and the message when the Hub cannot be reached) -------
 
 
-@pytest.mark.parametrize(("spec", "parsed"), [
-    ("hf:HuggingFaceFW/fineweb-edu:sample-10BT:train", ("HuggingFaceFW/fineweb-edu", "sample-10BT", "train")),
-    ("hf:HuggingFaceFW/fineweb-edu:sample-10BT", ("HuggingFaceFW/fineweb-edu", "sample-10BT", "train")),
-    ("hf:allenai/c4::validation", ("allenai/c4", None, "validation")),
-    ("hf:wikitext", ("wikitext", None, "train")),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("spec", "parsed"),
+    [
+        ("hf:HuggingFaceFW/fineweb-edu:sample-10BT:train", ("HuggingFaceFW/fineweb-edu", "sample-10BT", "train")),
+        ("hf:HuggingFaceFW/fineweb-edu:sample-10BT", ("HuggingFaceFW/fineweb-edu", "sample-10BT", "train")),
+        ("hf:allenai/c4::validation", ("allenai/c4", None, "validation")),
+        ("hf:wikitext", ("wikitext", None, "train")),
+    ],
+)
 def test_hub_dataset_specs(spec: str, parsed: tuple) -> None:
     assert parse_hub_dataset(spec) == parsed
 

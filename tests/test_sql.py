@@ -32,8 +32,16 @@ def results(tmp_path_factory: pytest.TempPathFactory, data_dir: Path, tokenizer)
     corpus.write_text("".join(json.dumps({"text": f"Document number {i} is here."}) + "\n" for i in range(5)))
     collect_scores(model, tok, str(corpus), root, batch_size=2, rows_per_part=20, progress=False)
     collect_scores(model, tok, "mmlu", root, data_dir=str(data), batch_size=4, progress=False)
-    run_sweep(model, "mmlu", tokenizer=tok, out=root, data_dir=str(data), scores="ahon_ln,random",
-              targets=[0, 0.1, 0.5], progress=False)  # fmt: skip
+    run_sweep(
+        model,
+        "mmlu",
+        tokenizer=tok,
+        out=root,
+        data_dir=str(data),
+        scores="ahon_ln,random",
+        targets=[0, 0.1, 0.5],
+        progress=False,
+    )
     return root
 
 
@@ -136,8 +144,12 @@ def test_the_readmes_queries_give_what_pandas_gives_and_say_something(results: P
     np.testing.assert_allclose(scores.groupby(["model", "dataset", "layer"])["ahon_ln"].mean(), 1.0, rtol=1e-5)
 
     by_head = scores.groupby(["model", "dataset", "layer", "head"])["ahon_ln"].mean().reset_index()
-    expected = (by_head.sort_values(["model", "dataset", "ahon_ln", "layer", "head"])
-                .groupby(["model", "dataset"]).head(5).reset_index(drop=True))  # fmt: skip
+    expected = (
+        by_head.sort_values(["model", "dataset", "ahon_ln", "layer", "head"])
+        .groupby(["model", "dataset"])
+        .head(5)
+        .reset_index(drop=True)
+    )
     assert lowest[["model", "dataset", "layer", "head"]].astype(str).values.tolist() == (
         expected[["model", "dataset", "layer", "head"]].astype(str).values.tolist()
     )

@@ -113,14 +113,23 @@ def _null_p_values(paired: bool, n_draws: int = 120, n_perm: int = 39) -> tuple[
         a = synthetic_scores("a", 12, 2, 3, rng, scores=("awft",), seq_effect=effect if paired else None)
         b = synthetic_scores("b", 12, 2, 3, rng, scores=("awft",), seq_effect=effect if paired else None)
         res = model_distance(
-            pd.concat([a, b]), "a", "b", depth_bins=0, n_boot=0, n_perm=n_perm, n_split=0, seed=draw,
+            pd.concat([a, b]),
+            "a",
+            "b",
+            depth_bins=0,
+            n_boot=0,
+            n_perm=n_perm,
+            n_split=0,
+            seed=draw,
             design="paired" if paired else "unpaired",
-        )  # fmt: skip
+        )
         ours.append(res["p_value"].item())
         rows = SequenceBlocks(np.concatenate([a["awft"], b["awft"]]), np.arange(2 * len(a)), 2 * len(a))
         observed = rows.distance(np.r_[np.ones(len(a)), np.zeros(len(a))], np.r_[np.zeros(len(a)), np.ones(len(a))])
-        perms = [rows.distance(m, 1 - m) for m in (rng.permutation(np.r_[np.ones(len(a)), np.zeros(len(a))])
-                                                    for _ in range(n_perm))]  # fmt: skip
+        perms = [
+            rows.distance(m, 1 - m)
+            for m in (rng.permutation(np.r_[np.ones(len(a)), np.zeros(len(a))]) for _ in range(n_perm))
+        ]
         naive += (1 + sum(p >= observed for p in perms)) / (1 + n_perm) <= 0.05
     return np.array(ours), naive / n_draws
 
@@ -233,8 +242,9 @@ def test_score_overlap_on_a_hand_made_table() -> None:
     ahon = 1.0 + 0.01 * np.arange(16)
     for rank, (s, h) in enumerate([(0, 0), (1, 1), (2, 1)]):
         ahon[(seq == s) & (head == h)] = 0.1 * (rank + 1)
-    table = pd.DataFrame({"model": "m", "dataset": "d", "sample_id": seq, "layer": 0, "head": head,
-                          "awft": awft, "ahon_ln": ahon})  # fmt: skip
+    table = pd.DataFrame(
+        {"model": "m", "dataset": "d", "sample_id": seq, "layer": 0, "head": head, "awft": awft, "ahon_ln": ahon}
+    )
     row = overlap.score_overlap(table, "awft", "ahon_ln", [0.25]).iloc[0]
     assert row["selected_a"] == 4 / 16 and row["selected_b"] == 3 / 16
     assert row["iou_triples"] == pytest.approx(1 / 6)
@@ -250,12 +260,14 @@ def test_score_overlap_on_a_hand_made_table() -> None:
 
 
 def test_ranks_ties_nan_correlation_and_top_k_on_hand_made_curves() -> None:
-    curves = pd.DataFrame({
-        "model": ["p"] * 4 + ["q"] * 4,
-        "score": ["random", "awft", "ahon_ln", "entropy"] * 2,
-        "norm_auc": [30.0, 50.0, 50.0, np.nan, 30.0, 40.0, 60.0, 20.0],
-        "within_1pt": [1.0, 3.0, 5.0, 0.0, 1.0, 2.0, 8.0, 0.0],
-    })  # fmt: skip
+    curves = pd.DataFrame(
+        {
+            "model": ["p"] * 4 + ["q"] * 4,
+            "score": ["random", "awft", "ahon_ln", "entropy"] * 2,
+            "norm_auc": [30.0, 50.0, 50.0, np.nan, 30.0, 40.0, 60.0, 20.0],
+            "within_1pt": [1.0, 3.0, 5.0, 0.0, 1.0, 2.0, 8.0, 0.0],
+        }
+    )
     ranks = ranking.rank_scores(curves, "norm_auc")
     # p: awft and ahon_ln tie at 50 -> canonical order (awft first); NaN (entropy) ranks last
     assert ranks.loc["p"].to_dict() == {"awft": 1, "entropy": 4, "ahon_ln": 2, "random": 3}

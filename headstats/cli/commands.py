@@ -181,8 +181,12 @@ def add_summary(sub: Subparsers) -> None:
 
 def run_summary(args: argparse.Namespace) -> int:
     output = spec_from_args(args, SummaryOutput)
-    print_summary(spec_from_args(args, Results).results, metric=spec_from_args(args, SummarySpec).metric,
-                  fmt=output.format, table=output.table)  # fmt: skip
+    print_summary(
+        spec_from_args(args, Results).results,
+        metric=spec_from_args(args, SummarySpec).metric,
+        fmt=output.format,
+        table=output.table,
+    )
     return 0
 
 

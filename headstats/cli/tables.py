@@ -85,16 +85,20 @@ def _groups(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     keys = [k for k in ("model", "task") if k in frame.columns]
     if not keys or frame.empty:
         return [("", frame)]
-    return [(" / ".join(map(str, key if isinstance(key, tuple) else (key,))), group)
-            for key, group in frame.groupby(keys, sort=True, dropna=False)]  # fmt: skip
+    return [
+        (" / ".join(map(str, key if isinstance(key, tuple) else (key,))), group)
+        for key, group in frame.groupby(keys, sort=True, dropna=False)
+    ]
 
 
 def summary_table(points: pd.DataFrame, curves: pd.DataFrame, *, metric: str, table: str = "both") -> str:
     """The aligned text ``headstats summary`` prints by default (at most :data:`WIDTH` characters a line)."""
     out: list[str] = []
     if table in ("both", "points"):
-        out.append(f"per point ({metric}): accuracy and its paired difference from the baseline in points, "
-                   "zeroed in % of heads;")  # fmt: skip
+        out.append(
+            f"per point ({metric}): accuracy and its paired difference from the baseline in points, "
+            "zeroed in % of heads;"
+        )
         out.append("  drop<= = one-sided 95% bound of the drop; cert = drop<= <= 1 point")
         for name, group in _groups(points):
             clusters = group["cluster"].iloc[0] if "cluster" in group and len(group) else "question"
@@ -103,8 +107,10 @@ def summary_table(points: pd.DataFrame, curves: pd.DataFrame, *, metric: str, ta
     if table in ("both", "curves") and len(curves):
         if out:
             out.append("")
-        out.append("per curve: within 1pt = % of heads zeroed at the first drop to baseline - 1 (>= never dropped, "
-                   "* recovered);")  # fmt: skip
+        out.append(
+            "per curve: within 1pt = % of heads zeroed at the first drop to baseline - 1 (>= never dropped, "
+            "* recovered);"
+        )
         out.append("  certified = largest % with every point certified (fw: Bonferroni over the curves); AUC in points")
         for name, group in _groups(curves):
             out += ["", _cut(name, WIDTH), *_rows(group, CURVE_COLUMNS)]

@@ -320,9 +320,16 @@ def headstats_attention(
             d, k_len = query.shape[-1], key.shape[2]
             valid = torch.ones(query.shape[0], k_len, dtype=torch.bool, device=query.device)
             out, _, _ = attention_with_stats(
-                query, key, value, attention_mask, scaling if scaling is not None else d**-0.5, valid=valid,
-                raw_ids=(), softcap=kwargs["softcap"], causal=getattr(module, "is_causal", True),
-            )  # fmt: skip
+                query,
+                key,
+                value,
+                attention_mask,
+                scaling if scaling is not None else d**-0.5,
+                valid=valid,
+                raw_ids=(),
+                softcap=kwargs["softcap"],
+                causal=getattr(module, "is_causal", True),
+            )
             return out, None
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout, scaling, **kwargs)
     if kwargs.get("s_aux") is not None:

@@ -207,9 +207,7 @@ def _shrink_layer(module: torch.nn.Module, plan: LayerPlan, head_dim: int) -> No
     module.o_proj = _linear_columns(module.o_proj, q_rows, zero)
     n_q, n_kv = len(plan.q), len(plan.kv)
     group = n_q // n_kv
-    uniform = (
-        not q_whole and not k_whole and n_q % n_kv == 0 and plan.kv_of_q == tuple(i // group for i in range(n_q))
-    )
+    uniform = not q_whole and not k_whole and n_q % n_kv == 0 and plan.kv_of_q == tuple(i // group for i in range(n_q))
     if uniform:
         module.num_key_value_groups = group
         module.headstats_heads = None

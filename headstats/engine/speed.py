@@ -186,10 +186,17 @@ def time_inference(
     for name in names:
         prefill = statistics.median(x[0] for x in runs[name])
         decode = statistics.median(x[1] for x in runs[name])
-        rows.append({
-            "model": name, "batch": batch, "prompt_length": prompt_length, "new_tokens": new_tokens,
-            "repeats": repeats, "prefill_tokens_per_s": batch * prompt_length / prefill,
-            "decode_tokens_per_s": batch * new_tokens / decode if new_tokens else float("nan"),
-            "kv_cache_bytes": runs[name][0][2], "peak_cuda_bytes": max(x[3] for x in runs[name]) or None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": name,
+                "batch": batch,
+                "prompt_length": prompt_length,
+                "new_tokens": new_tokens,
+                "repeats": repeats,
+                "prefill_tokens_per_s": batch * prompt_length / prefill,
+                "decode_tokens_per_s": batch * new_tokens / decode if new_tokens else float("nan"),
+                "kv_cache_bytes": runs[name][0][2],
+                "peak_cuda_bytes": max(x[3] for x in runs[name]) or None,
+            }
+        )
     return rows

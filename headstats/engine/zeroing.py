@@ -57,8 +57,11 @@ def warn_tied_scores(model: PreTrainedModel, score_ids: Iterable[str], model_nam
             "%s has one KV head per layer, so %s %s the same for every head of a layer: %s cannot rank heads within "
             "a layer (a layer-normalised form is 1 for every head and zeroes none at any target). Use a score reading "
             "the attention or the head outputs (ahon_ln, awft, entropy_ln) to rank this model's heads.",
-            model_name, ", ".join(tied), "is" if len(tied) == 1 else "are", "it" if len(tied) == 1 else "they",
-        )  # fmt: skip
+            model_name,
+            ", ".join(tied),
+            "is" if len(tied) == 1 else "are",
+            "it" if len(tied) == 1 else "they",
+        )
     return tied
 
 
@@ -164,8 +167,10 @@ def _check_mask(mask: object, num_layers: int, num_heads: int) -> torch.Tensor:
         try:
             mask = torch.as_tensor(mask)
         except (TypeError, ValueError, RuntimeError):
-            raise ValueError(f"mask must be a bool tensor of shape (layers, heads) or (batch, layers, heads), got "
-                             f"{type(mask).__name__}") from None  # fmt: skip
+            raise ValueError(
+                f"mask must be a bool tensor of shape (layers, heads) or (batch, layers, heads), got "
+                f"{type(mask).__name__}"
+            ) from None
     if mask.dtype != torch.bool:
         raise ValueError(f"mask must be a bool tensor (True = zero the head), got dtype {mask.dtype}: pass mask.bool()")
     if mask.dim() not in (2, 3) or tuple(mask.shape[-2:]) != (num_layers, num_heads):
@@ -254,9 +259,14 @@ def ablate_heads(
 
         def dynamic_ablation() -> Ablation:
             probe = Probe(
-                model, (sid,), dynamic_policy, seed=seed, keep_history=True, record_scores=record_scores,
+                model,
+                (sid,),
+                dynamic_policy,
+                seed=seed,
+                keep_history=True,
+                record_scores=record_scores,
                 materialise=materialise,
-            )  # fmt: skip
+            )
             return Ablation(mode, sid, tau, None, num_layers, num_heads, probe)
 
         return AblationContext(dynamic_ablation)

@@ -73,8 +73,10 @@ def _cap_max_length(model: PreTrainedModel, max_length: int | None) -> int | Non
     if limit is not None and (max_length is None or max_length > limit):
         log.warning(
             "max_length %s is longer than this model's %d learned positions: sequences are truncated to %d tokens",
-            max_length, limit, limit,
-        )  # fmt: skip
+            max_length,
+            limit,
+            limit,
+        )
         return limit
     return max_length
 

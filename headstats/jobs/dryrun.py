@@ -76,16 +76,21 @@ class DryRun:
     def table(self) -> pd.DataFrame:
         rows = [
             {
-                "model": u.model, "stage": u.stage, "what": u.what, "items": u.items,
+                "model": u.model,
+                "stage": u.stage,
+                "what": u.what,
+                "items": u.items,
                 "sequences": "-" if u.sequences is None else u.sequences,
                 "tokens/pass": "-" if u.tokens is None else u.tokens,
                 "padding": f"{1 - u.tokens / u.computed:.0%}" if u.computed and u.tokens is not None else "-",
-                "passes left": f"{u.passes_left}/{u.passes_total}", "reuse": u.reused if u.stage == "ablate" else "-",
-                "forwards left": u.forwards_left, "tok/s": "-" if u.tokens_per_s is None else round(u.tokens_per_s),
+                "passes left": f"{u.passes_left}/{u.passes_total}",
+                "reuse": u.reused if u.stage == "ablate" else "-",
+                "forwards left": u.forwards_left,
+                "tok/s": "-" if u.tokens_per_s is None else round(u.tokens_per_s),
                 "est. time": _duration(u.seconds_left),
             }
             for u in self.units
-        ]  # fmt: skip
+        ]
         return pd.DataFrame(rows)
 
     @property
@@ -188,10 +193,15 @@ def _collect_unit(analysis, name: str, model, tokenizer, dataset: str, n_probe: 
     identity = model_identity(model)
     seqs = dict(
         source.iter_sequences(
-            tokenizer, prompt_format=collect.prompt_format, limit=collect.limit, sample=collect.sample,
-            seed=collect.seed, max_length=collect.max_length, model_name=identity["model"],
+            tokenizer,
+            prompt_format=collect.prompt_format,
+            limit=collect.limit,
+            sample=collect.sample,
+            seed=collect.seed,
+            max_length=collect.max_length,
+            model_name=identity["model"],
         )
-    )  # fmt: skip
+    )
     partition = store.table_dir(analysis.results, "scores", model_slug(identity["model"]), source.name)
     done = store.stored_sample_ids(partition)
     left = [s for k, s in seqs.items() if k not in done]
@@ -202,9 +212,18 @@ def _collect_unit(analysis, name: str, model, tokenizer, dataset: str, n_probe: 
 
     speed = _probe(sample, score, padded_tokens(list(map(len, sample)), collect.batch_size))
     return WorkUnit(
-        name, "collect", source.name, len(seqs), len(left), sum(map(len, left)),
-        padded_tokens(list(map(len, left)), collect.batch_size), int(bool(left)), 1, collect.batch_size, speed,
-    )  # fmt: skip
+        name,
+        "collect",
+        source.name,
+        len(seqs),
+        len(left),
+        sum(map(len, left)),
+        padded_tokens(list(map(len, left)), collect.batch_size),
+        int(bool(left)),
+        1,
+        collect.batch_size,
+        speed,
+    )
 
 
 @dataclass(frozen=True)
@@ -222,9 +241,19 @@ class _AblateCounts:
         """``measured``: (sequences, tokens, computed tokens, tokens/s), or None when not loaded."""
         sequences, tokens, computed, speed = measured or (None, None, None, None)
         return WorkUnit(
-            name, "ablate", self.plan.task_name, len(self.plan.task.questions), sequences, tokens, computed,
-            self.passes_left, self.passes_total, self.sweep.batch_size, speed, self.reused,
-        )  # fmt: skip
+            name,
+            "ablate",
+            self.plan.task_name,
+            len(self.plan.task.questions),
+            sequences,
+            tokens,
+            computed,
+            self.passes_left,
+            self.passes_total,
+            self.sweep.batch_size,
+            speed,
+            self.reused,
+        )
 
 
 def _ablate_counts(
@@ -239,8 +268,7 @@ def _ablate_counts(
     from headstats.jobs.sweep_plan import plan_sweep, prefix_free, saved_thresholds
 
     sweep = narrow(ablation, SweepSpec)
-    plan = plan_sweep(name if model is None else model, str(ablation.task), out=analysis.results, spec=sweep,
-                      load=load)  # fmt: skip
+    plan = plan_sweep(name if model is None else model, str(ablation.task), out=analysis.results, spec=sweep, load=load)
     planned = None
     if model is not None:
         planned = model_sequences(model, tokenizer, plan.task.questions, sweep.prompt_format)
@@ -253,9 +281,10 @@ def _ablate_counts(
 
     points_left = [p for p in pending if runs(p)]
     needs_calibration = any(
-        t not in saved.get(sid, {}) for sid in {p.score for p in points_left} & set(plan.dynamic_scores)
+        t not in saved.get(sid, {})
+        for sid in {p.score for p in points_left} & set(plan.dynamic_scores)
         for t in plan.targets
-    )  # fmt: skip
+    )
     first_pass = any(p.is_baseline for p in pending) or needs_calibration  # the baseline records the scores
     ran = [p for p in plan.points if runs(p)]
     reused = len(plan.points) - 1 - len(ran)
@@ -281,9 +310,15 @@ def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, 
     def evaluate(batch: Sequence) -> None:  # as every pass of the sweep runs: whole sequences, its kernel
         with Probe(model, (), never, materialise=plan.materialise) as probe:
             question_logliks(
-                model, tokenizer, batch, batch_size=sweep.batch_size, prompt_format=sweep.prompt_format,
-                progress=False, share_prefix=False, probe=probe,
-            )  # fmt: skip
+                model,
+                tokenizer,
+                batch,
+                batch_size=sweep.batch_size,
+                prompt_format=sweep.prompt_format,
+                progress=False,
+                share_prefix=False,
+                probe=probe,
+            )
 
     lengths = [len(s.input_ids) for s in planned]
     probe_lengths = [n for s, n in zip(planned, lengths, strict=True) if s.question in picked]

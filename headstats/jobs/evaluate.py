@@ -46,8 +46,16 @@ from headstats.engine.probe import ForwardRecord, Probe
 from headstats.io.tasks import PromptFormat, PromptRenderer, Question, TaskSlice, load_task, resolve_format
 
 RESULT_COLUMNS = (
-    "task", "subject", "question_id", "correct", "correct_norm", "gold_loglik", "pred", "n_choices", "n_zeroed",
-)  # fmt: skip
+    "task",
+    "subject",
+    "question_id",
+    "correct",
+    "correct_norm",
+    "gold_loglik",
+    "pred",
+    "n_choices",
+    "n_zeroed",
+)
 
 
 @dataclass
@@ -364,10 +372,18 @@ def evaluate(
     selected = task if isinstance(task, TaskSlice) else load_task(task)
     fmt = format_for_model(prompt_format, model, tokenizer)
     scores = question_logliks(
-        model, tokenizer, selected.questions, batch_size=batch_size, prompt_format=fmt,
-        padding_side=padding_side, probe=probe, progress=progress, desc=selected.name, share_prefix=share_prefix,
+        model,
+        tokenizer,
+        selected.questions,
+        batch_size=batch_size,
+        prompt_format=fmt,
+        padding_side=padding_side,
+        probe=probe,
+        progress=progress,
+        desc=selected.name,
+        share_prefix=share_prefix,
         sequences=sequences,
-    )  # fmt: skip
+    )
     frame = results_frame(scores, reports_norm=selected.task.reports_norm)
     renderer = PromptRenderer(fmt, tokenizer)
     first = renderer.requests(selected.questions[0])[0][0]

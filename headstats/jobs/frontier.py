@@ -118,9 +118,15 @@ def _speed(spec: FrontierSpec, models: dict) -> list[dict]:
     rows = []
     for batch in spec.speed_batches:
         rows.extend(
-            time_inference(models, batch=batch, prompt_length=spec.prompt_length, new_tokens=spec.new_tokens,
-                           repeats=spec.repeats, seed=spec.seed)
-        )  # fmt: skip
+            time_inference(
+                models,
+                batch=batch,
+                prompt_length=spec.prompt_length,
+                new_tokens=spec.new_tokens,
+                repeats=spec.repeats,
+                seed=spec.seed,
+            )
+        )
     return rows
 
 
@@ -154,9 +160,15 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
         means = pd.read_parquet(means_path)
     else:
         calibration = calibration_set(
-            tokenizer, spec.calibration or "wikipedia", limit=spec.calibration_limit or 64, max_length=spec.max_length,
-            seed=spec.seed, prompt_format=spec.prompt_format, model_name=name, data_dir=spec.data_dir,
-        )  # fmt: skip
+            tokenizer,
+            spec.calibration or "wikipedia",
+            limit=spec.calibration_limit or 64,
+            max_length=spec.max_length,
+            seed=spec.seed,
+            prompt_format=spec.prompt_format,
+            model_name=name,
+            data_dir=spec.data_dir,
+        )
         parts = [
             head_means(model, calibration, sid, batch_size=spec.batch_size, seed=spec.seed).assign(score=sid)
             for sid in spec.scores
@@ -191,10 +203,16 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
             seconds = time.time() - start
             speed = _speed(spec, {"unpruned": model, "pruned": pruned})
             record = {
-                "score": sid, "share": share, "removed_heads": [list(h) for h in heads], "n_removed": len(heads),
-                "params_before": params, "params_after": count_parameters(pruned),
-                "roof": _roof(before, inference_cost(pruned), spec), "speed": speed, "eval_seconds": seconds,
-            }  # fmt: skip
+                "score": sid,
+                "share": share,
+                "removed_heads": [list(h) for h in heads],
+                "n_removed": len(heads),
+                "params_before": params,
+                "params_after": count_parameters(pruned),
+                "roof": _roof(before, inference_cost(pruned), spec),
+                "speed": speed,
+                "eval_seconds": seconds,
+            }
             write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / f"{stem}.parquet")
             write_json_atomic(record, points / f"{stem}.json")
             logger.info("%s %s: %d heads removed, %.0f s evaluation", name, stem, len(heads), seconds)

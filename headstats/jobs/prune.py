@@ -71,31 +71,48 @@ def calibration_set(
     source = collection_source(dataset, data_dir=data_dir)
     pairs = list(
         source.iter_sequences(
-            tokenizer, prompt_format=prompt_format, limit=limit, max_length=max_length, model_name=model_name,
-            sample="random", seed=seed,
+            tokenizer,
+            prompt_format=prompt_format,
+            limit=limit,
+            max_length=max_length,
+            model_name=model_name,
+            sample="random",
+            seed=seed,
         )
-    )  # fmt: skip
+    )
     if not pairs:
         raise ValueError(f"calibration dataset {dataset!r} yielded no sequences")
     digest = hashlib.sha256(json.dumps([ids for _, ids in pairs]).encode()).hexdigest()
     identity = {
-        "dataset": source.name, "source": source.identity, "sample": "random", "seed": seed, "limit": limit,
-        "max_length": max_length, "prompt_format": prompt_format, "n_sequences": len(pairs),
-        "n_tokens": sum(len(ids) for _, ids in pairs), "sample_ids": [int(k) for k, _ in pairs],
+        "dataset": source.name,
+        "source": source.identity,
+        "sample": "random",
+        "seed": seed,
+        "limit": limit,
+        "max_length": max_length,
+        "prompt_format": prompt_format,
+        "n_sequences": len(pairs),
+        "n_tokens": sum(len(ids) for _, ids in pairs),
+        "sample_ids": [int(k) for k, _ in pairs],
         "tokens_sha256": digest,
-    }  # fmt: skip
+    }
     return Calibration([ids for _, ids in pairs], identity)
 
 
-def head_means(model: PreTrainedModel, calibration: Calibration, score: str, *, batch_size: int = 8, seed: int = 0,
-               progress: bool = False) -> pd.DataFrame:  # fmt: skip
+def head_means(
+    model: PreTrainedModel,
+    calibration: Calibration,
+    score: str,
+    *,
+    batch_size: int = 8,
+    seed: int = 0,
+    progress: bool = False,
+) -> pd.DataFrame:
     """One row per (layer, head): the mean of ``score`` over the calibration sequences."""
     from headstats.engine.scoring import score_sequences
 
     sid = S.get_score(score).id
-    table = score_sequences(
-        model, calibration.sequences, batch_size, scores=(sid,), seed=seed, progress=progress
-    )
+    table = score_sequences(model, calibration.sequences, batch_size, scores=(sid,), seed=seed, progress=progress)
     return table.groupby(["layer", "head"], as_index=False)[sid].mean().rename(columns={sid: "mean"})
 
 
@@ -164,11 +181,18 @@ def certify(
         merged = base.merge(frame, on=["question_id"], suffixes=("_base", "_pruned"))
         bound = drop_bound(merged["correct_base"].to_numpy(), merged["correct_pruned"].to_numpy())
         ok = bound.upper <= max_drop
-        result.points.append({
-            "share": share, "n_removed": len(heads), "accuracy": float(frame["correct"].mean()),
-            "drop": bound.drop, "upper_bound": bound.upper, "lost": bound.lost, "gained": bound.gained,
-            "certified": ok,
-        })  # fmt: skip
+        result.points.append(
+            {
+                "share": share,
+                "n_removed": len(heads),
+                "accuracy": float(frame["correct"].mean()),
+                "drop": bound.drop,
+                "upper_bound": bound.upper,
+                "lost": bound.lost,
+                "gained": bound.gained,
+                "certified": ok,
+            }
+        )
         logger.info("share %.3f: drop %.4f, upper bound %.4f -> %s", share, bound.drop, bound.upper, ok)
         if not ok:
             break
@@ -229,9 +253,15 @@ def certification_record(certification: Certification) -> dict:
 
 
 def pruning_record(
-    model: PreTrainedModel, heads: Sequence[tuple[int, int]], score: str, share: float, calibration: Calibration,
-    params_before: int, source: str, certification: Certification | None = None,
-) -> dict:  # fmt: skip
+    model: PreTrainedModel,
+    heads: Sequence[tuple[int, int]],
+    score: str,
+    share: float,
+    calibration: Calibration,
+    params_before: int,
+    source: str,
+    certification: Certification | None = None,
+) -> dict:
     """What ``pruning.json`` holds: the removed heads, how they were chosen, and the size change."""
     import headstats
 
@@ -258,7 +288,6 @@ def pruning_record(
     }
 
 
-
 def run_prune(spec: PruneSpec) -> dict:
     """Load the spec's model, rank its heads on the calibration set, remove the ``share`` (or the
     largest share certified on the ``certify`` task) and write the pruned model to ``out``.
@@ -268,17 +297,33 @@ def run_prune(spec: PruneSpec) -> dict:
     name, score = spec.names[0], spec.scores[0]  # type: ignore[index]
     model, tokenizer = load_model(name, **narrow(spec, LoadOptions).kwargs())
     calibration = calibration_set(
-        tokenizer, spec.calibration or "wikipedia", limit=spec.calibration_limit or 64, max_length=spec.max_length,
-        seed=spec.seed, prompt_format=spec.prompt_format, model_name=name, data_dir=spec.data_dir,
-    )  # fmt: skip
+        tokenizer,
+        spec.calibration or "wikipedia",
+        limit=spec.calibration_limit or 64,
+        max_length=spec.max_length,
+        seed=spec.seed,
+        prompt_format=spec.prompt_format,
+        model_name=name,
+        data_dir=spec.data_dir,
+    )
     means = head_means(model, calibration, score, batch_size=spec.batch_size, seed=spec.seed, progress=spec.progress)
     certification, share = None, (spec.shares or (None,))[0]
     if spec.certify is not None:
         certification = certify(
-            model, tokenizer, means, score, spec.shares or DEFAULT_PRUNE_SHARES, spec.certify, limit=spec.limit,
-            seed=spec.seed, max_drop=spec.max_drop, batch_size=spec.batch_size, progress=spec.progress,
-            sample=spec.sample, data_dir=spec.data_dir,
-        )  # fmt: skip
+            model,
+            tokenizer,
+            means,
+            score,
+            spec.shares or DEFAULT_PRUNE_SHARES,
+            spec.certify,
+            limit=spec.limit,
+            seed=spec.seed,
+            max_drop=spec.max_drop,
+            batch_size=spec.batch_size,
+            progress=spec.progress,
+            sample=spec.sample,
+            data_dir=spec.data_dir,
+        )
         share = certification.certified_share
         if share is None:
             first = certification.points[0]

@@ -56,9 +56,19 @@ logger = logging.getLogger("headstats")
 
 # Per-question columns of an intervention file, in order (model and task are partition columns).
 ROW_COLUMNS = (
-    "subject", "question_id", "score", "target", "threshold", "correct", "correct_norm", "gold_loglik", "pred",
-    "n_choices", "n_zeroed", "n_heads",
-)  # fmt: skip
+    "subject",
+    "question_id",
+    "score",
+    "target",
+    "threshold",
+    "correct",
+    "correct_norm",
+    "gold_loglik",
+    "pred",
+    "n_choices",
+    "n_zeroed",
+    "n_heads",
+)
 # Added after ROW_COLUMNS where the task has it: the question's source document (its cluster).
 DOCUMENT = "document"
 
@@ -166,10 +176,16 @@ class Runner:
         from headstats.jobs.evaluate import evaluate
 
         return evaluate(
-            self.model, self.tokenizer, self.plan.task, batch_size=self.batch_size,
-            prompt_format=self.prompt_format, probe=probe, progress=self.progress, share_prefix=False,
+            self.model,
+            self.tokenizer,
+            self.plan.task,
+            batch_size=self.batch_size,
+            prompt_format=self.prompt_format,
+            probe=probe,
+            progress=self.progress,
+            share_prefix=False,
             sequences=self.sequences(),
-        )  # fmt: skip
+        )
 
     def run(self, pending: list[Point]) -> None:
         with store.writer_lock(self.plan.partition):  # one writer per partition
@@ -273,11 +289,14 @@ class Runner:
 
         source = collection_source(self.plan.calibration, data_dir=self.plan.spec.data_dir)
         seqs = [
-            ids for _, ids in source.iter_sequences(
-                self.tokenizer, prompt_format=self.prompt_format, limit=self.plan.calibration_plan.limit,
+            ids
+            for _, ids in source.iter_sequences(
+                self.tokenizer,
+                prompt_format=self.prompt_format,
+                limit=self.plan.calibration_plan.limit,
                 model_name=self.plan.model_name,
             )
-        ]  # fmt: skip
+        ]
         if not seqs:
             raise ValueError(f"calibration dataset {self.plan.calibration!r} yielded no sequences")
         _say(self.progress, f"calibrating on {len(seqs)} sequences of {self.plan.calibration!r}")
@@ -294,9 +313,11 @@ class Runner:
         for sid, by_t in thresholds.items():
             merged.setdefault(sid, {}).update(by_t)
         data = {
-            "run_key": self.plan.run_key, "quantile_method": QUANTILE_METHOD, "path": path,
+            "run_key": self.plan.run_key,
+            "quantile_method": QUANTILE_METHOD,
+            "path": path,
             "thresholds": {sid: {repr(t): v for t, v in sorted(by_t.items())} for sid, by_t in merged.items()},
-        }  # fmt: skip
+        }
         store.write_calibration(self.plan.partition, data)
 
     def _write(self, point: Point, threshold: float, frame: pd.DataFrame, started: _Clock | None) -> None:

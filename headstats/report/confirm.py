@@ -38,10 +38,15 @@ def run_times(plan: ConfirmPlan) -> pd.DataFrame:
         passes = Context(root).passes
         timed = passes[passes["seconds"].notna()]
         machines = {str((m or {}).get("cpu") or (m or {}).get("device") or "") for m in timed["machine"]}
-        rows.append({
-            "path": path.name, "passes_timed": len(timed), "hours": timed["seconds"].sum() / 3600,
-            "cpu_hours": timed["cpu_seconds"].sum() / 3600, "machine": "; ".join(sorted(m for m in machines if m)),
-        })  # fmt: skip
+        rows.append(
+            {
+                "path": path.name,
+                "passes_timed": len(timed),
+                "hours": timed["seconds"].sum() / 3600,
+                "cpu_hours": timed["cpu_seconds"].sum() / 3600,
+                "machine": "; ".join(sorted(m for m in machines if m)),
+            }
+        )
     return pd.DataFrame(rows)
 
 

@@ -40,24 +40,52 @@ def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame,
         runs[model] = {"run": json.loads((root / "run.json").read_text()), "baseline": base_info}
         speed.extend(_speed_rows(base_info["speed"], model, "none", 0.0))
         for task, frame in base.groupby("task"):
-            rows.append({"model": model, "score": "none", "share": 0.0, "task": task, "n": len(frame),
-                         "accuracy": frame["correct"].mean(), "drop": 0.0, "upper": 0.0, "lost": 0, "gained": 0,
-                         "mdd_80": minimum_detectable_drop(len(frame))})  # fmt: skip
+            rows.append(
+                {
+                    "model": model,
+                    "score": "none",
+                    "share": 0.0,
+                    "task": task,
+                    "n": len(frame),
+                    "accuracy": frame["correct"].mean(),
+                    "drop": 0.0,
+                    "upper": 0.0,
+                    "lost": 0,
+                    "gained": 0,
+                    "mdd_80": minimum_detectable_drop(len(frame)),
+                }
+            )
         for info_file in sorted((root / "points").glob("*.json")):
             if info_file.stem == "baseline":
                 continue
             info = json.loads(info_file.read_text())
             answers = pd.read_parquet(info_file.with_suffix(".parquet"))
-            extra = {"n_removed": info["n_removed"], "params_ratio": info["params_after"] / info["params_before"],
-                     **info["roof"], "eval_seconds": info["eval_seconds"]}  # fmt: skip
+            extra = {
+                "n_removed": info["n_removed"],
+                "params_ratio": info["params_after"] / info["params_before"],
+                **info["roof"],
+                "eval_seconds": info["eval_seconds"],
+            }
             speed.extend(_speed_rows(info["speed"], model, info["score"], info["share"]))
             for task, frame in answers.groupby("task"):
                 merged = base[base["task"] == task].merge(frame, on="question_id", suffixes=("_base", ""))
                 bound = drop_bound(merged["correct_base"].to_numpy(), merged["correct"].to_numpy())
-                rows.append({"model": model, "score": info["score"], "share": info["share"], "task": task,
-                             "n": bound.n, "accuracy": frame["correct"].mean(), "drop": bound.drop,
-                             "upper": bound.upper, "lost": bound.lost, "gained": bound.gained,
-                             "mdd_80": minimum_detectable_drop(bound.n), **extra})  # fmt: skip
+                rows.append(
+                    {
+                        "model": model,
+                        "score": info["score"],
+                        "share": info["share"],
+                        "task": task,
+                        "n": bound.n,
+                        "accuracy": frame["correct"].mean(),
+                        "drop": bound.drop,
+                        "upper": bound.upper,
+                        "lost": bound.lost,
+                        "gained": bound.gained,
+                        "mdd_80": minimum_detectable_drop(bound.n),
+                        **extra,
+                    }
+                )
     return pd.DataFrame(rows), pd.DataFrame(speed), runs
 
 
@@ -65,10 +93,15 @@ def _speed_rows(rows: list[dict], model: str, score: str, share: float) -> list[
     """Rows of :func:`headstats.engine.speed.time_inference` (``model`` = unpruned / pruned there)
     with that name moved to ``role`` and the model, score and share added."""
     return [
-        {**{k: v for k, v in r.items() if k != "model"}, "role": r["model"], "model": model, "score": score,
-         "share": share}
+        {
+            **{k: v for k, v in r.items() if k != "model"},
+            "role": r["model"],
+            "model": model,
+            "score": score,
+            "share": share,
+        }
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 def speedups(speed: pd.DataFrame) -> pd.DataFrame:
@@ -77,12 +110,15 @@ def speedups(speed: pd.DataFrame) -> pd.DataFrame:
     keys = ["model", "score", "share", "batch"]
     u = speed[speed["role"] == "unpruned"].set_index(keys)
     p = speed[speed["role"] == "pruned"].set_index(keys)
-    out = pd.DataFrame({
-        "prefill_speedup": p["prefill_tokens_per_s"] / u["prefill_tokens_per_s"],
-        "decode_speedup": p["decode_tokens_per_s"] / u["decode_tokens_per_s"],
-        "kv_ratio": p["kv_cache_bytes"] / u["kv_cache_bytes"],
-        "prefill_tok_s_unpruned": u["prefill_tokens_per_s"], "decode_tok_s_unpruned": u["decode_tokens_per_s"],
-    })  # fmt: skip
+    out = pd.DataFrame(
+        {
+            "prefill_speedup": p["prefill_tokens_per_s"] / u["prefill_tokens_per_s"],
+            "decode_speedup": p["decode_tokens_per_s"] / u["decode_tokens_per_s"],
+            "kv_ratio": p["kv_cache_bytes"] / u["kv_cache_bytes"],
+            "prefill_tok_s_unpruned": u["prefill_tokens_per_s"],
+            "decode_tok_s_unpruned": u["decode_tokens_per_s"],
+        }
+    )
     return out.reset_index()
 
 
@@ -118,12 +154,24 @@ def _headline(table: pd.DataFrame, tasks: list[str], batch: int) -> Figure:
             for score, rows in sel.groupby("score"):
                 rows = rows.sort_values("share")
                 style = score_style(score)
-                ax.errorbar(100 * rows["drop"], rows["decode_speedup"],
-                            xerr=[[0] * len(rows), 100 * (rows["upper"] - rows["drop"])], color=style["color"],
-                            marker=style["marker"], linestyle=style["linestyle"], label=score, capsize=2)  # fmt: skip
+                ax.errorbar(
+                    100 * rows["drop"],
+                    rows["decode_speedup"],
+                    xerr=[[0] * len(rows), 100 * (rows["upper"] - rows["drop"])],
+                    color=style["color"],
+                    marker=style["marker"],
+                    linestyle=style["linestyle"],
+                    label=score,
+                    capsize=2,
+                )
                 for _, r in rows.iterrows():
-                    ax.annotate(f"{r['share']:.0%}", (100 * r["drop"], r["decode_speedup"]), fontsize=7,
-                                xytext=(3, 3), textcoords="offset points")  # fmt: skip
+                    ax.annotate(
+                        f"{r['share']:.0%}",
+                        (100 * r["drop"], r["decode_speedup"]),
+                        fontsize=7,
+                        xytext=(3, 3),
+                        textcoords="offset points",
+                    )
             ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
             ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_title(f"{model}: {task}", fontsize=9)
@@ -144,28 +192,40 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     table = points.merge(ratios, on=["model", "score", "share"], how="left")
     certified = certified_shares(points, spec.max_drop, spec.shares)
     tasks = sorted(points["task"].unique())
-    writer = ReportWriter(out or frontier.report, frontier.description or f"Pruning frontier: {frontier.name}", dpi=90,
-                          subtitle="Models: " + ", ".join(f"`{m}`" for m in sorted(runs)) + ".")  # fmt: skip
+    writer = ReportWriter(
+        out or frontier.report,
+        frontier.description or f"Pruning frontier: {frontier.name}",
+        dpi=90,
+        subtitle="Models: " + ", ".join(f"`{m}`" for m in sorted(runs)) + ".",
+    )
     b_small = min(spec.speed_batches)
     from headstats.io.models import model_slug
 
     missing = [m for m in frontier.model_names(all_models=True) if model_slug(m) not in runs]
     abstract = _abstract(table, certified, b_small, spec)
     if missing:
-        abstract += (f"\n\nNot run yet: {', '.join(missing)} (`headstats frontier {frontier.path} --models "
-                     f"{','.join(missing)}` resumes).")  # fmt: skip
+        abstract += (
+            f"\n\nNot run yet: {', '.join(missing)} (`headstats frontier {frontier.path} --models "
+            f"{','.join(missing)}` resumes)."
+        )
     writer.abstract(abstract)
-    writer.headline(_headline(table, tasks, b_small), "speedup_vs_drop",
-                    f"Measured decode speed-up (batch {b_small}, pruned / unpruned tokens/s, side by side) against "
-                    "the held-out accuracy drop, per score; labels are the shares of heads removed, bars reach the "
-                    "one-sided 95% Tango upper bound; the dotted line is 1 point; 'none' at 0% is the unpruned model "
-                    "timed against an identical copy (the measurement's noise).")  # fmt: skip
-    writer.main_table(_main_table(table, certified, spec), "frontier",
-                      legend=f"Per model, score and share: heads removed, measured speed-ups at batch "
-                      f"{'/'.join(map(str, spec.speed_batches))}, the roof (speed-up if time followed the removed "
-                      "FLOPs or bytes), and each task's drop with its 95% upper bound; certified = bound <= "
-                      f"{spec.max_drop:g}.",
-                      full_legend="columns")  # fmt: skip
+    writer.headline(
+        _headline(table, tasks, b_small),
+        "speedup_vs_drop",
+        f"Measured decode speed-up (batch {b_small}, pruned / unpruned tokens/s, side by side) against "
+        "the held-out accuracy drop, per score; labels are the shares of heads removed, bars reach the "
+        "one-sided 95% Tango upper bound; the dotted line is 1 point; 'none' at 0% is the unpruned model "
+        "timed against an identical copy (the measurement's noise).",
+    )
+    writer.main_table(
+        _main_table(table, certified, spec),
+        "frontier",
+        legend=f"Per model, score and share: heads removed, measured speed-ups at batch "
+        f"{'/'.join(map(str, spec.speed_batches))}, the roof (speed-up if time followed the removed "
+        "FLOPs or bytes), and each task's drop with its 95% upper bound; certified = bound <= "
+        f"{spec.max_drop:g}.",
+        full_legend="columns",
+    )
     _body(writer, table, certified, runs, spec, frontier.results)
     writer.write()
     return Path(writer.out) / "index.html"
@@ -179,8 +239,13 @@ def _main_table(table: pd.DataFrame, certified: pd.DataFrame, spec: FrontierSpec
     rows = []
     pruned = table[table["score"] != "none"]
     for (model, score, share), group in pruned.groupby(["model", "score", "share"]):
-        row = {"model": model, "score": score, "share": share, "heads removed": int(group["n_removed"].iloc[0]),
-               "params": group["params_ratio"].iloc[0]}  # fmt: skip
+        row = {
+            "model": model,
+            "score": score,
+            "share": share,
+            "heads removed": int(group["n_removed"].iloc[0]),
+            "params": group["params_ratio"].iloc[0],
+        }
         for batch in spec.speed_batches:
             at = group[group["batch"] == batch].iloc[0]
             row[f"prefill x (b{batch})"] = at["prefill_speedup"]
@@ -206,11 +271,17 @@ def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: Fr
         best = group.sort_values("certified_share").iloc[-1]
         line = f"{model}: largest share certified within {100 * spec.max_drop:g} point on every task: {shares}."
         if best["certified_share"] > 0:
-            at = table[(table["model"] == model) & (table["score"] == best["score"])
-                       & (table["share"] == best["certified_share"]) & (table["batch"] == batch)].iloc[0]  # fmt: skip
-            line += (f" At {best['score']} {best['certified_share']:.0%}: decode x{at['decode_speedup']:.2f}, "
-                     f"prefill x{at['prefill_speedup']:.2f} (batch {batch}), KV cache x{at['kv_ratio']:.2f}, roof "
-                     f"x{1 / (1 - at['prefill_flops_removed']):.2f} (FLOPs).")  # fmt: skip
+            at = table[
+                (table["model"] == model)
+                & (table["score"] == best["score"])
+                & (table["share"] == best["certified_share"])
+                & (table["batch"] == batch)
+            ].iloc[0]
+            line += (
+                f" At {best['score']} {best['certified_share']:.0%}: decode x{at['decode_speedup']:.2f}, "
+                f"prefill x{at['prefill_speedup']:.2f} (batch {batch}), KV cache x{at['kv_ratio']:.2f}, roof "
+                f"x{1 / (1 - at['prefill_flops_removed']):.2f} (FLOPs)."
+            )
         parts.append(line)
     for model, group in table.groupby("model"):
         noise = group[group["score"] == "none"]
@@ -226,28 +297,46 @@ def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: Fr
                 f"x{noise[cols].max().max():.2f}: on this machine the measurement cannot resolve the speed-up."
             )
     n = int(table[table["score"] == "none"]["n"].min())
-    parts.append(f"Questions per task: {n} (a seeded sample); with so few, a bound of 1 point is reachable only when "
-                 "almost no answer changes.")  # fmt: skip
+    parts.append(
+        f"Questions per task: {n} (a seeded sample); with so few, a bound of 1 point is reachable only when "
+        "almost no answer changes."
+    )
     return "\n\n".join(parts)
 
 
-def _body(writer: ReportWriter, table: pd.DataFrame, certified: pd.DataFrame, runs: dict, spec: FrontierSpec,
-          results: Path) -> None:
+def _body(
+    writer: ReportWriter, table: pd.DataFrame, certified: pd.DataFrame, runs: dict, spec: FrontierSpec, results: Path
+) -> None:
     writer.heading("Largest certified share per score", 2)
-    writer.text("Fixed-sequence reading: shares are tested in increasing order and the first one whose upper bound "
-                f"exceeds {spec.max_drop:g} ends the sequence, so the 5% level holds without adjustment for the "
-                "number of shares; 'all' requires every task at once. A share of 0 means the first share tested "
-                "was not certified.")  # fmt: skip
-    writer.table(certified.pivot(index=["model", "score"], columns="task", values="certified_share").reset_index(),
-                 "certified_shares")  # fmt: skip
+    writer.text(
+        "Fixed-sequence reading: shares are tested in increasing order and the first one whose upper bound "
+        f"exceeds {spec.max_drop:g} ends the sequence, so the 5% level holds without adjustment for the "
+        "number of shares; 'all' requires every task at once. A share of 0 means the first share tested "
+        "was not certified."
+    )
+    writer.table(
+        certified.pivot(index=["model", "score"], columns="task", values="certified_share").reset_index(),
+        "certified_shares",
+    )
     writer.heading("Speed against the unpruned model", 2)
-    cols = ["model", "score", "share", "batch", "prefill_speedup", "decode_speedup", "kv_ratio",
-            "prefill_tok_s_unpruned", "decode_tok_s_unpruned"]  # fmt: skip
+    cols = [
+        "model",
+        "score",
+        "share",
+        "batch",
+        "prefill_speedup",
+        "decode_speedup",
+        "kv_ratio",
+        "prefill_tok_s_unpruned",
+        "decode_tok_s_unpruned",
+    ]
     speed = table.drop_duplicates(["model", "score", "share", "batch"])[cols].sort_values(cols[:4])
-    writer.text("Pruned / unpruned tokens/s, measured in alternating turns in one process (medians of "
-                f"{spec.repeats} rounds; prompt {spec.prompt_length} tokens, then {spec.new_tokens} greedy decode "
-                "steps with the KV cache). Score 'none' at share 0 times the unpruned model against an identical "
-                "copy: its distance from 1 is the noise of the measurement on this machine.")  # fmt: skip
+    writer.text(
+        "Pruned / unpruned tokens/s, measured in alternating turns in one process (medians of "
+        f"{spec.repeats} rounds; prompt {spec.prompt_length} tokens, then {spec.new_tokens} greedy decode "
+        "steps with the KV cache). Score 'none' at share 0 times the unpruned model against an identical "
+        "copy: its distance from 1 is the noise of the measurement on this machine."
+    )
     writer.table(speed, "speed")
     writer.heading("Accuracy per task", 2)
     acc = table.drop_duplicates(["model", "score", "share", "task"])[
@@ -259,27 +348,33 @@ def _body(writer: ReportWriter, table: pd.DataFrame, certified: pd.DataFrame, ru
     roof = table[table["score"] != "none"].drop_duplicates(["model", "score", "share"])[
         ["model", "score", "share", "params_ratio", *roof_cols]
     ]
-    writer.text("Shares of the unpruned model's per-token cost that the removed heads carried, by arithmetic on "
-                "the module shapes: FLOPs of a prefill and of a decode step (projections, lm_head and the attention "
-                "core), and the bytes a decode step reads (all linear weights once plus the KV cache). 1 / (1 - "
-                "share) is the speed-up the removal allows at most when time follows that cost; the gap to the "
-                "measured speed-up is time spent where heads do not count (embedding, norms, MLPs' share of "
-                "memory traffic, Python and kernel launch overhead, and the K/V gather of uneven groups).")  # fmt: skip
+    writer.text(
+        "Shares of the unpruned model's per-token cost that the removed heads carried, by arithmetic on "
+        "the module shapes: FLOPs of a prefill and of a decode step (projections, lm_head and the attention "
+        "core), and the bytes a decode step reads (all linear weights once plus the KV cache). 1 / (1 - "
+        "share) is the speed-up the removal allows at most when time follows that cost; the gap to the "
+        "measured speed-up is time spent where heads do not count (embedding, norms, MLPs' share of "
+        "memory traffic, Python and kernel launch overhead, and the K/V gather of uneven groups)."
+    )
     writer.table(roof, "roof")
     with writer.appendix():
         writer.heading("columns", 3)
-        writer.text("share: fraction of all heads removed; heads removed: their number; params: parameters after / "
-                    "before; prefill/decode x: pruned / unpruned tokens/s at that batch; KV cache: pruned / unpruned "
-                    "cache bytes after the prompt; roof prefill x: 1 / (1 - share of prefill FLOPs removed); roof "
-                    "decode x: 1 / (1 - share of decode-step bytes removed); drop [upper]: accuracy drop in points "
-                    "with its one-sided 95% Tango upper bound.")  # fmt: skip
+        writer.text(
+            "share: fraction of all heads removed; heads removed: their number; params: parameters after / "
+            "before; prefill/decode x: pruned / unpruned tokens/s at that batch; KV cache: pruned / unpruned "
+            "cache bytes after the prompt; roof prefill x: 1 / (1 - share of prefill FLOPs removed); roof "
+            "decode x: 1 / (1 - share of decode-step bytes removed); drop [upper]: accuracy drop in points "
+            "with its one-sided 95% Tango upper bound."
+        )
         writer.heading("Run", 3)
         for model, info in runs.items():
             machine = info["run"]["machine"]
             points = table[(table["model"] == model) & (table["score"] != "none")]
             total = info["baseline"]["eval_seconds"] + points.drop_duplicates(["score", "share"])["eval_seconds"].sum()
-            writer.text(f"{model}: CPU {machine.get('cpu')}, torch threads {machine.get('torch_threads')}, "
-                        f"device {machine.get('device')}; evaluation passes took {total / 60:.1f} min in all.")
+            writer.text(
+                f"{model}: CPU {machine.get('cpu')}, torch threads {machine.get('torch_threads')}, "
+                f"device {machine.get('device')}; evaluation passes took {total / 60:.1f} min in all."
+            )
         log = results / "runs.jsonl"
         if log.is_file():
             runs_logged = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]

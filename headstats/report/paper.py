@@ -119,9 +119,15 @@ def paper_curves(points: pd.DataFrame | None = None) -> pd.DataFrame:
     # The study's reading of "within 1 point" (last crossing, 0 if none), so Table 2 is the paper's.
     curves = summarize_curves(None, points, reading="study")  # type: ignore[arg-type]
     per_question = (
-        "within_1pt_certified", "certified_open", "within_1pt_not_excluded", "within_1pt_certified_fw",
-        "certified_fw_open", "family_size", "n_questions", "mdd_80",
-    )  # fmt: skip
+        "within_1pt_certified",
+        "certified_open",
+        "within_1pt_not_excluded",
+        "within_1pt_certified_fw",
+        "certified_fw_open",
+        "family_size",
+        "n_questions",
+        "mdd_80",
+    )
     curves = curves.drop(columns=list(per_question))
     order = {m: i for i, m in enumerate(load_published())}
     return curves.sort_values("model", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)

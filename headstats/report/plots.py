@@ -452,9 +452,13 @@ def area_intervals(intervals: pd.DataFrame, *, labels: Mapping[str, str] | None 
         for i, (_, row) in enumerate(rows.iterrows()):
             color = score_style(str(row["score"])).get("color", "C0")
             ax.errorbar(
-                row["area"], i, xerr=[[row["area"] - row["area_low"]], [row["area_high"] - row["area"]]],
-                fmt="o", color=color, capsize=3,
-            )  # fmt: skip
+                row["area"],
+                i,
+                xerr=[[row["area"] - row["area_low"]], [row["area_high"] - row["area"]]],
+                fmt="o",
+                color=color,
+                capsize=3,
+            )
         ax.set_yticks(y, [str(s) for s in rows["score"]])
         ax.set_xlabel(f"{rows['by'].iloc[0]} (accuracy %)")
         ax.set_title(_panel_title(model, labels) or model, fontsize=8)
@@ -558,10 +562,12 @@ def ecdf(
         for ax, sid in zip(axes[g], ids, strict=True):
             for k, model in enumerate(group):
                 ax.plot(
-                    np.quantile(_values(rows[model], model, sid), levels), levels, linewidth=1.5,
+                    np.quantile(_values(rows[model], model, sid), levels),
+                    levels,
+                    linewidth=1.5,
                     color=palette[model] if len(models) <= 10 else mpl.colormaps["viridis"](k / max(1, len(group) - 1)),
                     label=names.get(model, model),
-                )  # fmt: skip
+                )
             ax.set_xlabel(f"{score_label(sid)}\ninactive when {SCORES[sid].inactive_when} the threshold", fontsize=8)
             ax.set_ylabel("fraction of (sequence, layer, head)", fontsize=8)
             ax.set_title(wrap_title(f"ECDF of {sid}" + (f" on {dataset}" if dataset else ""), 4.6, 10), fontsize=10)
@@ -655,8 +661,17 @@ def finetuning_distance(
             x, y = rows["cumulative_step"].to_numpy(float), rows["w1_iqr"].to_numpy(float)
             err = np.vstack([y - rows["w1_iqr_low"].to_numpy(float), rows["w1_iqr_high"].to_numpy(float) - y])
             color = colors[dataset]
-            ax.errorbar(x, y, yerr=np.nan_to_num(err).clip(min=0), color=color, lw=1.1, capsize=2, ls="-",
-                        marker="none", label=dataset)  # fmt: skip
+            ax.errorbar(
+                x,
+                y,
+                yerr=np.nan_to_num(err).clip(min=0),
+                color=color,
+                lw=1.1,
+                capsize=2,
+                ls="-",
+                marker="none",
+                label=dataset,
+            )
             moved = rows["p_holm"].to_numpy(float) <= alpha
             ax.scatter(x[moved], y[moved], color=color, s=22, zorder=3)
             ax.scatter(x[~moved], y[~moved], facecolor="white", edgecolor=color, s=22, zorder=3)
@@ -666,12 +681,20 @@ def finetuning_distance(
                 ax.axhline(float(template.median()), color="0.3", ls="--", lw=0.9)
         for step, stage in boundaries:
             ax.axvline(step, color="grey", lw=0.6, alpha=0.6)
-            ax.annotate(stage, (step, 1.0), xycoords=("data", "axes fraction"), fontsize=7, color="grey",
-                        xytext=(2, -9), textcoords="offset points")  # fmt: skip
+            ax.annotate(
+                stage,
+                (step, 1.0),
+                xycoords=("data", "axes fraction"),
+                fontsize=7,
+                color="grey",
+                xytext=(2, -9),
+                textcoords="offset points",
+            )
         ax.set_title(wrap_title(score_label(sid), 3.4, 10), fontsize=10)
         ax.set_xlabel("training steps from the base")
         ax.set_ylim(bottom=0)
     axes[0].set_ylabel("W1 / IQR of the base")
-    axes[-1].legend(fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, title="dataset",
-                    title_fontsize=7)  # fmt: skip
+    axes[-1].legend(
+        fontsize=7, loc="center left", bbox_to_anchor=(1.02, 0.5), frameon=False, title="dataset", title_fontsize=7
+    )
     return fig

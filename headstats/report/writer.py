@@ -447,8 +447,11 @@ class ReportWriter:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             logger.warning(
                 "%s holds %d file(s) that no headstats build listed in %s; they were kept: %s",
-                self.out, len(foreign), MANIFEST_FILE, shown,
-            )  # fmt: skip
+                self.out,
+                len(foreign),
+                MANIFEST_FILE,
+                shown,
+            )
 
 
 def read_manifest(out: Path) -> set[str]:

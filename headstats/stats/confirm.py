@@ -30,9 +30,22 @@ from headstats.stats.paired import design_effect, drop_bound_from_counts
 
 CLAIM_COLUMNS = ("claim", "model", "task", "score", "target", "share", "paths")
 PATH_COLUMNS = (
-    "claim", "path", "n_questions", "n_clusters", "cluster", "baseline", "accuracy", "realised_pct", "lost",
-    "gained", "design_effect", "drop", "drop_upper", "level", "certified",
-)  # fmt: skip
+    "claim",
+    "path",
+    "n_questions",
+    "n_clusters",
+    "cluster",
+    "baseline",
+    "accuracy",
+    "realised_pct",
+    "lost",
+    "gained",
+    "design_effect",
+    "drop",
+    "drop_upper",
+    "level",
+    "certified",
+)
 
 
 def claim_name(model: str, task: str, score: str, target: float) -> str:
@@ -88,12 +101,19 @@ def _one_path(name: str, path: str, frame: pd.DataFrame | None, claim, level: fl
     lost, gained = int(np.count_nonzero(a & ~b)), int(np.count_nonzero(~a & b))
     bound = drop_bound_from_counts(lost, gained, len(joined), level, deff)
     row.update(
-        n_questions=len(joined), n_clusters=int(joined["_cluster"].nunique()), cluster=unit,
-        baseline=100.0 * a.mean(), accuracy=100.0 * b.mean(),
-        realised_pct=100.0 * float((joined["n_zeroed"] / joined["n_heads"]).mean()), lost=lost, gained=gained,
-        design_effect=deff, drop=100.0 * bound.drop, drop_upper=100.0 * bound.upper,
+        n_questions=len(joined),
+        n_clusters=int(joined["_cluster"].nunique()),
+        cluster=unit,
+        baseline=100.0 * a.mean(),
+        accuracy=100.0 * b.mean(),
+        realised_pct=100.0 * float((joined["n_zeroed"] / joined["n_heads"]).mean()),
+        lost=lost,
+        gained=gained,
+        design_effect=deff,
+        drop=100.0 * bound.drop,
+        drop_upper=100.0 * bound.upper,
         certified=bool(100.0 * bound.upper <= drop),
-    )  # fmt: skip
+    )
     return row
 
 

@@ -72,10 +72,23 @@ from headstats.engine.scores import score_ids as registered_score_ids
 from headstats.stats.w1 import w1_on_support, w1_on_support_batch, wasserstein1
 
 __all__ = [
-    "ALL_DEPTHS", "DistanceMatrix", "SequenceBlocks", "cluster_column", "depth_bin", "depth_labels", "distance_matrix",
-    "holm", "holm_family", "holm_floor", "interquartile_range", "model_distance", "noise_floor", "permutations_for",
-    "w1_interval", "wasserstein1",
-]  # fmt: skip
+    "ALL_DEPTHS",
+    "DistanceMatrix",
+    "SequenceBlocks",
+    "cluster_column",
+    "depth_bin",
+    "depth_labels",
+    "distance_matrix",
+    "holm",
+    "holm_family",
+    "holm_floor",
+    "interquartile_range",
+    "model_distance",
+    "noise_floor",
+    "permutations_for",
+    "w1_interval",
+    "wasserstein1",
+]
 
 Design = Literal["auto", "paired", "unpaired"]
 ALL_DEPTHS = "all"
@@ -592,14 +605,28 @@ def model_distance(
             observed = data.distance(_indicator(pair.n_blocks, keys_a), _indicator(pair.n_blocks, keys_b + k))
             spread = interquartile_range(va[ma])
             row: dict[str, object] = {
-                "model_a": model_a, "model_b": model_b, "score": sid, "depth": depth, "w1": observed,
-                "ci_low": np.nan, "ci_high": np.nan, "iqr_a": spread, "w1_iqr": _per(observed, spread),
-                "w1_iqr_low": np.nan, "w1_iqr_high": np.nan, "p_value": np.nan, "noise_floor": np.nan,
-                "n_seq_a": len(keys_a), "n_seq_b": len(keys_b), "design": "paired" if pair.paired else "unpaired",
-                "cluster": unit, "n_clusters_a": len(np.unique(pair.key_cluster[keys_a])),
-                "n_clusters_b": len(np.unique(pair.key_cluster[keys_b])), "n_splits": max(n_split, 0),
+                "model_a": model_a,
+                "model_b": model_b,
+                "score": sid,
+                "depth": depth,
+                "w1": observed,
+                "ci_low": np.nan,
+                "ci_high": np.nan,
+                "iqr_a": spread,
+                "w1_iqr": _per(observed, spread),
+                "w1_iqr_low": np.nan,
+                "w1_iqr_high": np.nan,
+                "p_value": np.nan,
+                "noise_floor": np.nan,
+                "n_seq_a": len(keys_a),
+                "n_seq_b": len(keys_b),
+                "design": "paired" if pair.paired else "unpaired",
+                "cluster": unit,
+                "n_clusters_a": len(np.unique(pair.key_cluster[keys_a])),
+                "n_clusters_b": len(np.unique(pair.key_cluster[keys_b])),
+                "n_splits": max(n_split, 0),
                 "n_perm": max(n_perm, 0),
-            }  # fmt: skip
+            }
             if n_boot > 0 and np.isfinite(observed):
                 row["ci_low"], row["ci_high"] = _interval(observed, _bootstrap(data, pair, n_boot, rng), confidence)
                 row["w1_iqr_low"], row["w1_iqr_high"] = _per(row["ci_low"], spread), _per(row["ci_high"], spread)
@@ -698,12 +725,19 @@ def noise_floor(
             rng = np.random.default_rng([seed, si, di])
             split = split_half_distances(data, blocks, n_split, rng, block_cluster)
             finite = split[np.isfinite(split)]
-            out.append({
-                "model": model, "score": sid, "depth": depth,
-                "mean": float(finite.mean()) if finite.size else np.nan, "floor": _floor(split, quantile),
-                "n_seq": int(data.present.sum()), "cluster": unit,
-                "n_clusters": len(np.unique(block_cluster[data.present])), "n_splits": max(n_split, 0),
-            })  # fmt: skip
+            out.append(
+                {
+                    "model": model,
+                    "score": sid,
+                    "depth": depth,
+                    "mean": float(finite.mean()) if finite.size else np.nan,
+                    "floor": _floor(split, quantile),
+                    "n_seq": int(data.present.sum()),
+                    "cluster": unit,
+                    "n_clusters": len(np.unique(block_cluster[data.present])),
+                    "n_splits": max(n_split, 0),
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -755,9 +789,17 @@ def distance_matrix(
     pairs = list(combinations(models, 2))
     for a, b in tqdm(pairs, desc=f"W1 matrix {score_id}", unit="pair", disable=not progress):
         res = model_distance(
-            scores, a, b, [score_id], depth_bins=depth_bins, n_boot=0, n_perm=n_perm, n_split=0, cluster=unit,
+            scores,
+            a,
+            b,
+            [score_id],
+            depth_bins=depth_bins,
+            n_boot=0,
+            n_perm=n_perm,
+            n_split=0,
+            cluster=unit,
             seed=seed,
-        )  # fmt: skip
+        )
         row = res[res["depth"] == depth].iloc[0]
         w1.loc[a, b] = w1.loc[b, a] = row["w1"]
         if pv is not None:
@@ -771,8 +813,14 @@ def distance_matrix(
     floors = {}
     for m in models:
         nf = noise_floor(
-            scores, m, [score_id], depth_bins=depth_bins, n_split=n_split, quantile=floor_quantile, cluster=unit,
+            scores,
+            m,
+            [score_id],
+            depth_bins=depth_bins,
+            n_split=n_split,
+            quantile=floor_quantile,
+            cluster=unit,
             seed=seed,
-        )  # fmt: skip
+        )
         floors[m] = float(nf.loc[nf["depth"] == depth, "floor"].iloc[0])
     return DistanceMatrix(score_id, depth, w1, pd.Series(floors, name="noise_floor"), pv, ph, unit, max(n_split, 0))

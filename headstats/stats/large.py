@@ -402,10 +402,19 @@ def distance_matrices_from_dataset(
         for a, b in combinations(model_list, 2):
             for depth in depths:
                 w1, bound = _pair_distance(data[a], data[b], depth)
-                out.append({
-                    "score": sid, "depth": depth, "model_a": a, "model_b": b, "w1": w1, "method": method,
-                    "error_bound": bound, "n_a": data[a].n(depth), "n_b": data[b].n(depth),
-                })  # fmt: skip
+                out.append(
+                    {
+                        "score": sid,
+                        "depth": depth,
+                        "model_a": a,
+                        "model_b": b,
+                        "w1": w1,
+                        "method": method,
+                        "error_bound": bound,
+                        "n_a": data[a].n(depth),
+                        "n_b": data[b].n(depth),
+                    }
+                )
         del data
     bar.close()
     return pd.DataFrame(
@@ -496,11 +505,23 @@ def score_overlap_from_dataset(
             sb = vb > tau_b if above_b else vb < tau_b
             ua = np.bincount(heads[sa], minlength=n_heads) / per_head >= usually
             ub = np.bincount(heads[sb], minlength=n_heads) / per_head >= usually
-            out.append({
-                "model": m, "dataset": d, "rate": rate, "score_a": a_id, "score_b": b_id,
-                "selected_a": float(sa.mean()), "selected_b": float(sb.mean()),
-                "iou_triples": jaccard(sa, sb), "triples_missed_by_a": missed_share(sb, sa),
-                "triples_missed_by_b": missed_share(sa, sb), "heads_a": int(ua.sum()), "heads_b": int(ub.sum()),
-                "iou_heads": jaccard(ua, ub), "missed_by_a": missed_share(ub, ua), "missed_by_b": missed_share(ua, ub),
-            })  # fmt: skip
+            out.append(
+                {
+                    "model": m,
+                    "dataset": d,
+                    "rate": rate,
+                    "score_a": a_id,
+                    "score_b": b_id,
+                    "selected_a": float(sa.mean()),
+                    "selected_b": float(sb.mean()),
+                    "iou_triples": jaccard(sa, sb),
+                    "triples_missed_by_a": missed_share(sb, sa),
+                    "triples_missed_by_b": missed_share(sa, sb),
+                    "heads_a": int(ua.sum()),
+                    "heads_b": int(ub.sum()),
+                    "iou_heads": jaccard(ua, ub),
+                    "missed_by_a": missed_share(ub, ua),
+                    "missed_by_b": missed_share(ua, ub),
+                }
+            )
     return pd.DataFrame(out)

@@ -104,13 +104,22 @@ def head_movement(
         rng = np.random.default_rng([seed, si])
         split = split_half_spearman(a[sid].to_numpy(dtype=np.float64), codes_a, clusters, len(heads), n_split, rng)
         ia, ib = most_inactive(ma, sid, rate), most_inactive(mb, sid, rate)
-        out.append({
-            "model_a": model_a, "model_b": model_b, "dataset": dataset, "score": sid,
-            "spearman": spearman(ma, mb), "split_half": split,
-            "inactive_kept": float(np.count_nonzero(ia & ib) / max(np.count_nonzero(ia), 1)),
-            "inactive_iou": jaccard(ia, ib), "rate": rate, "n_heads": len(heads), "cluster": unit,
-            "n_splits": max(n_split, 0),
-        })  # fmt: skip
+        out.append(
+            {
+                "model_a": model_a,
+                "model_b": model_b,
+                "dataset": dataset,
+                "score": sid,
+                "spearman": spearman(ma, mb),
+                "split_half": split,
+                "inactive_kept": float(np.count_nonzero(ia & ib) / max(np.count_nonzero(ia), 1)),
+                "inactive_iou": jaccard(ia, ib),
+                "rate": rate,
+                "n_heads": len(heads),
+                "cluster": unit,
+                "n_splits": max(n_split, 0),
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -125,10 +134,15 @@ def moved_heads(
     ma, mb = _head_means(a, score_id, heads), _head_means(b, score_id, heads)
     spread = np.nanstd(ma)
     shift = (mb - ma) / spread if spread > 0 else np.full_like(ma, np.nan)
-    frame = pd.DataFrame({
-        "layer": heads.get_level_values(0), "head": heads.get_level_values(1), "mean_a": ma, "mean_b": mb,
-        "shift": shift,
-    })  # fmt: skip
+    frame = pd.DataFrame(
+        {
+            "layer": heads.get_level_values(0),
+            "head": heads.get_level_values(1),
+            "mean_a": ma,
+            "mean_b": mb,
+            "shift": shift,
+        }
+    )
     return frame.reindex(frame["shift"].abs().sort_values(ascending=False, kind="stable").index).head(k)
 
 
@@ -207,11 +221,18 @@ def sign_flip_max_t(differences: ArrayLike, *, n_perm: int = 9999, seed: int = 0
         p_raw, p_max = (1 + count_raw) / (1 + drawn), (1 + count_max) / (1 + drawn)
     with np.errstate(invalid="ignore"):
         sd = np.sqrt(np.maximum(q - n * (x.sum(axis=0) / n) ** 2, 0.0) / (n - 1))
-    return pd.DataFrame({
-        "n": n.astype(np.int64), "mean": np.where(n > 0, x.sum(axis=0) / np.maximum(n, 1), np.nan),
-        "sd": np.where(n >= 2, sd, np.nan), "t": observed, "p_raw": np.where(testable, p_raw, np.nan),
-        "p_max_t": np.where(testable, p_max, np.nan), "n_perm": drawn, "exact": exact,
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "n": n.astype(np.int64),
+            "mean": np.where(n > 0, x.sum(axis=0) / np.maximum(n, 1), np.nan),
+            "sd": np.where(n >= 2, sd, np.nan),
+            "t": observed,
+            "p_raw": np.where(testable, p_raw, np.nan),
+            "p_max_t": np.where(testable, p_max, np.nan),
+            "n_perm": drawn,
+            "exact": exact,
+        }
+    )
 
 
 def _sequence_matrix(rows: pd.DataFrame, sid: str, sequences: pd.MultiIndex, heads: pd.MultiIndex) -> np.ndarray:
@@ -299,15 +320,32 @@ def head_shift_test(
         mean_a, mean_b = np.nanmean(va, axis=0), np.nanmean(vb, axis=0)
         d_z = test["mean"].to_numpy() / test["sd"].to_numpy()
         d_z = np.where(test["sd"].to_numpy() == 0, test["t"].to_numpy(), d_z)  # +-inf or 0, like t
-    return pd.DataFrame({
-        "model_a": model_a, "model_b": model_b, "dataset": dataset, "score": sid,
-        "layer": heads.get_level_values(0), "head": heads.get_level_values(1), "mean_a": mean_a, "mean_b": mean_b,
-        "mean_diff": test["mean"].to_numpy(), "shift_iqr": test["mean"].to_numpy() / iqr if iqr > 0 else np.nan,
-        "d_z": d_z, "t": test["t"].to_numpy(), "p_raw": test["p_raw"].to_numpy(),
-        "p_max_t": test["p_max_t"].to_numpy(), "moved": test["p_max_t"].to_numpy() <= alpha, "alpha": alpha,
-        "iqr_a": iqr, "n_units": test["n"].to_numpy(), "n_seq": len(sequences), "cluster": unit,
-        "n_perm": test["n_perm"].to_numpy(), "exact": test["exact"].to_numpy(),
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "model_a": model_a,
+            "model_b": model_b,
+            "dataset": dataset,
+            "score": sid,
+            "layer": heads.get_level_values(0),
+            "head": heads.get_level_values(1),
+            "mean_a": mean_a,
+            "mean_b": mean_b,
+            "mean_diff": test["mean"].to_numpy(),
+            "shift_iqr": test["mean"].to_numpy() / iqr if iqr > 0 else np.nan,
+            "d_z": d_z,
+            "t": test["t"].to_numpy(),
+            "p_raw": test["p_raw"].to_numpy(),
+            "p_max_t": test["p_max_t"].to_numpy(),
+            "moved": test["p_max_t"].to_numpy() <= alpha,
+            "alpha": alpha,
+            "iqr_a": iqr,
+            "n_units": test["n"].to_numpy(),
+            "n_seq": len(sequences),
+            "cluster": unit,
+            "n_perm": test["n_perm"].to_numpy(),
+            "exact": test["exact"].to_numpy(),
+        }
+    )
 
 
 __all__ = ["head_movement", "head_shift_test", "most_inactive", "moved_heads", "sign_flip_max_t"]

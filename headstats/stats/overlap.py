@@ -125,14 +125,25 @@ def score_overlap(
                 sa, sb = select(va, a_id, rate), select(vb, b_id, rate)
                 ua = _usual(sa, heads, len(head_keys), usually)
                 ub = _usual(sb, heads, len(head_keys), usually)
-                out.append({
-                    "model": model, "dataset": dataset, "rate": float(rate), "score_a": a_id, "score_b": b_id,
-                    "selected_a": float(sa.mean()), "selected_b": float(sb.mean()),
-                    "iou_triples": jaccard(sa, sb), "triples_missed_by_a": missed_share(sb, sa),
-                    "triples_missed_by_b": missed_share(sa, sb), "heads_a": int(ua.sum()), "heads_b": int(ub.sum()),
-                    "iou_heads": jaccard(ua, ub), "missed_by_a": missed_share(ub, ua),
-                    "missed_by_b": missed_share(ua, ub),
-                })  # fmt: skip
+                out.append(
+                    {
+                        "model": model,
+                        "dataset": dataset,
+                        "rate": float(rate),
+                        "score_a": a_id,
+                        "score_b": b_id,
+                        "selected_a": float(sa.mean()),
+                        "selected_b": float(sb.mean()),
+                        "iou_triples": jaccard(sa, sb),
+                        "triples_missed_by_a": missed_share(sb, sa),
+                        "triples_missed_by_b": missed_share(sa, sb),
+                        "heads_a": int(ua.sum()),
+                        "heads_b": int(ub.sum()),
+                        "iou_heads": jaccard(ua, ub),
+                        "missed_by_a": missed_share(ub, ua),
+                        "missed_by_b": missed_share(ua, ub),
+                    }
+                )
     return pd.DataFrame(out)
 
 

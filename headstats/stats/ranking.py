@@ -228,11 +228,17 @@ def compare_with_reference(curves: pd.DataFrame, reference: str = "awft") -> pd.
         if others.empty:
             raise ValueError(f"model {model!r} has no curve besides {reference!r} to compare with")
         best_other = _best(others, censored.drop(reference))
-        rows.append({
-            "model": model, reference: values[reference], "best_other": others[best_other],
-            "best_other_score": best_other, "best_overall_score": _best(values, censored),
-            f"{reference}_censored": bool(censored[reference]), "best_other_censored": bool(censored[best_other]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": model,
+                reference: values[reference],
+                "best_other": others[best_other],
+                "best_other_score": best_other,
+                "best_overall_score": _best(values, censored),
+                f"{reference}_censored": bool(censored[reference]),
+                "best_other_censored": bool(censored[best_other]),
+            }
+        )
     out = pd.DataFrame(rows)
     certified = [c for c in ("within_1pt_certified", "within_1pt_certified_fw") if c in curves.columns]
     for column in certified:
@@ -241,11 +247,13 @@ def compare_with_reference(curves: pd.DataFrame, reference: str = "awft") -> pd.
         out[f"{reference}_{suffix}"] = [values.loc[m, reference] for m in out["model"]]
         out[f"best_other_{suffix}"] = [values.loc[m].drop(reference).max() for m in out["model"]]
     average = {
-        "model": "Average", reference: out[reference].mean(), "best_other": out["best_other"].mean(),
+        "model": "Average",
+        reference: out[reference].mean(),
+        "best_other": out["best_other"].mean(),
         f"{reference}_censored": bool(out[f"{reference}_censored"].any()),
         "best_other_censored": bool(out["best_other_censored"].any()),
         **{c: out[c].mean() for c in out.columns if "_certified" in c},
-    }  # fmt: skip
+    }
     out = pd.concat([out, pd.DataFrame([average])], ignore_index=True)
     out["order_note"] = np.where(
         out[f"{reference}_censored"] | out["best_other_censored"],
@@ -256,12 +264,40 @@ def compare_with_reference(curves: pd.DataFrame, reference: str = "awft") -> pd.
 
 
 CURVE_INTERVAL_COLUMNS = (
-    "model", "task", "score", "by", "area", "area_low", "area_high", "rank", "rank_low", "rank_high", "p_best",
-    "reference", "vs_reference", "vs_reference_low", "vs_reference_high", "first_drop", "first_low", "first_high",
-    "first_low_open", "first_high_open", "first_median", "first_q25", "first_q75", "first_unstable",
-    "first_mono", "first_mono_low", "first_mono_high", "first_mono_low_open", "first_mono_high_open",
-    "vs_reference_p", "cluster", "n_clusters", "n_resamples",
-)  # fmt: skip
+    "model",
+    "task",
+    "score",
+    "by",
+    "area",
+    "area_low",
+    "area_high",
+    "rank",
+    "rank_low",
+    "rank_high",
+    "p_best",
+    "reference",
+    "vs_reference",
+    "vs_reference_low",
+    "vs_reference_high",
+    "first_drop",
+    "first_low",
+    "first_high",
+    "first_low_open",
+    "first_high_open",
+    "first_median",
+    "first_q25",
+    "first_q75",
+    "first_unstable",
+    "first_mono",
+    "first_mono_low",
+    "first_mono_high",
+    "first_mono_low_open",
+    "first_mono_high_open",
+    "vs_reference_p",
+    "cluster",
+    "n_clusters",
+    "n_resamples",
+)
 
 
 def curve_intervals(
@@ -388,19 +424,43 @@ def curve_intervals(
             quartiles = [_order_statistic(firsts[1:, j], censored[1:, j], q)[0] for q in (0.25, 0.5, 0.75)]
             mono_low, mono_low_open = _order_statistic(monos[1:, j], mono_censored[1:, j], alpha)
             mono_high, mono_high_open = _order_statistic(monos[1:, j], mono_censored[1:, j], 1 - alpha)
-            rows.append({
-                "model": model, "task": task, "score": s, "by": by, "area": areas[0, j], "area_low": low,
-                "area_high": high, "rank": int(ranks[0, j]), "rank_low": rank_low, "rank_high": rank_high,
-                "p_best": float((boot_rank == 1).mean()), "reference": reference if ref is not None else "",
-                "vs_reference": vs, "vs_reference_low": vs_low, "vs_reference_high": vs_high,
-                "first_drop": firsts[0, j], "first_low": first_low, "first_high": first_high,
-                "first_low_open": first_low_open, "first_high_open": first_high_open, "first_median": quartiles[1],
-                "first_q25": quartiles[0], "first_q75": quartiles[2],
-                "first_unstable": unstable(firsts[0, j], quartiles[0], quartiles[2]), "first_mono": monos[0, j],
-                "first_mono_low": mono_low, "first_mono_high": mono_high, "first_mono_low_open": mono_low_open,
-                "first_mono_high_open": mono_high_open, "vs_reference_p": vs_p, "cluster": unit, "n_clusters": k,
-                "n_resamples": n_resamples,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "model": model,
+                    "task": task,
+                    "score": s,
+                    "by": by,
+                    "area": areas[0, j],
+                    "area_low": low,
+                    "area_high": high,
+                    "rank": int(ranks[0, j]),
+                    "rank_low": rank_low,
+                    "rank_high": rank_high,
+                    "p_best": float((boot_rank == 1).mean()),
+                    "reference": reference if ref is not None else "",
+                    "vs_reference": vs,
+                    "vs_reference_low": vs_low,
+                    "vs_reference_high": vs_high,
+                    "first_drop": firsts[0, j],
+                    "first_low": first_low,
+                    "first_high": first_high,
+                    "first_low_open": first_low_open,
+                    "first_high_open": first_high_open,
+                    "first_median": quartiles[1],
+                    "first_q25": quartiles[0],
+                    "first_q75": quartiles[2],
+                    "first_unstable": unstable(firsts[0, j], quartiles[0], quartiles[2]),
+                    "first_mono": monos[0, j],
+                    "first_mono_low": mono_low,
+                    "first_mono_high": mono_high,
+                    "first_mono_low_open": mono_low_open,
+                    "first_mono_high_open": mono_high_open,
+                    "vs_reference_p": vs_p,
+                    "cluster": unit,
+                    "n_clusters": k,
+                    "n_resamples": n_resamples,
+                }
+            )
     return pd.DataFrame(rows, columns=list(CURVE_INTERVAL_COLUMNS))
 
 
@@ -457,9 +517,18 @@ def _percentiles(values: np.ndarray, alpha: float) -> tuple[float, float]:
 
 
 AGAINST_REFERENCE_COLUMNS = (
-    "model", "task", "score", "reference", "vs_reference", "vs_reference_low", "vs_reference_high",
-    "vs_reference_p", "vs_reference_p_holm", "unadjusted", "holm",
-)  # fmt: skip
+    "model",
+    "task",
+    "score",
+    "reference",
+    "vs_reference",
+    "vs_reference_low",
+    "vs_reference_high",
+    "vs_reference_p",
+    "vs_reference_p_holm",
+    "unadjusted",
+    "holm",
+)
 
 
 def _verdict(diff: float, significant: bool) -> str:
@@ -510,16 +579,21 @@ def verdicts(intervals: pd.DataFrame, sure: float = 0.95, level: float = 0.05) -
             shares = zip(contenders["score"], contenders["p_best"], strict=True)
             best = ("undecided: " + ", ".join(f"{score} {share:.2f}" for score, share in shares)).rstrip(": ")
         differs = mine[mine["unadjusted"] != mine["holm"]]
-        rows.append({
-            "model": model, "task": task, "reference": str(unit["reference"].iloc[0]),
-            "better": ", ".join(mine.loc[mine["holm"] == "better", "score"]),
-            "indistinguishable": ", ".join(mine.loc[mine["holm"] == "indistinguishable", "score"]),
-            "worse": ", ".join(mine.loc[mine["holm"] == "worse", "score"]),
-            "unadjusted_differs": "; ".join(
-                f"{r.score}: {r.unadjusted} unadjusted, p = {r.vs_reference_p:.3f}, Holm {r.vs_reference_p_holm:.2f}"
-                for r in differs.itertuples()
-            ),
-            "best": best,
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": model,
+                "task": task,
+                "reference": str(unit["reference"].iloc[0]),
+                "better": ", ".join(mine.loc[mine["holm"] == "better", "score"]),
+                "indistinguishable": ", ".join(mine.loc[mine["holm"] == "indistinguishable", "score"]),
+                "worse": ", ".join(mine.loc[mine["holm"] == "worse", "score"]),
+                "unadjusted_differs": "; ".join(
+                    f"{r.score}: {r.unadjusted} unadjusted, p = {r.vs_reference_p:.3f}, "
+                    f"Holm {r.vs_reference_p_holm:.2f}"
+                    for r in differs.itertuples()
+                ),
+                "best": best,
+            }
+        )
     columns = ["model", "task", "reference", "better", "indistinguishable", "worse", "unadjusted_differs", "best"]
     return pd.DataFrame(rows, columns=columns)

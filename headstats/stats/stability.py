@@ -124,12 +124,22 @@ def rank_stability(
             split[d] = split_half_spearman(values[idx], heads[idx], clusters[idx], n_heads, n_split, rng)
         for da, db in combinations(datasets, 2):
             both = np.isfinite(means[da]) & np.isfinite(means[db])
-            out.append({
-                "model": model, "score": sid, "dataset_a": da, "dataset_b": db,
-                "spearman": spearman(means[da], means[db]), "n_heads": int(both.sum()),
-                "split_half_a": split[da], "split_half_b": split[db], "cluster": unit,
-                "n_clusters_a": n_clusters[da], "n_clusters_b": n_clusters[db], "n_splits": max(n_split, 0),
-            })  # fmt: skip
+            out.append(
+                {
+                    "model": model,
+                    "score": sid,
+                    "dataset_a": da,
+                    "dataset_b": db,
+                    "spearman": spearman(means[da], means[db]),
+                    "n_heads": int(both.sum()),
+                    "split_half_a": split[da],
+                    "split_half_b": split[db],
+                    "cluster": unit,
+                    "n_clusters_a": n_clusters[da],
+                    "n_clusters_b": n_clusters[db],
+                    "n_splits": max(n_split, 0),
+                }
+            )
     return pd.DataFrame(out)
 
 
@@ -198,11 +208,19 @@ def layer_distances(
             for da, db in combinations(datasets, 2):
                 pair = [f for f in (floors.get(da, np.nan), floors.get(db, np.nan)) if np.isfinite(f)]
                 pair_floor = max(pair) if pair else np.nan
-                out.append({
-                    "model": model, "score": sid, "dataset_a": da, "dataset_b": db, "layer": int(lay),
-                    "w1": data.distance(group[da], group[db]), "noise_floor": pair_floor, "cluster": unit,
-                    "n_splits": max(n_split, 0),
-                })  # fmt: skip
+                out.append(
+                    {
+                        "model": model,
+                        "score": sid,
+                        "dataset_a": da,
+                        "dataset_b": db,
+                        "layer": int(lay),
+                        "w1": data.distance(group[da], group[db]),
+                        "noise_floor": pair_floor,
+                        "cluster": unit,
+                        "n_splits": max(n_split, 0),
+                    }
+                )
     return pd.DataFrame(out)
 
 

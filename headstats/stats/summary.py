@@ -78,16 +78,56 @@ QUESTION = ("subject", "question_id")
 CERTIFY_CONFIDENCE = 0.95  # one-sided, for drop_lower / drop_upper
 
 POINT_COLUMNS = (
-    "model", "task", "score", "target", "threshold", "realised_pct", "n_questions", "accuracy", "acc_low",
-    "acc_high", "n_paired", "diff", "diff_low", "diff_high", "cluster", "n_clusters", "only_baseline",
-    "only_intervened", "design_effect", "drop_lower", "drop_upper", "certified", "mcnemar_p", "mcnemar_p_holm",
-)  # fmt: skip
+    "model",
+    "task",
+    "score",
+    "target",
+    "threshold",
+    "realised_pct",
+    "n_questions",
+    "accuracy",
+    "acc_low",
+    "acc_high",
+    "n_paired",
+    "diff",
+    "diff_low",
+    "diff_high",
+    "cluster",
+    "n_clusters",
+    "only_baseline",
+    "only_intervened",
+    "design_effect",
+    "drop_lower",
+    "drop_upper",
+    "certified",
+    "mcnemar_p",
+    "mcnemar_p_holm",
+)
 CURVE_COLUMNS = (
-    "model", "task", "score", "n_points", "baseline", "max_realised_pct", "reading", "within_1pt", "crosses",
-    "censored", "non_monotone", "norm_auc", "grid_auc", "grid_upper", "within_1pt_certified", "certified_open",
-    "within_1pt_not_excluded", "within_1pt_certified_fw", "certified_fw_open", "family_size", "n_questions",
-    "mdd_80", "zeroes_none",
-)  # fmt: skip
+    "model",
+    "task",
+    "score",
+    "n_points",
+    "baseline",
+    "max_realised_pct",
+    "reading",
+    "within_1pt",
+    "crosses",
+    "censored",
+    "non_monotone",
+    "norm_auc",
+    "grid_auc",
+    "grid_upper",
+    "within_1pt_certified",
+    "certified_open",
+    "within_1pt_not_excluded",
+    "within_1pt_certified_fw",
+    "certified_fw_open",
+    "family_size",
+    "n_questions",
+    "mdd_80",
+    "zeroes_none",
+)
 
 
 def prepare_rows(df: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -190,15 +230,30 @@ def summarize_interventions(
             k = int(point["_ok"].sum())
             low, high = wilson_interval(k, n, confidence)
             row = {
-                "model": model, "task": task, "score": score, "target": float(target),
+                "model": model,
+                "task": task,
+                "score": score,
+                "target": float(target),
                 "threshold": float(point["threshold"].iloc[0]) if score != BASELINE else math.nan,
                 "realised_pct": 100.0 * float((point["n_zeroed"] / point["n_heads"]).mean()),
-                "n_questions": n, "accuracy": 100.0 * k / n, "acc_low": 100.0 * low, "acc_high": 100.0 * high,
-                "n_paired": 0, "diff": math.nan, "diff_low": math.nan, "diff_high": math.nan, "cluster": unit,
-                "n_clusters": int(point["_cluster"].nunique()), "only_baseline": math.nan,
-                "only_intervened": math.nan, "design_effect": math.nan, "drop_lower": math.nan,
-                "drop_upper": math.nan, "certified": False, "mcnemar_p": math.nan,
-            }  # fmt: skip
+                "n_questions": n,
+                "accuracy": 100.0 * k / n,
+                "acc_low": 100.0 * low,
+                "acc_high": 100.0 * high,
+                "n_paired": 0,
+                "diff": math.nan,
+                "diff_low": math.nan,
+                "diff_high": math.nan,
+                "cluster": unit,
+                "n_clusters": int(point["_cluster"].nunique()),
+                "only_baseline": math.nan,
+                "only_intervened": math.nan,
+                "design_effect": math.nan,
+                "drop_lower": math.nan,
+                "drop_upper": math.nan,
+                "certified": False,
+                "mcnemar_p": math.nan,
+            }
             if score != BASELINE and base_ok is not None:
                 here = point.set_index(list(QUESTION))[["_ok", "_cluster"]].rename(columns={"_ok": "b"})
                 joined = here.join(base_ok.rename("a"), how="inner")
@@ -213,13 +268,19 @@ def summarize_interventions(
                         test.only_a, test.only_b, len(joined), CERTIFY_CONFIDENCE, design_effect(a, b, labels)
                     )
                     row.update(
-                        n_paired=len(joined), diff=100.0 * boot.estimate, diff_low=100.0 * boot.low,
-                        diff_high=100.0 * boot.high, n_clusters=int(joined["_cluster"].nunique()),
-                        only_baseline=test.only_a, only_intervened=test.only_b,
-                        design_effect=bound.design_effect, drop_lower=100.0 * bound.lower,
-                        drop_upper=100.0 * bound.upper, certified=bool(100.0 * bound.upper <= drop),
+                        n_paired=len(joined),
+                        diff=100.0 * boot.estimate,
+                        diff_low=100.0 * boot.low,
+                        diff_high=100.0 * boot.high,
+                        n_clusters=int(joined["_cluster"].nunique()),
+                        only_baseline=test.only_a,
+                        only_intervened=test.only_b,
+                        design_effect=bound.design_effect,
+                        drop_lower=100.0 * bound.lower,
+                        drop_upper=100.0 * bound.upper,
+                        certified=bool(100.0 * bound.upper <= drop),
                         mcnemar_p=test.pvalue,
-                    )  # fmt: skip
+                    )
             rows.append(row)
     out = pd.DataFrame(rows, columns=list(POINT_COLUMNS))
     out["mcnemar_p_holm"] = holm(out["mcnemar_p"].to_numpy(dtype=float))
@@ -257,13 +318,30 @@ def _silent_curve(model: str, task: str, score: str, group: pd.DataFrame, baseli
     mine = group[group["score"] == score]
     n = float(mine["n_paired"].max()) if "n_paired" in mine.columns else math.nan
     return {
-        "model": model, "task": task, "score": score, "n_points": len(mine), "baseline": baseline,
-        "max_realised_pct": 0.0, "reading": reading, "within_1pt": math.nan, "crosses": False, "censored": False,
-        "non_monotone": False, "norm_auc": math.nan, "grid_auc": math.nan, "grid_upper": math.nan,
-        "within_1pt_certified": math.nan, "certified_open": False, "within_1pt_not_excluded": math.nan,
-        "within_1pt_certified_fw": math.nan, "certified_fw_open": False, "family_size": 0, "n_questions": n,
-        "mdd_80": math.nan, "zeroes_none": True,
-    }  # fmt: skip
+        "model": model,
+        "task": task,
+        "score": score,
+        "n_points": len(mine),
+        "baseline": baseline,
+        "max_realised_pct": 0.0,
+        "reading": reading,
+        "within_1pt": math.nan,
+        "crosses": False,
+        "censored": False,
+        "non_monotone": False,
+        "norm_auc": math.nan,
+        "grid_auc": math.nan,
+        "grid_upper": math.nan,
+        "within_1pt_certified": math.nan,
+        "certified_open": False,
+        "within_1pt_not_excluded": math.nan,
+        "within_1pt_certified_fw": math.nan,
+        "certified_fw_open": False,
+        "family_size": 0,
+        "n_questions": n,
+        "mdd_80": math.nan,
+        "zeroes_none": True,
+    }
 
 
 def _honest_bracket(curve: pd.DataFrame, drop: float) -> tuple[float, bool, float]:
@@ -373,14 +451,27 @@ def summarize_curves(
             curve_points[(model, task, score)] = curve
             n_questions, mdd = _detectable(curve)
             row = {
-                "model": model, "task": task, "score": score, "n_points": len(group[group["score"] == score]),
-                "baseline": baseline, "max_realised_pct": float(x.max()), "reading": reading,
-                "within_1pt": crossing.value, "crosses": crossing.crosses, "censored": crossing.censored,
-                "non_monotone": first.non_monotone, "norm_auc": C.normalised_auc(x, y), "grid_auc": grid,
-                "grid_upper": upper, "within_1pt_certified": certified, "certified_open": certified_open,
-                "within_1pt_not_excluded": not_excluded, "n_questions": n_questions, "mdd_80": mdd,
+                "model": model,
+                "task": task,
+                "score": score,
+                "n_points": len(group[group["score"] == score]),
+                "baseline": baseline,
+                "max_realised_pct": float(x.max()),
+                "reading": reading,
+                "within_1pt": crossing.value,
+                "crosses": crossing.crosses,
+                "censored": crossing.censored,
+                "non_monotone": first.non_monotone,
+                "norm_auc": C.normalised_auc(x, y),
+                "grid_auc": grid,
+                "grid_upper": upper,
+                "within_1pt_certified": certified,
+                "certified_open": certified_open,
+                "within_1pt_not_excluded": not_excluded,
+                "n_questions": n_questions,
+                "mdd_80": mdd,
                 "zeroes_none": False,
-            }  # fmt: skip
+            }
             rows.append(row)
     m = family_size if family_size is not None else len(curve_points)
     level = 1.0 - (1.0 - CERTIFY_CONFIDENCE) / max(m, 1)
@@ -400,8 +491,14 @@ def summarize_curves(
 
 
 HEADLINE_COLUMNS = (
-    "scope", "family_size", "certified", "certified_curve", "certified_fw", "certified_fw_curve", "adjustment",
-)  # fmt: skip
+    "scope",
+    "family_size",
+    "certified",
+    "certified_curve",
+    "certified_fw",
+    "certified_fw_curve",
+    "adjustment",
+)
 
 
 def _largest(curves: pd.DataFrame, column: str) -> tuple[float, str]:
@@ -431,9 +528,15 @@ def certified_headline(curves: pd.DataFrame) -> pd.DataFrame:
     for scope, group in scopes:
         value, curve = _largest(group, "within_1pt_certified")
         adjusted, adjusted_curve = _largest(group, "within_1pt_certified_fw")
-        rows.append({
-            "scope": scope, "family_size": m, "certified": value, "certified_curve": curve,
-            "certified_fw": adjusted, "certified_fw_curve": adjusted_curve,
-            "adjustment": f"Bonferroni over the {m} curves: one-sided level 0.05/{m} = {0.05 / m:.2g} per curve",
-        })  # fmt: skip
+        rows.append(
+            {
+                "scope": scope,
+                "family_size": m,
+                "certified": value,
+                "certified_curve": curve,
+                "certified_fw": adjusted,
+                "certified_fw_curve": adjusted_curve,
+                "adjustment": f"Bonferroni over the {m} curves: one-sided level 0.05/{m} = {0.05 / m:.2g} per curve",
+            }
+        )
     return pd.DataFrame(rows, columns=list(HEADLINE_COLUMNS))

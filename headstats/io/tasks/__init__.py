@@ -19,7 +19,7 @@ from headstats.io.tasks.base import (
     register,
     sample_order,
     select_sample,
-)  # fmt: skip
+)
 from headstats.io.tasks.collection import COLLECTION_DATASETS, CollectionSource, collection_source
 from headstats.io.tasks.formats import PROMPT_FORMATS, PromptFormat, PromptRenderer, resolve_format
 

@@ -263,9 +263,14 @@ def load_task(
         questions = [questions[i] for i in chosen]
     if not questions:
         raise ValueError(f"task {task.name!r} selected no questions (subjects={subjects}); check the selection")
-    options = {"subjects": list(subjects) if subjects else None, "limit_per_subject": limit_per_subject,
-               "limit": limit, "sample": sample, "seed": seed,
-               "data_dir": str(data.root) if not data.embedded else None}  # fmt: skip
+    options = {
+        "subjects": list(subjects) if subjects else None,
+        "limit_per_subject": limit_per_subject,
+        "limit": limit,
+        "sample": sample,
+        "seed": seed,
+        "data_dir": str(data.root) if not data.embedded else None,
+    }
     if exclude_limit is not None:
         options["exclude"] = {"limit": exclude_limit, "seed": exclude_seed, "sample": "random"}
     return TaskSlice(task, tuple(questions), options)

@@ -140,11 +140,17 @@ class MMLUTask(Task):
                 doc = test[i]
                 choices = tuple(doc["choices"])
                 yield Question(
-                    task=self.name, question_id=i, subject=subject, gold=int(doc["answer"]),
-                    prompts=(to_prompt(doc),), continuations=choices if self.cloze else LETTERS,
-                    choice_texts=choices if self.cloze else LETTERS, description=self.header(subject),
-                    shots=shots, sample_key=offsets[subject] + i,
-                )  # fmt: skip
+                    task=self.name,
+                    question_id=i,
+                    subject=subject,
+                    gold=int(doc["answer"]),
+                    prompts=(to_prompt(doc),),
+                    continuations=choices if self.cloze else LETTERS,
+                    choice_texts=choices if self.cloze else LETTERS,
+                    description=self.header(subject),
+                    shots=shots,
+                    sample_key=offsets[subject] + i,
+                )
 
 
 # -- tasks with one split and no subjects ------------------------------------------------------------
@@ -191,10 +197,16 @@ class ChoiceTask(Task):
     def question(self, doc: dict, question_id: int, shots: tuple[tuple[str, str], ...]) -> Question:
         choices = tuple(self.doc_to_choices(doc))
         return Question(
-            task=self.name, question_id=question_id, subject=None, gold=self.doc_to_gold(doc),
-            prompts=(self.doc_to_text(doc),), continuations=choices, choice_texts=choices, shots=shots,
+            task=self.name,
+            question_id=question_id,
+            subject=None,
+            gold=self.doc_to_gold(doc),
+            prompts=(self.doc_to_text(doc),),
+            continuations=choices,
+            choice_texts=choices,
+            shots=shots,
             document=self.doc_to_document(doc) if self.doc_to_document else None,
-        )  # fmt: skip
+        )
 
     def iter_questions(
         self, data: DataRoot, *, subjects: Sequence[str] | None = None, limit_per_subject: int | None = None
@@ -219,9 +231,15 @@ class PartialChoiceTask(ChoiceTask):
     def question(self, doc: dict, question_id: int, shots: tuple[tuple[str, str], ...]) -> Question:
         contexts = tuple(self.doc_to_contexts(doc))
         return Question(
-            task=self.name, question_id=question_id, subject=None, gold=self.doc_to_gold(doc), prompts=contexts,
-            continuations=(self.doc_to_shared_continuation(doc),), choice_texts=contexts, shots=shots,
-        )  # fmt: skip
+            task=self.name,
+            question_id=question_id,
+            subject=None,
+            gold=self.doc_to_gold(doc),
+            prompts=contexts,
+            continuations=(self.doc_to_shared_continuation(doc),),
+            choice_texts=contexts,
+            shots=shots,
+        )
 
 
 def hellaswag_preprocess(text: str) -> str:
@@ -247,15 +265,21 @@ register(MMLUTask("mmlu", cloze=False, summary="MMLU, 57 subjects, letter format
 register(MMLUTask("mmlu_cloze", cloze=True, summary="MMLU, each answer text scored (lm-eval mmlu_continuation)"))
 register(
     ChoiceTask(
-        "piqa", "PIQA physical commonsense, 0-shot", "piqa/plain_text", "validation",
+        "piqa",
+        "PIQA physical commonsense, 0-shot",
+        "piqa/plain_text",
+        "validation",
         doc_to_text=lambda d: f"Question: {d['goal']}\nAnswer:",
         doc_to_choices=lambda d: [d["sol1"], d["sol2"]],
         doc_to_gold=lambda d: int(d["label"]),
     )
-)  # fmt: skip
+)
 register(
     PartialChoiceTask(
-        "winogrande", "WinoGrande (xl), 5-shot, partial scoring", "winogrande/winogrande_xl", "validation",
+        "winogrande",
+        "WinoGrande (xl), 5-shot, partial scoring",
+        "winogrande/winogrande_xl",
+        "validation",
         doc_to_text=lambda d: d["sentence"],
         doc_to_choices=lambda d: [d["option1"], d["option2"]],
         doc_to_gold=lambda d: {"1": 0, "2": 1}[d["answer"]],
@@ -263,23 +287,29 @@ register(
         doc_to_contexts=lambda d: [d["sentence"][: winogrande_blank(d)] + o for o in (d["option1"], d["option2"])],
         doc_to_shared_continuation=lambda d: d["sentence"][winogrande_blank(d) + 1 :].strip(),
     )
-)  # fmt: skip
+)
 register(
     ChoiceTask(
-        "hellaswag", "HellaSwag, 0-shot, full endings scored", "hellaswag/none", "validation",
+        "hellaswag",
+        "HellaSwag, 0-shot, full endings scored",
+        "hellaswag/none",
+        "validation",
         doc_to_text=hellaswag_query,
         doc_to_choices=lambda d: [hellaswag_preprocess(e) for e in d["endings"]],
         doc_to_gold=lambda d: int(d["label"]),
         # 10,042 contexts from 8,407 ActivityNet videos and WikiHow articles (up to 10 from one).
         doc_to_document=lambda d: d.get("source_id"),
     )
-)  # fmt: skip
+)
 for _name, _config in (("arc_easy", "ARC-Easy"), ("arc_challenge", "ARC-Challenge")):
     register(
         ChoiceTask(
-            _name, f"{_config}, 0-shot, full answers scored", f"ai2_arc/{_config}", "validation",
+            _name,
+            f"{_config}, 0-shot, full answers scored",
+            f"ai2_arc/{_config}",
+            "validation",
             doc_to_text=lambda d: f"Question: {d['question']}\nAnswer:",
             doc_to_choices=lambda d: list(d["choices"]["text"]),
             doc_to_gold=arc_gold,
         )
-    )  # fmt: skip
+    )

@@ -416,7 +416,8 @@ def _count_rows(path: Path, column: str) -> None:
         parts.append(f"{other} not a string (e.g. {example})")
     if skipped == total:
         raise ValueError(
-            f"{path}: no text documents in column {column!r} (of its {total} row(s): " + ", ".join(parts)
+            f"{path}: no text documents in column {column!r} (of its {total} row(s): "
+            + ", ".join(parts)
             + "); give the documents as strings, or pass text_column= the column that holds them"
         )
     key = (str(path.absolute()), path.stat().st_size, path.stat().st_mtime_ns, column)

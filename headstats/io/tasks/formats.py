@@ -72,8 +72,12 @@ class PromptFormat:
     chat_target_delimiter: bool = False  # keep the " " before a chat continuation (lm-eval 0.4.5)
 
     def provenance(self) -> dict[str, object]:
-        return {"prompt_format": self.name, "chat_template": self.chat, "special_tokens": self.special_tokens,
-                "chat_target_delimiter": self.chat_target_delimiter}  # fmt: skip
+        return {
+            "prompt_format": self.name,
+            "chat_template": self.chat,
+            "special_tokens": self.special_tokens,
+            "chat_target_delimiter": self.chat_target_delimiter,
+        }
 
 
 def original_model_name(model_name: str) -> str:

@@ -68,10 +68,16 @@ def chain_order(checkpoints: dict[str, dict]) -> pd.DataFrame:
         seed = chain_recipe(root).get("seed")
         # The base's record names no chain (it is the chain's start): its folder does.
         chain = info.get("chain") or (root.name if root is not None else "")
-        rows.append({
-            "model": model, "chain": str(chain), "seed": seed, "stage": info["stage"],
-            "step": int(info.get("step") or 0), "steps": int(info.get("steps") or 0),
-        })  # fmt: skip
+        rows.append(
+            {
+                "model": model,
+                "chain": str(chain),
+                "seed": seed,
+                "stage": info["stage"],
+                "step": int(info.get("step") or 0),
+                "steps": int(info.get("steps") or 0),
+            }
+        )
     columns = ["model", "chain", "seed", "stage", "step", "steps"]
     frame = pd.DataFrame(rows, columns=columns)
     if frame.empty:
@@ -195,18 +201,34 @@ class Context:
                 point = record.get("point") or {}
                 rows.append(
                     {
-                        "model": p.model, "task": p.name, "score": point.get("score"), "target": point.get("target"),
-                        "seconds": point.get("seconds"), "cpu_seconds": point.get("cpu_seconds"),
+                        "model": p.model,
+                        "task": p.name,
+                        "score": point.get("score"),
+                        "target": point.get("target"),
+                        "seconds": point.get("seconds"),
+                        "cpu_seconds": point.get("cpu_seconds"),
                         "timed": "seconds" in point,
-                        "finished": point.get("finished"), "machine": record.get("machine", partition.get("machine")),
+                        "finished": point.get("finished"),
+                        "machine": record.get("machine", partition.get("machine")),
                         "dtype": record.get("dtype", partition.get("dtype")),
-                        "materialise": point.get("materialise"), "whole_sequences": point.get("whole_sequences"),
+                        "materialise": point.get("materialise"),
+                        "whole_sequences": point.get("whole_sequences"),
                     }
-                )  # fmt: skip
+                )
         columns = [
-            "model", "task", "score", "target", "seconds", "cpu_seconds", "timed", "finished", "machine", "dtype",
-            "materialise", "whole_sequences",
-        ]  # fmt: skip
+            "model",
+            "task",
+            "score",
+            "target",
+            "seconds",
+            "cpu_seconds",
+            "timed",
+            "finished",
+            "machine",
+            "dtype",
+            "materialise",
+            "whole_sequences",
+        ]
         out = pd.DataFrame(rows, columns=columns)
         out["seconds"] = pd.to_numeric(out["seconds"], errors="coerce")
         out["cpu_seconds"] = pd.to_numeric(out["cpu_seconds"], errors="coerce")
@@ -275,9 +297,16 @@ class Context:
             both = set(self.measured_scores(here[here["model"] == model_b]))
             measured = [s for s in self.measured_scores(here[here["model"] == model_a]) if s in both]
             cache[key] = distances.model_distance(
-                here, model_a, model_b, measured or None, depth_bins=opt.depth_bins, n_boot=opt.n_boot,
-                n_perm=opt.n_perm, n_split=opt.n_split, seed=opt.seed,
-            ).assign(dataset=dataset)  # fmt: skip
+                here,
+                model_a,
+                model_b,
+                measured or None,
+                depth_bins=opt.depth_bins,
+                n_boot=opt.n_boot,
+                n_perm=opt.n_perm,
+                n_split=opt.n_split,
+                seed=opt.seed,
+            ).assign(dataset=dataset)
         return cache[key]
 
     def score_datasets(self) -> Iterator[tuple[str, pd.DataFrame, list[str]]]:

@@ -45,9 +45,16 @@ def format_contrast(writer: Writer, context: Context) -> None:
         both = pd.concat([here.assign(model=f"{model} [{fa}]"), there.assign(model=f"{model} [{fb}]")])
         measured = [s for s in context.measured_scores(here) if s in there.columns]
         dist = distances.model_distance(
-            both, f"{model} [{fa}]", f"{model} [{fb}]", measured or None, depth_bins=0, n_boot=opt.n_boot,
-            n_perm=opt.n_perm, n_split=opt.n_split, seed=opt.seed,
-        )  # fmt: skip
+            both,
+            f"{model} [{fa}]",
+            f"{model} [{fb}]",
+            measured or None,
+            depth_bins=0,
+            n_boot=opt.n_boot,
+            n_perm=opt.n_perm,
+            n_split=opt.n_split,
+            seed=opt.seed,
+        )
         rows.append(dist.assign(model=model, dataset=dataset, formats=f"{fa} vs {fb}"))
     table = pd.concat(rows, ignore_index=True)
     checkpoints = [m for m in context.checkpoints if m != context.reference]

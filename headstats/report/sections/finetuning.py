@@ -130,9 +130,16 @@ def _yardsticks(context: Context, base: str, chain_models: set[str], datasets: l
             both = pd.concat([here[here["model"] == base], plain[plain["dataset"] == dataset]], ignore_index=True)
             both["model"] = both["model"].astype(str)
             dist = distances.model_distance(
-                both, base, f"{base} (other format)", tested, depth_bins=0, n_boot=opt.n_boot, n_perm=0, n_split=0,
+                both,
+                base,
+                f"{base} (other format)",
+                tested,
+                depth_bins=0,
+                n_boot=opt.n_boot,
+                n_perm=0,
+                n_split=0,
                 seed=opt.seed,
-            )  # fmt: skip
+            )
             frames.append(dist.assign(dataset=dataset, kind="template"))
         for other in sorted(set(here["model"].astype(str)) - chain_models):
             common = [s for s in tested if s in here.columns and here.loc[here["model"] == other, s].notna().any()]
@@ -184,17 +191,25 @@ def analyse_chain(context: Context) -> ChainAnalysis | None:
             for sid in tested:
                 moved = head_shift_test(
                     here, a, b, sid, dataset=dataset, n_perm=HEAD_PERMUTATIONS, alpha=HEAD_ALPHA, seed=opt.seed
-                )  # fmt: skip
+                )
                 heads.append(moved.assign(comparison=comparison, stage=stage, step=step))
     tests = distances.holm_family(frames)
     cumulative = chain.set_index("model")["cumulative_step"]
     tests["cumulative_step"] = tests["model_b"].map(cumulative)
     learning, signal = _chain_metrics(context, chain)
     analysis = ChainAnalysis(
-        chain=chain, base=base, datasets=datasets, tested=tested, left_out=left_out, learning=learning,
-        signal=signal, tests=tests, yardsticks=_yardsticks(context, base, set(chain["model"]), datasets, tested),
-        heads=pd.concat(heads, ignore_index=True) if heads else pd.DataFrame(), n_perm=n_perm,
-    )  # fmt: skip
+        chain=chain,
+        base=base,
+        datasets=datasets,
+        tested=tested,
+        left_out=left_out,
+        learning=learning,
+        signal=signal,
+        tests=tests,
+        yardsticks=_yardsticks(context, base, set(chain["model"]), datasets, tested),
+        heads=pd.concat(heads, ignore_index=True) if heads else pd.DataFrame(),
+        n_perm=n_perm,
+    )
     context.__dict__["_finetuning"] = analysis
     return analysis
 
@@ -436,9 +451,24 @@ def _distances(writer: Writer, analysis: ChainAnalysis) -> None:
     writer.heading("How far did the distributions move, against training noise?", 3)
     tests = analysis.tests
     shown = [
-        "comparison", "dataset", "stage", "step", "cumulative_step", "score", "model_b", "w1", "w1_iqr",
-        "w1_iqr_low", "w1_iqr_high", "p_value", "p_holm", "p_holm_min", "n_tests", "n_perm", "n_seq_a",
-    ]  # fmt: skip
+        "comparison",
+        "dataset",
+        "stage",
+        "step",
+        "cumulative_step",
+        "score",
+        "model_b",
+        "w1",
+        "w1_iqr",
+        "w1_iqr_low",
+        "w1_iqr_high",
+        "p_value",
+        "p_holm",
+        "p_holm_min",
+        "n_tests",
+        "n_perm",
+        "n_seq_a",
+    ]
     writer.text(
         f"Every test of the report, one Holm family of {len(tests)} (p_holm reaches {tests['p_holm_min'].iloc[0]:.3g} "
         f"at best with {analysis.n_perm} permutations). 'between seeds' compares a stage's end with the same "
