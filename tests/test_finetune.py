@@ -479,8 +479,18 @@ def test_report_reads_the_chain(chain, base_dir, tmp_path_factory, tmp_path):
     counts = pd.read_csv(index.parent / "tables" / "finetuning_moved_head_counts.csv")
     assert set(counts["comparison"]) == {"from base", "between seeds"}
     assert (counts["heads"] == 8).all()  # 2 layers x 4 heads per (comparison, dataset, score)
-    main = pd.read_csv(index.parent / "tables" / "main_table.csv")
-    assert len(main) == 3 and main["seed → seed, W1/IQR"].notna().sum() == 2
+    # A stage not shown to learn makes no comparison; one that learned stands beside its seed yardstick.
+    from headstats.report.sections.finetuning import NO_COMPARISON
+
+    main = pd.read_csv(index.parent / "tables" / "main_table.csv").set_index("stage")
+    primary = learned[learned["primary"] & learned["seed"].eq(0)].set_index("stage")["learned"]
+    assert len(main) == 3
+    for stage, row in main.iterrows():
+        name = stage.split(" ")[0].lower()
+        if not primary[name]:
+            assert row["base → end, W1/IQR"] == NO_COMPARISON
+        elif name in ("sft", "grpo"):  # the replicate's scored stages
+            assert isinstance(row["seed → seed, W1/IQR"], str) and "[" in row["seed → seed, W1/IQR"]
     formats = pd.read_csv(index.parent / "tables" / "format_contrast.csv")
     assert set(formats["model"]) == {base} and set(formats["formats"]) == {"plain vs bos"}
     bos = headstats.read_scores(contrast)
