@@ -55,7 +55,7 @@ from headstats.engine.scores import get_score
 from headstats.engine.scores import score_ids as registered_score_ids
 from headstats.io import store
 from headstats.stats.distances import ALL_DEPTHS, depth_bin, depth_labels
-from headstats.stats.overlap import jaccard, missed_share
+from headstats.stats.overlap import overlap_row
 from headstats.stats.thresholds import thresholds_from_values
 from headstats.stats.w1 import wasserstein1, wasserstein1_sorted
 
@@ -505,23 +505,5 @@ def score_overlap_from_dataset(
             sb = vb > tau_b if above_b else vb < tau_b
             ua = np.bincount(heads[sa], minlength=n_heads) / per_head >= usually
             ub = np.bincount(heads[sb], minlength=n_heads) / per_head >= usually
-            out.append(
-                {
-                    "model": m,
-                    "dataset": d,
-                    "rate": rate,
-                    "score_a": a_id,
-                    "score_b": b_id,
-                    "selected_a": float(sa.mean()),
-                    "selected_b": float(sb.mean()),
-                    "iou_triples": jaccard(sa, sb),
-                    "triples_missed_by_a": missed_share(sb, sa),
-                    "triples_missed_by_b": missed_share(sa, sb),
-                    "heads_a": int(ua.sum()),
-                    "heads_b": int(ub.sum()),
-                    "iou_heads": jaccard(ua, ub),
-                    "missed_by_a": missed_share(ub, ua),
-                    "missed_by_b": missed_share(ua, ub),
-                }
-            )
+            out.append(overlap_row(m, d, rate, a_id, b_id, sa, sb, ua, ub))
     return pd.DataFrame(out)

@@ -74,6 +74,38 @@ def select(values: np.ndarray, score_id: str, rate: float) -> np.ndarray:
     return v > tau if score.inactive_when == "above" else v < tau
 
 
+def overlap_row(
+    model: str,
+    dataset: str,
+    rate: float,
+    a_id: str,
+    b_id: str,
+    sa: np.ndarray,
+    sb: np.ndarray,
+    ua: np.ndarray,
+    ub: np.ndarray,
+) -> dict:
+    """One row of :func:`score_overlap`: two scores' selections at ``rate`` compared over (text, layer,
+    head) triples (``sa``, ``sb``) and over the heads they usually select (``ua``, ``ub``)."""
+    return {
+        "model": model,
+        "dataset": dataset,
+        "rate": rate,
+        "score_a": a_id,
+        "score_b": b_id,
+        "selected_a": float(sa.mean()),
+        "selected_b": float(sb.mean()),
+        "iou_triples": jaccard(sa, sb),
+        "triples_missed_by_a": missed_share(sb, sa),
+        "triples_missed_by_b": missed_share(sa, sb),
+        "heads_a": int(ua.sum()),
+        "heads_b": int(ub.sum()),
+        "iou_heads": jaccard(ua, ub),
+        "missed_by_a": missed_share(ub, ua),
+        "missed_by_b": missed_share(ua, ub),
+    }
+
+
 def _groups(rows: pd.DataFrame) -> Iterable[tuple[str, pd.DataFrame]]:
     if "dataset" in rows.columns:
         yield from ((str(d), g) for d, g in rows.groupby("dataset", sort=True, observed=True))
@@ -125,25 +157,7 @@ def score_overlap(
                 sa, sb = select(va, a_id, rate), select(vb, b_id, rate)
                 ua = _usual(sa, heads, len(head_keys), usually)
                 ub = _usual(sb, heads, len(head_keys), usually)
-                out.append(
-                    {
-                        "model": model,
-                        "dataset": dataset,
-                        "rate": float(rate),
-                        "score_a": a_id,
-                        "score_b": b_id,
-                        "selected_a": float(sa.mean()),
-                        "selected_b": float(sb.mean()),
-                        "iou_triples": jaccard(sa, sb),
-                        "triples_missed_by_a": missed_share(sb, sa),
-                        "triples_missed_by_b": missed_share(sa, sb),
-                        "heads_a": int(ua.sum()),
-                        "heads_b": int(ub.sum()),
-                        "iou_heads": jaccard(ua, ub),
-                        "missed_by_a": missed_share(ub, ua),
-                        "missed_by_b": missed_share(ua, ub),
-                    }
-                )
+                out.append(overlap_row(model, dataset, float(rate), a_id, b_id, sa, sb, ua, ub))
     return pd.DataFrame(out)
 
 
