@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import shutil
 
 import numpy as np
@@ -77,7 +78,7 @@ def test_recipe_round_trips():
         dataclasses.replace(RECIPE, checkpoints=(0.5,))
 
 
-@pytest.mark.parametrize(("seed", "digest"), [(None, "75ea8afcc39f"), (0, "75ea8afcc39f"), (1, "c243cdb7ad02")])
+@pytest.mark.parametrize(("seed", "digest"), [(None, "08d8f7ac4157"), (0, "08d8f7ac4157"), (1, "0a57c13e7a42")])
 def test_the_built_in_recipe_keeps_its_hash(seed, digest, capsys):
     """The hash names a chain's directory: if it changed, the committed chain and its seed replicate
     would no longer be found and resumed. It is pinned for the built-in recipe and its --seed 1."""
@@ -93,13 +94,26 @@ def test_the_built_in_recipe_keeps_its_hash(seed, digest, capsys):
     assert printed.err.strip().endswith(f"gemma3-270m-{digest}")
 
 
-@pytest.mark.parametrize(("seed", "digest"), [(0, "696927f84291"), (1, "3903fc00278e")])
-def test_an_earlier_chains_recipe_keeps_its_hash(seed, digest):
-    """The recipe of an earlier built-in chain (GRPO on SST-2, 16 completions per step at temperature
-    1), as its recipe.json holds it, still hashes to that chain's name."""
-    stages = {name: ft.StageRecipe(**budget) for name, budget in EARLIER_STAGES.items()}
-    recorded = ft.Recipe(**stages, grpo_sources=("glue/sst2/validation",), seed=seed).to_json()
-    assert ft.Recipe.from_json(recorded).digest("gemma3-270m") == digest
+@pytest.mark.parametrize(
+    ("earlier", "seed", "digest"),
+    [
+        ("sst2", 0, "696927f84291"),
+        ("sst2", 1, "3903fc00278e"),
+        ("closeness", 0, "75ea8afcc39f"),
+        ("closeness", 1, "c243cdb7ad02"),
+    ],
+)
+def test_an_earlier_chains_recipe_keeps_its_hash(earlier, seed, digest):
+    """The recipe of an earlier built-in chain, as its recipe.json holds it, still hashes to that
+    chain's name: GRPO on SST-2 (16 completions per step at temperature 1), and GRPO on sums with the
+    closeness reward alone (the built-in budgets, GRPO at a learning rate of 2e-5)."""
+    if earlier == "sst2":
+        stages = {name: ft.StageRecipe(**budget) for name, budget in EARLIER_STAGES.items()}
+        recipe = ft.Recipe(**stages, grpo_sources=("glue/sst2/validation",), seed=seed)
+    else:
+        grpo = dataclasses.replace(ft.Recipe().grpo, learning_rate=2e-5)
+        recipe = ft.Recipe(grpo=grpo, grpo_sources=(fd.ADDITION,), seed=seed)
+    assert ft.Recipe.from_json(recipe.to_json()).digest("gemma3-270m") == digest
 
 
 EARLIER_STAGES = {
@@ -163,6 +177,16 @@ def test_verifiable_rewards():
         0.25,
         0.0,
     ]
+    # number_only: the closeness, halved unless the reply is the number alone (white space aside).
+    assert [fd.reward("number_only", c, "12") for c in ("12", " 13\n", "12\nThe", "13.", "12 or 13", "x")] == [
+        1.0,
+        0.5,
+        0.5,
+        0.25,
+        0.5,
+        0.0,
+    ]
+    assert fd.is_number_alone("-3.5") and fd.is_number_alone("1,000\n") and not fd.is_number_alone("")
     assert fd.reward("named_option", "Kinetic energy.", "kinetic energy") == 1.0
     assert fd.reward("named_option", "The Sun\nmore", "the sun") == 1.0
     assert fd.reward("named_option", "It is kinetic energy", "kinetic energy") == 0.0
@@ -171,6 +195,18 @@ def test_verifiable_rewards():
     assert len(rows) == len(fd.ADDITION_OPERANDS) ** 2 and {"a": 20, "b": 0} in rows
     with pytest.raises(ValueError, match="unknown reward 'bleu'"):
         fd.reward("bleu", "a", "a")
+
+
+def test_the_two_addition_sources_hold_the_same_sums_and_split_with_their_own_reward():
+    """The number-only source re-scores the sums of the closeness one: the same train and held-out
+    parts (the split hashes the prompt), so the two chains' GRPO evidence is on the same problems."""
+    closeness, number_only = (fd.stage_data("grpo", eval_fraction=0.25, sources=(s,)) for s in fd.ADDITIONS)
+    assert closeness.eval["id"] == number_only.eval["id"] and closeness.train["id"] == number_only.train["id"]
+    assert closeness.eval["prompt"] == number_only.eval["prompt"]
+    assert set(closeness.eval["reward_kind"]) == {"closeness"} and set(number_only.eval["reward_kind"]) == {
+        "number_only"
+    }
+    assert len(closeness.eval) + len(closeness.train) == len(fd.ADDITION_OPERANDS) ** 2
 
 
 def test_completion_tokens_are_the_answer_in_the_chat_format(base_dir):
@@ -455,6 +491,10 @@ def test_report_reads_the_chain(chain, base_dir, tmp_path_factory, tmp_path):
     )
     page = index.read_text()
     assert "Did each stage learn?" in page and "Which heads moved?" in page
+    # The subtitle names the checkpoints by stage and step in training order, without the chain's hash.
+    subtitle = re.search(r'<p class="subtitle">(.*?)</p>', page).group(1)
+    assert subtitle.startswith("Models, in training order: base; SFT 2; ") and "SFT 2 (seed 1)" in subtitle
+    assert subtitle.index("DPO 2;") < subtitle.index("GRPO 2;") and chain.root.name not in subtitle
     assert (index.parent / "figures" / "headline_finetuning.png").is_file()
     tests = pd.read_csv(index.parent / "tables" / "finetuning_tests.csv")
     from_base = tests[tests["comparison"] == "from base"]

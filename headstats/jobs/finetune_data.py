@@ -57,11 +57,20 @@ DPO_SOURCES = (HELLASWAG, SOCIAL_IQA)
 # completion earns 1 / (1 + |its first number - the sum|), so samples that differ earn different
 # rewards and the group has a gradient. GRPO samples at temperature 0.7: at 1.0 most of this model's
 # samples are junk tokens, and a run at 1.0 had 3 of every 4 groups all-equal by its 12th step.
+# That reward alone did not teach in 40 steps (sampled reward +0.05 [-0.01, +0.11] on held-out sums):
+# the model mostly copies an operand, and its entropy collapsed onto wrong answers. What the DPO model
+# does vary on is the instruction "Answer with the number only": about 1 sample in 7 stops after its
+# number, the others run on into junk tokens. ADDITION_NUMBER_ONLY scores the same sums with
+# ``number_only``, the closeness halved unless the reply is the number alone, so a group's rewards
+# also differ by whether the instruction was followed (a behaviour the model shows, so GRPO can
+# reinforce it). ADDITION keeps the closeness reward of the chains built with it.
 ADDITION = "synthetic/addition/0-20"
+ADDITION_NUMBER_ONLY = "synthetic/addition/0-20/number-only"
+ADDITIONS = {ADDITION: "closeness", ADDITION_NUMBER_ONLY: "number_only"}
 ADDITION_OPERANDS = range(21)
-GRPO_SOURCES = (ADDITION,)
+GRPO_SOURCES = (ADDITION_NUMBER_ONLY,)
 NUMBER_ONLY = " Answer with the number only."
-REWARD_KINDS = ("exact_number", "closeness", "first_word", "named_option")
+REWARD_KINDS = ("exact_number", "closeness", "number_only", "first_word", "named_option")
 SENTIMENT_WORDS = ("negative", "positive")
 SENTIMENT_QUESTION = "Is the sentiment of this movie review positive or negative? Answer with one word."
 # Demonstrations written for the prompt (not taken from SST-2), as earlier turns of the conversation:
@@ -196,8 +205,8 @@ def addition_rows() -> list[dict]:
 
 def _grpo_rows(dataset: str, rows: list[dict]) -> Iterator[tuple[str, dict]]:
     for row in rows:
-        if dataset == ADDITION:
-            key, answer, kind, native = f"What is {row['a']} + {row['b']}?", row["a"] + row["b"], "closeness", ""
+        if dataset in ADDITIONS:
+            key, answer, kind, native = f"What is {row['a']} + {row['b']}?", row["a"] + row["b"], ADDITIONS[dataset], ""
             prompt = _user(key + NUMBER_ONLY)
         elif dataset == SCIQ:
             key, answer, kind, native = row["question"], row["correct_answer"], "named_option", ""
@@ -254,11 +263,11 @@ class StageData:
         return out
 
 
-def _rows(root, source: str) -> datasets.Dataset | list[dict]:
-    if source == ADDITION:
+def _rows(data_dir: str | None, source: str) -> datasets.Dataset | list[dict]:
+    if source in ADDITIONS:
         return addition_rows()
     dataset, _, split = source.rpartition("/")
-    return root.load_split(dataset, split)
+    return data_root(data_dir).load_split(dataset, split)  # generated sources need no data
 
 
 def stage_data(
@@ -279,11 +288,10 @@ def stage_data(
     """
     if stage not in _READERS:
         raise ValueError(f"unknown stage {stage!r}: choose from {', '.join(_READERS)}")
-    root = data_root(data_dir)
     parts: dict[str, list[dict]] = {"train": [], "eval": []}
     seen: set[str] = set()
     for source in sources or SOURCES[stage]:
-        rows = _rows(root, source)
+        rows = _rows(data_dir, source)
         if source == HELLASWAG and hellaswag_rows is not None:
             rows = rows.select(range(min(hellaswag_rows, len(rows))))
         # Plain Python rows of the needed columns: reading a saved split row by row costs far more.
@@ -342,12 +350,15 @@ def names_option(completion: str, answer: str) -> bool:
 def reward(kind: str, completion: str, answer: str) -> float:
     """The verifiable reward of one completion, 1.0 for the answer. ``kind``: ``exact_number`` (its
     first number equals the answer, else 0.0), ``closeness`` (partial credit, :func:`closeness`),
+    ``number_only`` (the closeness, halved unless the reply is the number alone: :func:`is_number_alone`),
     ``first_word`` (its first word is the answer, case-insensitive) or ``named_option``
     (:func:`names_option`)."""
     if kind == "exact_number":
         return float(exact_number(completion, answer))
     if kind == "closeness":
         return closeness(completion, answer)
+    if kind == "number_only":
+        return closeness(completion, answer) * (1.0 if is_number_alone(completion) else 0.5)
     if kind == "first_word":
         return float(first_word(completion) == answer.lower())
     if kind == "named_option":
@@ -365,6 +376,12 @@ def closeness(completion: str, answer: str) -> float:
         return 1.0 / (1.0 + abs(float(got) - float(answer)))
     except ValueError:
         return 0.0
+
+
+def is_number_alone(completion: str) -> bool:
+    """The reply is one number and nothing else (surrounding white space aside): ``" 17"`` and
+    ``"17\\n"`` are, ``"17\\nThe"`` and ``"17."`` are not."""
+    return re.fullmatch(r"-?\d[\d,]*(?:\.\d+)?", completion.strip()) is not None
 
 
 def exact_number(completion: str, answer: str) -> bool:

@@ -498,6 +498,24 @@ def check_report_inputs(spec: ReportSpec, results: Path, context: Context) -> No
             )
 
 
+def models_line(context: Context) -> str:
+    """The subtitle's list of models in training order: a checkpoint by its short label (``SFT 40``),
+    another model by its slug and what the slug hides (a local folder's path is in the provenance
+    appendix, as are checkpoints' full names)."""
+    labels, names = context.short_labels, []
+    for slug in context.model_order:
+        ident = context.models[slug]
+        if labels[slug] != slug:
+            names.append(labels[slug])
+        else:
+            hidden = ident != slug and not Path(ident).is_absolute() and "/" not in ident
+            names.append(f"`{slug}`" + (f" = {ident}" if hidden else ""))
+    relabelled = any(labels[slug] != slug for slug in context.model_order)
+    return f"Models{', in training order' if relabelled else ''}: {'; '.join(names)}." + (
+        " Checkpoints' full names are in the appendix." if relabelled else ""
+    )
+
+
 def build_report(
     results_dir: str | os.PathLike,
     out: str | os.PathLike,
@@ -530,13 +548,8 @@ def build_report(
         )
     check_report_inputs(spec, results, context)
     out_dir = store.ensure_writable(out)
-    # A local folder's path is in the provenance appendix; the subtitle names what the slug hides.
-    models = "; ".join(
-        f"`{slug}`" + (f" = {ident}" if ident != slug and not Path(ident).is_absolute() and "/" not in ident else "")
-        for slug, ident in context.models.items()
-    )
     writer = ReportWriter(
-        out_dir, spec.title or f"headstats report: {results.name}", dpi=spec.dpi, subtitle=f"Models: {models}."
+        out_dir, spec.title or f"headstats report: {results.name}", dpi=spec.dpi, subtitle=models_line(context)
     )
     kinds = [p.kind for p in context.partitions]
     title = f" --title {shlex.quote(spec.title)}" if spec.title else ""

@@ -250,6 +250,7 @@ def measure_stage(name: str, model, tokenizer, held_out, recipe: Recipe, ref_log
         held_out,
         max_new_tokens=stage.max_completion_length,
         bf16=recipe.bf16,
+        samples=stage.num_generations,
         temperature=stage.temperature,
         seed=recipe.seed,
     )

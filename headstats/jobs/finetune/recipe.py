@@ -56,15 +56,18 @@ class StageRecipe(Spec):
 # held-out learning metric moves by more than its paired interval (run times and learning evidence
 # of the default chain: reports/finetuning-embedded/). DPO needs a learning rate at which its steps
 # move the implicit reward; GRPO needs groups whose rewards differ (an all-equal group has no
-# gradient): 8 completions per prompt of a sum with partial credit for closeness, sampled at a
-# temperature low enough that the completions are numbers.
+# gradient): 8 completions per prompt of a sum with partial credit for closeness, halved unless the
+# reply is the number alone (finetune_data.ADDITION_NUMBER_ONLY), sampled at a temperature low enough
+# that the completions are numbers. GRPO's learning rate is 15x below DPO's: at 2e-5 the policy's
+# entropy fell from 2.2 to 0.005 nats within 7 steps and it answered every sum with one junk string
+# (most groups tied, no gain); at 3e-6 the entropy falls over 20 steps while the reward rises.
 DEFAULT_STAGES: dict[str, StageRecipe] = {
     "sft": StageRecipe(steps=40, batch_size=8, learning_rate=5e-5),
     "dpo": StageRecipe(steps=30, batch_size=4, learning_rate=3e-5, beta=0.1),
     "grpo": StageRecipe(
         steps=40,
         batch_size=32,
-        learning_rate=2e-5,
+        learning_rate=3e-6,
         beta=0.0,
         num_generations=8,
         max_completion_length=4,

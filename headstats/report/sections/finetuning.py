@@ -65,6 +65,7 @@ class ChainAnalysis:
     yardsticks: pd.DataFrame  # template and cross-family W1 / IQR (descriptive)
     heads: pd.DataFrame  # per-head max-T rows of every stage end and seed pair
     n_perm: int
+    base_source: str = ""  # what the chain's base was saved from (an embedded name or a folder)
 
     @property
     def ends(self) -> pd.DataFrame:
@@ -200,6 +201,7 @@ def analyse_chain(context: Context) -> ChainAnalysis | None:
     analysis = ChainAnalysis(
         chain=chain,
         base=base,
+        base_source=str(context.checkpoints.get(base, {}).get("source") or base),
         datasets=datasets,
         tested=tested,
         left_out=left_out,
@@ -318,7 +320,7 @@ def finetuning_abstract(analysis: ChainAnalysis) -> str:
     stages = " → ".join(STAGE_NAMES[s] for s in dict.fromkeys(primary["stage"]))
     n_seq = int(tests["n_seq_a"].max()) if len(tests) else 0
     sentences = [
-        f"Does fine-tuning move attention heads? `{analysis.base}` was trained {stages} "
+        f"Does fine-tuning move attention heads? `{analysis.base_source or analysis.base}` was trained {stages} "
         f"({int(primary['cumulative_step'].max())} steps) and each of {len(primary)} checkpoints scored on the "
         f"base's {n_seq} texts of {len(analysis.datasets)} datasets.",
         _learning_sentence(analysis),

@@ -46,7 +46,11 @@ def _write_records(writer: Writer, records: list[dict]) -> None:
         if isinstance(versions, dict):
             row.update({dist: versions.get(dist) for dist in ("headstats", "torch", "transformers")})
         rows.append(row)
-    writer.table(pd.DataFrame(rows).astype(object), "provenance")
+    # One row per table: long and wide, so it is collapsed (summary.md links its CSV).
+    frame = pd.DataFrame(rows).astype(object)
+    writer.table(
+        frame, "provenance", collapsed=f"every table's model, revision, dtype, device and versions ({len(frame)})"
+    )
     writer.details(
         "full provenance records (JSON)",
         json.dumps(records, indent=2, sort_keys=True, default=str),
