@@ -631,6 +631,32 @@ def test_a_fine_tuning_report_leads_with_its_answer_and_draws_checkpoints_in_tra
     assert "chain-0123abcd" not in svg  # short labels, in training order
 
 
+def test_a_distance_is_above_seed_noise_only_when_its_interval_clears_the_seed_interval() -> None:
+    """The main table counts, and the abstract names, the distances from the base whose interval lies
+    wholly above the same (dataset, score)'s distance between seeds; touching intervals do not count."""
+    from headstats.report.sections.finetuning import BEYOND, beyond_seeds
+
+    base = {"dataset": ["d1", "d1", "d2"], "score": ["ahon", "awft", "ahon"], "stage": "sft", "step": 4}
+    tests = pd.concat(
+        [
+            pd.DataFrame(
+                {**base, "comparison": "from base", "model_b": "s", "w1_iqr": [0.40, 0.10, 0.20]}
+                | {"w1_iqr_low": [0.35, 0.08, 0.15], "w1_iqr_high": [0.45, 0.12, 0.25]}
+            ),
+            pd.DataFrame(
+                {**base, "comparison": "between seeds", "model_b": "s1", "w1_iqr": [0.05, 0.09, 0.12]}
+                | {"w1_iqr_low": [0.04, 0.07, 0.10], "w1_iqr_high": [0.06, 0.11, 0.15]}
+            ),
+        ],
+        ignore_index=True,
+    )
+    end = pd.Series({"stage": "sft", "model": "s", "step": 4})
+    found = beyond_seeds(tests, end).set_index(["dataset", "score"])["beyond"]
+    assert found.to_dict() == {("d1", "ahon"): True, ("d1", "awft"): False, ("d2", "ahon"): False}  # 0.15 = 0.15
+    assert beyond_seeds(tests[tests["comparison"] == "from base"], end).empty  # no replicate: nothing to say
+    assert BEYOND == "above seed noise"
+
+
 def test_a_stage_not_shown_to_learn_makes_no_comparison_in_the_main_table() -> None:
     """The main table gives a stage's distances only when it learned: a scored stage that did not
     learn, and a trained stage that was not scored, get their verdict and no distance; the abstract's

@@ -248,15 +248,35 @@ def _learning_cell(learning: pd.DataFrame, stage: str) -> tuple[str, bool | None
     return "; ".join(parts), (bool(mine["learned"].fillna(False).all()) if len(mine) else None)
 
 
+BEYOND = "above seed noise"
+
+
+def beyond_seeds(tests: pd.DataFrame, end: pd.Series) -> pd.DataFrame:
+    """Stage ``end``'s distances from the base beside the same (dataset, score)'s distance between the
+    stage ends of two seeds: ``beyond`` when the base -> end interval lies wholly above the seed -> seed
+    one (both bootstrap intervals of W1 / IQR over texts). A description of size, not a test; empty
+    without a scored replicate."""
+    keys = ["dataset", "score"]
+    mine = tests[(tests["comparison"] == "from base") & (tests["model_b"] == end["model"])]
+    seeds = tests[(tests["comparison"] == "between seeds") & (tests["stage"] == end["stage"])]
+    if seeds.empty or "w1_iqr_low" not in tests:
+        return pd.DataFrame(columns=[*keys, "w1_iqr", "w1_iqr_seed", "beyond"])
+    cols = [*keys, "w1_iqr", "w1_iqr_low", "w1_iqr_high"]
+    both = mine[cols].merge(seeds[cols], on=keys, suffixes=("", "_seed"))
+    return both.assign(beyond=both["w1_iqr_low"] > both["w1_iqr_high_seed"])
+
+
 def _movement_cells(analysis: ChainAnalysis, end: pd.Series) -> dict[str, str]:
     tests, heads = analysis.tests, analysis.heads
     stage, step = str(end["stage"]), int(end["step"])
     mine = tests[(tests["comparison"] == "from base") & (tests["model_b"] == end["model"])]
     seeds = tests[(tests["comparison"] == "between seeds") & (tests["stage"] == stage) & (tests["step"] == step)]
     moved = int((mine["p_holm"] <= FAMILY_ALPHA).sum())
+    beyond = beyond_seeds(tests, end)
     row = {
         "base → end, W1/IQR": _median_range(mine["w1_iqr"]),
         "seed → seed, W1/IQR": _median_range(seeds["w1_iqr"]),
+        BEYOND: f"{int(beyond['beyond'].sum())} of {len(beyond)}" if len(beyond) else "",
         "distributions moved (Holm p ≤ 0.01)": f"{moved} of {len(mine)}",
     }
     if not heads.empty:
@@ -336,6 +356,13 @@ def finetuning_abstract(analysis: ChainAnalysis) -> str:
         )
         if len(seeds):
             text += f", against {seeds['w1_iqr'].median():.2f} between two seeds of the same training"
+        beyond = beyond_seeds(tests, final)
+        if beyond["beyond"].any():
+            top = beyond.loc[(beyond["w1_iqr"] / beyond["w1_iqr_seed"]).idxmax()]
+            text += (
+                f" ({int(beyond['beyond'].sum())} of {len(beyond)} distances lie above their seed interval, the "
+                f"largest `{top['score']}` on {top['dataset']}: {top['w1_iqr']:.2f} against {top['w1_iqr_seed']:.2f})"
+            )
         yard = analysis.yardsticks
         for kind in ("template", "other family"):
             here = yard[yard["kind"] == kind] if not yard.empty else yard
@@ -378,8 +405,8 @@ def finetuning_lead(writer: Writer, context: Context) -> bool:
     writer.main_table(
         stage_table(analysis),
         "main_table",
-        legend="Per stage: learned?, distance from the base vs between seeds (W1/IQR, median [range]), moved "
-        "distributions and heads.",
+        legend="Per stage: learned?, distance from the base vs between seeds (W1/IQR, median [range]; how many "
+        "lie above seed noise), moved distributions and heads.",
         full_legend=legend,
     )
     return True
@@ -403,7 +430,9 @@ def _legend(analysis: ChainAnalysis) -> str:
         "interquartile range of the base's distribution of that score, so that scores of different scales read "
         "alike; median [min–max] over datasets and scores. **seed → seed**: the same distance between the stage's "
         "ends of two chains that differ only in the training seed (data order, sampling): training noise, the "
-        "yardstick for 'barely changes'. **moved**: the paired permutation test (swapping the two models' labels "
+        "yardstick for 'barely changes'. **above seed noise**: the (dataset, score) distances whose bootstrap "
+        "interval lies wholly above the interval of the same distance between seeds (a description of size, not "
+        "a test). **moved**: the paired permutation test (swapping the two models' labels "
         f"within texts or clusters, {analysis.n_perm} permutations) with Holm's adjustment over all "
         f"{len(analysis.tests)} tests of this report (every checkpoint, dataset and score, and the seed pairs), "
         "at 0.01. **heads moved**: the per-head paired sign-flip max-T test (Westfall-Young), family-wise error "
