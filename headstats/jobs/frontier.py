@@ -32,7 +32,7 @@ from headstats.engine.prune import count_parameters, prune_heads
 from headstats.engine.speed import inference_cost, time_inference
 from headstats.io.store import write_json_atomic, write_parquet_atomic
 from headstats.jobs.analysis import read_analysis_file, section_table, top_level_keys
-from headstats.jobs.prune import calibration_set, head_means, select_heads
+from headstats.jobs.prune import head_means, select_heads, spec_calibration
 from headstats.options import SpecError, narrow
 from headstats.specs import FrontierSpec, LoadOptions, ModelsSection
 
@@ -159,16 +159,7 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
     if means_path.is_file():
         means = pd.read_parquet(means_path)
     else:
-        calibration = calibration_set(
-            tokenizer,
-            spec.calibration or "wikipedia",
-            limit=spec.calibration_limit or 64,
-            max_length=spec.max_length,
-            seed=spec.seed,
-            prompt_format=spec.prompt_format,
-            model_name=name,
-            data_dir=spec.data_dir,
-        )
+        calibration = spec_calibration(spec, tokenizer, name)
         parts = [
             head_means(model, calibration, sid, batch_size=spec.batch_size, seed=spec.seed).assign(score=sid)
             for sid in spec.scores

@@ -35,7 +35,7 @@ from headstats.engine import scores as S
 from headstats.engine.prune import CONFIG_KEY, count_parameters, geometry, layer_plans, prune_heads
 from headstats.io.store import write_json_atomic
 from headstats.options import narrow
-from headstats.specs import DEFAULT_PRUNE_SHARES, LoadOptions, PruneSpec
+from headstats.specs import DEFAULT_PRUNE_SHARES, FrontierSpec, LoadOptions, PruneSpec
 from headstats.stats.paired import drop_bound
 
 logger = logging.getLogger("headstats")
@@ -97,6 +97,22 @@ def calibration_set(
         "tokens_sha256": digest,
     }
     return Calibration([ids for _, ids in pairs], identity)
+
+
+def spec_calibration(
+    spec: PruneSpec | FrontierSpec, tokenizer: PreTrainedTokenizerBase, model_name: str
+) -> Calibration:
+    """The calibration set a prune or frontier spec names (its calibration, truncation and run options)."""
+    return calibration_set(
+        tokenizer,
+        spec.calibration or "wikipedia",
+        limit=spec.calibration_limit or 64,
+        max_length=spec.max_length,
+        seed=spec.seed,
+        prompt_format=spec.prompt_format,
+        model_name=model_name,
+        data_dir=spec.data_dir,
+    )
 
 
 def head_means(
@@ -296,16 +312,7 @@ def run_prune(spec: PruneSpec) -> dict:
 
     name, score = spec.names[0], spec.scores[0]  # type: ignore[index]
     model, tokenizer = load_model(name, **narrow(spec, LoadOptions).kwargs())
-    calibration = calibration_set(
-        tokenizer,
-        spec.calibration or "wikipedia",
-        limit=spec.calibration_limit or 64,
-        max_length=spec.max_length,
-        seed=spec.seed,
-        prompt_format=spec.prompt_format,
-        model_name=name,
-        data_dir=spec.data_dir,
-    )
+    calibration = spec_calibration(spec, tokenizer, name)
     means = head_means(model, calibration, score, batch_size=spec.batch_size, seed=spec.seed, progress=spec.progress)
     certification, share = None, (spec.shares or (None,))[0]
     if spec.certify is not None:

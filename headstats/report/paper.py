@@ -35,7 +35,7 @@ from headstats.report.sections import add_curve_sections, write_provenance
 from headstats.report.writer import ReportWriter
 from headstats.specs import PaperSpec
 from headstats.stats import ranking
-from headstats.stats.summary import BASELINE, POINT_COLUMNS, summarize_curves
+from headstats.stats.summary import BASELINE, CURVE_QUESTION_COLUMNS, POINT_COLUMNS, summarize_curves
 
 DATA_FILE = "paper_mmlu_curves.json"
 TASK = "mmlu"
@@ -118,17 +118,7 @@ def paper_curves(points: pd.DataFrame | None = None) -> pd.DataFrame:
     points = paper_points() if points is None else points
     # The study's reading of "within 1 point" (last crossing, 0 if none), so Table 2 is the paper's.
     curves = summarize_curves(None, points, reading="study")  # type: ignore[arg-type]
-    per_question = (
-        "within_1pt_certified",
-        "certified_open",
-        "within_1pt_not_excluded",
-        "within_1pt_certified_fw",
-        "certified_fw_open",
-        "family_size",
-        "n_questions",
-        "mdd_80",
-    )
-    curves = curves.drop(columns=list(per_question))
+    curves = curves.drop(columns=list(CURVE_QUESTION_COLUMNS))
     order = {m: i for i, m in enumerate(load_published())}
     return curves.sort_values("model", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
 

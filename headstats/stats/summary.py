@@ -103,6 +103,17 @@ POINT_COLUMNS = (
     "mcnemar_p",
     "mcnemar_p_holm",
 )
+# A curve's columns computed from its per-question rows (meaningless for published aggregates).
+CURVE_QUESTION_COLUMNS = (
+    "within_1pt_certified",
+    "certified_open",
+    "within_1pt_not_excluded",
+    "within_1pt_certified_fw",
+    "certified_fw_open",
+    "family_size",
+    "n_questions",
+    "mdd_80",
+)
 CURVE_COLUMNS = (
     "model",
     "task",
@@ -118,14 +129,7 @@ CURVE_COLUMNS = (
     "norm_auc",
     "grid_auc",
     "grid_upper",
-    "within_1pt_certified",
-    "certified_open",
-    "within_1pt_not_excluded",
-    "within_1pt_certified_fw",
-    "certified_fw_open",
-    "family_size",
-    "n_questions",
-    "mdd_80",
+    *CURVE_QUESTION_COLUMNS,
     "zeroes_none",
 )
 
