@@ -22,7 +22,7 @@ import os
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import Field, dataclass, field, fields, replace
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from headstats.names import canonical_name
@@ -96,11 +96,33 @@ def option(
     return field(default=default, metadata=meta)
 
 
-def choices_of(f: Field) -> tuple[str, ...]:
+def choices_of(f: Field, spec: type[Spec] | Spec | None = None) -> tuple[str, ...]:
+    """The names ``f`` allows: its own ``choices``, or those ``spec`` gives it (:attr:`Spec.CHOICES`)."""
     source = f.metadata.get("choices")
+    if source is None and spec is not None:
+        source = _class_setting(type(spec) if isinstance(spec, Spec) else spec, "CHOICES", f.name)
     if source is None:
         return ()
     return tuple(source() if callable(source) else source)
+
+
+def default_of(spec: type[Spec] | Spec, f: Field) -> Any:
+    """The value ``f`` takes in ``spec`` when none is given: the nearest :attr:`Spec.DEFAULTS` entry
+    along the class hierarchy, else the field's own default."""
+    cls = type(spec) if isinstance(spec, Spec) else spec
+    found = _class_setting(cls, "DEFAULTS", f.name, missing=MISSING)
+    if found is not MISSING:
+        return found
+    return None if f.default is MISSING else f.default
+
+
+def _class_setting(cls: type, setting: str, name: str, missing: Any = None) -> Any:
+    """``name``'s entry in the nearest class (along the MRO) whose own ``setting`` table has one."""
+    for klass in cls.__mro__:
+        table = vars(klass).get(setting) or {}
+        if name in table:
+            return table[name]
+    return missing
 
 
 # --- checking values ------------------------------------------------------------------------------
@@ -231,15 +253,17 @@ class Spec:
     """Base of every option set. Subclasses declare fields with :func:`option`."""
 
     WHAT: ClassVar[str] = "job"  # names the option set in messages ("unknown collection option")
-    # Defaults that differ between jobs sharing a field (the field's own default is None).
+    # Defaults and allowed names that differ between jobs sharing a field (the field's own default
+    # is None; its own choices none). A subclass's entry overrides its bases', the others are kept.
     DEFAULTS: ClassVar[Mapping[str, Any]] = {}
+    CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {}
 
     def __post_init__(self) -> None:
         types_ = hints(type(self))
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None and f.name in self.DEFAULTS:
-                value = self.DEFAULTS[f.name]
+            if value is None:
+                value = default_of(self, f)
             if isinstance(value, str) and not f.metadata.get("split", True):
                 value = (value,)  # one item, commas and all
             try:
@@ -248,10 +272,11 @@ class Spec:
                 raise SpecError(f.name, f"expected {_describe(types_[f.name])}, not {value!r}") from None
             except SpecError as err:  # in a nested option set: named by its path ("sft.steps")
                 raise SpecError(f"{f.name}.{err.key}", err.text) from None
-            value = _canonical(f, value)
+            names = choices_of(f, self)
+            value = _canonical(names, value)
             object.__setattr__(self, f.name, value)
             if value is not None:
-                _check_value(f, value)
+                _check_value(f, value, names)
         try:
             self.check()
         except SpecError:
@@ -314,18 +339,17 @@ class Spec:
         return {f.name: getattr(self, f.name) for f in fields(self) if not f.metadata.get("runtime")}
 
 
-def _canonical(f: Field, value: Any) -> Any:
+def _canonical(names: tuple[str, ...], value: Any) -> Any:
     """A choice spelled with '-' for '_' (``arc-easy``) is that choice (``arc_easy``): one name per
     task and dataset (:func:`headstats.names.canonical_name`)."""
-    names = choices_of(f) if value is not None else ()
-    if not names:
+    if value is None or not names:
         return value
     if isinstance(value, tuple):
         return tuple(canonical_name(item, names) for item in value)
     return canonical_name(value, names)
 
 
-def _check_value(f: Field, value: Any) -> None:
+def _check_value(f: Field, value: Any, names: tuple[str, ...]) -> None:
     meta = f.metadata
     items = value if isinstance(value, tuple) else (value,)
     minimum = meta.get("minimum")
@@ -339,8 +363,7 @@ def _check_value(f: Field, value: Any) -> None:
                 meta["each"](item)
             except ValueError as err:
                 raise SpecError(f.name, str(err)) from None
-        names = choices_of(f) if meta.get("strict", True) else ()
-        if names and item not in names:
+        if meta.get("strict", True) and names and item not in names:
             noun = meta.get("noun") or f.name.replace("_", " ")
             raise SpecError(f.name, f"unknown {noun} {item!r}: choose from {', '.join(names)}")
 
@@ -372,6 +395,7 @@ __all__ = [
     "SpecError",
     "check_device",
     "choices_of",
+    "default_of",
     "element_type",
     "hints",
     "is_list",

@@ -9,7 +9,7 @@ whichever way a job is started. To add an option, add one field here and read it
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -100,7 +100,21 @@ class Progress(Spec):
 
 @dataclass(frozen=True)
 class Seeded(Spec):
-    seed: int = option(0, "seed of every random draw (the random score; resampling in reports)", minimum=0)
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {"seed": 0}
+
+    seed: int | None = option(
+        None,
+        "seed of every random draw (the random score, resampling in reports, a fine-tuning chain's data order "
+        "and sampling)",
+        minimum=0,
+    )
+
+
+@dataclass(frozen=True)
+class Staged(Spec):
+    """A job made of named stages, of which a command runs some (the names: the job's ``CHOICES``)."""
+
+    stages: tuple[str, ...] | None = option(None, "comma-separated stages to run", noun="stage", toml=False)
 
 
 @dataclass(frozen=True)
@@ -252,8 +266,8 @@ class Figures(Progress):
 class Output(Spec):
     out: str | None = option(
         None,
-        "output directory: the results root (collect, ablate; hive-partitioned by model and dataset/task) "
-        "or the report directory (report, paper)",
+        "output directory: the results root (collect, ablate; hive-partitioned by model and dataset/task), "
+        "the report (report, paper), the pruned model (prune) or the chains (finetune)",
         toml=False,
     )
 
@@ -509,17 +523,18 @@ class AblateSection(SweepSpec):
 
 
 @dataclass(frozen=True)
-class RunSpec(LoadOptions):
+class RunSpec(LoadOptions, Staged):
     """``headstats run``: which parts of an analysis file to run (the file itself holds the rest)."""
 
     WHAT: ClassVar[str] = "run"
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {"stages": STAGES}
+    CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {"stages": STAGES}
 
     analysis: str = option("", "an analysis file, e.g. analyses/embedded.toml", positional=True, toml=False)
     all_models: bool = option(False, "also run the file's optional models", toml=False)
     only_models: tuple[str, ...] | None = option(
         None, "comma-separated subset of the file's models", flag="--models", toml=False
     )
-    stages: tuple[str, ...] = option(STAGES, "comma-separated stages to run", choices=STAGES, noun="stage", toml=False)
     dry_run: bool = option(
         False,
         "print what would run (sequences, passes, batched forward passes) and an estimated time measured on a "
@@ -633,35 +648,23 @@ MEASURES: tuple[str, ...] = ("ends", "all", "none")
 
 
 @dataclass(frozen=True)
-class FinetuneSpec(Spec):
-    """``headstats finetune``: a base -> SFT -> DPO -> GRPO chain (:func:`headstats.jobs.finetune.finetune`).
-    The recipe it trains with (:func:`headstats.jobs.finetune.recipe_of`) is the built-in one at
-    ``scale``, or the ``recipe`` file, with ``recipe_seed`` and ``bf16`` on top."""
+class FinetuneSpec(Seeded, Staged, Output):
+    """``headstats finetune``: a base -> SFT -> DPO -> GRPO chain (:func:`headstats.jobs.finetune.finetune`)
+    under ``out``. The recipe it trains with (:func:`headstats.jobs.finetune.recipe_of`) is the built-in
+    one at ``scale``, or the ``recipe`` file, with ``seed`` and ``bf16`` on top. ``seed`` unset is the
+    recipe's (0 in the built-in one); the train/held-out split keeps the recipe's ``split_seed``, so a
+    seed replicate is measured on the same examples. ``stages``: a leading part of sft,dpo,grpo."""
 
     WHAT: ClassVar[str] = "finetune"
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {"out": "finetune", "seed": None, "stages": FINETUNE_STAGES}
+    CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {"stages": FINETUNE_STAGES}
 
     base: str = option("gemma3-270m", "embedded model name or save_pretrained directory")
-    chains: str = option("finetune", "directory that holds the chains", flag="--out", metavar="OUT")
     recipe: str | None = option(None, "a recipe.json to train with (default: the built-in recipe)")
     scale: float = option(
         1.0, "multiply every stage's steps and batch size (e.g. 8 on a GPU); ignored with --recipe", minimum=0
     )
-    recipe_seed: int | None = option(
-        None,
-        "training seed: data order and sampling; the train/held-out split keeps the recipe's split_seed, so a "
-        "seed replicate is measured on the same examples (default: the recipe's; 0 in the built-in one)",
-        flag="--seed",
-        metavar="SEED",
-    )
     bf16: bool = option(False, "bf16 autocast (fast on GPUs, slow on most CPUs)")
-    chain_stages: tuple[str, ...] = option(
-        FINETUNE_STAGES,
-        "a leading part of sft,dpo,grpo to build",
-        choices=FINETUNE_STAGES,
-        noun="stage",
-        flag="--stages",
-        metavar="STAGES",
-    )
     measure: str = option(
         "ends",
         "learning metrics at each stage's start and end (ends), at every checkpoint (all), or none",
@@ -672,13 +675,14 @@ class FinetuneSpec(Spec):
     print_recipe: bool = option(False, "print the recipe as JSON (and its chain's directory) and exit", toml=False)
 
     def check(self) -> None:
+        super().check()
         if not self.scale > 0:
             raise SpecError("scale", f"must be above 0, not {self.scale:g}")
-        if list(self.chain_stages) != list(FINETUNE_STAGES[: len(self.chain_stages)]) or not self.chain_stages:
+        if list(self.stages) != list(FINETUNE_STAGES[: len(self.stages)]) or not self.stages:
             raise SpecError(
-                "chain_stages",
+                "stages",
                 f"must be a leading part of {','.join(FINETUNE_STAGES)} (later stages start from the earlier ones), "
-                f"not {','.join(self.chain_stages)}",
+                f"not {','.join(self.stages)}",
             )
 
 
@@ -802,6 +806,7 @@ __all__ = [
     "RunOptions",
     "RunSpec",
     "ScoredZeroing",
+    "Staged",
     "SubmititParameters",
     "SummaryOutput",
     "SummarySpec",

@@ -55,7 +55,7 @@ def base_dir(tmp_path_factory, smollm2_tiny_llama, smollm2_tokenizer):
 @pytest.fixture(scope="module")
 def chain(base_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("chains")
-    return ft.finetune(base=str(base_dir), chains=out, recipe=RECIPE, eval_size=EVAL_SIZE, log=lambda msg: None)
+    return ft.finetune(base=str(base_dir), out=out, recipe=RECIPE, eval_size=EVAL_SIZE, log=lambda msg: None)
 
 
 def test_recipe_round_trips():
@@ -84,9 +84,9 @@ def test_the_built_in_recipe_keeps_its_hash(seed, digest, capsys):
     would no longer be found and resumed. It is pinned for the built-in recipe and its --seed 1."""
     from headstats.cli import main
 
-    spec = FinetuneSpec(recipe_seed=seed, chains="chains")
+    spec = FinetuneSpec(seed=seed, out="chains")
     assert ft.recipe_of(spec).digest(ft.base_identity("gemma3-270m")) == digest
-    assert ft.chain_dir(spec.base, spec.chains, ft.recipe_of(spec)).name == f"gemma3-270m-{digest}"
+    assert ft.chain_dir(spec.base, spec.out, ft.recipe_of(spec)).name == f"gemma3-270m-{digest}"
     seed_flag = [] if seed is None else ["--seed", str(seed)]
     assert main(["finetune", "--print-recipe", "--out", "chains", *seed_flag]) == 0
     printed = capsys.readouterr()
@@ -306,7 +306,7 @@ def test_rerun_skips_finished_work_and_resumes_a_stage(chain, base_dir, monkeypa
     out = chain.root.parent
     # A finished chain is returned without training.
     monkeypatch.setattr(training, "train_stage", lambda *a, **k: pytest.fail("a finished chain was trained again"))
-    again = ft.finetune(base=str(base_dir), chains=out, recipe=RECIPE, eval_size=EVAL_SIZE, log=lambda msg: None)
+    again = ft.finetune(base=str(base_dir), out=out, recipe=RECIPE, eval_size=EVAL_SIZE, log=lambda msg: None)
     assert [c.path for c in again.checkpoints] == [c.path for c in chain.checkpoints]
     monkeypatch.undo()
     # A stage interrupted after its first checkpoint resumes from the trainer state saved there: only
@@ -322,7 +322,7 @@ def test_rerun_skips_finished_work_and_resumes_a_stage(chain, base_dir, monkeypa
         write(model, tokenizer, path, info)
 
     monkeypatch.setattr(layout, "write_checkpoint", interrupted)
-    options = {"base": str(base_dir), "chains": out, "recipe": RECIPE, "eval_size": EVAL_SIZE, "measure": "none"}
+    options = {"base": str(base_dir), "out": out, "recipe": RECIPE, "eval_size": EVAL_SIZE, "measure": "none"}
     with pytest.raises(KeyboardInterrupt):
         ft.finetune(**options, log=lambda msg: None)
     monkeypatch.undo()
@@ -365,7 +365,7 @@ def test_command_line_refuses_bad_options_before_training(args, message, tmp_pat
     assert message in capsys.readouterr().err
     assert not (tmp_path / "chains").exists()
     with pytest.raises(ValueError, match="leading part"):  # the Python API runs the same checks
-        ft.finetune(base="gemma3-270m", chains=tmp_path / "chains", recipe=RECIPE, chain_stages=["grpo"])
+        ft.finetune(base="gemma3-270m", out=tmp_path / "chains", recipe=RECIPE, stages=["grpo"])
 
 
 TINY = "tiny-base"  # a base that is neither embedded nor a directory: its identity is its name
@@ -401,7 +401,7 @@ def test_a_finished_chain_is_found_by_its_recipe_and_nothing_is_redone(tmp_path,
     monkeypatch.setattr(chain_module, "stage_data", _stage_data)
     for module, name in [(training, "load_for_training"), (training, "train_stage"), (evidence, "measure_stage")]:
         monkeypatch.setattr(module, name, lambda *a, name=name, **k: pytest.fail(f"{name} was called"))
-    chain = ft.finetune(base=TINY, chains=tmp_path, recipe=RECIPE, eval_size=2, log=lambda msg: None)
+    chain = ft.finetune(base=TINY, out=tmp_path, recipe=RECIPE, eval_size=2, log=lambda msg: None)
     assert chain.root == root
     assert [c.name for c in chain.checkpoints] == ["base@0", "sft@1", "sft@2", "dpo@1", "dpo@2", "grpo@1", "grpo@2"]
     assert json.loads((root / ft.METRICS_FILE).read_text()) == metrics == chain.metrics
@@ -412,7 +412,7 @@ def test_a_finished_chain_is_found_by_its_recipe_and_nothing_is_redone(tmp_path,
     # A directory holding another recipe under this hash is refused, not mixed into.
     (root / ft.RECIPE_FILE).write_text(json.dumps({"recipe": dataclasses.replace(RECIPE, seed=5).to_dict()}))
     with pytest.raises(ValueError, match="holds another recipe"):
-        ft.finetune(base=TINY, chains=tmp_path, recipe=RECIPE, eval_size=2, log=lambda msg: None)
+        ft.finetune(base=TINY, out=tmp_path, recipe=RECIPE, eval_size=2, log=lambda msg: None)
 
 
 def test_an_interrupted_chain_resumes_at_its_first_unfinished_stage(tmp_path, monkeypatch):
@@ -438,7 +438,7 @@ def test_an_interrupted_chain_resumes_at_its_first_unfinished_stage(tmp_path, mo
     monkeypatch.setattr(training, "train_stage", train_stage)
     monkeypatch.setattr(training, "load_for_training", load_for_training)
     monkeypatch.setattr(evidence, "measure_stage", measure_stage)
-    ft.finetune(base=TINY, chains=tmp_path, recipe=RECIPE, eval_size=2, log=lambda msg: None)
+    ft.finetune(base=TINY, out=tmp_path, recipe=RECIPE, eval_size=2, log=lambda msg: None)
     dpo_end, grpo_end = str(ft.checkpoint_path(root, "dpo", 2)), str(ft.checkpoint_path(root, "grpo", 2))
     assert calls == [
         ("load", dpo_end),
@@ -465,9 +465,9 @@ def test_report_reads_the_chain(chain, base_dir, tmp_path_factory, tmp_path):
 
     replicate = ft.finetune(
         base=str(base_dir),
-        chains=tmp_path_factory.mktemp("replicate"),
+        out=tmp_path_factory.mktemp("replicate"),
         recipe=RECIPE,
-        recipe_seed=1,  # the spec's seed on top of the recipe, as --seed 1 does
+        seed=1,  # the spec's seed on top of the recipe, as --seed 1 does
         eval_size=EVAL_SIZE,
         log=lambda msg: None,
     )

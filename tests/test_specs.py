@@ -17,7 +17,6 @@ from headstats.jobs.analysis import load_analysis
 from headstats.options import SpecError
 from headstats.specs import CollectSpec, ReportSpec, Resources, SweepSpec
 
-PLUGGED_IN = {"finetune"}
 SPECS = [
     obj
     for obj in vars(specs).values()
@@ -57,8 +56,6 @@ def test_every_flag_of_every_command_maps_to_exactly_one_spec_field() -> None:
         spellings[name] = found[0]
     for command, parser in _commands(build_parser()).items():
         if command == "lm-eval":  # lm-eval's own command line, passed through untouched
-            continue
-        if command in PLUGGED_IN:  # commands of headstats.cli.COMMAND_MODULES declare their own flags
             continue
         seen: dict[str, str] = {}
         for action in parser._actions:
@@ -109,13 +106,9 @@ def test_keyword_names_are_the_field_names() -> None:
         CollectSpec.from_kwargs({"batchsize": 4})
 
 
-# Flags that still name a different field in another command: `headstats finetune`'s (--out for
-# FinetuneSpec.chains, --seed for recipe_seed, --stages for chain_stages), left to the fine-tuning
-# spec's rework.
-SHARED_FLAGS = {"--out", "--seed", "--stages"}
-
-
 def test_each_flag_names_one_field_in_every_command() -> None:
+    """A flag means one option everywhere (``--out``, ``--seed``, ``--stages`` included): what differs
+    between commands is a default or the allowed names (``Spec.DEFAULTS`` / ``Spec.CHOICES``)."""
     owners: dict[str, set[str]] = {}
     for command, parser in _commands(build_parser()).items():
         if command == "lm-eval":
@@ -123,8 +116,31 @@ def test_each_flag_names_one_field_in_every_command() -> None:
         for action in parser._actions:
             for flag in action.option_strings:
                 owners.setdefault(flag, set()).add(action.dest)
-    shared = {flag for flag, names in owners.items() if len(names) > 1}
-    assert shared == SHARED_FLAGS, {flag: owners.get(flag) for flag in shared ^ SHARED_FLAGS}
+    shared = {flag: names for flag, names in owners.items() if len(names) > 1}
+    assert not shared, shared
+
+
+def test_a_field_shared_by_commands_has_each_commands_default_and_names() -> None:
+    from headstats.specs import FINETUNE_STAGES, STAGES, FinetuneSpec, RunSpec, SweepSpec
+
+    assert RunSpec(analysis="a.toml").stages == STAGES and FinetuneSpec().stages == FINETUNE_STAGES
+    assert SweepSpec().seed == 0 and FinetuneSpec().seed is None  # unset: the recipe's seed
+    assert FinetuneSpec().out == "finetune" and FinetuneSpec(seed=3).seed == 3
+    with pytest.raises(SpecError, match="unknown stage 'sft': choose from collect, ablate, report"):
+        RunSpec(analysis="a.toml", stages=("sft",))
+    with pytest.raises(SpecError, match="unknown stage 'report': choose from sft, dpo, grpo"):
+        FinetuneSpec(stages=("report",))
+    with pytest.raises(SpecError, match="seed must be at least 0"):
+        FinetuneSpec(seed=-1)
+    helps = {
+        command: {a.dest: a.help for a in parser._actions}
+        for command, parser in _commands(build_parser()).items()
+        if command in ("run", "finetune", "ablate")
+    }
+    assert "(one of: collect, ablate, report)" in helps["run"]["stages"]
+    assert "(one of: sft, dpo, grpo)" in helps["finetune"]["stages"]
+    assert "(default: 0)" in helps["ablate"]["seed"] and "default" not in helps["finetune"]["seed"]
+    assert "(default: finetune)" in helps["finetune"]["out"]
 
 
 def test_a_score_registered_in_user_code_is_an_allowed_value_at_once() -> None:

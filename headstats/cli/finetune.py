@@ -18,7 +18,9 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
             "Train SFT -> DPO -> GRPO from BASE on the bundled data, writing checkpoints at 25/50/100% of each "
             "stage (each a directory `headstats collect --model` reads), recipe.json and metrics.json (learning "
             "evidence on held-out parts) under OUT/<base>-<recipe hash>/. Re-running resumes; a finished chain "
-            "is not trained again. Needs the `train` extra (pip install 'headstats[train]')."
+            "is not trained again. --seed unset trains with the recipe's seed (0 in the built-in one); the "
+            "train/held-out split keeps the recipe's split_seed, so a seed replicate is measured on the same "
+            "examples. Needs the `train` extra (pip install 'headstats[train]')."
         ),
     )
     add_spec(parser, FinetuneSpec)
@@ -32,7 +34,7 @@ def _main(args: argparse.Namespace) -> int:
 
         recipe = recipe_of(spec)
         print(recipe.to_json())
-        print(f"chain: {chain_dir(spec.base, spec.chains, recipe)}", file=sys.stderr)
+        print(f"chain: {chain_dir(spec.base, spec.out, recipe)}", file=sys.stderr)
         return 0
     from headstats.jobs.finetune import finetune
 

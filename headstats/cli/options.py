@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import MISSING, Field, fields
 from typing import Any, TypeVar
 
-from headstats.options import Spec, choices_of, element_type, hints, is_list
+from headstats.options import Spec, choices_of, default_of, element_type, hints, is_list
 from headstats.specs import Resources
 
 T = TypeVar("T", bound=Spec)
@@ -37,18 +37,12 @@ def flag_of(f: Field) -> str:
     return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
-def _default_of(spec: type[Spec], f: Field) -> Any:
-    if spec.DEFAULTS.get(f.name) is not None:
-        return spec.DEFAULTS[f.name]
-    return None if f.default is MISSING else f.default
-
-
 def _help(spec: type[Spec], f: Field) -> str:
     text = f.metadata.get("help", "")
-    names = choices_of(f)
+    names = choices_of(f, spec)
     if names:
         text += f" (one of: {', '.join(names)}" + (", or a file" if not f.metadata.get("strict", True) else "") + ")"
-    default = _default_of(spec, f)
+    default = default_of(spec, f)
     if isinstance(default, bool):
         return text
     if isinstance(default, tuple):

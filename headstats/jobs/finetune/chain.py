@@ -32,7 +32,7 @@ def finetune(
     log: Callable[[str], None] | None = None,
     **options: object,
 ) -> Chain:
-    """Build (or finish) the chain SFT -> DPO -> GRPO from ``spec.base`` under ``spec.chains``.
+    """Build (or finish) the chain SFT -> DPO -> GRPO from ``spec.base`` under ``spec.out``.
 
     The options are :class:`~headstats.specs.FinetuneSpec`'s (``spec``, or its fields by name):
     ``base``, an embedded model name or a ``save_pretrained`` directory; ``stages``, a leading part of
@@ -46,12 +46,12 @@ def finetune(
     spec = FinetuneSpec.from_kwargs(options, base=spec)  # every option checked here, before any work
     recipe = recipe_of(spec, recipe)
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    root = layout.chain_dir(spec.base, spec.chains, recipe)
+    root = layout.chain_dir(spec.base, spec.out, recipe)
     root.mkdir(parents=True, exist_ok=True)
     record = chain_record(root, spec.base, recipe)
     chain = Chain(root, spec.base, recipe, [save_base(root, spec.base, recipe)], layout.read_json(root / METRICS_FILE))
     start = spec.base
-    for name in spec.chain_stages:
+    for name in spec.stages:
         chain.checkpoints += build_stage(chain, name, start, record, spec, log)
         start = str(chain.final(name).path)
     return chain

@@ -199,8 +199,8 @@ def recipe_of(spec: FinetuneSpec, recipe: Recipe | None = None) -> Recipe:
     if recipe is None:
         recipe = read_recipe(spec.recipe) if spec.recipe else Recipe.default(spec.scale)
     overrides: dict[str, object] = {}
-    if spec.recipe_seed is not None:
-        overrides["seed"] = spec.recipe_seed
+    if spec.seed is not None:
+        overrides["seed"] = spec.seed
     if spec.bf16:
         overrides["bf16"] = True
     return dataclasses.replace(recipe, **overrides) if overrides else recipe
