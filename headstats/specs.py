@@ -635,7 +635,7 @@ class Claim(ScoredZeroing):
     DEFAULTS: ClassVar[Mapping[str, Any]] = {"target": 0.05}
 
     model: str = option("", "embedded model name, directory or Hub id")
-    share: float | None = option(None, "% of heads the exploratory run zeroed at this target", minimum=0)
+    zeroed_pct: float | None = option(None, "% of heads the exploratory run zeroed at this target", minimum=0)
     source: str = option("", "where the claim comes from (the exploratory report and its reading)")
 
     def check(self) -> None:

@@ -129,7 +129,7 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
                     "task": "hellaswag",
                     "score": "ahon_ln",
                     "target": 0.25,
-                    "share": None,
+                    "zeroed_pct": None,
                     "paths": ["explicit-float32"],
                 }
             ]

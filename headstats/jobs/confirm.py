@@ -178,7 +178,7 @@ def expand(plan: ConfirmPlan) -> list[tuple[ComputePath, AnalysisSpec]]:
 
 def claims_table(plan: ConfirmPlan) -> pd.DataFrame:
     """The claims as :func:`headstats.stats.confirm.claim_bounds` reads them (models as the
-    results' slugs), with the exploratory share and source."""
+    results' slugs), with the exploratory % of heads zeroed and source."""
     from headstats.io.models import model_slug
 
     return pd.DataFrame(
@@ -189,7 +189,7 @@ def claims_table(plan: ConfirmPlan) -> pd.DataFrame:
                 "task": plan.section.task,
                 "score": c.score,
                 "target": c.target,
-                "share": c.share,
+                "zeroed_pct": c.zeroed_pct,
                 "paths": [p.name for p in plan.claim_paths(c)],
                 "source": c.source,
             }

@@ -28,7 +28,7 @@ import pandas as pd
 from headstats.stats import summary as S
 from headstats.stats.paired import design_effect, drop_bound_from_counts
 
-CLAIM_COLUMNS = ("claim", "model", "task", "score", "target", "share", "paths")
+CLAIM_COLUMNS = ("claim", "model", "task", "score", "target", "zeroed_pct", "paths")
 PATH_COLUMNS = (
     "claim",
     "path",
@@ -120,7 +120,7 @@ def _one_path(name: str, path: str, frame: pd.DataFrame | None, claim, level: fl
 def claim_verdicts(bounds: pd.DataFrame, paths: Sequence[str], *, drop: float = 1.0) -> pd.DataFrame:
     """One row per claim of :func:`claim_bounds`: the held-out questions (the fewest of its paths), per
     path its upper bound of the drop (``bound <path>``, points; empty where the claim was not planned
-    on that path) and realised % zeroed (``share <path>``), the worst bound, and the verdict:
+    on that path) and realised % of heads zeroed (``zeroed_pct <path>``), the worst bound, and the verdict:
     ``confirmed`` when every planned path was run and certifies at most ``drop`` points,
     ``not confirmed`` when a path that ran does not, ``incomplete`` when paths are missing and none
     that ran failed."""
@@ -136,7 +136,7 @@ def claim_verdicts(bounds: pd.DataFrame, paths: Sequence[str], *, drop: float = 
             hit = group[group["path"] == path]
             planned = len(hit) > 0
             row[f"bound {path}"] = float(hit["drop_upper"].iloc[0]) if planned else math.nan
-            row[f"share {path}"] = float(hit["realised_pct"].iloc[0]) if planned else math.nan
+            row[f"zeroed_pct {path}"] = float(hit["realised_pct"].iloc[0]) if planned else math.nan
         row["paths"] = f"{len(ran)} of {len(group)}"
         row["worst_bound"] = float(ran["drop_upper"].max()) if len(ran) else math.nan
         if len(ran) and not ran["certified"].all():
