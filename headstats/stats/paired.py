@@ -89,7 +89,7 @@ def _cluster_codes(clusters: ArrayLike | None, n: int) -> tuple[np.ndarray, int]
 
 
 def mcnemar_exact(a: ArrayLike, b: ArrayLike, clusters: ArrayLike | None = None) -> McNemar:
-    """Exact McNemar test (statsmodels): under H0 (a and b equally accurate) each discordant
+    """Exact McNemar test: under H0 (a and b equally accurate) each discordant
     question is a fair coin; the p-value is the two-sided binomial tail of ``min(only_a, only_b)``
     among ``only_a + only_b`` flips at 1/2.
 
@@ -104,11 +104,9 @@ def mcnemar_exact(a: ArrayLike, b: ArrayLike, clusters: ArrayLike | None = None)
     if only_a + only_b == 0:
         return McNemar(only_a, only_b, 1.0)
     grouped = _cluster_codes(clusters, len(x))
-    if grouped is None:
-        table = [[int(np.count_nonzero(x & y)), only_a], [only_b, int(np.count_nonzero(~x & ~y))]]
-        from statsmodels.stats.contingency_tables import mcnemar
-
-        return McNemar(only_a, only_b, float(mcnemar(table, exact=True).pvalue))
+    if grouped is None:  # statsmodels' mcnemar(exact=True): twice the lower binomial tail, at most 1
+        tail = sum(math.comb(only_a + only_b, i) for i in range(min(only_a, only_b) + 1))
+        return McNemar(only_a, only_b, min(1.0, 2 * tail / 2 ** (only_a + only_b)))
     codes, k = grouped
     sums = np.bincount(codes, weights=x.astype(np.int64) - y.astype(np.int64), minlength=k).astype(np.int64)
     return McNemar(only_a, only_b, _sign_flip_pvalue(sums))
@@ -118,18 +116,21 @@ def _sign_flip_pvalue(sums: np.ndarray) -> float:
     """P(|sum of ±s_c| >= |sum of s_c|) over independent fair signs, exactly: clusters with the same
     |s_c| = v contribute v * (2 Binomial(m, 1/2) - m), and those few distributions are convolved on
     the integer support."""
-    from scipy.stats import binom
-
     observed = abs(int(sums.sum()))
     values, counts = np.unique(np.abs(sums[sums != 0]), return_counts=True)
     pmf = np.ones(1)  # over the support -total..total, offset by total
     for v, m in zip(values.tolist(), counts.tolist(), strict=True):
         kernel = np.zeros(2 * v * m + 1)
-        kernel[:: 2 * v] = binom.pmf(np.arange(m + 1), m, 0.5)
+        kernel[:: 2 * v] = _fair_coin_pmf(m)
         pmf = np.convolve(pmf, kernel)
     total = (len(pmf) - 1) // 2
     support = np.abs(np.arange(-total, total + 1))
     return float(min(1.0, pmf[support >= observed].sum()))
+
+
+def _fair_coin_pmf(m: int) -> np.ndarray:
+    """P(k heads in m fair flips), k = 0..m: exact integers, each divided once (a float per k)."""
+    return np.array([math.comb(m, k) / 2**m for k in range(m + 1)])
 
 
 def design_effect(baseline: ArrayLike, intervened: ArrayLike, clusters: ArrayLike | None) -> float:
@@ -272,15 +273,31 @@ def drop_bound_from_counts(
     def solve(target: float, lo: float, hi: float, edge: float) -> float:
         if (statistic(lo) - target) * (statistic(hi) - target) > 0:
             return edge  # the statistic never reaches the critical value inside (-1, 1)
-        from scipy.optimize import brentq
-
-        return float(brentq(lambda d: statistic(d) - target, lo, hi, xtol=1e-12))
+        return _bisect(lambda d: statistic(d) - target, lo, hi)
 
     upper = solve(-z, drop, 1.0 - eps, 1.0)
     lower = solve(z, -1.0 + eps, drop, -1.0)
     return DropBound(
         drop, min(lower, drop), max(upper, drop), lost, gained, n, confidence, design_effect=float(design_effect)
     )
+
+
+def _bisect(f, lo: float, hi: float, xtol: float = 1e-12) -> float:
+    """The root of ``f`` in [lo, hi], where ``f`` changes sign, to ``xtol`` (a few dozen halvings:
+    the bounds' root finding needs no scipy.optimize import)."""
+    f_lo = f(lo)
+    if f_lo == 0:
+        return lo
+    while hi - lo > xtol:
+        mid = 0.5 * (lo + hi)
+        f_mid = f(mid)
+        if f_mid == 0:
+            return mid
+        if (f_mid < 0) == (f_lo < 0):
+            lo, f_lo = mid, f_mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
 
 
 def minimum_detectable_drop(
@@ -304,20 +321,20 @@ def minimum_detectable_drop(
 
     if gap(1.0) < 0:
         return float("nan")  # not even a drop of 100 points is detectable with these n
-    from scipy.optimize import brentq
-
-    return float(brentq(gap, 1e-12, 1.0, xtol=1e-12))
+    return _bisect(gap, 1e-12, 1.0)
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a proportion (statsmodels): good coverage at small n and near 0 or
-    1, where the normal (Wald) interval collapses."""
+    """Wilson score interval of a proportion: good coverage at small n and near 0 or 1, where the
+    normal (Wald) interval collapses. The closed form (statsmodels' ``method="wilson"``, which the
+    tests compare against), so that reading an accuracy does not import scipy.stats."""
     _check_counts(successes, n)
     _check_confidence(confidence)
-    from statsmodels.stats.proportion import proportion_confint
-
-    low, high = proportion_confint(successes, n, alpha=1 - confidence, method="wilson")
-    return max(0.0, float(low)), min(1.0, float(high))
+    z = NormalDist().inv_cdf(1 - (1 - confidence) / 2)
+    p, z2 = successes / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def clopper_pearson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
