@@ -21,6 +21,7 @@ score order of :func:`headstats.engine.scores.score_ids` (the order the study's 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -355,113 +356,152 @@ def curve_intervals(
     alpha = (1 - confidence) / 2
     rows = []
     for (model, task), group in frame.groupby(list(S.GROUP), sort=True):
-        unit, labels = S.question_clusters(group, cluster)
-        group = group.assign(_cluster=labels, _share=100.0 * group["n_zeroed"] / group["n_heads"])
-        if not (group["score"] == S.BASELINE).any():
-            raise ValueError(f"no baseline rows for model {model!r}, task {task!r}: the curves need the baseline run")
-        index = ["score", "target"]
-        ok = group.pivot_table(index=list(S.QUESTION), columns=index, values="_ok", aggfunc="first").dropna()
-        if ok.empty:
-            raise ValueError(f"no question of {model}/{task} was answered at every point: mixed runs?")
-        share = group.pivot_table(index=list(S.QUESTION), columns=index, values="_share", aggfunc="first")
-        share = share.reindex(index=ok.index, columns=ok.columns)
-        clusters = group.drop_duplicates(list(S.QUESTION)).set_index(list(S.QUESTION))["_cluster"].reindex(ok.index)
-        codes, uniques = pd.factorize(clusters.to_numpy())
-        k = len(uniques)
-        sizes = np.bincount(codes, minlength=k).astype(float)
-        ok_sums = np.stack([np.bincount(codes, weights=ok[c].to_numpy(float), minlength=k) for c in ok.columns])
-        share_sums = np.stack([np.bincount(codes, weights=share[c].to_numpy(float), minlength=k) for c in ok.columns])
-        weights = np.vstack([np.ones(k), rng.multinomial(k, np.full(k, 1.0 / k), size=n_resamples)])
-        total = weights @ sizes
-        accuracy = 100.0 * (weights @ ok_sums.T) / total[:, None]  # (1 + resamples) x points
-        realised = (weights @ share_sums.T) / total[:, None]
-        columns = list(ok.columns)
-        base_col = next(i for i, (s, _) in enumerate(columns) if s == S.BASELINE)
-        by_score: dict[str, list[int]] = {}
-        for i, (s, _) in enumerate(columns):
-            if s != S.BASELINE:
-                by_score.setdefault(str(s), []).append(i)
-        targets = np.array([t for _, t in columns], dtype=float)
-        silent = {s for s, cols in by_score.items() if S.zeroes_none(targets[cols], realised[0, cols])}
-        scores = _score_order([s for s in by_score if s not in silent])
-        areas = np.full((len(weights), len(scores)), np.nan)
-        firsts = np.full((len(weights), len(scores)), np.nan)
-        censored = np.zeros((len(weights), len(scores)), dtype=bool)
-        monos = np.full((len(weights), len(scores)), np.nan)
-        mono_censored = np.zeros((len(weights), len(scores)), dtype=bool)
-        for r in range(len(weights)):
-            curves = {}
-            for s in scores:
-                x, y = realised[r, by_score[s]], accuracy[r, by_score[s]]
-                if not (x == 0).any():
-                    x, y = np.append(0.0, x), np.append(accuracy[r, base_col], y)
-                curves[s] = (x, y)
-            upper = C.common_upper([x for x, _ in curves.values()]) if curves else 0.0
-            for j, (x, y) in enumerate(curves.values()):
-                crossing = C.within_one_point(x, y, accuracy[r, base_col], drop)
-                firsts[r, j], censored[r, j] = crossing.value, crossing.censored
-                mono = C.within_one_point_monotone(x, y, accuracy[r, base_col], drop)
-                monos[r, j], mono_censored[r, j] = mono.value, mono.censored
-                if by == "norm_auc":
-                    areas[r, j] = C.normalised_auc(x, y)
-                elif upper > 0:
-                    areas[r, j] = C.grid_auc(x, y, upper, grid_points)
-        ranks = _row_ranks(areas)
-        ref = scores.index(reference) if reference in scores else None
-        for j, s in enumerate(scores):
-            boot_area, boot_rank = areas[1:, j], ranks[1:, j]
-            low, high = _percentiles(boot_area, alpha)
-            rank_low = int(np.quantile(boot_rank, alpha, method="lower"))
-            rank_high = int(np.quantile(boot_rank, 1 - alpha, method="higher"))
-            vs = vs_low = vs_high = vs_p = np.nan
-            if ref is not None and ref != j:
-                diffs = areas[:, j] - areas[:, ref]
-                vs = diffs[0]
-                vs_low, vs_high = _percentiles(diffs[1:], alpha)
-                vs_p = bootstrap_pvalue(diffs[1:])
-            first_low, first_low_open = _order_statistic(firsts[1:, j], censored[1:, j], alpha)
-            first_high, first_high_open = _order_statistic(firsts[1:, j], censored[1:, j], 1 - alpha)
-            quartiles = [_order_statistic(firsts[1:, j], censored[1:, j], q)[0] for q in (0.25, 0.5, 0.75)]
-            mono_low, mono_low_open = _order_statistic(monos[1:, j], mono_censored[1:, j], alpha)
-            mono_high, mono_high_open = _order_statistic(monos[1:, j], mono_censored[1:, j], 1 - alpha)
-            rows.append(
-                {
-                    "model": model,
-                    "task": task,
-                    "score": s,
-                    "by": by,
-                    "area": areas[0, j],
-                    "area_low": low,
-                    "area_high": high,
-                    "rank": int(ranks[0, j]),
-                    "rank_low": rank_low,
-                    "rank_high": rank_high,
-                    "p_best": float((boot_rank == 1).mean()),
-                    "reference": reference if ref is not None else "",
-                    "vs_reference": vs,
-                    "vs_reference_low": vs_low,
-                    "vs_reference_high": vs_high,
-                    "first_drop": firsts[0, j],
-                    "first_low": first_low,
-                    "first_high": first_high,
-                    "first_low_open": first_low_open,
-                    "first_high_open": first_high_open,
-                    "first_median": quartiles[1],
-                    "first_q25": quartiles[0],
-                    "first_q75": quartiles[2],
-                    "first_unstable": unstable(firsts[0, j], quartiles[0], quartiles[2]),
-                    "first_mono": monos[0, j],
-                    "first_mono_low": mono_low,
-                    "first_mono_high": mono_high,
-                    "first_mono_low_open": mono_low_open,
-                    "first_mono_high_open": mono_high_open,
-                    "vs_reference_p": vs_p,
-                    "cluster": unit,
-                    "n_clusters": k,
-                    "n_resamples": n_resamples,
-                }
-            )
+        points = _resampled_points(group, model, task, cluster, rng, n_resamples)
+        readings = _resampled_readings(points, by, drop, grid_points)
+        ref = readings.scores.index(reference) if reference in readings.scores else None
+        for j, s in enumerate(readings.scores):
+            row = {"model": model, "task": task, "score": s, "by": by}
+            row.update(_interval_columns(readings, j, ref, alpha))
+            row["reference"] = reference if ref is not None else ""
+            row.update(cluster=points.unit, n_clusters=points.n_clusters, n_resamples=n_resamples)
+            rows.append(row)
     return pd.DataFrame(rows, columns=list(CURVE_INTERVAL_COLUMNS))
+
+
+@dataclass(frozen=True)
+class _ResampledPoints:
+    """Every point of one (model, task) in the observed sample (row 0) and in each cluster resample
+    (rows 1..): accuracy (points) and realised % of heads zeroed, columns as ``columns``."""
+
+    accuracy: np.ndarray
+    realised: np.ndarray
+    columns: list[tuple[str, float]]
+    unit: str
+    n_clusters: int
+
+
+def _resampled_points(
+    group: pd.DataFrame, model: str, task: str, cluster: str | None, rng: np.random.Generator, n_resamples: int
+) -> _ResampledPoints:
+    """The points of one (model, task) on the questions answered at every point, recomputed on each
+    draw of the questions' clusters with replacement (one draw for all points: they answer the same
+    questions)."""
+    unit, labels = S.question_clusters(group, cluster)
+    group = group.assign(_cluster=labels, _share=100.0 * group["n_zeroed"] / group["n_heads"])
+    if not (group["score"] == S.BASELINE).any():
+        raise ValueError(f"no baseline rows for model {model!r}, task {task!r}: the curves need the baseline run")
+    index = ["score", "target"]
+    ok = group.pivot_table(index=list(S.QUESTION), columns=index, values="_ok", aggfunc="first").dropna()
+    if ok.empty:
+        raise ValueError(f"no question of {model}/{task} was answered at every point: mixed runs?")
+    share = group.pivot_table(index=list(S.QUESTION), columns=index, values="_share", aggfunc="first")
+    share = share.reindex(index=ok.index, columns=ok.columns)
+    clusters = group.drop_duplicates(list(S.QUESTION)).set_index(list(S.QUESTION))["_cluster"].reindex(ok.index)
+    codes, uniques = pd.factorize(clusters.to_numpy())
+    k = len(uniques)
+    sizes = np.bincount(codes, minlength=k).astype(float)
+    ok_sums = np.stack([np.bincount(codes, weights=ok[c].to_numpy(float), minlength=k) for c in ok.columns])
+    share_sums = np.stack([np.bincount(codes, weights=share[c].to_numpy(float), minlength=k) for c in ok.columns])
+    weights = np.vstack([np.ones(k), rng.multinomial(k, np.full(k, 1.0 / k), size=n_resamples)])
+    total = weights @ sizes
+    accuracy = 100.0 * (weights @ ok_sums.T) / total[:, None]  # (1 + resamples) x points
+    realised = (weights @ share_sums.T) / total[:, None]
+    return _ResampledPoints(accuracy, realised, list(ok.columns), unit, k)
+
+
+@dataclass(frozen=True)
+class _Readings:
+    """Per resample (rows, 0 = observed) and curve (columns, as ``scores``): the area, its rank, the
+    first drop and the monotone fit's first drop, each with whether it is censored."""
+
+    scores: list[str]
+    areas: np.ndarray
+    ranks: np.ndarray
+    firsts: np.ndarray
+    censored: np.ndarray
+    monos: np.ndarray
+    mono_censored: np.ndarray
+
+
+def _resampled_readings(points: _ResampledPoints, by: str, drop: float, grid_points: int) -> _Readings:
+    """Every curve's readings in every resample; curves that zero no head are left out."""
+    accuracy, realised, columns = points.accuracy, points.realised, points.columns
+    base_col = next(i for i, (s, _) in enumerate(columns) if s == S.BASELINE)
+    by_score: dict[str, list[int]] = {}
+    for i, (s, _) in enumerate(columns):
+        if s != S.BASELINE:
+            by_score.setdefault(str(s), []).append(i)
+    targets = np.array([t for _, t in columns], dtype=float)
+    silent = {s for s, cols in by_score.items() if S.zeroes_none(targets[cols], realised[0, cols])}
+    scores = _score_order([s for s in by_score if s not in silent])
+    shape = (len(accuracy), len(scores))
+    areas, firsts, monos = np.full(shape, np.nan), np.full(shape, np.nan), np.full(shape, np.nan)
+    censored, mono_censored = np.zeros(shape, dtype=bool), np.zeros(shape, dtype=bool)
+    for r in range(len(accuracy)):
+        curves = {}
+        for s in scores:
+            x, y = realised[r, by_score[s]], accuracy[r, by_score[s]]
+            if not (x == 0).any():
+                x, y = np.append(0.0, x), np.append(accuracy[r, base_col], y)
+            curves[s] = (x, y)
+        upper = C.common_upper([x for x, _ in curves.values()]) if curves else 0.0
+        for j, (x, y) in enumerate(curves.values()):
+            crossing = C.within_one_point(x, y, accuracy[r, base_col], drop)
+            firsts[r, j], censored[r, j] = crossing.value, crossing.censored
+            mono = C.within_one_point_monotone(x, y, accuracy[r, base_col], drop)
+            monos[r, j], mono_censored[r, j] = mono.value, mono.censored
+            if by == "norm_auc":
+                areas[r, j] = C.normalised_auc(x, y)
+            elif upper > 0:
+                areas[r, j] = C.grid_auc(x, y, upper, grid_points)
+    return _Readings(scores, areas, _row_ranks(areas), firsts, censored, monos, mono_censored)
+
+
+def _interval_columns(readings: _Readings, j: int, ref: int | None, alpha: float) -> dict[str, object]:
+    """Curve ``j``'s readings with their bootstrap intervals (``ref``: the reference curve's column)."""
+    areas, ranks = readings.areas, readings.ranks
+    firsts, censored = readings.firsts[1:, j], readings.censored[1:, j]
+    monos, mono_censored = readings.monos[1:, j], readings.mono_censored[1:, j]
+    boot_rank = ranks[1:, j]
+    low, high = _percentiles(areas[1:, j], alpha)
+    vs = vs_low = vs_high = vs_p = np.nan
+    if ref is not None and ref != j:
+        diffs = areas[:, j] - areas[:, ref]
+        vs = diffs[0]
+        vs_low, vs_high = _percentiles(diffs[1:], alpha)
+        vs_p = bootstrap_pvalue(diffs[1:])
+    first_low, first_low_open = _order_statistic(firsts, censored, alpha)
+    first_high, first_high_open = _order_statistic(firsts, censored, 1 - alpha)
+    q25, median, q75 = [_order_statistic(firsts, censored, q)[0] for q in (0.25, 0.5, 0.75)]
+    mono_low, mono_low_open = _order_statistic(monos, mono_censored, alpha)
+    mono_high, mono_high_open = _order_statistic(monos, mono_censored, 1 - alpha)
+    return {
+        "area": areas[0, j],
+        "area_low": low,
+        "area_high": high,
+        "rank": int(ranks[0, j]),
+        "rank_low": int(np.quantile(boot_rank, alpha, method="lower")),
+        "rank_high": int(np.quantile(boot_rank, 1 - alpha, method="higher")),
+        "p_best": float((boot_rank == 1).mean()),
+        "vs_reference": vs,
+        "vs_reference_low": vs_low,
+        "vs_reference_high": vs_high,
+        "first_drop": readings.firsts[0, j],
+        "first_low": first_low,
+        "first_high": first_high,
+        "first_low_open": first_low_open,
+        "first_high_open": first_high_open,
+        "first_median": median,
+        "first_q25": q25,
+        "first_q75": q75,
+        "first_unstable": unstable(readings.firsts[0, j], q25, q75),
+        "first_mono": readings.monos[0, j],
+        "first_mono_low": mono_low,
+        "first_mono_high": mono_high,
+        "first_mono_low_open": mono_low_open,
+        "first_mono_high_open": mono_high_open,
+        "vs_reference_p": vs_p,
+    }
 
 
 def unstable(reading: float, q25: float, q75: float) -> bool:

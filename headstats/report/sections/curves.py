@@ -100,13 +100,57 @@ def add_curve_sections(
     than under ``out/tables/``; ``labels`` titles each model's panel (e.g. its exact identity);
     ``intervals``: the task's :func:`headstats.stats.ranking.curve_intervals` (only where the
     per-question answers are at hand, not for the published curves)."""
-
-    def key_csv(name: str) -> str | None:
-        return f"{prefix}{name}.csv" if key_tables_at_root else None
-
     models = list(dict.fromkeys(curves["model"]))
-    n_scores = curves["score"].nunique()
+    csv_root = prefix if key_tables_at_root else None
     steps = tqdm(total=6, desc="curve figures", disable=not progress)
+    _curve_figures(
+        writer,
+        points,
+        curves,
+        models,
+        rank_by=rank_by,
+        top_models=top_models,
+        prefix=prefix,
+        level=level,
+        labels=labels,
+        step=steps.update,
+    )
+    _within_one_point(writer, curves, prefix=prefix, csv_root=csv_root, level=level)
+    steps.update()
+    _score_ranks(
+        writer,
+        curves,
+        rank_by=rank_by,
+        prefix=prefix,
+        csv_root=csv_root,
+        level=level,
+        labels=labels,
+        intervals=intervals,
+    )
+    steps.update()
+    _model_agreement(writer, curves, models, rank_by=rank_by, top_k=top_k, prefix=prefix, step=steps.update)
+    steps.close()
+
+
+def _key_csv(csv_root: str | None, name: str) -> str | None:
+    """Where a key table's CSV goes: ``out/<prefix><name>.csv`` when written at the root, else the default."""
+    return f"{csv_root}{name}.csv" if csv_root is not None else None
+
+
+def _curve_figures(
+    writer: Writer,
+    points: pd.DataFrame,
+    curves: pd.DataFrame,
+    models: list[str],
+    *,
+    rank_by: str,
+    top_models: Sequence[str] | None,
+    prefix: str,
+    level: int,
+    labels: dict[str, str] | None,
+    step,
+) -> None:
+    """Every curve per model, then random and the best three of the models shown."""
     writer.heading("Accuracy vs % of heads zeroed", level)
     how = writer.note(
         "Reading the accuracy curves",
@@ -120,8 +164,7 @@ def add_curve_sections(
         f"{prefix}accuracy_grid",
         f"Accuracy vs realised % of heads zeroed, one panel per model ([how to read](#{how})).",
     )
-    steps.update()
-
+    step()
     shown = [m for m in (top_models or models[:3]) if m in models]
     if shown:
         writer.figure(
@@ -129,8 +172,11 @@ def add_curve_sections(
             f"{prefix}top_curves",
             f"Random and the three best curves by `{rank_by}` of {', '.join(shown)}.",
         )
-    steps.update()
+    step()
 
+
+def _within_one_point(writer: Writer, curves: pd.DataFrame, *, prefix: str, csv_root: str | None, level: int) -> None:
+    """How many heads each curve zeroes within 1 point: read, certified, family-wise."""
     reading = str(curves["reading"].iloc[0]) if "reading" in curves.columns else "study"
     writer.heading("Heads that can be zeroed within 1 point", level + 1)
     how = writer.note(f"The within-1-point reading ({reading})", READINGS[reading])
@@ -140,7 +186,7 @@ def add_curve_sections(
         f"{prefix}within_one_point",
         floatfmt=".2f",
         index=True,
-        csv=key_csv("within_one_point"),
+        csv=_key_csv(csv_root, "within_one_point"),
     )
     unmeasured = curves["censored"].astype(bool) if reading == "first" else ~curves["crosses"].astype(bool)
     if unmeasured.any():
@@ -191,15 +237,27 @@ def add_curve_sections(
             collapsed="per curve: the first drop, the certified and the not-excluded share, the detectable drop",
             guide=("What certified means", how),
         )
-    if "awft" in set(curves["score"]) and n_scores > 1:
+    if "awft" in set(curves["score"]) and curves["score"].nunique() > 1:
         writer.table(
             ranking.compare_with_reference(curves, "awft"),
             f"{prefix}awft_vs_best_other",
             floatfmt=".2f",
             collapsed="`awft` vs the best other curve per model (the study's Table 2 layout)",
         )
-    steps.update()
 
+
+def _score_ranks(
+    writer: Writer,
+    curves: pd.DataFrame,
+    *,
+    rank_by: str,
+    prefix: str,
+    csv_root: str | None,
+    level: int,
+    labels: dict[str, str] | None,
+    intervals: pd.DataFrame | None,
+) -> None:
+    """The scores ranked by curve area, with intervals where the per-question answers are at hand."""
     writer.heading(f"Ranking score functions by `{rank_by}`", level + 1)
     how = writer.note(
         "Curve areas",
@@ -214,10 +272,12 @@ def add_curve_sections(
             f"Rank of each score function by `{rank_by}` ([areas](#{how})); `none`: the score zeroed no head, so it "
             "has no rank.",
         )
-        writer.table(ranks, f"{prefix}ranks", index=True, csv=key_csv("ranks"), collapsed=f"ranks by `{rank_by}`")
+        writer.table(
+            ranks, f"{prefix}ranks", index=True, csv=_key_csv(csv_root, "ranks"), collapsed=f"ranks by `{rank_by}`"
+        )
     else:  # too few models or scores for a heatmap: the ranks themselves
         writer.text(f"Rank of each score function by `{rank_by}` ([areas](#{how})); empty: it zeroed no head.")
-        writer.table(ranks, f"{prefix}ranks", index=True, csv=key_csv("ranks"))
+        writer.table(ranks, f"{prefix}ranks", index=True, csv=_key_csv(csv_root, "ranks"))
     if intervals is not None and not intervals.empty:
         _curve_intervals(writer, intervals, prefix, labels)
     for metric in ranking.RANK_METRICS:
@@ -228,8 +288,13 @@ def add_curve_sections(
             index=True,
             collapsed=f"`{metric}` per model and score",
         )
-    steps.update()
 
+
+def _model_agreement(
+    writer: Writer, curves: pd.DataFrame, models: list[str], *, rank_by: str, top_k: int, prefix: str, step
+) -> None:
+    """Whether the models agree on which score functions work best: rank correlation, top-k overlap."""
+    n_scores = curves["score"].nunique()
     if len(models) == 2 and n_scores >= 3:
         corr = ranking.rank_correlation(curves, rank_by)
         writer.text(
@@ -251,7 +316,7 @@ def add_curve_sections(
             "Do models agree on which score functions work best?",
         )
         writer.table(corr, f"{prefix}rank_spearman", floatfmt=".2f", index=True, collapsed="Spearman matrix")
-    steps.update()
+    step()
     k = min(top_k, n_scores - 1)
     if len(models) == 2 and k >= 1:
         iou = ranking.top_k_iou(curves, k, rank_by)
@@ -264,8 +329,7 @@ def add_curve_sections(
             f"Overlap of each pair of models' {k} best score functions.",
         )
         writer.table(iou, f"{prefix}top{k}_iou", floatfmt=".2f", index=True, collapsed=f"top-{k} IoU matrix")
-    steps.update()
-    steps.close()
+    step()
 
 
 def _guided_table(
