@@ -17,6 +17,11 @@ import pytest
 # Tests import the tiny-model helpers in tests/families.py by name.
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n N: N processes share the cores, one thread each
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
 
 from headstats.io import assets  # after the path and the environment are set
 

@@ -167,7 +167,12 @@ def _publish(build: Callable[[Path], None], final: Path) -> Path:
         if final.exists():  # another process finished first
             shutil.rmtree(tmp)
         else:
-            os.replace(tmp, final)
+            try:
+                os.replace(tmp, final)
+            except OSError:
+                if not final.exists():
+                    raise
+                shutil.rmtree(tmp)  # another process finished between the check and the rename
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

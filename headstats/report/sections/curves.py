@@ -501,84 +501,95 @@ def main_table(points: pd.DataFrame, curves: pd.DataFrame, intervals: pd.DataFra
 
 
 def interventions(writer: Writer, context: Context) -> None:
-    points, curves, opt = context.points, context.curves, context.options
+    points, curves = context.points, context.curves
     if points is None:
         return
     intervals = context.curve_intervals
     if curves is not None and "within_1pt_certified_fw" in curves.columns and not curves["zeroes_none"].all():
         _certified_headline(writer, curves)
     if intervals is not None and not intervals.empty and intervals["reference"].ne("").any():
-        ref = str(intervals.loc[intervals["reference"].ne(""), "reference"].iloc[0])
-        first = intervals.iloc[0]
-        area = (
-            "mean accuracy over the range of % of heads zeroed that all of a model's curves reach"
-            if first["by"] == "grid_auc"
-            else "the study's area over each curve's own range"
-        )
-        tests = ranking.against_reference(intervals)
-        floor = min(1.0, len(tests) * 2 / (int(first["n_resamples"]) + 1))
-        writer.heading(f"Scores against `{ref}`")
-        writer.text(
-            f"By the curves' `{first['by']}` ({area}; {int(first['n_resamples'])} "
-            "cluster-bootstrap resamples, per task below): `better` / `worse` where the paired area difference "
-            f"from `{ref}` is significant at 5% after Holm's adjustment over all {len(tests)} curves of this report "
-            "(two-sided bootstrap p-values), `indistinguishable` where it is not; `unadjusted_differs` names the "
-            "curves whose verdict from their own 95% interval alone would differ. The smallest adjusted p-value "
-            f"these resamples allow is {floor:.3g}. `best`: the score that ranks first in at least 95% of the "
-            "resamples, else the contenders with their share of firsts. The thresholds are taken as run."
-        )
-        writer.table(ranking.verdicts(intervals), "against_random")
-        writer.table(
-            tests,
-            "against_random_tests",
-            floatfmt=".3g",
-            collapsed=f"each curve's area difference from `{ref}`, its p-value and Holm adjustment",
-        )
+        _against_reference(writer, intervals)
     for task in sorted(points["task"].unique()):
-        writer.heading(f"Interventions: task `{task}`")
-        tp = points[points["task"] == task]
-        unit = str(tp["cluster"].iloc[0]) if "cluster" in tp.columns else "question_id"
-        tested = int(points["mcnemar_p"].notna().sum())
-        clustered = unit != "question_id"
-        how = writer.note(
-            f"Per-point tables (clusters: `{unit}`)",
-            f"Accuracy (`{opt.metric}`, %) with Wilson 95% intervals; against the baseline on the same questions: "
-            f"`diff` (points) with a 95% bootstrap interval resampling whole clusters (`{unit}`, `n_clusters` of "
-            "them), `drop_upper` the one-sided 95% upper bound of the drop (Tango's score bound"
-            + (
-                ", taken at n / `design_effect` questions: answers that change together within a cluster count as "
-                "fewer independent ones"
-                if clustered
-                else ""
-            )
-            + "), `certified` when it is at most 1 point, the exact McNemar p-value"
-            + (" (flipping whole clusters)" if clustered else "")
-            + f" and `mcnemar_p_holm`, Holm-adjusted over all {tested} points of this report.",
+        _task_interventions(writer, context, task)
+
+
+def _against_reference(writer: Writer, intervals: pd.DataFrame) -> None:
+    """Every curve's area against the reference curve's (``random``), Holm-adjusted over the report."""
+    ref = str(intervals.loc[intervals["reference"].ne(""), "reference"].iloc[0])
+    first = intervals.iloc[0]
+    area = (
+        "mean accuracy over the range of % of heads zeroed that all of a model's curves reach"
+        if first["by"] == "grid_auc"
+        else "the study's area over each curve's own range"
+    )
+    tests = ranking.against_reference(intervals)
+    floor = min(1.0, len(tests) * 2 / (int(first["n_resamples"]) + 1))
+    writer.heading(f"Scores against `{ref}`")
+    writer.text(
+        f"By the curves' `{first['by']}` ({area}; {int(first['n_resamples'])} "
+        "cluster-bootstrap resamples, per task below): `better` / `worse` where the paired area difference "
+        f"from `{ref}` is significant at 5% after Holm's adjustment over all {len(tests)} curves of this report "
+        "(two-sided bootstrap p-values), `indistinguishable` where it is not; `unadjusted_differs` names the "
+        "curves whose verdict from their own 95% interval alone would differ. The smallest adjusted p-value "
+        f"these resamples allow is {floor:.3g}. `best`: the score that ranks first in at least 95% of the "
+        "resamples, else the contenders with their share of firsts. The thresholds are taken as run."
+    )
+    writer.table(ranking.verdicts(intervals), "against_random")
+    writer.table(
+        tests,
+        "against_random_tests",
+        floatfmt=".3g",
+        collapsed=f"each curve's area difference from `{ref}`, its p-value and Holm adjustment",
+    )
+
+
+def _task_interventions(writer: Writer, context: Context, task: str) -> None:
+    """One task's per-point table and its curve sections."""
+    points, curves, opt = context.points, context.curves, context.options
+    writer.heading(f"Interventions: task `{task}`")
+    tp = points[points["task"] == task]
+    unit = str(tp["cluster"].iloc[0]) if "cluster" in tp.columns else "question_id"
+    tested = int(points["mcnemar_p"].notna().sum())
+    clustered = unit != "question_id"
+    how = writer.note(
+        f"Per-point tables (clusters: `{unit}`)",
+        f"Accuracy (`{opt.metric}`, %) with Wilson 95% intervals; against the baseline on the same questions: "
+        f"`diff` (points) with a 95% bootstrap interval resampling whole clusters (`{unit}`, `n_clusters` of "
+        "them), `drop_upper` the one-sided 95% upper bound of the drop (Tango's score bound"
+        + (
+            ", taken at n / `design_effect` questions: answers that change together within a cluster count as "
+            "fewer independent ones"
+            if clustered
+            else ""
         )
-        at = POINT_TABLE.index("n_clusters") + 1
-        columns = [*POINT_TABLE[:at], "design_effect", *POINT_TABLE[at:]] if clustered else POINT_TABLE
-        _guided_table(
-            writer,
-            tp,
-            columns,
-            f"{task}_points",
-            floatfmt=".3g",
-            collapsed="every point against the baseline: accuracy, paired difference, certified, McNemar p",
-            guide=("How to read the point table", how),
-        )
-        tc = curves[curves["task"] == task]
-        if tc.empty:
-            writer.text("Only the baseline was run: no curves to draw.")
-            continue
-        intervals = context.curve_intervals
-        add_curve_sections(
-            writer,
-            tp,
-            tc,
-            rank_by=opt.rank_by,
-            prefix=f"{task}_",
-            level=3,
-            progress=opt.progress,
-            labels=context.models,
-            intervals=None if intervals is None else intervals[intervals["task"] == task],
-        )
+        + "), `certified` when it is at most 1 point, the exact McNemar p-value"
+        + (" (flipping whole clusters)" if clustered else "")
+        + f" and `mcnemar_p_holm`, Holm-adjusted over all {tested} points of this report.",
+    )
+    at = POINT_TABLE.index("n_clusters") + 1
+    columns = [*POINT_TABLE[:at], "design_effect", *POINT_TABLE[at:]] if clustered else POINT_TABLE
+    _guided_table(
+        writer,
+        tp,
+        columns,
+        f"{task}_points",
+        floatfmt=".3g",
+        collapsed="every point against the baseline: accuracy, paired difference, certified, McNemar p",
+        guide=("How to read the point table", how),
+    )
+    tc = curves[curves["task"] == task]
+    if tc.empty:
+        writer.text("Only the baseline was run: no curves to draw.")
+        return
+    intervals = context.curve_intervals
+    add_curve_sections(
+        writer,
+        tp,
+        tc,
+        rank_by=opt.rank_by,
+        prefix=f"{task}_",
+        level=3,
+        progress=opt.progress,
+        labels=context.models,
+        intervals=None if intervals is None else intervals[intervals["task"] == task],
+    )
