@@ -599,50 +599,21 @@ def model_distance(
             data = SequenceBlocks(
                 np.concatenate([va[ma], vb[mb]]), np.concatenate([pair.block_a[ma], pair.block_b[mb]]), pair.n_blocks
             )
-            rng = np.random.default_rng([seed, si, di])
-            k = pair.n_keys
-            keys_a, keys_b = _sides(data, pair)
-            observed = data.distance(_indicator(pair.n_blocks, keys_a), _indicator(pair.n_blocks, keys_b + k))
-            spread = interquartile_range(va[ma])
-            row: dict[str, object] = {
-                "model_a": model_a,
-                "model_b": model_b,
-                "score": sid,
-                "depth": depth,
-                "w1": observed,
-                "ci_low": np.nan,
-                "ci_high": np.nan,
-                "iqr_a": spread,
-                "w1_iqr": _per(observed, spread),
-                "w1_iqr_low": np.nan,
-                "w1_iqr_high": np.nan,
-                "p_value": np.nan,
-                "noise_floor": np.nan,
-                "n_seq_a": len(keys_a),
-                "n_seq_b": len(keys_b),
-                "design": "paired" if pair.paired else "unpaired",
-                "cluster": unit,
-                "n_clusters_a": len(np.unique(pair.key_cluster[keys_a])),
-                "n_clusters_b": len(np.unique(pair.key_cluster[keys_b])),
-                "n_splits": max(n_split, 0),
-                "n_perm": max(n_perm, 0),
-            }
-            if n_boot > 0 and np.isfinite(observed):
-                row["ci_low"], row["ci_high"] = _interval(observed, _bootstrap(data, pair, n_boot, rng), confidence)
-                row["w1_iqr_low"], row["w1_iqr_high"] = _per(row["ci_low"], spread), _per(row["ci_high"], spread)
-            if n_perm > 0 and np.isfinite(observed):
-                perm = _permutations(data, pair, n_perm, rng)
-                # A relative tolerance keeps ties (e.g. a permutation that reproduces the observed
-                # labelling) from being lost to summation-order round-off.
-                row["p_value"] = (1 + np.count_nonzero(perm >= observed * (1 - 1e-9))) / (1 + n_perm)
-            if n_split > 0:
-                floors = [
-                    _floor(
-                        split_half_distances(data, keys + offset, n_split, rng, pair.key_cluster[keys]), floor_quantile
-                    )
-                    for keys, offset in ((keys_a, 0), (keys_b, k))
-                ]
-                row["noise_floor"] = np.nanmax(floors) if np.isfinite(floors).any() else np.nan
+            row: dict[str, object] = {"model_a": model_a, "model_b": model_b, "score": sid, "depth": depth}
+            row.update(
+                _compare(
+                    data,
+                    pair,
+                    unit,
+                    interquartile_range(va[ma]),
+                    np.random.default_rng([seed, si, di]),
+                    n_boot=n_boot,
+                    n_perm=n_perm,
+                    n_split=n_split,
+                    confidence=confidence,
+                    floor_quantile=floor_quantile,
+                )
+            )
             rows.append(row)
             bar.update()
     bar.close()
@@ -653,6 +624,61 @@ def model_distance(
     out.insert(out.columns.get_loc("p_holm") + 1, "p_holm_min", holm_floor(tested, n_perm) if tested else np.nan)
     out["n_tests"] = tested  # the Holm family: every test of this comparison
     return out
+
+
+def _compare(
+    data: SequenceBlocks,
+    pair: _Pair,
+    unit: str,
+    spread: float,
+    rng: np.random.Generator,
+    *,
+    n_boot: int,
+    n_perm: int,
+    n_split: int,
+    confidence: float,
+    floor_quantile: float,
+) -> dict[str, object]:
+    """One (score, depth) comparison of :func:`model_distance`: W1 with its bootstrap interval, its
+    size in the reference's IQR (``spread``), the permutation p-value and the split-half floor
+    (``unit``: the resampled cluster's column)."""
+    k = pair.n_keys
+    keys_a, keys_b = _sides(data, pair)
+    observed = data.distance(_indicator(pair.n_blocks, keys_a), _indicator(pair.n_blocks, keys_b + k))
+    row: dict[str, object] = {
+        "w1": observed,
+        "ci_low": np.nan,
+        "ci_high": np.nan,
+        "iqr_a": spread,
+        "w1_iqr": _per(observed, spread),
+        "w1_iqr_low": np.nan,
+        "w1_iqr_high": np.nan,
+        "p_value": np.nan,
+        "noise_floor": np.nan,
+        "n_seq_a": len(keys_a),
+        "n_seq_b": len(keys_b),
+        "design": "paired" if pair.paired else "unpaired",
+        "cluster": unit,
+        "n_clusters_a": len(np.unique(pair.key_cluster[keys_a])),
+        "n_clusters_b": len(np.unique(pair.key_cluster[keys_b])),
+        "n_splits": max(n_split, 0),
+        "n_perm": max(n_perm, 0),
+    }
+    if n_boot > 0 and np.isfinite(observed):
+        row["ci_low"], row["ci_high"] = _interval(observed, _bootstrap(data, pair, n_boot, rng), confidence)
+        row["w1_iqr_low"], row["w1_iqr_high"] = _per(row["ci_low"], spread), _per(row["ci_high"], spread)
+    if n_perm > 0 and np.isfinite(observed):
+        perm = _permutations(data, pair, n_perm, rng)
+        # A relative tolerance keeps ties (e.g. a permutation that reproduces the observed
+        # labelling) from being lost to summation-order round-off.
+        row["p_value"] = (1 + np.count_nonzero(perm >= observed * (1 - 1e-9))) / (1 + n_perm)
+    if n_split > 0:
+        floors = [
+            _floor(split_half_distances(data, keys + offset, n_split, rng, pair.key_cluster[keys]), floor_quantile)
+            for keys, offset in ((keys_a, 0), (keys_b, k))
+        ]
+        row["noise_floor"] = np.nanmax(floors) if np.isfinite(floors).any() else np.nan
+    return row
 
 
 def holm_floor(n_tests: int, n_perm: int) -> float:
