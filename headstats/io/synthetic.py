@@ -213,12 +213,52 @@ def write_synthetic_scores(
     table); one written with other settings is an error, since mixing them would corrupt it.
     """
     model_list = synthetic_models(models) if isinstance(models, int) else list(models)
+    datasets = list(dict.fromkeys(datasets))
+    n_sequences = _sequences_per_table(model_list, datasets, rows, n_sequences, rows_per_part)
+    out = store.ensure_writable(root)
+
+    plan = []
+    for model in model_list:
+        per_part = max(1, rows_per_part // model.heads)
+        for dataset in datasets:
+            plan.append((model, dataset, per_part, math.ceil(n_sequences / per_part)))
+    bar = tqdm(total=sum(p[3] for p in plan), desc="synthetic parts", unit="part", disable=not progress)
+    written = []
+    for model, dataset, per_part, n_parts in plan:
+        partition = store.partition_dir(out, model=model.name, dataset=dataset)
+        settings = _settings(model, dataset, n_sequences, rows_per_part, seed)
+        done = _reusable(partition, settings)
+        if not done:
+            _write_partition(partition, model, settings, per_part, bar)
+        else:
+            bar.update(n_parts)
+        written.append(
+            {
+                "model": model.name,
+                "dataset": dataset,
+                "rows": n_sequences * model.heads,
+                "parts": n_parts,
+                "reused": done,
+                "path": str(partition),
+            }
+        )
+    bar.close()
+    return pd.DataFrame(written)
+
+
+def _sequences_per_table(
+    model_list: list[SyntheticModel],
+    datasets: list[str],
+    rows: int | None,
+    n_sequences: int | None,
+    rows_per_part: int,
+) -> int:
+    """Sequences per (model, dataset) table, from ``rows`` or ``n_sequences``; bad input refused."""
     if not model_list:
         raise ValueError("no models given")
     names = [m.name for m in model_list]
     if len(set(names)) != len(names):
         raise ValueError(f"model names must be distinct, got {names}")
-    datasets = list(dict.fromkeys(datasets))
     if not datasets:
         raise ValueError("no datasets given")
     for name in datasets:
@@ -234,65 +274,50 @@ def write_synthetic_scores(
         raise ValueError(f"n_sequences must be at least 1, not {n_sequences}")
     if rows_per_part < 1:
         raise ValueError(f"rows_per_part must be at least 1, not {rows_per_part}")
-    out = store.ensure_writable(root)
+    return n_sequences
 
-    plan = []
-    for model in model_list:
-        per_part = max(1, rows_per_part // model.heads)
-        for dataset in datasets:
-            plan.append((model, dataset, per_part, math.ceil(n_sequences / per_part)))
-    bar = tqdm(total=sum(p[3] for p in plan), desc="synthetic parts", unit="part", disable=not progress)
-    written = []
-    for model, dataset, per_part, n_parts in plan:
-        partition = store.partition_dir(out, model=model.name, dataset=dataset)
-        settings = _settings(model, dataset, n_sequences, rows_per_part, seed)
-        previous = store.read_provenance(partition) if partition.is_dir() else None
-        if previous is not None and previous.get("synthetic") != settings:
-            raise store.StoreError(
-                f"{partition} already holds a table with other settings; write to a new directory or delete it"
-            )
-        if previous is None and partition.is_dir() and store.data_files(partition):
-            raise store.StoreError(f"{partition} already holds Parquet files that are not synthetic; use another root")
-        done = (partition / store.DONE_FILE).is_file() and previous is not None
-        if not done:
-            provenance = store.make_provenance(
-                kind="scores",
-                model=model.name,
-                model_path="",
-                revision=f"synthetic-v{GENERATOR_VERSION}",
-                architecture="synthetic",
-                model_type="synthetic",
-                dataset=dataset,
-                dataset_source="synthetic",
-                dtype="float32",
-                device="none",
-                prompt_format="none",
-                max_length=None,
-                score_ids=list(registered_score_ids()),
-                seed=seed,
-                synthetic=settings,
-            )
-            store.write_json_atomic(provenance, partition / store.PROVENANCE_FILE)
-            for part in range(n_parts):
-                ids = np.arange(part * per_part, min(n_sequences, (part + 1) * per_part), dtype=np.int64)
-                table = synthetic_part(model, dataset, ids, seed=seed, part=part)
-                store.write_parquet_atomic(table, partition / f"part-{part:05d}.parquet", provenance)
-                bar.update()
-            store.write_json_atomic({"n_samples": n_sequences, "synthetic": True}, partition / store.DONE_FILE)
-        else:
-            bar.update(n_parts)
-        written.append(
-            {
-                "model": model.name,
-                "dataset": dataset,
-                "rows": n_sequences * model.heads,
-                "parts": n_parts,
-                "reused": done,
-                "path": str(partition),
-            }
+
+def _reusable(partition: Path, settings: dict) -> bool:
+    """Whether ``partition`` already holds a finished table with ``settings`` (one with other
+    settings, or non-synthetic files, is an error: mixing them would corrupt it)."""
+    previous = store.read_provenance(partition) if partition.is_dir() else None
+    if previous is not None and previous.get("synthetic") != settings:
+        raise store.StoreError(
+            f"{partition} already holds a table with other settings; write to a new directory or delete it"
         )
-    bar.close()
-    return pd.DataFrame(written)
+    if previous is None and partition.is_dir() and store.data_files(partition):
+        raise store.StoreError(f"{partition} already holds Parquet files that are not synthetic; use another root")
+    return (partition / store.DONE_FILE).is_file() and previous is not None
+
+
+def _write_partition(partition: Path, model: SyntheticModel, settings: dict, per_part: int, bar) -> None:
+    """One (model, dataset) table of :func:`_settings`, ``per_part`` sequences a part: its
+    provenance, its parts and its completion marker."""
+    dataset, n_sequences, seed = settings["dataset"], settings["n_sequences"], settings["seed"]
+    provenance = store.make_provenance(
+        kind="scores",
+        model=model.name,
+        model_path="",
+        revision=f"synthetic-v{GENERATOR_VERSION}",
+        architecture="synthetic",
+        model_type="synthetic",
+        dataset=dataset,
+        dataset_source="synthetic",
+        dtype="float32",
+        device="none",
+        prompt_format="none",
+        max_length=None,
+        score_ids=list(registered_score_ids()),
+        seed=seed,
+        synthetic=settings,
+    )
+    store.write_json_atomic(provenance, partition / store.PROVENANCE_FILE)
+    for part in range(math.ceil(n_sequences / per_part)):
+        ids = np.arange(part * per_part, min(n_sequences, (part + 1) * per_part), dtype=np.int64)
+        table = synthetic_part(model, dataset, ids, seed=seed, part=part)
+        store.write_parquet_atomic(table, partition / f"part-{part:05d}.parquet", provenance)
+        bar.update()
+    store.write_json_atomic({"n_samples": n_sequences, "synthetic": True}, partition / store.DONE_FILE)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
