@@ -45,17 +45,9 @@ from headstats.engine.prefix import PrefixMismatch, PrefixRunner, SharedPrefix, 
 from headstats.engine.probe import ForwardRecord, Probe
 from headstats.io.tasks import PromptFormat, PromptRenderer, Question, TaskSlice, load_task, resolve_format
 
-RESULT_COLUMNS = (
-    "task",
-    "subject",
-    "question_id",
-    "correct",
-    "correct_norm",
-    "gold_loglik",
-    "pred",
-    "n_choices",
-    "n_zeroed",
-)
+# One question's answer under one intervention: the columns every per-question table shares.
+ANSWER_COLUMNS = ("correct", "correct_norm", "gold_loglik", "pred", "n_choices", "n_zeroed")
+RESULT_COLUMNS = ("task", "subject", "question_id", *ANSWER_COLUMNS)
 
 
 @dataclass

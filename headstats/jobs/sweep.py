@@ -38,6 +38,7 @@ from headstats.engine import scores as S
 from headstats.engine.probe import Probe
 from headstats.engine.zeroing import ablate_heads, model_shape, warn_tied_scores
 from headstats.io import store
+from headstats.jobs.evaluate import ANSWER_COLUMNS
 from headstats.jobs.resume import check_key, jsonable
 from headstats.jobs.sweep_plan import (
     Point,
@@ -55,20 +56,7 @@ from headstats.stats.thresholds import QUANTILE_METHOD, thresholds_for_fractions
 logger = logging.getLogger("headstats")
 
 # Per-question columns of an intervention file, in order (model and task are partition columns).
-ROW_COLUMNS = (
-    "subject",
-    "question_id",
-    "score",
-    "target",
-    "threshold",
-    "correct",
-    "correct_norm",
-    "gold_loglik",
-    "pred",
-    "n_choices",
-    "n_zeroed",
-    "n_heads",
-)
+ROW_COLUMNS = ("subject", "question_id", "score", "target", "threshold", *ANSWER_COLUMNS, "n_heads")
 # Added after ROW_COLUMNS where the task has it: the question's source document (its cluster).
 DOCUMENT = "document"
 

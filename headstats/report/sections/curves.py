@@ -378,39 +378,20 @@ def _curve_intervals(writer: Writer, intervals: pd.DataFrame, prefix: str, label
         "marginal: the curves answer the same questions, so their paired differences (`vs_reference`) are "
         f"tighter than the overlap of two bars suggests ([how to read](#{how})).",
     )
-    cols = [
-        "model",
-        "score",
-        "area",
-        "area_low",
-        "area_high",
-        "rank",
-        "rank_low",
-        "rank_high",
-        "p_best",
-        "vs_reference",
-        "vs_reference_low",
-        "vs_reference_high",
-        "first_drop",
-        "first_low",
-        "first_high",
-        "first_low_open",
-        "first_high_open",
-        "first_median",
-        "first_q25",
-        "first_q75",
-        "first_unstable",
-        "first_mono",
-        "first_mono_low",
-        "first_mono_high",
-        "vs_reference_p",
-    ]
+    cols = [c for c in ranking.CURVE_INTERVAL_COLUMNS if c not in _INTERVAL_COLUMNS_LEFT_TO_CSV]
     writer.table(
         intervals[cols],
         f"{prefix}curve_intervals",
         floatfmt=".2f",
         collapsed="areas, ranks and first drops with intervals",
     )
+
+
+# Columns of a curve-interval table that its page leaves to the CSV: the same in every row (task,
+# area, reference, clusters, resamples) or the monotone reading's open ends.
+_INTERVAL_COLUMNS_LEFT_TO_CSV = frozenset(
+    {"task", "by", "reference", "first_mono_low_open", "first_mono_high_open", "cluster", "n_clusters", "n_resamples"}
+)
 
 
 def _certified_headline(writer: Writer, curves: pd.DataFrame) -> None:
