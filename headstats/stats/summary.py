@@ -259,32 +259,7 @@ def summarize_interventions(
                 "mcnemar_p": math.nan,
             }
             if score != BASELINE and base_ok is not None:
-                here = point.set_index(list(QUESTION))[["_ok", "_cluster"]].rename(columns={"_ok": "b"})
-                joined = here.join(base_ok.rename("a"), how="inner")
-                if len(joined):
-                    a, b = joined["a"].to_numpy(), joined["b"].to_numpy()
-                    labels = None if unit == "question_id" else joined["_cluster"].to_numpy()
-                    test = mcnemar_exact(a, b, clusters=labels)
-                    boot = paired_bootstrap(
-                        a, b, n_resamples=n_resamples, confidence=confidence, seed=seed, clusters=labels
-                    )
-                    bound = drop_bound_from_counts(
-                        test.only_a, test.only_b, len(joined), CERTIFY_CONFIDENCE, design_effect(a, b, labels)
-                    )
-                    row.update(
-                        n_paired=len(joined),
-                        diff=100.0 * boot.estimate,
-                        diff_low=100.0 * boot.low,
-                        diff_high=100.0 * boot.high,
-                        n_clusters=int(joined["_cluster"].nunique()),
-                        only_baseline=test.only_a,
-                        only_intervened=test.only_b,
-                        design_effect=bound.design_effect,
-                        drop_lower=100.0 * bound.lower,
-                        drop_upper=100.0 * bound.upper,
-                        certified=bool(100.0 * bound.upper <= drop),
-                        mcnemar_p=test.pvalue,
-                    )
+                row.update(_against_baseline(point, base_ok, unit, confidence, n_resamples, drop, seed))
             rows.append(row)
     out = pd.DataFrame(rows, columns=list(POINT_COLUMNS))
     out["mcnemar_p_holm"] = holm(out["mcnemar_p"].to_numpy(dtype=float))
@@ -293,6 +268,38 @@ def summarize_interventions(
     out = out.sort_values([*GROUP, "_order", "score", "target"], kind="stable").drop(columns="_order")
     out.attrs["p_adjustment"] = f"mcnemar_p_holm: Holm over the {int(out['mcnemar_p'].notna().sum())} points"
     return out.reset_index(drop=True)
+
+
+def _against_baseline(
+    point: pd.DataFrame, base_ok: pd.Series, unit: str, confidence: float, n_resamples: int, drop: float, seed: int
+) -> dict[str, object]:
+    """One point's pairing columns of :func:`summarize_interventions`, on the questions it shares with
+    the baseline (``base_ok``: the baseline's answers by question); none when it shares none."""
+    here = point.set_index(list(QUESTION))[["_ok", "_cluster"]].rename(columns={"_ok": "b"})
+    joined = here.join(base_ok.rename("a"), how="inner")
+    if not len(joined):
+        return {}
+    a, b = joined["a"].to_numpy(), joined["b"].to_numpy()
+    labels = None if unit == "question_id" else joined["_cluster"].to_numpy()
+    test = mcnemar_exact(a, b, clusters=labels)
+    boot = paired_bootstrap(a, b, n_resamples=n_resamples, confidence=confidence, seed=seed, clusters=labels)
+    bound = drop_bound_from_counts(
+        test.only_a, test.only_b, len(joined), CERTIFY_CONFIDENCE, design_effect(a, b, labels)
+    )
+    return {
+        "n_paired": len(joined),
+        "diff": 100.0 * boot.estimate,
+        "diff_low": 100.0 * boot.low,
+        "diff_high": 100.0 * boot.high,
+        "n_clusters": int(joined["_cluster"].nunique()),
+        "only_baseline": test.only_a,
+        "only_intervened": test.only_b,
+        "design_effect": bound.design_effect,
+        "drop_lower": 100.0 * bound.lower,
+        "drop_upper": 100.0 * bound.upper,
+        "certified": bool(100.0 * bound.upper <= drop),
+        "mcnemar_p": test.pvalue,
+    }
 
 
 def _curve_points(points: pd.DataFrame, baseline: float) -> pd.DataFrame:
