@@ -454,51 +454,60 @@ def summarize_curves(
             for col in ("drop_lower", "drop_upper"):
                 if col not in curve.columns:
                     curve[col] = math.nan
-            x, y = curve["realised_pct"].to_numpy(), curve["accuracy"].to_numpy()
-            first = C.within_one_point(x, y, baseline, drop, reading="first")
-            crossing = first if reading == "first" else C.within_one_point(x, y, baseline, drop, reading=reading)
-            grid = C.grid_auc(x, y, upper, grid_points) if upper > 0 else math.nan
-            certified, certified_open, not_excluded = _honest_bracket(curve, drop)
             curve_points[(model, task, score)] = curve
-            n_questions, mdd = _detectable(curve)
-            row = {
-                "model": model,
-                "task": task,
-                "score": score,
-                "n_points": len(group[group["score"] == score]),
-                "baseline": baseline,
-                "max_realised_pct": float(x.max()),
-                "reading": reading,
-                "within_1pt": crossing.value,
-                "crosses": crossing.crosses,
-                "censored": crossing.censored,
-                "non_monotone": first.non_monotone,
-                "norm_auc": C.normalised_auc(x, y),
-                "grid_auc": grid,
-                "grid_upper": upper,
-                "within_1pt_certified": certified,
-                "certified_open": certified_open,
-                "within_1pt_not_excluded": not_excluded,
-                "n_questions": n_questions,
-                "mdd_80": mdd,
-                "zeroes_none": False,
-            }
+            row = {"model": model, "task": task, "score": score, "n_points": len(group[group["score"] == score])}
+            row.update(_curve_readings(curve, baseline, upper, drop=drop, grid_points=grid_points, reading=reading))
             rows.append(row)
     m = family_size if family_size is not None else len(curve_points)
     level = 1.0 - (1.0 - CERTIFY_CONFIDENCE) / max(m, 1)
     for row in rows:
         curve = curve_points.get((row["model"], row["task"], row["score"]))
-        if curve is None:
-            continue
-        bounds = adjusted_drop_upper(curve, level)
-        row["family_size"] = m
-        if np.isnan(bounds[curve["realised_pct"].to_numpy() > 0]).all():
-            continue  # no paired counts (published aggregates): nothing to certify, not 0
-        adjusted = curve.assign(drop_upper=np.where(curve["realised_pct"] == 0, 0.0, bounds))
-        row["within_1pt_certified_fw"], row["certified_fw_open"], _ = _honest_bracket(adjusted, drop)
+        if curve is not None:
+            row["family_size"] = m
+            row.update(_family_wise(curve, level, drop))
     out = pd.DataFrame(rows, columns=list(CURVE_COLUMNS))
     out.attrs["family"] = f"within_1pt_certified_fw: one-sided level 0.05 / {m} per curve (Bonferroni over {m} curves)"
     return out
+
+
+def _curve_readings(
+    curve: pd.DataFrame, baseline: float, upper: float, *, drop: float, grid_points: int, reading: C.Reading
+) -> dict[str, object]:
+    """One measured curve's columns of :func:`summarize_curves` (``upper``: the model's common range)."""
+    x, y = curve["realised_pct"].to_numpy(), curve["accuracy"].to_numpy()
+    first = C.within_one_point(x, y, baseline, drop, reading="first")
+    crossing = first if reading == "first" else C.within_one_point(x, y, baseline, drop, reading=reading)
+    certified, certified_open, not_excluded = _honest_bracket(curve, drop)
+    n_questions, mdd = _detectable(curve)
+    return {
+        "baseline": baseline,
+        "max_realised_pct": float(x.max()),
+        "reading": reading,
+        "within_1pt": crossing.value,
+        "crosses": crossing.crosses,
+        "censored": crossing.censored,
+        "non_monotone": first.non_monotone,
+        "norm_auc": C.normalised_auc(x, y),
+        "grid_auc": C.grid_auc(x, y, upper, grid_points) if upper > 0 else math.nan,
+        "grid_upper": upper,
+        "within_1pt_certified": certified,
+        "certified_open": certified_open,
+        "within_1pt_not_excluded": not_excluded,
+        "n_questions": n_questions,
+        "mdd_80": mdd,
+        "zeroes_none": False,
+    }
+
+
+def _family_wise(curve: pd.DataFrame, level: float, drop: float) -> dict[str, object]:
+    """The certified share with every point's bound at one-sided ``level`` (none without paired
+    counts: published aggregates have nothing to certify, which is not 0)."""
+    bounds = adjusted_drop_upper(curve, level)
+    if np.isnan(bounds[curve["realised_pct"].to_numpy() > 0]).all():
+        return {}
+    adjusted = curve.assign(drop_upper=np.where(curve["realised_pct"] == 0, 0.0, bounds))
+    certified, certified_open, _ = _honest_bracket(adjusted, drop)
+    return {"within_1pt_certified_fw": certified, "certified_fw_open": certified_open}
 
 
 HEADLINE_COLUMNS = (
