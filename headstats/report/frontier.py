@@ -343,6 +343,13 @@ def _body(
         ["model", "score", "share", "task", "n", "accuracy", "drop", "upper", "lost", "gained", "mdd_80"]
     ].sort_values(["model", "task", "score", "share"])
     writer.table(acc, "accuracy")
+    _roof(writer, table)
+    with writer.appendix():
+        _run_notes(writer, table, runs, results)
+
+
+def _roof(writer: ReportWriter, table: pd.DataFrame) -> None:
+    """The shares of the unpruned model's per-token cost that the removed heads carried."""
     writer.heading("The roof: what the removed heads carried", 2)
     roof_cols = [c for c in table.columns if c.endswith("_removed") or c.startswith("decode_bytes_removed")]
     roof = table[table["score"] != "none"].drop_duplicates(["model", "score", "share"])[
@@ -357,26 +364,29 @@ def _body(
         "memory traffic, Python and kernel launch overhead, and the K/V gather of uneven groups)."
     )
     writer.table(roof, "roof")
-    with writer.appendix():
-        writer.heading("columns", 3)
+
+
+def _run_notes(writer: ReportWriter, table: pd.DataFrame, runs: dict, results: Path) -> None:
+    """The appendix: the columns' legend, and each model's machine and run time."""
+    writer.heading("columns", 3)
+    writer.text(
+        "share: fraction of all heads removed; heads removed: their number; params: parameters after / "
+        "before; prefill/decode x: pruned / unpruned tokens/s at that batch; KV cache: pruned / unpruned "
+        "cache bytes after the prompt; roof prefill x: 1 / (1 - share of prefill FLOPs removed); roof "
+        "decode x: 1 / (1 - share of decode-step bytes removed); drop [upper]: accuracy drop in points "
+        "with its one-sided 95% Tango upper bound."
+    )
+    writer.heading("Run", 3)
+    for model, info in runs.items():
+        machine = info["run"]["machine"]
+        points = table[(table["model"] == model) & (table["score"] != "none")]
+        total = info["baseline"]["eval_seconds"] + points.drop_duplicates(["score", "share"])["eval_seconds"].sum()
         writer.text(
-            "share: fraction of all heads removed; heads removed: their number; params: parameters after / "
-            "before; prefill/decode x: pruned / unpruned tokens/s at that batch; KV cache: pruned / unpruned "
-            "cache bytes after the prompt; roof prefill x: 1 / (1 - share of prefill FLOPs removed); roof "
-            "decode x: 1 / (1 - share of decode-step bytes removed); drop [upper]: accuracy drop in points "
-            "with its one-sided 95% Tango upper bound."
+            f"{model}: CPU {machine.get('cpu')}, torch threads {machine.get('torch_threads')}, "
+            f"device {machine.get('device')}; evaluation passes took {total / 60:.1f} min in all."
         )
-        writer.heading("Run", 3)
-        for model, info in runs.items():
-            machine = info["run"]["machine"]
-            points = table[(table["model"] == model) & (table["score"] != "none")]
-            total = info["baseline"]["eval_seconds"] + points.drop_duplicates(["score", "share"])["eval_seconds"].sum()
-            writer.text(
-                f"{model}: CPU {machine.get('cpu')}, torch threads {machine.get('torch_threads')}, "
-                f"device {machine.get('device')}; evaluation passes took {total / 60:.1f} min in all."
-            )
-        log = results / "runs.jsonl"
-        if log.is_file():
-            runs_logged = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-            minutes = sum(r["seconds"] for r in runs_logged) / 60
-            writer.text(f"Wall time of the completed `headstats frontier` runs (runs.jsonl): {minutes:.1f} min.")
+    log = results / "runs.jsonl"
+    if log.is_file():
+        runs_logged = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        minutes = sum(r["seconds"] for r in runs_logged) / 60
+        writer.text(f"Wall time of the completed `headstats frontier` runs (runs.jsonl): {minutes:.1f} min.")
