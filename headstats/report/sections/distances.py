@@ -57,7 +57,13 @@ def between_models(writer: Writer, context: Context) -> None:
         writer.text(resolution)
     writer.table(table[overall], "w1_overall", floatfmt=".3g", collapsed="W1 over all layers, every pair")
     writer.table(table[~overall], "w1_by_depth", floatfmt=".3g", collapsed="W1 per relative-depth bin")
-    labels = context.short_labels
+    _distance_matrices(writer, context, compared)
+
+
+def _distance_matrices(writer: Writer, context: Context, compared: dict[str, list[str]]) -> None:
+    """Per dataset and score, the W1 matrix between the models (three or more), then the table of
+    the figures' short labels."""
+    scores, opt, labels = context.scores, context.options, context.short_labels
     for dataset, ms in compared.items():
         rows = scores[scores["dataset"] == dataset]
         for sid in context.figure_scores(rows):
