@@ -272,11 +272,11 @@ class Spec:
                 raise SpecError(f.name, f"expected {_describe(types_[f.name])}, not {value!r}") from None
             except SpecError as err:  # in a nested option set: named by its path ("sft.steps")
                 raise SpecError(f"{f.name}.{err.key}", err.text) from None
-            names = choices_of(f, self)
-            value = _canonical(names, value)
-            object.__setattr__(self, f.name, value)
-            if value is not None:
+            if value is not None:  # a registry is read only for a value to check
+                names = choices_of(f, self)
+                value = _canonical(names, value)
                 _check_value(f, value, names)
+            object.__setattr__(self, f.name, value)
         try:
             self.check()
         except SpecError:
@@ -342,7 +342,7 @@ class Spec:
 def _canonical(names: tuple[str, ...], value: Any) -> Any:
     """A choice spelled with '-' for '_' (``arc-easy``) is that choice (``arc_easy``): one name per
     task and dataset (:func:`headstats.names.canonical_name`)."""
-    if value is None or not names:
+    if not names:
         return value
     if isinstance(value, tuple):
         return tuple(canonical_name(item, names) for item in value)
