@@ -16,6 +16,7 @@ from headstats.stats.paired import (
     drop_bound_from_counts,
     mcnemar_exact,
     paired_bootstrap,
+    questions_to_certify,
     wilson_interval,
 )
 
@@ -186,3 +187,30 @@ def test_the_clustered_drop_bound_covers_where_the_question_bound_does_not() -> 
         covered_plain += drop_bound(a, b).upper >= truth
     assert 0.9 * sims <= covered_clustered <= binomial_band(sims, 0.95)[1], covered_clustered
     assert covered_plain / sims < 0.85
+
+
+@pytest.mark.parametrize("lost, gained, n", [(0, 0, 20), (1, 1, 20), (2, 2, 20), (3, 2, 200), (10, 9, 1000)])
+def test_questions_to_certify_is_the_first_n_whose_bound_at_the_observed_shares_reaches_the_drop(lost, gained, n):
+    from statistics import NormalDist
+
+    need = questions_to_certify(lost, gained, n, drop=0.01)
+    m = int(need)
+    pl, pg = lost / n, gained / n
+    assert (
+        drop_bound_from_counts(pl * m, pg * m, m).upper
+        <= 0.01
+        < drop_bound_from_counts(pl * (m - 1), pg * (m - 1), m - 1).upper
+    )
+    if lost == gained == 0:  # no changed answer among m: the upper bound is z^2 / (m + z^2)
+        z = NormalDist().inv_cdf(0.95)
+        assert m == int(np.ceil(z * z * (1 - 0.01) / 0.01))
+    # Shares as observed, so the answer does not depend on how many questions showed them.
+    assert questions_to_certify(10 * lost, 10 * gained, 10 * n, drop=0.01) == need
+
+
+def test_questions_to_certify_is_infinite_when_the_observed_drop_reaches_the_tolerance() -> None:
+    assert questions_to_certify(2, 0, 100, drop=0.02) == float("inf")  # an observed drop of 2 points
+    assert questions_to_certify(3, 0, 100, drop=0.02) == float("inf")
+    assert questions_to_certify(0, 0, 100, drop=0.02) < float("inf")
+    with pytest.raises(ValueError, match="lost \\+ gained <= n"):
+        questions_to_certify(5, 6, 10)

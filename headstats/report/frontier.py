@@ -12,10 +12,12 @@ first share not certified), per task and on both tasks at once.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -23,7 +25,7 @@ from headstats.jobs.frontier import Frontier
 from headstats.report.plots import score_style
 from headstats.report.writer import ReportWriter
 from headstats.specs import FrontierSpec
-from headstats.stats.paired import drop_bound, minimum_detectable_drop
+from headstats.stats.paired import drop_bound, minimum_detectable_drop, questions_to_certify
 
 
 def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
@@ -190,6 +192,10 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         raise ValueError(f"no finished frontier points under {str(frontier.results)!r}: run the frontier first")
     ratios = speedups(speed)
     table = points.merge(ratios, on=["model", "score", "share"], how="left")
+    table["n_to_certify"] = [
+        questions_to_certify(r.lost, r.gained, r.n, spec.max_drop) if r.score != "none" else math.nan
+        for r in table.itertuples()
+    ]
     certified = certified_shares(points, spec.max_drop, spec.shares)
     tasks = sorted(points["task"].unique())
     writer = ReportWriter(
@@ -297,10 +303,21 @@ def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: Fr
                 f"x{noise[cols].max().max():.2f}: on this machine the measurement cannot resolve the speed-up."
             )
     n = int(table[table["score"] == "none"]["n"].min())
-    parts.append(
-        f"Questions per task: {n} (a seeded sample); with so few, a bound of 1 point is reachable only when "
-        "almost no answer changes."
-    )
+    cells = table[table["score"] != "none"].drop_duplicates(["model", "score", "share", "task"])
+    finite = np.isfinite(cells["n_to_certify"])
+    # The range to size a rerun by: cells that lost no fewer answers than they gained (one that gained
+    # more would "certify" within a few dozen questions at its lucky shares).
+    reachable = cells.loc[finite & (cells["lost"] >= cells["gained"]), "n_to_certify"]
+    points = f"{100 * spec.max_drop:g} point"
+    line = f"Questions per task: {n}, too few to certify {points}"
+    if len(reachable):
+        line += (
+            f": at the observed shares of changed answers a rerun needs {reachable.min():,.0f}-"
+            f"{reachable.max():,.0f} (`n_to_certify`); {int((~finite).sum())} of {len(cells)} cells dropped "
+            f"{points} or more"
+        )
+    line += "."
+    parts.append(line)
     return "\n\n".join(parts)
 
 
@@ -340,7 +357,20 @@ def _body(
     writer.table(speed, "speed")
     writer.heading("Accuracy per task", 2)
     acc = table.drop_duplicates(["model", "score", "share", "task"])[
-        ["model", "score", "share", "task", "n", "accuracy", "drop", "upper", "lost", "gained", "mdd_80"]
+        [
+            "model",
+            "score",
+            "share",
+            "task",
+            "n",
+            "accuracy",
+            "drop",
+            "upper",
+            "lost",
+            "gained",
+            "mdd_80",
+            "n_to_certify",
+        ]
     ].sort_values(["model", "task", "score", "share"])
     writer.table(acc, "accuracy")
     _roof(writer, table)
@@ -374,7 +404,9 @@ def _run_notes(writer: ReportWriter, table: pd.DataFrame, runs: dict, results: P
         "before; prefill/decode x: pruned / unpruned tokens/s at that batch; KV cache: pruned / unpruned "
         "cache bytes after the prompt; roof prefill x: 1 / (1 - share of prefill FLOPs removed); roof "
         "decode x: 1 / (1 - share of decode-step bytes removed); drop [upper]: accuracy drop in points "
-        "with its one-sided 95% Tango upper bound."
+        "with its one-sided 95% Tango upper bound; n_to_certify: the questions per task at which that bound "
+        "would reach the tolerated drop if the shares of lost and gained answers stayed as observed (for sizing a "
+        "rerun; inf where the observed drop already reaches it)."
     )
     writer.heading("Run", 3)
     for model, info in runs.items():

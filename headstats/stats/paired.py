@@ -282,6 +282,33 @@ def drop_bound_from_counts(
     )
 
 
+def questions_to_certify(
+    lost: int, gained: int, n: int, drop: float = 0.01, confidence: float = 0.95, *, most: int = 10_000_000
+) -> float:
+    """How many paired questions a rerun would need for the one-sided upper bound of the drop
+    (:func:`drop_bound_from_counts`) to reach ``drop``, if the shares of lost and gained answers stayed
+    as observed (``lost / n``, ``gained / n``): a figure for sizing the next run, not a result (with
+    few questions the observed shares are themselves uncertain). ``inf`` when the observed drop is
+    ``drop`` or more (no number of questions certifies it) or when more than ``most`` would be needed.
+    """
+    if n <= 0 or lost < 0 or gained < 0 or lost + gained > n:
+        raise ValueError(f"need 0 <= lost + gained <= n with n >= 1: lost={lost}, gained={gained}, n={n}")
+    p_lost, p_gained = lost / n, gained / n
+    if p_lost - p_gained >= drop:
+        return math.inf
+
+    def certifies(m: int) -> bool:
+        return drop_bound_from_counts(p_lost * m, p_gained * m, m, confidence).upper <= drop  # type: ignore[arg-type]
+
+    if not certifies(most):
+        return math.inf
+    lo, hi = 0, most  # certifies(hi); the bound shrinks as questions are added at fixed shares
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if certifies(mid) else (mid, hi)
+    return float(hi)
+
+
 def _bisect(f, lo: float, hi: float, xtol: float = 1e-12) -> float:
     """The root of ``f`` in [lo, hi], where ``f`` changes sign, to ``xtol`` (a few dozen halvings:
     the bounds' root finding needs no scipy.optimize import)."""
