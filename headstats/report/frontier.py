@@ -191,11 +191,11 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     if points.empty:
         raise ValueError(f"no finished frontier points under {str(frontier.results)!r}: run the frontier first")
     ratios = speedups(speed)
-    table = points.merge(ratios, on=["model", "score", "share"], how="left")
-    table["n_to_certify"] = [
+    points["n_to_certify"] = [  # once per (model, score, share, task), before the rows repeat per batch
         questions_to_certify(r.lost, r.gained, r.n, spec.max_drop) if r.score != "none" else math.nan
-        for r in table.itertuples()
+        for r in points.itertuples()
     ]
+    table = points.merge(ratios, on=["model", "score", "share"], how="left")
     certified = certified_shares(points, spec.max_drop, spec.shares)
     tasks = sorted(points["task"].unique())
     writer = ReportWriter(
