@@ -40,10 +40,11 @@ import transformers.modeling_utils
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from headstats.engine.batching import PaddingSide
+from headstats.engine.batching import Batch, PaddingSide
 from headstats.engine.prefix import PrefixMismatch, PrefixRunner, SharedPrefix, continue_inputs
 from headstats.engine.probe import ForwardRecord, Probe
 from headstats.io.tasks import PromptFormat, PromptRenderer, Question, TaskSlice, load_task, resolve_format
+from headstats.jobs.checkpoint import DoneBatch, PassCheckpoint
 
 # One question's answer under one intervention: the columns every per-question table shares.
 ANSWER_COLUMNS = ("correct", "correct_norm", "gold_loglik", "pred", "n_choices", "n_zeroed")
@@ -219,13 +220,16 @@ def question_logliks(
     desc: str = "evaluating",
     share_prefix: bool = True,
     sequences: Sequence[ScoringSequence] | None = None,
+    checkpoint: PassCheckpoint | None = None,
 ) -> list[QuestionLogliks]:
     """Each question's per-choice log-likelihoods (see :func:`evaluate` for the table).
 
     ``share_prefix`` runs a prefix shared by several sequences once (see the module docstring); the
     numbers are those of whole passes either way. ``sequences``: the questions' planned inputs
     (:func:`model_sequences` with the same format and ``one_pass_per_question``), when a caller that
-    evaluates the same questions many times (a sweep) tokenised them once."""
+    evaluates the same questions many times (a sweep) tokenised them once. ``checkpoint``
+    (:class:`~headstats.jobs.checkpoint.PassCheckpoint`): batches it holds are taken from it instead of
+    run, and batches run are added to it, so a pass stopped part way resumes where it stopped."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
     if not questions:
@@ -237,7 +241,16 @@ def question_logliks(
     logliks = [np.zeros(q.n_choices, dtype=np.float64) for q in questions]
     zeroed = np.zeros(len(questions), dtype=np.float64)
     counts = np.zeros(len(questions), dtype=np.int64)
+
+    def take(done: DoneBatch) -> None:
+        for r, i in enumerate(done.rows):
+            s = sequences[i]
+            logliks[s.question][s.choices] = done.logliks[r]
+            zeroed[s.question] += done.zeroed[r]
+            counts[s.question] += 1
+
     device = next(model.parameters()).device
+    history = probe is not None and probe.keep_history  # a calibration pass: its records are kept too
     was_training = model.training
     model.eval()
     bar = tqdm(total=len(sequences), desc=desc, unit="seq", disable=not progress)
@@ -252,46 +265,71 @@ def question_logliks(
                 keep=[s.n_read for s in sequences],
                 keys=[questions[s.question].sample_key for s in sequences],
             ):
+                done = None if checkpoint is None else checkpoint.restore(batch.indices)
+                if done is not None and (done.record is not None or not history):
+                    take(done)
+                    if history:
+                        probe.history.append(done.record)  # type: ignore[union-attr]  # as if it had run
+                    bar.update(len(done.rows))
+                    continue
                 rows = [sequences[i] for i in batch.indices]
                 records: list[ForwardRecord] = []
                 if probe is None:
                     call = _plain_call(model, prefix)
                 else:
                     call = _probed_call(probe, [questions[s.question].sample_key for s in rows], records, prefix)
-                # The last real token of each row, whichever side the batch is padded on (suffix
-                # batches of sliding-window models are always right-padded, see engine/prefix.py).
-                mask = batch.attention_mask
-                width = mask.shape[1]
-                last = width - 1 - mask.flip(-1).int().argmax(-1)
-                n_read = max(s.n_read for s in rows)
-                # Positions of each row's continuation, right-aligned on its last token; rows with
-                # fewer continuation tokens repeat their first position (read, then ignored).
-                offsets = torch.arange(n_read - 1, -1, -1, device=device)
-                positions = (last[:, None] - offsets[None, :]).clamp_min(0)
-                for r, s in enumerate(rows):
-                    positions[r, : n_read - s.n_read] = positions[r, n_read - s.n_read]
                 try:
-                    logits = _position_logits(model, call, batch.model_inputs(), positions)
+                    values = _batch_logliks(model, call, batch, rows)
                 except PrefixMismatch as error:
                     runner.fall_back(error)  # these rows come back as whole sequences
                     continue
-                zero_counts = _zero_counts(records[-1] if records else None, len(rows))
-                for r, s in enumerate(rows):
-                    row = logits[r, n_read - s.n_read :]  # (n_read, V): only this row's real positions
-                    peak, log_sum = _log_normalisers(row)  # fp32, as the log-softmax of the row
-                    for choice, target in zip(s.choices, s.targets, strict=True):
-                        index = torch.as_tensor(target, device=row.device)[:, None]
-                        picked = (row.gather(1, index).squeeze(1).float() - peak) - log_sum
-                        logliks[s.question][choice] = float(picked.sum().double())
-                    zeroed[s.question] += zero_counts[r]
-                    counts[s.question] += 1
+                record = records[-1] if records else None
+                zero_counts = _zero_counts(record, len(rows))
+                kept = record if history else None
+                done = DoneBatch(np.asarray(batch.indices, dtype=np.int64), values, zero_counts, kept)
+                take(done)
+                if checkpoint is not None:
+                    checkpoint.add(done)
                 bar.update(len(rows))
     finally:
         bar.close()
         model.train(was_training)
+        if checkpoint is not None:
+            checkpoint.save()  # what finished survives an error or an interrupt
     return [
         QuestionLogliks(q, logliks[i], float(zeroed[i] / counts[i]), int(counts[i])) for i, q in enumerate(questions)
     ]
+
+
+def _batch_logliks(
+    model: PreTrainedModel, call: Callable[..., object], batch: Batch, rows: Sequence[ScoringSequence]
+) -> list[np.ndarray]:
+    """Each row's per-choice log-likelihoods (float64, in the order of its ``choices``) from one
+    forward pass over ``batch``; only the rows' continuation positions get logits."""
+    # The last real token of each row, whichever side the batch is padded on (suffix batches of
+    # sliding-window models are always right-padded, see engine/prefix.py).
+    mask = batch.attention_mask
+    device = mask.device
+    last = mask.shape[1] - 1 - mask.flip(-1).int().argmax(-1)
+    n_read = max(s.n_read for s in rows)
+    # Positions of each row's continuation, right-aligned on its last token; rows with fewer
+    # continuation tokens repeat their first position (read, then ignored).
+    offsets = torch.arange(n_read - 1, -1, -1, device=device)
+    positions = (last[:, None] - offsets[None, :]).clamp_min(0)
+    for r, s in enumerate(rows):
+        positions[r, : n_read - s.n_read] = positions[r, n_read - s.n_read]
+    logits = _position_logits(model, call, batch.model_inputs(), positions)
+    out = []
+    for r, s in enumerate(rows):
+        row = logits[r, n_read - s.n_read :]  # (n_read, V): only this row's real positions
+        peak, log_sum = _log_normalisers(row)  # fp32, as the log-softmax of the row
+        values = np.empty(len(s.choices), dtype=np.float64)
+        for j, target in enumerate(s.targets):
+            index = torch.as_tensor(target, device=row.device)[:, None]
+            picked = (row.gather(1, index).squeeze(1).float() - peak) - log_sum
+            values[j] = float(picked.sum().double())
+        out.append(values)
+    return out
 
 
 # A call continuing a shared prefix builds its cache afresh each time (the model appends to it).
@@ -347,6 +385,7 @@ def evaluate(
     progress: bool = True,
     share_prefix: bool = True,
     sequences: Sequence[ScoringSequence] | None = None,
+    checkpoint: PassCheckpoint | None = None,
 ) -> pd.DataFrame:
     """Evaluate ``model`` on a task (a registered name, or a :func:`headstats.io.tasks.load_task` slice).
 
@@ -359,7 +398,8 @@ def evaluate(
     ``DataFrame.attrs["headstats"]`` records the task options and the resolved prompt format.
     ``share_prefix`` runs few-shot prefixes shared by several questions once (same numbers; see the
     module docstring). ``sequences``: the task's inputs already planned by :func:`model_sequences`
-    (a sweep plans them once for all its passes).
+    (a sweep plans them once for all its passes). ``checkpoint``: resume a stopped pass from its
+    finished batches (see :func:`question_logliks`).
     """
     selected = task if isinstance(task, TaskSlice) else load_task(task)
     fmt = format_for_model(prompt_format, model, tokenizer)
@@ -375,6 +415,7 @@ def evaluate(
         desc=selected.name,
         share_prefix=share_prefix,
         sequences=sequences,
+        checkpoint=checkpoint,
     )
     frame = results_frame(scores, reports_norm=selected.task.reports_norm)
     renderer = PromptRenderer(fmt, tokenizer)

@@ -38,6 +38,7 @@ from headstats.engine import scores as S
 from headstats.engine.probe import Probe
 from headstats.engine.zeroing import ablate_heads, model_shape, warn_tied_scores
 from headstats.io import store
+from headstats.jobs.checkpoint import PassCheckpoint, sequences_digest
 from headstats.jobs.evaluate import ANSWER_COLUMNS
 from headstats.jobs.resume import check_key, jsonable
 from headstats.jobs.sweep_plan import (
@@ -160,7 +161,7 @@ class Runner:
     # whole sequences: zeroed passes must (dynamic and random zeroing decide heads per whole
     # sequence), so the baseline does too, and a point differs from it only by what it zeroes (in a
     # bf16 body, prefix reuse alone moved 5 of 114 MMLU answers against whole passes).
-    def _evaluate(self, probe: Probe) -> pd.DataFrame:
+    def _evaluate(self, probe: Probe, checkpoint: PassCheckpoint) -> pd.DataFrame:
         from headstats.jobs.evaluate import evaluate
 
         return evaluate(
@@ -173,7 +174,24 @@ class Runner:
             progress=self.progress,
             share_prefix=False,
             sequences=self.sequences(),
+            checkpoint=checkpoint,
         )
+
+    def _checkpoint(self, point: Point, threshold: float, record_scores: Sequence[str] = ()) -> PassCheckpoint:
+        """Where ``point``'s pass keeps its finished batches, keyed by all that their numbers depend on."""
+        sequences = self.sequences()
+        key = {
+            "settings": self.settings,
+            "point": point.file_name,
+            "threshold": repr(float(threshold)),
+            "record_scores": list(record_scores),
+            "materialise": self.plan.materialise,
+            "batch_size": self.batch_size,
+            "sequences": sequences_digest(
+                [s.input_ids for s in sequences], [self.plan.task.questions[s.question].sample_key for s in sequences]
+            ),
+        }
+        return PassCheckpoint(store.partial_file(self.plan.partition, point.file_name), key)
 
     def run(self, pending: list[Point]) -> None:
         with store.writer_lock(self.plan.partition):  # one writer per partition
@@ -191,19 +209,22 @@ class Runner:
             start = _Clock()
             if point.is_baseline:
                 if not self._finished(point):
-                    frame = self._baseline_pass()[0]
+                    frame, checkpoint = self._baseline_pass()[::2]
                     self._write(point, math.nan, frame, start)
+                    checkpoint.discard()
             else:
                 tau = thresholds[point.score][point.target]
                 frame = self._baseline_answers(point, thresholds[point.score])
                 if frame is not None:
                     self._write(point, tau, frame, None)  # no pass run: the baseline's answers
                 else:
+                    checkpoint = self._checkpoint(point, tau)
                     with ablate_heads(
                         self.model, score=point.score, threshold=tau, seed=self.seed, materialise=self.plan.materialise
                     ) as ablation:
-                        frame = self._evaluate(ablation.probe)
+                        frame = self._evaluate(ablation.probe, checkpoint)
                     self._write(point, tau, frame, start)
+                    checkpoint.discard()
             bar.update(1)
         bar.close()
 
@@ -219,10 +240,12 @@ class Runner:
         frame["n_zeroed"] = 0.0
         return frame
 
-    def _baseline_pass(self, record_scores: Sequence[str] = ()) -> tuple[pd.DataFrame, Probe]:
+    def _baseline_pass(self, record_scores: Sequence[str] = ()) -> tuple[pd.DataFrame, Probe, PassCheckpoint]:
         """The task on the un-intervened model, through headstats' attention with an all-False zero
-        mask, recording ``record_scores`` (calibration) on the way."""
+        mask, recording ``record_scores`` (calibration) on the way; and its checkpoint, for the caller
+        to discard once what it needed of the pass is saved."""
         heads = self.num_heads
+        checkpoint = self._checkpoint(Point(BASELINE, 0.0), math.nan, record_scores)
 
         def never(layer: int, scores: dict[str, torch.Tensor], keys: torch.Tensor) -> torch.Tensor:
             return torch.zeros(len(keys), heads, dtype=torch.bool)
@@ -230,8 +253,8 @@ class Runner:
         with Probe(
             self.model, record_scores, never, seed=self.seed, keep_history=True, materialise=self.plan.materialise
         ) as probe:
-            frame = self._evaluate(probe)
-        return frame, probe
+            frame = self._evaluate(probe, checkpoint)
+        return frame, probe, checkpoint
 
     def _thresholds(self, pending: list[Point]) -> dict[str, dict[float, float]]:
         """Thresholds of every pending point: calibrated once, kept in ``_calibration.json``."""
@@ -257,7 +280,7 @@ class Runner:
             _say(self.progress, "calibrating on the evaluation prompts (baseline pass with scores recorded)")
             baseline_point = Point(BASELINE, 0.0)
             start = _Clock()
-            frame, probe = self._baseline_pass(needed)
+            frame, probe, checkpoint = self._baseline_pass(needed)
             if not self._finished(baseline_point):
                 self._write(baseline_point, math.nan, frame, start)
             records = probe.history
@@ -265,10 +288,12 @@ class Runner:
                 {sid: torch.cat([r.scores[sid].reshape(-1).cpu() for r in records]).numpy() for sid in needed}
             )
         else:
-            table = self._dataset_table(needed)
+            table, checkpoint = self._dataset_table(needed), None
         for sid in needed:
             out[sid] = dict(zip(plan.targets, thresholds_for_fractions(table, sid, plan.targets).tolist(), strict=True))
         self._save_calibration(out)
+        if checkpoint is not None:
+            checkpoint.discard()  # the pass's answers and thresholds are both saved
         return out
 
     def _dataset_table(self, score_ids: Sequence[str]) -> pd.DataFrame:

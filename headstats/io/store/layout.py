@@ -30,6 +30,7 @@ DONE_FILE = "_SUCCESS"
 LOCK_FILE = "_writer.lock"
 HOLDER_FILE = "_writer.holder"  # who holds the lock, for the message a second writer gets
 BASELINE_FILE = "baseline.parquet"
+PARTIAL_PREFIX = "_partial-"  # the finished batches of a pass whose file is not written yet
 
 Kind = Literal["scores", "interventions"]
 MODEL_KEY = "model"
@@ -127,6 +128,12 @@ def point_file_name(score: str, target: float) -> str:
     """The file of one sweep point in an intervention partition (the baseline's for ``score='baseline'``)."""
     check_name(score, "score id")
     return BASELINE_FILE if score == "baseline" else f"point-{score}-{target:.6g}.parquet"
+
+
+def partial_file(partition: Path, name: str) -> Path:
+    """Where an unfinished pass that will write the data file ``name`` keeps its finished batches: a
+    hidden record beside it (never read as data), removed once ``name`` is written."""
+    return partition / f"{PARTIAL_PREFIX}{Path(name).stem}.npz"
 
 
 def data_files(partition: Path) -> list[Path]:

@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -57,6 +59,20 @@ def is_finished_file(path: Path) -> bool:
     except (pa.ArrowException, OSError):
         log.warning("%s is damaged or truncated; it will be computed again", path)
         return False
+
+
+def read_arrays(path: Path) -> dict[str, np.ndarray] | None:
+    """The arrays :func:`~headstats.io.store.write.write_arrays_atomic` wrote to ``path``; None when
+    there is no such file, or when it is damaged (a warning says so: such records are caches that the
+    caller recomputes)."""
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        log.warning("%s is damaged (%s); its contents will be computed again", path, " ".join(str(err).split()))
+        return None
 
 
 def read_json(path: Path, fix: str) -> object:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata as _metadata
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -135,6 +136,16 @@ def write_json_atomic(data: object, path: Path) -> Path:
     """Write ``data`` as indented JSON (keys sorted, other objects as strings) to ``path``, atomically."""
     text = json.dumps(data, indent=2, sort_keys=True, default=str)
     return write_atomic(path, lambda tmp: tmp.write_text(text))
+
+
+def write_arrays_atomic(arrays: Mapping[str, np.ndarray], path: Path) -> Path:
+    """Write named numpy arrays to ``path`` as an uncompressed ``.npz`` (no pickled objects), atomically."""
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as handle:  # a handle: np.savez would append ".npz" to a path
+            np.savez(handle, **arrays)
+
+    return write_atomic(path, write)
 
 
 def write_provenance(partition: Path, provenance: Mapping[str, object]) -> None:

@@ -1,0 +1,168 @@
+"""Passes that resume from their last saved batch instead of starting again.
+
+A pass over a task is hundreds of batched forward passes: the confirmatory run's HellaSwag passes are
+750 batches and up to an hour each on a 2-core CPU, and a run killed near the end of one used to lose
+all of it. :class:`PassCheckpoint` keeps the batches a pass has finished in a hidden record beside
+the file the pass will write (:func:`headstats.io.store.partial_file`), saved at most every
+:data:`SAVE_EVERY` seconds and whenever the pass stops on an error. A pass run again with the same key
+takes those batches from the record and runs only the rest. Batches are formed exactly as before (the
+same sequences, batch size and padding), so a resumed pass gives the same numbers, bit for bit, as
+one that never stopped. The record goes once the pass's file is written.
+
+The key names everything a batch's numbers depend on (the run's settings with the weights' hash, the
+point and its threshold, the scores recorded, the batch size and a hash of the token sequences); a
+record with another key is ignored and overwritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from headstats.engine.probe import ForwardRecord
+from headstats.io import store
+
+logger = logging.getLogger("headstats")
+
+SAVE_EVERY = 60.0  # seconds between saves of a pass's finished batches (and at an error)
+
+
+@dataclass
+class DoneBatch:
+    """One finished batch of a pass: its sequences' per-choice log-likelihoods and zeroed-head
+    counts, and the probe's record where the pass keeps a history (calibration)."""
+
+    rows: np.ndarray  # (B,) int64: indices of the batch's sequences
+    logliks: list[np.ndarray]  # per row, float64, one per choice of the row's sequence
+    zeroed: np.ndarray  # (B,) float64
+    record: ForwardRecord | None = None
+
+
+def sequences_digest(input_ids: Sequence[Sequence[int]], keys: Sequence[int]) -> str:
+    """A hash of a pass's token sequences and their sample keys, in order."""
+    digest = hashlib.blake2b(digest_size=16)
+    for ids, key in zip(input_ids, keys, strict=True):
+        digest.update(np.asarray([len(ids), key], dtype=np.int64).tobytes())
+        digest.update(np.asarray(ids, dtype=np.int64).tobytes())
+    return digest.hexdigest()
+
+
+class PassCheckpoint:
+    """The finished batches of one pass, kept in ``path`` under ``key`` (see the module docstring)."""
+
+    def __init__(self, path: Path, key: Mapping[str, object], *, every: float | None = None) -> None:
+        self.path = path
+        self.key = json.dumps(key, sort_keys=True, default=str)
+        self.every = SAVE_EVERY if every is None else every
+        self._batches: dict[int, DoneBatch] = {}  # by the batch's first sequence
+        self._unsaved = 0
+        self._saved_at = time.monotonic()
+        self._load()
+
+    @property
+    def n_sequences(self) -> int:
+        """Sequences finished so far (restored or run)."""
+        return sum(len(b.rows) for b in self._batches.values())
+
+    def restore(self, rows: Sequence[int]) -> DoneBatch | None:
+        """The finished batch of exactly these sequences, or None when it must run."""
+        done = self._batches.get(int(rows[0])) if len(rows) else None
+        if done is None or not np.array_equal(done.rows, np.asarray(rows, dtype=np.int64)):
+            return None
+        return done
+
+    def add(self, batch: DoneBatch) -> None:
+        """Keep a batch the pass just ran; saved when :attr:`every` seconds passed since the last save."""
+        self._batches[int(batch.rows[0])] = batch
+        self._unsaved += 1
+        if time.monotonic() - self._saved_at >= self.every:
+            self.save()
+
+    def save(self) -> None:
+        """Write the finished batches (atomically; nothing when none is new)."""
+        if self._unsaved:
+            store.write_arrays_atomic(_pack(self.key, list(self._batches.values())), self.path)
+        self._unsaved, self._saved_at = 0, time.monotonic()
+
+    def discard(self) -> None:
+        """Drop the record: its pass's file is written."""
+        self.path.unlink(missing_ok=True)
+        self._batches.clear()
+        self._unsaved = 0
+
+    def _load(self) -> None:
+        arrays = store.read_arrays(self.path)
+        if arrays is None:
+            return
+        if str(arrays.get("key", "")) != self.key:
+            logger.info("%s holds batches of another pass (another key); they will be run again", self.path)
+            return
+        self._batches = {int(b.rows[0]): b for b in _unpack(arrays)}
+        logger.info("resuming a pass: %d finished sequences restored from %s", self.n_sequences, self.path)
+
+
+def _pack(key: str, batches: list[DoneBatch]) -> dict[str, np.ndarray]:
+    arrays: dict[str, np.ndarray] = {
+        "key": np.asarray(key),
+        "sizes": np.asarray([len(b.rows) for b in batches], dtype=np.int64),
+        "rows": np.concatenate([b.rows for b in batches]).astype(np.int64),
+        "n_choices": np.asarray([len(v) for b in batches for v in b.logliks], dtype=np.int64),
+        "logliks": np.concatenate([v for b in batches for v in b.logliks]).astype(np.float64),
+        "zeroed": np.concatenate([b.zeroed for b in batches]).astype(np.float64),
+    }
+    records = [b.record for b in batches]
+    if records and all(r is not None for r in records):
+        arrays.update(_pack_records(records))  # type: ignore[arg-type]
+    return arrays
+
+
+def _pack_records(records: list[ForwardRecord]) -> dict[str, np.ndarray]:
+    """The records' tensors, concatenated over batches; scores in a dtype numpy holds exactly
+    (bfloat16 as float32) with the original dtype's name beside them."""
+    out: dict[str, np.ndarray] = {
+        "n_tokens": torch.cat([r.n_tokens.cpu() for r in records]).numpy(),
+        "sample_keys": torch.cat([r.sample_keys.cpu() for r in records]).numpy(),
+    }
+    for sid in records[0].scores:
+        tensor = torch.cat([r.scores[sid].cpu() for r in records])
+        out[f"dtype.{sid}"] = np.asarray(str(tensor.dtype).removeprefix("torch."))
+        out[f"score.{sid}"] = (tensor.float() if tensor.dtype == torch.bfloat16 else tensor).numpy()
+    if all(r.zero_mask is not None for r in records):
+        out["zero_mask"] = torch.cat([r.zero_mask.cpu() for r in records]).numpy()  # type: ignore[union-attr]
+    return out
+
+
+def _unpack(arrays: dict[str, np.ndarray]) -> list[DoneBatch]:
+    ends = np.cumsum(arrays["sizes"])
+    starts = ends - arrays["sizes"]
+    choice_ends = np.cumsum(arrays["n_choices"])
+    values = np.split(arrays["logliks"], choice_ends[:-1])
+    scores = sorted(name.removeprefix("score.") for name in arrays if name.startswith("score."))
+    out = []
+    for start, end in zip(starts, ends, strict=True):
+        record = None
+        if "n_tokens" in arrays:
+            record = ForwardRecord(
+                scores={
+                    sid: torch.from_numpy(arrays[f"score.{sid}"][start:end].copy()).to(
+                        getattr(torch, str(arrays[f"dtype.{sid}"]))
+                    )
+                    for sid in scores
+                },
+                zero_mask=torch.from_numpy(arrays["zero_mask"][start:end].copy()) if "zero_mask" in arrays else None,
+                n_tokens=torch.from_numpy(arrays["n_tokens"][start:end].copy()),
+                sample_keys=torch.from_numpy(arrays["sample_keys"][start:end].copy()),
+            )
+        out.append(DoneBatch(arrays["rows"][start:end], values[start:end], arrays["zeroed"][start:end], record))
+    return out
+
+
+__all__ = ["SAVE_EVERY", "DoneBatch", "PassCheckpoint", "sequences_digest"]
