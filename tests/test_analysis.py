@@ -225,6 +225,7 @@ def test_run_times_give_one_row_per_machine_and_dtype_of_a_resumed_sweep() -> No
 def test_dry_run_counts_the_work_writes_nothing_and_sees_what_is_done(
     tiny_llama_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
+    from headstats.jobs import checkpoint
     from headstats.jobs.dryrun import dry_run
 
     spec_path = _analysis_file(
@@ -259,6 +260,24 @@ n_perm = 20
     # The time is costed in computed tokens (padding included) of the run's own length-sorted batches.
     assert ablate.computed > ablate.tokens and "padding" in out
     assert ablate.seconds_left == pytest.approx(ablate.computed * 7 / ablate.tokens_per_s)
+
+    # A run stopped after two of its first pass's three batches: the dry run counts what they saved.
+    real_add = checkpoint.PassCheckpoint.add
+
+    def add_then_stop(self, batch) -> None:
+        real_add(self, batch)
+        if self.n_sequences == 6:
+            raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checkpoint, "SAVE_EVERY", 3600.0)  # saved by the interrupt, not by the clock
+        patch.setattr(checkpoint.PassCheckpoint, "add", add_then_stop)
+        with pytest.raises(KeyboardInterrupt):
+            run_analysis(spec, progress=False, stages=("ablate",))
+    (ablate,) = [u for u in dry_run(spec).units if u.stage == "ablate"]
+    assert (ablate.passes_left, ablate.saved, ablate.forwards_left) == (7, 6, 3 * 7 - 2)
+    assert ablate.seconds_left == pytest.approx(ablate.computed * (7 - 6 / 8) / ablate.tokens_per_s)
+    assert main(["run", "--dry-run", str(spec_path)]) == 0 and "saved seq" in capsys.readouterr().out
     run_analysis(spec, progress=False, stages=("collect", "ablate"))
     collect, ablate = dry_run(spec).units
     assert collect.passes_left == 0 and ablate.passes_left == 0 and collect.seconds_left == ablate.seconds_left == 0

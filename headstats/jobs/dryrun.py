@@ -52,19 +52,23 @@ class WorkUnit:
     batch_size: int
     tokens_per_s: float | None  # computed tokens per second, measured on a probe of this unit's own sequences
     reused: int = 0  # planned points that reuse the baseline's answers (no pass: they zero nothing)
+    saved: int = 0  # sequences of the passes left already finished in saved batches (a stopped pass)
 
     @property
     def forwards_left(self) -> int:
         """Batched forward passes still to run."""
         if not self.passes_left or self.sequences is None:
             return 0
-        return math.ceil(self.sequences / self.batch_size) * self.passes_left
+        return math.ceil(self.sequences / self.batch_size) * self.passes_left - self.saved // self.batch_size
 
     @property
     def seconds_left(self) -> float:
         if not self.passes_left or self.computed is None or not self.tokens_per_s:
             return 0.0
-        return self.computed * self.passes_left / self.tokens_per_s
+        # A stopped pass's saved batches are taken as their share of its sequences (batches are
+        # length-sorted, so this is approximate in tokens).
+        passes = self.passes_left - (self.saved / self.sequences if self.sequences else 0.0)
+        return self.computed * passes / self.tokens_per_s
 
 
 @dataclass
@@ -85,6 +89,7 @@ class DryRun:
                 "padding": f"{1 - u.tokens / u.computed:.0%}" if u.computed and u.tokens is not None else "-",
                 "passes left": f"{u.passes_left}/{u.passes_total}",
                 "reuse": u.reused if u.stage == "ablate" else "-",
+                "saved seq": u.saved if u.stage == "ablate" else "-",
                 "forwards left": u.forwards_left,
                 "tok/s": "-" if u.tokens_per_s is None else round(u.tokens_per_s),
                 "est. time": _duration(u.seconds_left),
@@ -112,7 +117,9 @@ class DryRun:
             "\npasses of a sweep: the baseline (it also records the calibration scores) and each planned point that "
             "runs; reuse: the planned points that provably zero nothing (every p = 0 point, and targets whose "
             "threshold equals p = 0's, as a score tied within layers) and take the baseline's answers, so scores x "
-            "targets = passes - 1 + reuse. A model whose units have no pass left is not loaded (-: not measured)."
+            "targets = passes - 1 + reuse; saved seq: sequences of the passes left that a stopped pass already "
+            "finished and saved (it resumes from them). A model whose units have no pass left is not loaded "
+            "(-: not measured)."
         )
 
 
@@ -236,6 +243,7 @@ class _AblateCounts:
     passes_total: int
     reused: int
     planned: list | None  # the evaluator's sequences of the loaded model; None when not loaded
+    saved: int = 0  # sequences finished in the saved batches of stopped passes
 
     def unit(self, name: str, measured: tuple[int, int, int, float] | None) -> WorkUnit:
         """``measured``: (sequences, tokens, computed tokens, tokens/s), or None when not loaded."""
@@ -253,6 +261,7 @@ class _AblateCounts:
             self.sweep.batch_size,
             speed,
             self.reused,
+            self.saved,
         )
 
 
@@ -265,7 +274,8 @@ def _ablate_counts(
     import functools
 
     from headstats.jobs.evaluate import model_sequences
-    from headstats.jobs.sweep_plan import plan_sweep, prefix_free, saved_thresholds
+    from headstats.jobs.sweep_plan import Point, plan_sweep, prefix_free, saved_thresholds
+    from headstats.stats.summary import BASELINE
 
     sweep = narrow(ablation, SweepSpec)
     plan = plan_sweep(name if model is None else model, str(ablation.task), out=analysis.results, spec=sweep, load=load)
@@ -288,7 +298,9 @@ def _ablate_counts(
     first_pass = any(p.is_baseline for p in pending) or needs_calibration  # the baseline records the scores
     ran = [p for p in plan.points if runs(p)]
     reused = len(plan.points) - 1 - len(ran)
-    return _AblateCounts(plan, sweep, len(points_left) + int(first_pass), 1 + len(ran), reused, planned)
+    left = [*points_left, *([Point(BASELINE, 0.0)] if first_pass else [])]
+    saved = sum(store.partial_sequences(store.partial_file(plan.partition, p.file_name)) for p in left)
+    return _AblateCounts(plan, sweep, len(left), 1 + len(ran), reused, planned, saved)
 
 
 def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, rng: random.Random) -> WorkUnit:

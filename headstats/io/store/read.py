@@ -75,6 +75,18 @@ def read_arrays(path: Path) -> dict[str, np.ndarray] | None:
         return None
 
 
+def partial_sequences(path: Path) -> int:
+    """How many sequences the saved batches in ``path`` (:func:`~headstats.io.store.layout.partial_file`)
+    finished; 0 when there is no such record or it is damaged."""
+    if not path.is_file():
+        return 0
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return int(data["rows"].shape[0]) if "rows" in data.files else 0
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return 0
+
+
 def read_json(path: Path, fix: str) -> object:
     """A JSON sidecar; broken JSON is a :class:`StoreError` naming the file and saying what to do."""
     try:
