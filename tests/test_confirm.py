@@ -3,6 +3,7 @@ computation path, against held-out questions, and the verdict follows the stated
 
 from __future__ import annotations
 
+import math
 import textwrap
 
 import numpy as np
@@ -136,6 +137,30 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
         ),
     )
     assert claim_verdicts(only, ["explicit-float32"])["verdict"].tolist() == ["incomplete"]
+    # The report opens with the verdicts' figure: one bar per (claim, path) that ran, from its drop to its bound.
+    assert (tmp_path / "report" / "figures" / "bounds.png").is_file()
+    assert '<figure class="headline"><img alt="bounds"' in index.read_text()
+
+
+def test_the_headline_figure_draws_each_path_that_ran_to_its_bound_and_names_those_not_run() -> None:
+    from headstats.report.confirm import headline_figure
+
+    paths = ["explicit-float32", "fused-float32"]
+    bounds = pd.DataFrame(
+        {
+            "claim": ["a", "a", "b"],
+            "path": ["explicit-float32", "fused-float32", "explicit-float32"],
+            "drop": [0.25, math.nan, -0.5],
+            "drop_upper": [0.75, math.nan, 1.5],
+        }
+    )
+    (ax,) = headline_figure(bounds, paths, 1.0).axes
+    bars = [c for c in ax.containers if c.has_xerr]
+    drawn = sorted((float(c.lines[0].get_xdata()[0]), c.lines[2][0].get_segments()[0][1][0]) for c in bars)
+    assert drawn == [(-0.5, 1.5), (0.25, 0.75)]
+    assert [t.get_text() for t in ax.texts] == ["fused-float32: not run yet"]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
+    assert [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == ":"] == [1.0]
 
 
 CLAIM = '[[claims]]\nmodel = "m"\nscore = "awft"\n'

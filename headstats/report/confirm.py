@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from headstats.io import store
 from headstats.jobs.confirm import ConfirmPlan, claims_table
@@ -50,6 +52,61 @@ def run_times(plan: ConfirmPlan) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+PATH_MARKERS = ("o", "s", "^", "D", "v", "P")
+
+
+def headline_figure(bounds: pd.DataFrame, paths: list[str], drop: float) -> Figure:
+    """Per claim (one row each), every planned path's drop with a bar to its one-sided upper bound,
+    beside the tolerance: a claim is confirmed when every bar ends left of the dotted line. A planned
+    path not run yet is written out as such at the tolerance."""
+    claims = list(dict.fromkeys(bounds["claim"]))
+    fig = Figure(figsize=(8.6, 0.9 + 0.75 * len(claims)))
+    ax = fig.subplots()
+    colors = [f"C{i}" for i in range(len(paths))]
+    step = 0.7 / max(len(paths), 1)
+    labelled: set[str] = set()
+    for i, claim in enumerate(claims):
+        for j, path in enumerate(paths):
+            hit = bounds[(bounds["claim"] == claim) & (bounds["path"] == path)]
+            if hit.empty:
+                continue  # not planned on this path (the fused kernel computes no probabilities)
+            y = i + (j - (len(paths) - 1) / 2) * step
+            row = hit.iloc[0]
+            if pd.isna(row["drop_upper"]):
+                ax.annotate(
+                    f"{path}: not run yet",
+                    (drop, y),
+                    fontsize=7,
+                    color=colors[j],
+                    va="center",
+                    xytext=(4, 0),
+                    textcoords="offset points",
+                )
+                continue
+            ax.errorbar(
+                row["drop"],
+                y,
+                xerr=[[0], [row["drop_upper"] - row["drop"]]],
+                color=colors[j],
+                marker=PATH_MARKERS[j % len(PATH_MARKERS)],
+                capsize=3,
+                linestyle="none",
+                label=None if path in labelled else path,
+            )
+            labelled.add(path)
+    ax.axvline(drop, color="grey", linestyle=":", linewidth=1.2)
+    ax.axvline(0.0, color="grey", linewidth=0.6)
+    ax.set_yticks(np.arange(len(claims)), labels=claims, fontsize=8)
+    ax.set_ylim(len(claims) - 0.5, -0.5)
+    ax.set_xlabel(
+        f"accuracy drop (points; bar to the one-sided upper bound; dotted: the {drop:g}-point tolerance)", fontsize=8
+    )
+    if labelled:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="path", title_fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
 def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     """Write ``plan.report`` (index.html, summary.md, tables/*.csv); returns index.html."""
     sec = plan.section
@@ -69,6 +126,12 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         f"incomplete ({ran} of {len(bounds)} claim-path runs done; {times['hours'].sum():.1f} hours of passes). "
         f"A claim is confirmed when the one-sided upper bound of its paired drop is at most {sec.drop:g} point on "
         f"every path, at level {(1 - sec.confidence) / k:.3g} each (Bonferroni over the {k} claims)."
+    )
+    writer.headline(
+        headline_figure(bounds, [p.name for p in plan.paths], sec.drop),
+        "bounds",
+        f"Each claim's drop on every path it runs on, with a bar to its one-sided upper bound at level "
+        f"{(1 - sec.confidence) / k:.3g}; confirmed when every bar ends at most {sec.drop:g} point (dotted line).",
     )
     writer.main_table(
         verdicts,
