@@ -1,13 +1,12 @@
 """Passes that resume from their last saved batch instead of starting again.
 
-A pass over a task is hundreds of batched forward passes: the confirmatory run's HellaSwag passes are
-750 batches and up to an hour each on a 2-core CPU, and a run killed near the end of one used to lose
-all of it. :class:`PassCheckpoint` keeps the batches a pass has finished in a hidden record beside
-the file the pass will write (:func:`headstats.io.store.partial_file`), saved at most every
-:data:`SAVE_EVERY` seconds and whenever the pass stops on an error. A pass run again with the same key
-takes those batches from the record and runs only the rest. Batches are formed exactly as before (the
-same sequences, batch size and padding), so a resumed pass gives the same numbers, bit for bit, as
-one that never stopped. The record goes once the pass's file is written.
+A pass over a task is hundreds of batched forward passes. :class:`PassCheckpoint` keeps the batches a
+pass has finished in a hidden record beside the file the pass will write
+(:func:`headstats.io.store.partial_file`), saved at most every :data:`SAVE_EVERY` seconds and whenever
+the pass stops on an error. A pass run again with the same key takes those batches from the record
+and runs only the rest. Batches are formed exactly as before (the same sequences, batch size and
+padding), so a resumed pass gives the same numbers, bit for bit, as one that never stopped. The
+record goes once the pass's file is written.
 
 The key names everything a batch's numbers depend on (the run's settings with the weights' hash, the
 point and its threshold, the scores recorded, the batch size and a hash of the token sequences); a

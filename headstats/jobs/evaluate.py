@@ -274,10 +274,8 @@ def question_logliks(
                     continue
                 rows = [sequences[i] for i in batch.indices]
                 records: list[ForwardRecord] = []
-                if probe is None:
-                    call = _plain_call(model, prefix)
-                else:
-                    call = _probed_call(probe, [questions[s.question].sample_key for s in rows], records, prefix)
+                keys = [questions[s.question].sample_key for s in rows]
+                call = _plain_call(model, prefix) if probe is None else _probed_call(probe, keys, records, prefix)
                 try:
                     values = _batch_logliks(model, call, batch, rows)
                 except PrefixMismatch as error:
