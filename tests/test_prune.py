@@ -353,7 +353,10 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
     """A tiny frontier end to end: points written, a re-run skips them, the report's drops are the
     paired differences of the written answers and its certified shares follow the fixed sequence."""
     from headstats.cli import main
-    from headstats.jobs.frontier import load_frontier
+    from headstats.io.tasks import load_task
+    from headstats.jobs import checkpoint
+    from headstats.jobs.evaluate import evaluate
+    from headstats.jobs.frontier import ANSWER_COLUMNS, load_frontier
     from headstats.report.frontier import certified_shares, read_points
 
     analysis = tmp_path / "tiny_frontier.toml"
@@ -363,9 +366,30 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
         "calibration_limit = 2\nmax_length = 16\nspeed_batches = [1, 2]\nprompt_length = 8\nnew_tokens = 2\n"
         "repeats = 1\nmax_drop = 0.5\n"
     )
-    assert main(["frontier", str(analysis)]) == 0
-    spec = load_frontier(analysis)
+    # Stopped in the middle of its first evaluation: the finished batches are saved, and the next run
+    # resumes from them and gives the answers of one evaluation that never stopped.
+    real_add = checkpoint.PassCheckpoint.add
+
+    def add_then_stop(self, batch) -> None:
+        real_add(self, batch)
+        raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(checkpoint.PassCheckpoint, "add", add_then_stop)
+        assert main(["frontier", str(analysis)]) == 130  # the CLI's answer to an interrupt
     root = next((tmp_path / "results").glob("model=*"))
+    assert [p.name for p in (root / "points").glob("_partial-*")] == ["_partial-baseline-arc_easy.npz"]
+    assert main(["frontier", str(analysis)]) == 0
+    assert not list((root / "points").glob("_partial-*"))
+    spec = load_frontier(analysis)
+    model, tokenizer = headstats.load_model(str(model_dir), device="cpu", dtype="float32")
+    options = {"limit": spec.prune.limit, "sample": spec.prune.sample, "seed": spec.prune.seed}
+    whole = evaluate(
+        model, tokenizer, load_task("arc_easy", **options), batch_size=spec.prune.batch_size, share_prefix=False
+    )
+    pd.testing.assert_frame_equal(
+        pd.read_parquet(root / "points" / "baseline.parquet"), whole[ANSWER_COLUMNS], check_exact=True
+    )
     written = {p.name: p.stat().st_mtime_ns for p in (root / "points").iterdir()}
     assert len([n for n in written if n.endswith(".json")]) == 1 + 2 * 2
     assert main(["frontier", str(analysis), "--stages", "collect,ablate"]) == 0  # resumes: nothing rewritten

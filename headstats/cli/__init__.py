@@ -112,7 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = args.func(args)
     except KeyboardInterrupt:
-        print("headstats: interrupted; finished parts are kept and a re-run resumes from them", file=sys.stderr)
+        print(
+            "headstats: interrupted; finished parts and a pass's saved batches are kept, and a re-run resumes "
+            "from them",
+            file=sys.stderr,
+        )
         return 130
     except BrokenPipeError:  # the reader stopped early (`headstats summary ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes

@@ -30,8 +30,9 @@ import pyarrow as pa
 
 from headstats.engine.prune import count_parameters, prune_heads
 from headstats.engine.speed import inference_cost, time_inference
-from headstats.io.store import write_json_atomic, write_parquet_atomic
+from headstats.io.store import partial_file, write_json_atomic, write_parquet_atomic
 from headstats.jobs.analysis import read_analysis_file, section_table, top_level_keys
+from headstats.jobs.checkpoint import PassCheckpoint
 from headstats.jobs.prune import head_means, select_heads, spec_calibration
 from headstats.options import SpecError, narrow
 from headstats.specs import FrontierSpec, LoadOptions, ModelsSection
@@ -83,7 +84,7 @@ def _model_root(frontier: Frontier, model: str) -> Path:
     return frontier.results / f"model={model_slug(model)}"
 
 
-def _check_run(frontier: Frontier, root: Path, machine: dict) -> None:
+def _check_run(frontier: Frontier, root: Path, machine: dict) -> dict:
     load = narrow(frontier.models, LoadOptions).settings()
     settings = json.loads(json.dumps({"prune": frontier.prune.settings(), "load": load}))
     record = root / "run.json"
@@ -96,22 +97,37 @@ def _check_run(frontier: Frontier, root: Path, machine: dict) -> None:
                 f"{root} holds a frontier run with other settings ({', '.join(changed)}); give another results "
                 "directory or restore the settings",
             )
-        return
+        return settings
     write_json_atomic({"settings": settings, "machine": machine}, record)
+    return settings
 
 
 def _answers(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[ANSWER_COLUMNS].reset_index(drop=True)
 
 
-def _evaluate_all(model, tokenizer, questions: dict, spec: FrontierSpec) -> pd.DataFrame:
+def _evaluate_all(
+    model, tokenizer, questions: dict, spec: FrontierSpec, points: Path, key: dict
+) -> tuple[pd.DataFrame, list[PassCheckpoint]]:
+    """Every task's answers, each pass resuming from the batches a stopped run saved under ``key``
+    (the run's settings, the point and its removed heads); the checkpoints go once the point is written."""
     from headstats.jobs.evaluate import evaluate
 
-    frames = [
-        _answers(evaluate(model, tokenizer, q, batch_size=spec.batch_size, progress=spec.progress, share_prefix=False))
-        for q in questions.values()
-    ]
-    return pd.concat(frames, ignore_index=True)
+    frames, checkpoints = [], []
+    for task, q in questions.items():
+        checkpoint = PassCheckpoint(partial_file(points, f"{key['point']}-{task}.parquet"), {**key, "task": task})
+        frame = evaluate(
+            model,
+            tokenizer,
+            q,
+            batch_size=spec.batch_size,
+            progress=spec.progress,
+            share_prefix=False,
+            checkpoint=checkpoint,
+        )
+        frames.append(_answers(frame))
+        checkpoints.append(checkpoint)
+    return pd.concat(frames, ignore_index=True), checkpoints
 
 
 def _speed(spec: FrontierSpec, models: dict) -> list[dict]:
@@ -153,7 +169,7 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
     spec = frontier.prune
     root = _model_root(frontier, name)
     model, tokenizer = load_model(name, **narrow(frontier.models, LoadOptions).kwargs())
-    _check_run(frontier, root, machine_info(next(model.parameters()).device))
+    settings = _check_run(frontier, root, machine_info(next(model.parameters()).device))
     points = root / "points"
     means_path = root / "means.parquet"
     if means_path.is_file():
@@ -175,11 +191,15 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
     params = count_parameters(model)
     if not (points / "baseline.json").is_file():
         start = time.time()
-        answers = _evaluate_all(model, tokenizer, questions, spec)
+        answers, checkpoints = _evaluate_all(
+            model, tokenizer, questions, spec, points, {"settings": settings, "point": "baseline"}
+        )
         seconds = time.time() - start
         speed = _speed(spec, {"unpruned": model, "pruned": copy.deepcopy(model)})
         write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / "baseline.parquet")
         write_json_atomic({"speed": speed, "eval_seconds": seconds, "params": params}, points / "baseline.json")
+        for checkpoint in checkpoints:
+            checkpoint.discard()
     # Share by share across scores, so that an interrupted run has every score at its lower shares.
     for share in sorted(s for s in spec.shares if s > 0):
         for sid in spec.scores:
@@ -190,7 +210,8 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
             pruned = copy.deepcopy(model)
             prune_heads(pruned, heads)
             start = time.time()
-            answers = _evaluate_all(pruned, tokenizer, questions, spec)
+            key = {"settings": settings, "point": stem, "heads": [list(h) for h in heads]}
+            answers, checkpoints = _evaluate_all(pruned, tokenizer, questions, spec, points, key)
             seconds = time.time() - start
             speed = _speed(spec, {"unpruned": model, "pruned": pruned})
             record = {
@@ -206,6 +227,8 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
             }
             write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / f"{stem}.parquet")
             write_json_atomic(record, points / f"{stem}.json")
+            for checkpoint in checkpoints:
+                checkpoint.discard()
             logger.info("%s %s: %d heads removed, %.0f s evaluation", name, stem, len(heads), seconds)
             del pruned
     return root
