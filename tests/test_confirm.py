@@ -136,7 +136,8 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
             ]
         ),
     )
-    assert claim_verdicts(only, ["explicit-float32"])["verdict"].tolist() == ["incomplete"]
+    pending = claim_verdicts(only, ["explicit-float32"])
+    assert pending["verdict"].tolist() == ["incomplete"] and pending["held_out_n"].tolist() == [None]
     # The report opens with the verdicts' figure: one bar per (claim, path) that ran, from its drop to its bound.
     assert (tmp_path / "report" / "figures" / "bounds.png").is_file()
     assert '<figure class="headline"><img alt="bounds"' in index.read_text()

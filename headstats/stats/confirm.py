@@ -129,7 +129,7 @@ def claim_verdicts(bounds: pd.DataFrame, paths: Sequence[str], *, drop: float = 
         ran = group[group["n_questions"].notna()]
         row: dict[str, object] = {
             "claim": name,
-            "held_out_n": int(ran["n_questions"].min()) if len(ran) else 0,
+            "held_out_n": int(ran["n_questions"].min()) if len(ran) else None,  # None: no path ran yet
             "level": f"one-sided {1 - float(group['level'].iloc[0]):.3g}",
         }
         for path in paths:
