@@ -355,6 +355,7 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
     from headstats.cli import main
     from headstats.io.tasks import load_task
     from headstats.jobs import checkpoint
+    from headstats.jobs.dryrun import dry_run_frontier
     from headstats.jobs.evaluate import evaluate
     from headstats.jobs.frontier import ANSWER_COLUMNS, load_frontier
     from headstats.report.frontier import certified_shares, read_points
@@ -366,6 +367,12 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
         "calibration_limit = 2\nmax_length = 16\nspeed_batches = [1, 2]\nprompt_length = 8\nnew_tokens = 2\n"
         "repeats = 1\nmax_drop = 0.5\n"
     )
+    # The dry run: per task, the baseline and 2 scores x 2 shares, costed at a measured speed; nothing written.
+    assert main(["frontier", str(analysis), "--dry-run"]) == 0 and not (tmp_path / "results").exists()
+    spec = load_frontier(analysis)
+    (unit,) = dry_run_frontier(spec, [str(model_dir)]).units
+    assert (unit.what, unit.items, unit.passes_left, unit.passes_total, unit.saved) == ("arc_easy", 6, 5, 5, 0)
+    assert unit.tokens_per_s > 0 and unit.seconds_left == pytest.approx(unit.computed * 5 / unit.tokens_per_s)
     # Stopped in the middle of its first evaluation: the finished batches are saved, and the next run
     # resumes from them and gives the answers of one evaluation that never stopped.
     real_add = checkpoint.PassCheckpoint.add
@@ -379,9 +386,10 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
         assert main(["frontier", str(analysis)]) == 130  # the CLI's answer to an interrupt
     root = next((tmp_path / "results").glob("model=*"))
     assert [p.name for p in (root / "points").glob("_partial-*")] == ["_partial-baseline-arc_easy.npz"]
+    (unit,) = dry_run_frontier(spec, [str(model_dir)]).units
+    assert unit.saved == spec.prune.batch_size and unit.passes_left == 5  # the one batch it finished
     assert main(["frontier", str(analysis)]) == 0
     assert not list((root / "points").glob("_partial-*"))
-    spec = load_frontier(analysis)
     model, tokenizer = headstats.load_model(str(model_dir), device="cpu", dtype="float32")
     options = {"limit": spec.prune.limit, "sample": spec.prune.sample, "seed": spec.prune.seed}
     whole = evaluate(
@@ -394,6 +402,8 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
     assert len([n for n in written if n.endswith(".json")]) == 1 + 2 * 2
     assert main(["frontier", str(analysis), "--stages", "collect,ablate"]) == 0  # resumes: nothing rewritten
     assert {p.name: p.stat().st_mtime_ns for p in (root / "points").iterdir()} == written
+    (unit,) = dry_run_frontier(spec, [str(model_dir)]).units  # nothing left: the model is not loaded
+    assert (unit.passes_left, unit.sequences, unit.seconds_left) == (0, None, 0.0)
     points, speed, _ = read_points(spec.results)
     base = pd.read_parquet(root / "points" / "baseline.parquet").set_index("question_id")["correct"]
     for row in points[points["score"] != "none"].itertuples():

@@ -55,12 +55,15 @@ def _frontier(args: argparse.Namespace) -> int:
     """Stages of a frontier file: collect = the calibration means, ablate = the pruned points (the
     unpruned baseline first), report = the report."""
     command = spec_from_args(args, RunSpec)
-    if command.dry_run:
-        raise ValueError("--dry-run is not available for frontier files; run it with --models to try one model")
     from headstats.jobs.frontier import load_frontier, run_frontier
 
     frontier = load_frontier(command.analysis)
     models = list(command.only_models) if command.only_models else frontier.model_names(command.all_models)
+    if command.dry_run:
+        from headstats.jobs.dryrun import dry_run_frontier
+
+        print(dry_run_frontier(frontier, models).summary())
+        return 0
     if {"collect", "ablate"} & set(command.stages):
         seconds = run_frontier(frontier, models, calibrate_only="ablate" not in command.stages)
         print(f"{frontier.results}: frontier run took {seconds / 60:.1f} min")

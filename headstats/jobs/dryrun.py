@@ -28,6 +28,7 @@ from headstats.engine.batching import padded_tokens
 from headstats.io import store
 from headstats.jobs.analysis import AnalysisSpec, merged_load
 from headstats.jobs.confirm import ConfirmPlan, expand, path_run
+from headstats.jobs.frontier import Frontier, model_root, planned_points, task_options
 from headstats.options import narrow
 from headstats.specs import LoadOptions, RunSpec, SweepSpec
 
@@ -71,11 +72,29 @@ class WorkUnit:
         return self.computed * passes / self.tokens_per_s
 
 
+SWEEP_NOTE = (
+    "passes of a sweep: the baseline (it also records the calibration scores) and each planned point that "
+    "runs; reuse: the planned points that provably zero nothing (every p = 0 point, and targets whose "
+    "threshold equals p = 0's, as a score tied within layers) and take the baseline's answers, so scores x "
+    "targets = passes - 1 + reuse; saved seq: sequences of the passes left that a stopped pass already "
+    "finished and saved (it resumes from them). A model whose units have no pass left is not loaded "
+    "(-: not measured)."
+)
+FRONTIER_NOTE = (
+    "passes of a frontier: per task, the unpruned baseline's evaluation and one per (score, share) point without "
+    "its record, each costed at the unpruned model's measured speed (a pruned model computes a little less, so "
+    "this is an upper estimate; the calibration means and the speed timings of each point are not counted); "
+    "saved seq: sequences of the evaluations left that a stopped run already finished and saved. A model with "
+    "no point left is not loaded (-: not measured)."
+)
+
+
 @dataclass
 class DryRun:
     units: list[WorkUnit]
     device: str
     probe_sequences: int
+    note: str = SWEEP_NOTE
 
     def table(self) -> pd.DataFrame:
         rows = [
@@ -89,7 +108,7 @@ class DryRun:
                 "padding": f"{1 - u.tokens / u.computed:.0%}" if u.computed and u.tokens is not None else "-",
                 "passes left": f"{u.passes_left}/{u.passes_total}",
                 "reuse": u.reused if u.stage == "ablate" else "-",
-                "saved seq": u.saved if u.stage == "ablate" else "-",
+                "saved seq": u.saved if u.stage in ("ablate", "prune") else "-",
                 "forwards left": u.forwards_left,
                 "tok/s": "-" if u.tokens_per_s is None else round(u.tokens_per_s),
                 "est. time": _duration(u.seconds_left),
@@ -114,12 +133,7 @@ class DryRun:
             f"{_duration(self.seconds)} on {self.device} (tok/s: tokens computed per second, padding included, "
             f"measured on {self.probe_sequences} items per unit in length-sorted batches; padding: the share of a "
             "pass's computed tokens that are padding; model loading and the report not included). Nothing was written."
-            "\npasses of a sweep: the baseline (it also records the calibration scores) and each planned point that "
-            "runs; reuse: the planned points that provably zero nothing (every p = 0 point, and targets whose "
-            "threshold equals p = 0's, as a score tied within layers) and take the baseline's answers, so scores x "
-            "targets = passes - 1 + reuse; saved seq: sequences of the passes left that a stopped pass already "
-            "finished and saved (it resumes from them). A model whose units have no pass left is not loaded "
-            "(-: not measured)."
+            f"\n{self.note}"
         )
 
 
@@ -188,6 +202,60 @@ def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe
         units += [replace(u, what=f"{u.what} [{path.name}]") for u in planned.units]
         device = planned.device if planned.device != "?" else device
     return DryRun(units, device, probe_sequences)
+
+
+def dry_run_frontier(frontier: Frontier, models: Sequence[str], *, probe_sequences: int = 8) -> DryRun:
+    """Per model and task of a frontier file: its questions and sequences, the evaluations left (see
+    :data:`FRONTIER_NOTE`) and their estimated time, measured on ``probe_sequences`` of the task's own
+    questions through the unpruned model in the run's batches. Writes nothing."""
+    from headstats.io.models import load_model
+    from headstats.io.tasks import load_task
+
+    spec = frontier.prune
+    units: list[WorkUnit] = []
+    device = "?"
+    for name in models:
+        points = model_root(frontier, name) / "points"
+        left = [stem for stem in planned_points(spec) if not (points / f"{stem}.json").is_file()]
+        total = len(planned_points(spec))
+        if not left:
+            logger.info("[%s] no point left: not loaded", name)
+            units += [
+                WorkUnit(name, "prune", t, 0, None, None, None, 0, total, spec.batch_size, None) for t in spec.tasks
+            ]
+            continue
+        logger.info("[%s] loading (dry run)", name)
+        model, tokenizer = load_model(name, **narrow(frontier.models, LoadOptions).kwargs())
+        device = str(next(model.parameters()).device)
+        rng = random.Random(0)
+        for task in spec.tasks:
+            selected = load_task(task, **task_options(spec))
+            saved = sum(store.partial_sequences(store.partial_file(points, f"{stem}-{task}.parquet")) for stem in left)
+            unit = _task_unit(model, tokenizer, selected, spec.batch_size, probe_sequences, rng)
+            units.append(replace(unit, model=name, passes_left=len(left), passes_total=total, saved=saved))
+    return DryRun(units, device, probe_sequences, FRONTIER_NOTE)
+
+
+def _task_unit(model, tokenizer, selected, batch_size: int, n_probe: int, rng: random.Random) -> WorkUnit:
+    """One task's sequences and tokens, with the speed of plain whole-sequence passes over a probe of
+    its questions (as the frontier evaluates them)."""
+    from headstats.jobs.evaluate import model_sequences, question_logliks
+
+    questions = selected.questions
+    planned = model_sequences(model, tokenizer, questions, "tokenizer")
+    chosen = sorted(rng.sample(range(len(questions)), min(n_probe, len(questions))))
+    picked = set(chosen)
+    lengths = [len(s.input_ids) for s in planned]
+    probe_lengths = [n for s, n in zip(planned, lengths, strict=True) if s.question in picked]
+
+    def evaluate(batch: Sequence) -> None:
+        question_logliks(model, tokenizer, batch, batch_size=batch_size, progress=False, share_prefix=False)
+
+    speed = _probe([questions[i] for i in chosen], evaluate, padded_tokens(probe_lengths, batch_size))
+    computed = padded_tokens(lengths, batch_size)
+    return WorkUnit(
+        "", "prune", selected.name, len(questions), len(planned), sum(lengths), computed, 0, 0, batch_size, speed
+    )
 
 
 def _collect_unit(analysis, name: str, model, tokenizer, dataset: str, n_probe: int, rng: random.Random) -> WorkUnit:
@@ -339,4 +407,4 @@ def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, 
     return counts.unit(name, (len(planned), sum(lengths), padded_tokens(lengths, sweep.batch_size), speed))
 
 
-__all__ = ["DryRun", "WorkUnit", "dry_run", "dry_run_confirmation"]
+__all__ = ["DryRun", "WorkUnit", "dry_run", "dry_run_confirmation", "dry_run_frontier"]

@@ -78,10 +78,23 @@ def point_name(score: str, share: float) -> str:
     return f"{score}-{share:.3f}"
 
 
-def _model_root(frontier: Frontier, model: str) -> Path:
+def model_root(frontier: Frontier, model: str) -> Path:
+    """The results folder of one model of ``frontier`` (its run record, means and ``points/``)."""
     from headstats.io.models import model_slug
 
     return frontier.results / f"model={model_slug(model)}"
+
+
+def planned_points(spec: FrontierSpec) -> list[str]:
+    """The points of a frontier in the order they run: the unpruned baseline, then share by share
+    across scores (so that an interrupted run has every score at its lower shares)."""
+    shares = sorted(s for s in spec.shares if s > 0)
+    return ["baseline", *(point_name(sid, share) for share in shares for sid in spec.scores)]
+
+
+def task_options(spec: FrontierSpec) -> dict:
+    """How a frontier draws each task's questions (:func:`headstats.io.tasks.load_task`'s options)."""
+    return {"limit": spec.limit, "sample": spec.sample, "seed": spec.seed, "data_dir": spec.data_dir}
 
 
 def _check_run(frontier: Frontier, root: Path, machine: dict) -> dict:
@@ -167,7 +180,7 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
     from headstats.io.tasks import load_task
 
     spec = frontier.prune
-    root = _model_root(frontier, name)
+    root = model_root(frontier, name)
     model, tokenizer = load_model(name, **narrow(frontier.models, LoadOptions).kwargs())
     settings = _check_run(frontier, root, machine_info(next(model.parameters()).device))
     points = root / "points"
@@ -185,8 +198,7 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
         write_parquet_atomic(pa.Table.from_pandas(means, preserve_index=False), means_path)
     if calibrate_only:
         return root
-    options = {"limit": spec.limit, "sample": spec.sample, "seed": spec.seed, "data_dir": spec.data_dir}
-    questions = {t: load_task(t, **options) for t in spec.tasks}
+    questions = {t: load_task(t, **task_options(spec)) for t in spec.tasks}
     before = inference_cost(model)
     params = count_parameters(model)
     if not (points / "baseline.json").is_file():
