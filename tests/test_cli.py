@@ -4,6 +4,9 @@ nothing written and no model loaded, registries listed from the registries thems
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -235,6 +238,7 @@ def test_quick_commands_import_no_torch_transformers_or_datasets(argv: list[str]
 def test_messages_carry_the_headstats_prefix_once(tmp_path: Path, capsys, monkeypatch) -> None:
     import headstats.cli as cli
 
+    cli.configure_logging(False)  # as main() does: this test must not depend on one that ran before
     logging.getLogger("headstats").info("headstats: already prefixed")
     logging.getLogger("headstats.lmeval").info("plain")
     err = capsys.readouterr().err
@@ -248,6 +252,33 @@ def test_messages_carry_the_headstats_prefix_once(tmp_path: Path, capsys, monkey
     parser._subparsers._group_actions[0].choices["list"].set_defaults(func=fail)
     assert cli.main(["list"]) == 2
     assert capsys.readouterr().err == "headstats: error: generation under head zeroing is not defined\n"
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "word"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130, "interrupted")]
+)
+def test_sigterm_stops_a_command_as_an_interrupt_does_so_it_saves_what_finished(
+    sig: int, code: int, word: str, capsys, monkeypatch
+) -> None:
+    import headstats.cli as cli
+
+    saved = []
+
+    def long_run(args) -> int:
+        try:
+            os.kill(os.getpid(), sig)  # a scheduler's time limit (SIGTERM), or Ctrl-C
+            time.sleep(5)
+            return 0
+        finally:
+            saved.append("the checkpoints' finally blocks ran")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["list"].set_defaults(func=long_run)
+    before = signal.getsignal(signal.SIGTERM)
+    assert cli.main(["list"]) == code and saved
+    assert capsys.readouterr().err.startswith(f"headstats: {word}; finished parts and a pass's saved batches are kept")
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler goes with the command
 
 
 def test_quiet_silences_messages_and_progress(tmp_path: Path) -> None:

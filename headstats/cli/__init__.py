@@ -5,11 +5,13 @@ function in :mod:`headstats.cli.commands` that builds its specs and calls the li
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from headstats.cli.options import CommandLineError, Parser, join_dash_values
 
@@ -98,6 +100,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, or a scheduler's time limit): the command stops as an interrupt does, so
+    that what finished is saved."""
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    def stop(signum: int, frame: object) -> None:
+        raise Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: leave signals to whoever owns it
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
@@ -110,14 +133,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     configure_logging(bool(getattr(args, "quiet", False)))
     try:
-        result = args.func(args)
-    except KeyboardInterrupt:
+        with _terminate_as_interrupt():
+            result = args.func(args)
+    except KeyboardInterrupt as stop:
+        how = "terminated" if isinstance(stop, Terminated) else "interrupted"
         print(
-            "headstats: interrupted; finished parts and a pass's saved batches are kept, and a re-run resumes "
-            "from them",
+            f"headstats: {how}; finished parts and a pass's saved batches are kept, and a re-run resumes from them",
             file=sys.stderr,
         )
-        return 130
+        return 143 if isinstance(stop, Terminated) else 130
     except BrokenPipeError:  # the reader stopped early (`headstats summary ... | head`): not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error when Python flushes
         return 0
