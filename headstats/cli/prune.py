@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from headstats.cli.options import spec_command, spec_from_args
 from headstats.specs import PruneSpec, RunSpec
@@ -58,6 +59,8 @@ def _frontier(args: argparse.Namespace) -> int:
     from headstats.jobs.frontier import load_frontier, run_frontier
 
     frontier = load_frontier(command.analysis)
+    if getattr(args, "quiet", False):  # --quiet: no progress bars, whatever the file says
+        frontier = replace(frontier, prune=replace(frontier.prune, progress=False))
     models = list(command.only_models) if command.only_models else frontier.model_names(command.all_models)
     if command.dry_run:
         from headstats.jobs.dryrun import dry_run_frontier
