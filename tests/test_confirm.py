@@ -136,8 +136,10 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
             ]
         ),
     )
+    assert all(str(only[c].dtype) == "Int64" for c in ("n_questions", "n_clusters", "lost", "gained"))
     pending = claim_verdicts(only, ["explicit-float32"])
-    assert pending["verdict"].tolist() == ["incomplete"] and pending["held_out_n"].tolist() == [None]
+    assert pending["verdict"].tolist() == ["incomplete"] and pending["held_out_n"].isna().all()
+    assert str(pending["held_out_n"].dtype) == "Int64"  # a count: printed as 3000, never 3e+03
     # The report opens with the verdicts' figure: one bar per (claim, path) that ran, from its drop to its bound.
     assert (tmp_path / "report" / "figures" / "bounds.png").is_file()
     assert '<figure class="headline"><img alt="bounds"' in index.read_text()

@@ -47,6 +47,8 @@ PATH_COLUMNS = (
     "certified",
 )
 
+COUNT_COLUMNS = ("n_questions", "n_clusters", "lost", "gained")
+
 
 def claim_name(model: str, task: str, score: str, target: float) -> str:
     """``smollm2-135m hellaswag ahon_ln@0.05``: how a claim is named in every table."""
@@ -77,7 +79,9 @@ def claim_bounds(
         name = claim_name(claim.model, claim.task, claim.score, claim.target)
         for path in claim.paths:
             out.append(_one_path(name, path, prepared.get(path), claim, level, drop))
-    return pd.DataFrame(out, columns=list(PATH_COLUMNS))
+    frame = pd.DataFrame(out, columns=list(PATH_COLUMNS))
+    # Counts stay integers (empty where a path has not run), so tables print 3000, never 3e+03.
+    return frame.astype({c: "Int64" for c in COUNT_COLUMNS})
 
 
 def _one_path(name: str, path: str, frame: pd.DataFrame | None, claim, level: float, drop: float) -> dict:
@@ -129,7 +133,7 @@ def claim_verdicts(bounds: pd.DataFrame, paths: Sequence[str], *, drop: float = 
         ran = group[group["n_questions"].notna()]
         row: dict[str, object] = {
             "claim": name,
-            "held_out_n": int(ran["n_questions"].min()) if len(ran) else None,  # None: no path ran yet
+            "held_out_n": int(ran["n_questions"].min()) if len(ran) else None,
             "level": f"one-sided {1 - float(group['level'].iloc[0]):.3g}",
         }
         for path in paths:
@@ -148,4 +152,6 @@ def claim_verdicts(bounds: pd.DataFrame, paths: Sequence[str], *, drop: float = 
         row["verdict"] = verdict
         row["confirmed"] = verdict == "confirmed"
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    out["held_out_n"] = out["held_out_n"].astype("Int64")  # a count, empty (<NA>) where no path ran yet
+    return out
