@@ -452,3 +452,22 @@ def test_inference_cost_counts_the_pruned_shapes() -> None:
     with torch.no_grad():
         cache = model(input_ids=ids, use_cache=True).past_key_values
     assert cache_bytes(cache) == cost.kv_bytes(7, batch=2)
+
+
+def test_the_abstract_names_a_task_that_alone_certifies_a_larger_share() -> None:
+    from headstats.report.frontier import _alone, certified_shares
+
+    # PIQA certifies 2% and 5% (bounds 0.8, 0.9), ARC-Easy only 2%: every task 2%, PIQA alone 5%.
+    points = pd.DataFrame(
+        {
+            "model": "m",
+            "score": "ahon_ln",
+            "share": [0.02, 0.05, 0.1, 0.02, 0.05, 0.1],
+            "task": ["piqa"] * 3 + ["arc_easy"] * 3,
+            "upper": [0.008, 0.009, 0.02, 0.009, 0.011, 0.03],
+        }
+    )
+    certified = certified_shares(points, 0.01, [0, 0.02, 0.05, 0.1])
+    assert certified.set_index("task")["certified_share"].to_dict() == {"arc_easy": 0.02, "piqa": 0.05, "all": 0.02}
+    assert _alone(certified, "m", "ahon_ln", 0.02) == " (piqa 5%)"
+    assert _alone(certified, "m", "ahon_ln", 0.05) == ""
