@@ -145,6 +145,18 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def _measure_questions(
+    questions: Sequence, planned: Sequence, run: Callable[[Sequence], object], batch_size: int, n_probe: int, rng
+) -> tuple[int, int, int, float]:
+    """(sequences, tokens, computed tokens, tokens/s) of one pass over ``questions`` (``planned``: their
+    evaluator sequences), the speed measured by ``run`` on ``n_probe`` seeded questions of them."""
+    picked = set(rng.sample(range(len(questions)), min(n_probe, len(questions))))
+    lengths = [len(s.input_ids) for s in planned]
+    probe_lengths = [n for s, n in zip(planned, lengths, strict=True) if s.question in picked]
+    speed = _probe([questions[i] for i in sorted(picked)], run, padded_tokens(probe_lengths, batch_size))
+    return len(planned), sum(lengths), padded_tokens(lengths, batch_size), speed
+
+
 def _probe(sample: Sequence, run: Callable[[Sequence], object], tokens: int) -> float:
     """Tokens per second of ``run(sample)`` (``tokens`` computed in all), after an untimed warm-up on
     one item."""
@@ -216,8 +228,9 @@ def dry_run_frontier(frontier: Frontier, models: Sequence[str], *, probe_sequenc
     device = "?"
     for name in models:
         points = model_root(frontier, name) / "points"
-        left = [stem for stem in planned_points(spec) if not (points / f"{stem}.json").is_file()]
-        total = len(planned_points(spec))
+        planned = planned_points(spec)
+        left = [stem for stem in planned if not (points / f"{stem}.json").is_file()]
+        total = len(planned)
         if not left:
             logger.info("[%s] no point left: not loaded", name)
             units += [
@@ -242,20 +255,13 @@ def _task_unit(model, tokenizer, selected, batch_size: int, n_probe: int, rng: r
     from headstats.jobs.evaluate import model_sequences, question_logliks
 
     questions = selected.questions
-    planned = model_sequences(model, tokenizer, questions, "tokenizer")
-    chosen = sorted(rng.sample(range(len(questions)), min(n_probe, len(questions))))
-    picked = set(chosen)
-    lengths = [len(s.input_ids) for s in planned]
-    probe_lengths = [n for s, n in zip(planned, lengths, strict=True) if s.question in picked]
 
     def evaluate(batch: Sequence) -> None:
         question_logliks(model, tokenizer, batch, batch_size=batch_size, progress=False, share_prefix=False)
 
-    speed = _probe([questions[i] for i in chosen], evaluate, padded_tokens(probe_lengths, batch_size))
-    computed = padded_tokens(lengths, batch_size)
-    return WorkUnit(
-        "", "prune", selected.name, len(questions), len(planned), sum(lengths), computed, 0, 0, batch_size, speed
-    )
+    planned = model_sequences(model, tokenizer, questions, "tokenizer")
+    sequences, tokens, computed, speed = _measure_questions(questions, planned, evaluate, batch_size, n_probe, rng)
+    return WorkUnit("", "prune", selected.name, len(questions), sequences, tokens, computed, 0, 0, batch_size, speed)
 
 
 def _collect_unit(analysis, name: str, model, tokenizer, dataset: str, n_probe: int, rng: random.Random) -> WorkUnit:
@@ -380,8 +386,6 @@ def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, 
     counts = _ablate_counts(analysis, name, ablation, None, model, tokenizer)
     plan, sweep, planned = counts.plan, counts.sweep, counts.planned
     questions = plan.task.questions
-    chosen = sorted(rng.sample(range(len(questions)), min(n_probe, len(questions))))
-    picked = set(chosen)
     heads = model.config.get_text_config().num_attention_heads
 
     def never(layer: int, scores: dict, keys: torch.Tensor) -> torch.Tensor:
@@ -400,11 +404,7 @@ def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, 
                 probe=probe,
             )
 
-    lengths = [len(s.input_ids) for s in planned]
-    probe_lengths = [n for s, n in zip(planned, lengths, strict=True) if s.question in picked]
-    probe_computed = padded_tokens(probe_lengths, sweep.batch_size)
-    speed = _probe([questions[i] for i in chosen], evaluate, probe_computed)
-    return counts.unit(name, (len(planned), sum(lengths), padded_tokens(lengths, sweep.batch_size), speed))
+    return counts.unit(name, _measure_questions(questions, planned, evaluate, sweep.batch_size, n_probe, rng))
 
 
 __all__ = ["DryRun", "WorkUnit", "dry_run", "dry_run_confirmation", "dry_run_frontier"]

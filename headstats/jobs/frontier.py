@@ -85,11 +85,15 @@ def model_root(frontier: Frontier, model: str) -> Path:
     return frontier.results / f"model={model_slug(model)}"
 
 
+def pruned_points(spec: FrontierSpec) -> list[tuple[str, float]]:
+    """(score, share) of every pruned point in the order they run: share by share across scores, so
+    that an interrupted run has every score at its lower shares."""
+    return [(sid, share) for share in sorted(s for s in spec.shares if s > 0) for sid in spec.scores]
+
+
 def planned_points(spec: FrontierSpec) -> list[str]:
-    """The points of a frontier in the order they run: the unpruned baseline, then share by share
-    across scores (so that an interrupted run has every score at its lower shares)."""
-    shares = sorted(s for s in spec.shares if s > 0)
-    return ["baseline", *(point_name(sid, share) for share in shares for sid in spec.scores)]
+    """The file stems of a frontier's points in the order they run: the unpruned baseline first."""
+    return ["baseline", *(point_name(sid, share) for sid, share in pruned_points(spec))]
 
 
 def task_options(spec: FrontierSpec) -> dict:
@@ -212,37 +216,35 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
         write_json_atomic({"speed": speed, "eval_seconds": seconds, "params": params}, points / "baseline.json")
         for checkpoint in checkpoints:
             checkpoint.discard()
-    # Share by share across scores, so that an interrupted run has every score at its lower shares.
-    for share in sorted(s for s in spec.shares if s > 0):
-        for sid in spec.scores:
-            stem = point_name(sid, share)
-            if (points / f"{stem}.json").is_file():
-                continue
-            heads = select_heads(means[means["score"] == sid], sid, share)
-            pruned = copy.deepcopy(model)
-            prune_heads(pruned, heads)
-            start = time.time()
-            key = {"settings": settings, "point": stem, "heads": [list(h) for h in heads]}
-            answers, checkpoints = _evaluate_all(pruned, tokenizer, questions, spec, points, key)
-            seconds = time.time() - start
-            speed = _speed(spec, {"unpruned": model, "pruned": pruned})
-            record = {
-                "score": sid,
-                "share": share,
-                "removed_heads": [list(h) for h in heads],
-                "n_removed": len(heads),
-                "params_before": params,
-                "params_after": count_parameters(pruned),
-                "roof": _roof(before, inference_cost(pruned), spec),
-                "speed": speed,
-                "eval_seconds": seconds,
-            }
-            write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / f"{stem}.parquet")
-            write_json_atomic(record, points / f"{stem}.json")
-            for checkpoint in checkpoints:
-                checkpoint.discard()
-            logger.info("%s %s: %d heads removed, %.0f s evaluation", name, stem, len(heads), seconds)
-            del pruned
+    for sid, share in pruned_points(spec):
+        stem = point_name(sid, share)
+        if (points / f"{stem}.json").is_file():
+            continue
+        heads = select_heads(means[means["score"] == sid], sid, share)
+        pruned = copy.deepcopy(model)
+        prune_heads(pruned, heads)
+        start = time.time()
+        key = {"settings": settings, "point": stem, "heads": [list(h) for h in heads]}
+        answers, checkpoints = _evaluate_all(pruned, tokenizer, questions, spec, points, key)
+        seconds = time.time() - start
+        speed = _speed(spec, {"unpruned": model, "pruned": pruned})
+        record = {
+            "score": sid,
+            "share": share,
+            "removed_heads": [list(h) for h in heads],
+            "n_removed": len(heads),
+            "params_before": params,
+            "params_after": count_parameters(pruned),
+            "roof": _roof(before, inference_cost(pruned), spec),
+            "speed": speed,
+            "eval_seconds": seconds,
+        }
+        write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / f"{stem}.parquet")
+        write_json_atomic(record, points / f"{stem}.json")
+        for checkpoint in checkpoints:
+            checkpoint.discard()
+        logger.info("%s %s: %d heads removed, %.0f s evaluation", name, stem, len(heads), seconds)
+        del pruned
     return root
 
 

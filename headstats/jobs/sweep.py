@@ -147,6 +147,12 @@ class Runner:
         questions = plan.task.questions
         self.sequences = functools.cache(lambda: model_sequences(model, tokenizer, questions, spec.prompt_format))
         plan.prefix_free = functools.cache(lambda: prefix_free(self.sequences()))
+        # What a pass's saved batches were computed from: hashed once, checked by every pass.
+        self.inputs_digest = functools.cache(
+            lambda: sequences_digest(
+                [s.input_ids for s in self.sequences()], [questions[s.question].sample_key for s in self.sequences()]
+            )
+        )
         warn_tied_scores(model, plan.dynamic_scores, plan.model_name)
         self.provenance = sweep_provenance(plan, model, self.num_layers, self.num_heads)
         self.settings = self.provenance["settings"]
@@ -179,7 +185,6 @@ class Runner:
 
     def _checkpoint(self, point: Point, threshold: float, record_scores: Sequence[str] = ()) -> PassCheckpoint:
         """Where ``point``'s pass keeps its finished batches, keyed by all that their numbers depend on."""
-        sequences = self.sequences()
         key = {
             "settings": self.settings,
             "point": point.file_name,
@@ -187,9 +192,7 @@ class Runner:
             "record_scores": list(record_scores),
             "materialise": self.plan.materialise,
             "batch_size": self.batch_size,
-            "sequences": sequences_digest(
-                [s.input_ids for s in sequences], [self.plan.task.questions[s.question].sample_key for s in sequences]
-            ),
+            "sequences": self.inputs_digest(),
         }
         return PassCheckpoint(store.partial_file(self.plan.partition, point.file_name), key)
 
@@ -209,7 +212,7 @@ class Runner:
             start = _Clock()
             if point.is_baseline:
                 if not self._finished(point):
-                    frame, checkpoint = self._baseline_pass()[::2]
+                    frame, _, checkpoint = self._baseline_pass()
                     self._write(point, math.nan, frame, start)
                     checkpoint.discard()
             else:

@@ -61,6 +61,10 @@ def is_finished_file(path: Path) -> bool:
         return False
 
 
+# What np.load raises on a truncated or damaged .npz (a record that is only a cache: recomputed).
+NPZ_ERRORS = (OSError, ValueError, EOFError, zipfile.BadZipFile)
+
+
 def read_arrays(path: Path) -> dict[str, np.ndarray] | None:
     """The arrays :func:`~headstats.io.store.write.write_arrays_atomic` wrote to ``path``; None when
     there is no such file, or when it is damaged (a warning says so: such records are caches that the
@@ -70,7 +74,7 @@ def read_arrays(path: Path) -> dict[str, np.ndarray] | None:
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: data[name] for name in data.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+    except NPZ_ERRORS as err:
         log.warning("%s is damaged (%s); its contents will be computed again", path, " ".join(str(err).split()))
         return None
 
@@ -83,7 +87,7 @@ def partial_sequences(path: Path) -> int:
     try:
         with np.load(path, allow_pickle=False) as data:
             return int(data["rows"].shape[0]) if "rows" in data.files else 0
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+    except NPZ_ERRORS:
         return 0
 
 
