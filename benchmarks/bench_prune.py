@@ -16,6 +16,9 @@ the bundled Wikipedia passages) and removed from a copy of the model. Printed:
   a fresh process per model doing the same work (so neither model's allocations count for the other);
 - the roof: the share of per-token FLOPs (prefill) and of the bytes a decode step reads (weights +
   cache) that the removed heads carried, and the speed-ups those shares allow at most;
+- where the time goes (``headstats.engine.speed.time_breakdown``): per batch size and phase, each
+  model's milliseconds per token in the attention projections, the attention core, the MLPs,
+  lm_head and the rest, so the gap between the roof and the measured speed-up can be placed;
 - the CPU model, its bf16 units and torch's thread count.
 
 Run it on an otherwise idle machine (a second torch process oversubscribes the cores); set
@@ -36,7 +39,7 @@ import torch
 
 import headstats
 from headstats.engine.prune import count_parameters, prune_heads
-from headstats.engine.speed import inference_cost, time_inference
+from headstats.engine.speed import COMPONENTS, inference_cost, time_breakdown, time_inference
 from headstats.io.models import machine_info
 from headstats.jobs.prune import calibration_set, head_means, select_heads
 
@@ -69,6 +72,26 @@ def _peak_child(path: str, args: argparse.Namespace, batch: int) -> int:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return int(out.stdout.strip().splitlines()[-1])
+
+
+def _print_breakdown(rows: list[dict]) -> None:
+    """Milliseconds per token by component and phase, both models, and the attention's share of the
+    unpruned time: removing a share s of the heads can save at most about s of that share."""
+    table = {(r["model"], r["phase"], r["component"]): 1e3 * r["seconds_per_token"] for r in rows}
+    for phase in ("prefill", "decode"):
+        print(f"  where {phase} time goes (ms/token, with component hooks):")
+        totals = {m: sum(table[m, phase, c] for c in COMPONENTS) for m in ("unpruned", "pruned")}
+        for c in COMPONENTS:
+            u, p = table["unpruned", phase, c], table["pruned", phase, c]
+            print(
+                f"    {c:<22} unpruned {u:8.3f} ({u / totals['unpruned']:5.1%})  pruned {p:8.3f}  saved {u - p:+8.3f}"
+            )
+        u, p = totals["unpruned"], totals["pruned"]
+        attention = table["unpruned", phase, "attention projections"] + table["unpruned", phase, "attention core"]
+        print(
+            f"    {'total':<22} unpruned {u:8.3f}           pruned {p:8.3f}  speed-up x{u / p:.3f}; "
+            f"attention is {attention / u:.1%} of the unpruned time"
+        )
 
 
 def main() -> None:
@@ -131,6 +154,14 @@ def main() -> None:
         if u["peak_cuda_bytes"]:
             print(f"  {'peak CUDA bytes':<18} unpruned {u['peak_cuda_bytes']:10,}  pruned {p['peak_cuda_bytes']:10,}"
                   f"  ratio {p['peak_cuda_bytes'] / u['peak_cuda_bytes']:.3f}")  # fmt: skip
+        split = time_breakdown(
+            {"unpruned": model, "pruned": pruned},
+            batch=batch,
+            prompt_length=args.prompt_length,
+            new_tokens=args.new_tokens,
+            repeats=args.repeats,
+        )
+        _print_breakdown(split)
     if device.type == "cpu" and not args.no_peak:
         batch = max(int(x) for x in args.batches.split(","))
         with tempfile.TemporaryDirectory() as tmp:

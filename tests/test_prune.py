@@ -454,6 +454,56 @@ def test_inference_cost_counts_the_pruned_shapes() -> None:
     assert cache_bytes(cache) == cost.kv_bytes(7, batch=2)
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma3"])
+def test_time_breakdown_puts_time_where_it_was_spent(monkeypatch: pytest.MonkeyPatch, family: str) -> None:
+    """On a clock that moves only inside modules, by a different amount per kind of module, each
+    component gets exactly its modules' time per token in both phases (projections apart from the
+    attention core they sit in, the embedding in the rest), and the hooks go afterwards."""
+    import time
+
+    from headstats.engine.speed import COMPONENTS, time_breakdown
+
+    model = tiny_model(family, attn="headstats")
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+
+    def costs(module: torch.nn.Module, seconds: float) -> None:  # registered before the breakdown's hooks
+        module.register_forward_hook(lambda *_: clock.__setitem__(0, clock[0] + seconds))
+
+    layers = attention_modules(model)
+    projections = [
+        getattr(m, n)
+        for m in layers
+        for n in ("q_proj", "k_proj", "v_proj", "o_proj", "c_attn", "c_proj")
+        if hasattr(m, n)
+    ]
+    for module in projections:
+        costs(module, 0.1)
+    for module in layers:
+        costs(module, 0.01)  # runs after its projections: the attention core
+    for name, module in model.named_modules():
+        if name.endswith(".mlp"):
+            costs(module, 1.0)
+    costs(model.get_output_embeddings(), 10.0)
+    costs(model.get_input_embeddings(), 100.0)
+    hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+    rows = pd.DataFrame(time_breakdown({"m": model}, batch=2, prompt_length=6, new_tokens=3, repeats=3))
+    assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()) == hooks
+    assert list(rows["component"].unique()) == list(COMPONENTS)
+    per_token = rows.set_index(["phase", "component"])["seconds_per_token"]
+    n = len(layers)
+    step = {
+        "attention projections": 0.1 * len(projections),
+        "attention core": 0.01 * n,
+        "mlp": 1.0 * n,
+        "lm_head": 10.0,
+        "rest": 100.0,
+    }
+    for phase, tokens, calls in (("prefill", 2 * 6, 1), ("decode", 2 * 3, 3)):
+        for component, seconds in step.items():
+            assert per_token[phase, component] == pytest.approx(calls * seconds / tokens, rel=1e-9), (phase, component)
+
+
 def test_the_abstract_names_a_task_that_alone_certifies_a_larger_share() -> None:
     from headstats.report.frontier import _alone, certified_shares
 

@@ -10,14 +10,20 @@ at small batch by the bytes it reads (all weights once, plus the cache).
 :func:`time_inference` measures prefill and cached decode tokens/s of several models side by side
 in one process: the models take turns within every repeat (the order alternating), so load on a
 shared machine falls on all of them alike, and the median over repeats is reported.
+
+:func:`time_breakdown` splits the same prefill and decode time by component (attention projections,
+the attention core, MLPs, lm_head, and the rest), which shows where a pruned model's time goes that
+its removed FLOPs did not carry.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import statistics
 import time
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -133,9 +139,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _cache_key(model: PreTrainedModel) -> str:
+    # transformers renames past_key_values to cache family by family.
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 @torch.no_grad()
-def _run(model: PreTrainedModel, ids: torch.Tensor, new_tokens: int) -> tuple[float, float, int, int]:
-    """(prefill seconds, decode seconds, KV-cache bytes after prefill, peak CUDA bytes or 0)."""
+def _run(
+    model: PreTrainedModel, ids: torch.Tensor, new_tokens: int, after_prefill: Callable[[], None] = lambda: None
+) -> tuple[float, float, int, int]:
+    """(prefill seconds, decode seconds, KV-cache bytes after prefill, peak CUDA bytes or 0);
+    ``after_prefill`` is called between the two phases, outside both clocks."""
     device = ids.device
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -144,19 +158,37 @@ def _run(model: PreTrainedModel, ids: torch.Tensor, new_tokens: int) -> tuple[fl
     out = model(input_ids=ids, use_cache=True)
     _sync(device)
     prefill = time.perf_counter() - start
+    after_prefill()
     cache = out.past_key_values
     kv = cache_bytes(cache)
     token = out.logits[:, -1:].argmax(-1)
-    # transformers renames past_key_values to cache family by family.
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    key = _cache_key(model)
     start = time.perf_counter()
     for _ in range(new_tokens):
-        out = model(input_ids=token, use_cache=True, **{name: cache})
+        out = model(input_ids=token, use_cache=True, **{key: cache})
         token = out.logits[:, -1:].argmax(-1)
     _sync(device)
     decode = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
     return prefill, decode, kv, peak
+
+
+def _warm_prompts(models: Mapping[str, PreTrainedModel], batch: int, prompt_length: int, seed: int) -> torch.Tensor:
+    """Seeded random prompts on the models' device, after one short warm-up run of each model
+    (allocator, kernels)."""
+    first = next(iter(models.values()))
+    vocab = int(first.config.get_text_config().vocab_size)
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (batch, prompt_length), generator=generator).to(next(first.parameters()).device)
+    for model in models.values():
+        _run(model, ids[:, : min(8, prompt_length)], 1)
+    return ids
+
+
+def _turns(names: list[str], repeats: int) -> Iterator[str]:
+    """Every model once per repeat, the order alternating, so load on a shared machine falls alike."""
+    for r in range(repeats):
+        yield from names if r % 2 == 0 else reversed(names)
 
 
 def time_inference(
@@ -170,18 +202,11 @@ def time_inference(
 ) -> list[dict]:
     """Prefill and decode tokens/s of each model on the same random prompts, side by side (one
     warm-up run each, then ``repeats`` rounds in alternating order; medians). One row per model."""
-    first = next(iter(models.values()))
-    device = next(first.parameters()).device
-    vocab = int(first.config.get_text_config().vocab_size)
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocab, (batch, prompt_length), generator=generator).to(device)
+    ids = _warm_prompts(models, batch, prompt_length, seed)
     names = list(models)
-    for name in names:
-        _run(models[name], ids[:, : min(8, prompt_length)], 1)  # warm-up (allocator, kernels)
     runs: dict[str, list[tuple[float, float, int, int]]] = {name: [] for name in names}
-    for r in range(repeats):
-        for name in names if r % 2 == 0 else reversed(names):
-            runs[name].append(_run(models[name], ids, new_tokens))
+    for name in _turns(names, repeats):
+        runs[name].append(_run(models[name], ids, new_tokens))
     rows = []
     for name in names:
         prefill = statistics.median(x[0] for x in runs[name])
@@ -200,3 +225,108 @@ def time_inference(
             }
         )
     return rows
+
+
+COMPONENTS = ("attention projections", "attention core", "mlp", "lm_head", "rest")
+
+
+def _components(model: PreTrainedModel) -> dict[str, list[torch.nn.Module]]:
+    """The modules whose time makes each timed component: every layer's attention module, its
+    projections (q/k/v/o or GPT-2's c_attn/c_proj), its MLP (the module a decoder layer calls
+    ``mlp``), and the output embedding."""
+    from headstats.engine.prune import attention_modules
+
+    attention = attention_modules(model)
+    names = ("q_proj", "k_proj", "v_proj", "o_proj", "c_attn", "c_proj")
+    projections = [getattr(m, n) for m in attention for n in names if isinstance(getattr(m, n, None), torch.nn.Module)]
+    mlps = [m for name, m in model.named_modules() if name.rsplit(".", 1)[-1] == "mlp"]
+    heads = [model.get_output_embeddings()] if model.get_output_embeddings() is not None else []
+    return {"attention": attention, "attention projections": projections, "mlp": mlps, "lm_head": heads}
+
+
+class _Clock:
+    """Seconds spent inside each group of :func:`_components` (``spent``), and snapshots of them."""
+
+    def __init__(self) -> None:
+        self.spent: Counter = Counter()
+        self.marks: list[Counter] = []
+
+    def mark(self) -> None:
+        self.marks.append(Counter(self.spent))
+
+
+@contextlib.contextmanager
+def _component_clock(model: PreTrainedModel, device: torch.device) -> Iterator[_Clock]:
+    """A :class:`_Clock` summing the time inside each component's modules while the block runs
+    (forward hooks; on CUDA each hook synchronises, which slows the run but not the split)."""
+    clock, started, handles = _Clock(), {}, []
+
+    def before(module: torch.nn.Module, *_: object) -> None:
+        _sync(device)
+        started[id(module)] = time.perf_counter()
+
+    def after(group: str) -> Callable[..., None]:
+        def hook(module: torch.nn.Module, *_: object) -> None:
+            _sync(device)
+            clock.spent[group] += time.perf_counter() - started.pop(id(module))
+
+        return hook
+
+    try:
+        for group, modules in _components(model).items():
+            for module in modules:
+                handles.append(module.register_forward_pre_hook(before))
+                handles.append(module.register_forward_hook(after(group)))
+        yield clock
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _split(spent: Counter, total: float) -> dict[str, float]:
+    core = spent["attention"] - spent["attention projections"]
+    named = {
+        "attention projections": spent["attention projections"],
+        "attention core": core,
+        "mlp": spent["mlp"],
+        "lm_head": spent["lm_head"],
+    }
+    return {**named, "rest": total - sum(named.values())}
+
+
+@torch.no_grad()
+def time_breakdown(
+    models: Mapping[str, PreTrainedModel],
+    *,
+    batch: int = 1,
+    prompt_length: int = 128,
+    new_tokens: int = 32,
+    repeats: int = 3,
+    seed: int = 0,
+) -> list[dict]:
+    """Where prefill and decode time goes, per model, on the same random prompts as
+    :func:`time_inference` (models in alternating turns, medians over ``repeats``). One row per model,
+    phase and component of :data:`COMPONENTS` with its seconds per token; ``rest`` is the phase's
+    wall time less the named components (embedding, norms, rotary tables, masks, sampling, Python
+    between modules)."""
+    ids = _warm_prompts(models, batch, prompt_length, seed)
+    device, names = ids.device, list(models)
+    runs: dict[str, list[dict[tuple[str, str], float]]] = {name: [] for name in names}
+    for name in _turns(names, repeats):
+        with _component_clock(models[name], device) as clock:
+            prefill, decode, _, _ = _run(models[name], ids, new_tokens, clock.mark)
+        split = {("prefill", c): t / (batch * prompt_length) for c, t in _split(clock.marks[0], prefill).items()}
+        decoded = _split(clock.spent - clock.marks[0], decode)
+        runs[name].append(split | {("decode", c): t / (batch * max(new_tokens, 1)) for c, t in decoded.items()})
+    return [
+        {
+            "model": name,
+            "batch": batch,
+            "phase": phase,
+            "component": component,
+            "seconds_per_token": statistics.median(run[phase, component] for run in runs[name]),
+        }
+        for name in names
+        for phase in ("prefill", "decode")
+        for component in COMPONENTS
+    ]
