@@ -21,7 +21,7 @@ def _bounds(rows: list[tuple[str, str, float, bool, float]]) -> pd.DataFrame:
     return pd.DataFrame(
         [
             {"claim": c, "path": p, "n_questions": n, "certified": ok, "drop_upper": up, "realised_pct": 5.0}
-            | {"level": 1 - 0.05 / 2}
+            | {"level": 0.05 / 2}
             for c, p, n, ok, up in rows
         ]
     )
@@ -42,6 +42,8 @@ def test_a_claim_is_confirmed_only_when_every_planned_path_certifies_it() -> Non
     )
     got = claim_verdicts(bounds, ["explicit-float32", "fused-float32"]).set_index("claim")
     assert got["verdict"].to_dict() == {"a": "confirmed", "b": "not confirmed", "c": "incomplete", "d": "confirmed"}
+    # An incomplete claim is neither confirmed nor refuted.
+    assert got["confirmed"].tolist() == [True, False, pd.NA, True]
     assert got.loc["b", "worst_bound"] == 1.2 and got.loc["c", "paths"] == "1 of 2"
     assert np.isnan(got.loc["d", "bound fused-float32"]) and got.loc["a", "level"] == "one-sided 0.025"
 
@@ -137,6 +139,7 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
         ),
     )
     assert all(str(only[c].dtype) == "Int64" for c in ("n_questions", "n_clusters", "lost", "gained"))
+    assert only["certified"].isna().all() and only["level"].tolist() == [pytest.approx(0.05)]  # not run: not "False"
     pending = claim_verdicts(only, ["explicit-float32"])
     assert pending["verdict"].tolist() == ["incomplete"] and pending["held_out_n"].isna().all()
     assert str(pending["held_out_n"].dtype) == "Int64"  # a count: printed as 3000, never 3e+03

@@ -60,11 +60,11 @@ def claim_bounds(
 ) -> pd.DataFrame:
     """One row per (claim, planned path): the held-out questions paired with the path's baseline, the
     realised % of heads zeroed, the changed answers, the design effect and the one-sided upper bound
-    of the drop (points) at level ``(1 - confidence) / len(claims)``; ``certified`` when it is at most
-    ``drop``. ``rows``: path name -> per-question rows of that path; ``claims``: the columns
+    of the drop (points) at ``level`` = ``(1 - confidence) / len(claims)``; ``certified`` when it is at
+    most ``drop``. ``rows``: path name -> per-question rows of that path; ``claims``: the columns
     :data:`CLAIM_COLUMNS` (``paths``: the path names the claim was planned on; ``model`` the results'
-    slug). A planned path without the claim's point or baseline gives NaN counts and is not
-    certified."""
+    slug). A planned path without the claim's point or baseline gives empty counts and an empty
+    ``certified`` (not run is neither certified nor refuted)."""
     missing = [c for c in CLAIM_COLUMNS if c not in claims.columns]
     if missing:
         raise ValueError(f"claims lack the column(s) {', '.join(missing)}")
@@ -72,7 +72,7 @@ def claim_bounds(
         raise ValueError(f"confidence must lie strictly between 0 and 1, not {confidence}")
     if claims.empty:
         raise ValueError("no claims to test")
-    level = 1.0 - (1.0 - confidence) / len(claims)
+    level = (1.0 - confidence) / len(claims)
     prepared = {path: S.prepare_rows(frame, "correct") for path, frame in rows.items() if len(frame)}
     out = []
     for claim in claims.itertuples(index=False):
@@ -81,12 +81,12 @@ def claim_bounds(
             out.append(_one_path(name, path, prepared.get(path), claim, level, drop))
     frame = pd.DataFrame(out, columns=list(PATH_COLUMNS))
     # Counts stay integers (empty where a path has not run), so tables print 3000, never 3e+03.
-    return frame.astype({c: "Int64" for c in COUNT_COLUMNS})
+    return frame.astype({c: "Int64" for c in COUNT_COLUMNS} | {"certified": "boolean"})
 
 
 def _one_path(name: str, path: str, frame: pd.DataFrame | None, claim, level: float, drop: float) -> dict:
     row: dict[str, object] = dict.fromkeys(PATH_COLUMNS, math.nan)
-    row.update(claim=name, path=path, level=level, certified=False, cluster="")
+    row.update(claim=name, path=path, level=level, certified=pd.NA, cluster="")
     if frame is None:
         return row
     mine = frame[(frame["model"] == claim.model) & (frame["task"] == claim.task)]
@@ -103,7 +103,7 @@ def _one_path(name: str, path: str, frame: pd.DataFrame | None, claim, level: fl
     clusters = None if unit == "question_id" else joined["_cluster"].to_numpy()
     deff = design_effect(a, b, clusters)
     lost, gained = int(np.count_nonzero(a & ~b)), int(np.count_nonzero(~a & b))
-    bound = drop_bound_from_counts(lost, gained, len(joined), level, deff)
+    bound = drop_bound_from_counts(lost, gained, len(joined), 1.0 - level, deff)
     row.update(
         n_questions=len(joined),
         n_clusters=int(joined["_cluster"].nunique()),
@@ -134,7 +134,7 @@ def claim_verdicts(bounds: pd.DataFrame, paths: Sequence[str], *, drop: float = 
         row: dict[str, object] = {
             "claim": name,
             "held_out_n": int(ran["n_questions"].min()) if len(ran) else None,
-            "level": f"one-sided {1 - float(group['level'].iloc[0]):.3g}",
+            "level": f"one-sided {float(group['level'].iloc[0]):.3g}",
         }
         for path in paths:
             hit = group[group["path"] == path]
@@ -150,8 +150,8 @@ def claim_verdicts(bounds: pd.DataFrame, paths: Sequence[str], *, drop: float = 
         else:
             verdict = "confirmed"
         row["verdict"] = verdict
-        row["confirmed"] = verdict == "confirmed"
+        row["confirmed"] = pd.NA if verdict == "incomplete" else verdict == "confirmed"
         rows.append(row)
     out = pd.DataFrame(rows)
-    out["held_out_n"] = out["held_out_n"].astype("Int64")  # a count, empty (<NA>) where no path ran yet
-    return out
+    # A count, empty (<NA>) where no path ran yet; an incomplete claim is neither confirmed nor refuted.
+    return out.astype({"held_out_n": "Int64", "confirmed": "boolean"})
