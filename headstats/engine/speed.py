@@ -19,7 +19,6 @@ its removed FLOPs did not carry.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import statistics
 import time
 from collections import Counter
@@ -29,6 +28,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel
 from transformers.pytorch_utils import Conv1D
+
+from headstats.engine.prefix import cache_argument
 
 
 @dataclass(frozen=True)
@@ -139,11 +140,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _cache_key(model: PreTrainedModel) -> str:
-    # transformers renames past_key_values to cache family by family.
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
 @torch.no_grad()
 def _run(
     model: PreTrainedModel, ids: torch.Tensor, new_tokens: int, after_prefill: Callable[[], None] = lambda: None
@@ -159,10 +155,10 @@ def _run(
     _sync(device)
     prefill = time.perf_counter() - start
     after_prefill()
-    cache = out.past_key_values
+    key = cache_argument(model)  # the output names its cache as the forward does
+    cache = getattr(out, key)
     kv = cache_bytes(cache)
     token = out.logits[:, -1:].argmax(-1)
-    key = _cache_key(model)
     start = time.perf_counter()
     for _ in range(new_tokens):
         out = model(input_ids=token, use_cache=True, **{key: cache})
