@@ -504,6 +504,38 @@ def test_time_breakdown_puts_time_where_it_was_spent(monkeypatch: pytest.MonkeyP
             assert per_token[phase, component] == pytest.approx(calls * seconds / tokens, rel=1e-9), (phase, component)
 
 
+def test_the_family_wise_reading_adjusts_every_bound_for_the_planned_sequences() -> None:
+    """Bonferroni over k sequences: each bound at one-sided 0.05 / k (checked against Tango's bound
+    at that level from the answers themselves); a share certified at 0.05 but not at 0.05 / k drops
+    out of the family-wise reading, and the fixed sequence stops there."""
+    import numpy as np
+
+    from headstats.report.frontier import add_family_bounds, certified_shares
+    from headstats.stats.paired import drop_bound
+
+    n, family, shares = 2000, 12, [0.02, 0.05, 0.1]
+    base = np.ones(n, bool)
+
+    def pruned(lost: int) -> np.ndarray:
+        return np.arange(n) >= lost  # the first ``lost`` answers turn wrong
+
+    points = pd.DataFrame(
+        {"model": "m", "score": "awft", "share": shares, "task": "piqa", "n": n, "lost": [2, 6, 9], "gained": 0}
+    )
+    points["upper"] = [drop_bound(base, pruned(lost)).upper for lost in points["lost"]]
+    adjusted = add_family_bounds(points, family)
+    for r in adjusted.itertuples():
+        want = drop_bound(base, pruned(r.lost), confidence=1 - 0.05 / family).upper
+        assert r.upper_fw == pytest.approx(want, rel=1e-9) and r.upper_fw > r.upper
+    # 9 lost of 2,000 certifies 1 point at one-sided 0.05 but not at 0.05 / 12.
+    assert adjusted["upper"].le(0.01).all() and adjusted.loc[2, "upper_fw"] > 0.01
+    plain = certified_shares(adjusted, 0.01, shares)
+    wise = certified_shares(adjusted, 0.01, shares, upper="upper_fw")
+    assert plain.set_index("task")["certified_share"].to_dict() == {"piqa": 0.1, "all": 0.1}
+    assert adjusted["upper_fw"].le(0.01).tolist() == [True, True, False]
+    assert wise.set_index("task")["certified_share"].to_dict() == {"piqa": 0.05, "all": 0.05}
+
+
 def test_the_abstract_names_a_task_that_alone_certifies_a_larger_share() -> None:
     from headstats.report.frontier import _alone, certified_shares
 

@@ -6,7 +6,8 @@ the same questions, with Tango's one-sided 95% upper bound (:func:`headstats.sta
 the measured prefill and decode speed-ups (pruned / unpruned tokens/s, side by side); the KV-cache and
 parameter ratios; and the roof, the share of FLOPs and bytes the removed heads carried. The largest
 certified share of a score is read as a fixed-sequence test over increasing shares (it stops at the
-first share not certified), per task and on both tasks at once.
+first share not certified), per task and on both tasks at once; beside it the same reading
+adjusted for the report's family of sequences (Bonferroni over every planned model, score and task).
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ from headstats.jobs.frontier import Frontier
 from headstats.report.plots import score_style
 from headstats.report.writer import ReportWriter
 from headstats.specs import FrontierSpec
-from headstats.stats.paired import drop_bound, minimum_detectable_drop, questions_to_certify
+from headstats.stats.paired import (
+    drop_bound,
+    drop_bound_from_counts,
+    minimum_detectable_drop,
+    questions_to_certify,
+)
+
+CONFIDENCE = 0.95  # each point's one-sided bound
 
 
 def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
@@ -124,10 +132,13 @@ def speedups(speed: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
-def certified_shares(points: pd.DataFrame, max_drop: float, shares: Sequence[float] | None = None) -> pd.DataFrame:
+def certified_shares(
+    points: pd.DataFrame, max_drop: float, shares: Sequence[float] | None = None, upper: str = "upper"
+) -> pd.DataFrame:
     """Largest share of each model and score certified by the fixed-sequence reading, per task and
     on every task at once (a share counts for "all" when certified on each task). ``shares``: the
-    planned grid; a share not measured yet ends the sequence like one not certified."""
+    planned grid; a share not measured yet ends the sequence like one not certified; ``upper``: the
+    column of bounds to read (``upper_fw`` for the family-wise reading)."""
     rows = []
     pruned = points[points["score"] != "none"]
     for (model, score), group in pruned.groupby(["model", "score"]):
@@ -138,11 +149,29 @@ def certified_shares(points: pd.DataFrame, max_drop: float, shares: Sequence[flo
             for share in grid:
                 at = group[group["share"] == share]
                 sel = at if task == "all" else at[at["task"] == task]
-                if len(sel) == 0 or not (sel["upper"] <= max_drop).all():
+                if len(sel) == 0 or not (sel[upper] <= max_drop).all():
                     break
                 best = share
             rows.append({"model": model, "score": score, "task": task, "certified_share": best})
     return pd.DataFrame(rows)
+
+
+def family_size(frontier: Frontier) -> int:
+    """The sequences a reader can pick the best of: every planned model x score x task."""
+    spec = frontier.prune
+    return len(frontier.model_names(all_models=True)) * len(spec.scores) * len(spec.tasks)
+
+
+def add_family_bounds(points: pd.DataFrame, family: int, confidence: float = CONFIDENCE) -> pd.DataFrame:
+    """``points`` with ``upper_fw``: each drop's one-sided upper bound at level (1 - confidence) /
+    ``family`` (Bonferroni over the family's fixed sequences, so the largest certified share of any
+    of them holds at 1 - confidence family-wise); 0 for the unpruned rows."""
+    level = 1.0 - (1.0 - confidence) / family
+    upper = [
+        drop_bound_from_counts(int(r.lost), int(r.gained), int(r.n), level).upper if r.score != "none" else 0.0
+        for r in points.itertuples()
+    ]
+    return points.assign(upper_fw=upper)
 
 
 def _headline(table: pd.DataFrame, tasks: list[str], batch: int) -> Figure:
@@ -195,8 +224,15 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         questions_to_certify(r.lost, r.gained, r.n, spec.max_drop) if r.score != "none" else math.nan
         for r in points.itertuples()
     ]
+    family = family_size(frontier)
+    points = add_family_bounds(points, family)
     table = points.merge(ratios, on=["model", "score", "share"], how="left")
-    certified = certified_shares(points, spec.max_drop, spec.shares)
+    certified = certified_shares(points, spec.max_drop, spec.shares).merge(
+        certified_shares(points, spec.max_drop, spec.shares, "upper_fw").rename(
+            columns={"certified_share": "certified_share_fw"}
+        ),
+        on=["model", "score", "task"],
+    )
     tasks = sorted(points["task"].unique())
     writer = ReportWriter(
         out or frontier.report,
@@ -208,7 +244,7 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     from headstats.io.models import model_slug
 
     missing = [m for m in frontier.model_names(all_models=True) if model_slug(m) not in runs]
-    abstract = _abstract(table, certified, b_small, spec)
+    abstract = _abstract(table, certified, b_small, spec, family)
     if missing:
         abstract += (
             f"\n\nNot run yet: {', '.join(missing)} (`headstats frontier {frontier.path} --models "
@@ -229,10 +265,10 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         legend=f"Per model, score and share: heads removed, measured speed-ups at batch "
         f"{'/'.join(map(str, spec.speed_batches))}, the roof (speed-up if time followed the removed "
         "FLOPs or bytes), and each task's drop with its 95% upper bound; certified = bound <= "
-        f"{spec.max_drop:g}.",
+        f"{100 * spec.max_drop:g} point.",
         full_legend="columns",
     )
-    _body(writer, table, certified, runs, spec, frontier.results)
+    _body(writer, table, certified, runs, spec, frontier.results, family)
     writer.write()
     return Path(writer.out) / "index.html"
 
@@ -269,25 +305,32 @@ def _main_table(table: pd.DataFrame, certified: pd.DataFrame, spec: FrontierSpec
     return pd.DataFrame(rows)
 
 
-def _alone(certified: pd.DataFrame, model: str, score: str, every: float) -> str:
+def _alone(certified: pd.DataFrame, model: str, score: str, every: float, column: str = "certified_share") -> str:
     """The tasks on which alone ``score`` certifies a larger share than on every task, as " (piqa 5%)"."""
     mine = certified[(certified["model"] == model) & (certified["score"] == score)]
-    wider = mine[(mine["task"] != "all") & (mine["certified_share"] > every)]
-    return "".join(f" ({t.task} {t.certified_share:.0%})" for t in wider.itertuples())
+    wider = mine[(mine["task"] != "all") & (mine[column] > every)]
+    return "".join(f" ({t.task} {getattr(t, column):.0%})" for t in wider.itertuples())
 
 
-def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: FrontierSpec) -> str:
+def _shares(certified: pd.DataFrame, model: str, column: str) -> str:
+    """Each score's largest share on every task, with the tasks that alone certify more."""
+    every = certified[(certified["model"] == model) & (certified["task"] == "all")]
+    return ", ".join(
+        f"{r.score} {getattr(r, column):.0%}{_alone(certified, model, r.score, getattr(r, column), column)}"
+        for r in every.itertuples()
+    )
+
+
+def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: FrontierSpec, family: int) -> str:
     parts = []
     both = certified[certified["task"] == "all"]
     for model, group in both.groupby("model"):
-        shares = ", ".join(
-            f"{r.score} {r.certified_share:.0%}{_alone(certified, model, r.score, r.certified_share)}"
-            for r in group.itertuples()
-        )
         best = group.sort_values("certified_share").iloc[-1]
         line = (
             f"{model}: largest share certified within {100 * spec.max_drop:g} point on every task "
-            f"(on one alone): {shares}."
+            f"(on one alone): {_shares(certified, model, 'certified_share')}; adjusted for picking among the "
+            f"{family} (model, score, task) sequences (Bonferroni, each at one-sided "
+            f"{(1 - CONFIDENCE) / family:.2g}): {_shares(certified, model, 'certified_share_fw')}."
         )
         if best["certified_share"] > 0:
             at = table[
@@ -338,19 +381,27 @@ def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: Fr
 
 
 def _body(
-    writer: ReportWriter, table: pd.DataFrame, certified: pd.DataFrame, runs: dict, spec: FrontierSpec, results: Path
+    writer: ReportWriter,
+    table: pd.DataFrame,
+    certified: pd.DataFrame,
+    runs: dict,
+    spec: FrontierSpec,
+    results: Path,
+    family: int,
 ) -> None:
     writer.heading("Largest certified share per score", 2)
     writer.text(
         "Fixed-sequence reading: shares are tested in increasing order and the first one whose upper bound "
-        f"exceeds {spec.max_drop:g} ends the sequence, so the 5% level holds without adjustment for the "
-        "number of shares; 'all' requires every task at once. A share of 0 means the first share tested "
-        "was not certified."
+        f"exceeds {100 * spec.max_drop:g} point ends the sequence, so the 5% level holds without adjustment "
+        "for the number of shares; 'all' requires every task at once. A share of 0 means the first share "
+        f"tested was not certified. Columns marked 'fw' read the bounds at one-sided "
+        f"{(1 - CONFIDENCE) / family:.2g} (Bonferroni over the {family} planned (model, score, task) "
+        "sequences): the share to quote when it is the best of several."
     )
-    writer.table(
-        certified.pivot(index=["model", "score"], columns="task", values="certified_share").reset_index(),
-        "certified_shares",
-    )
+    wide = certified.pivot(index=["model", "score"], columns="task", values=["certified_share", "certified_share_fw"])
+    wide.columns = [task if kind == "certified_share" else f"{task} fw" for kind, task in wide.columns]
+    tasks = [*sorted(t for t in certified["task"].unique() if t != "all"), "all"]
+    writer.table(wide[[c for t in tasks for c in (t, f"{t} fw")]].reset_index(), "certified_shares")
     writer.heading("Speed against the unpruned model", 2)
     cols = [
         "model",
@@ -382,6 +433,7 @@ def _body(
             "accuracy",
             "drop",
             "upper",
+            "upper_fw",
             "lost",
             "gained",
             "mdd_80",
@@ -420,7 +472,8 @@ def _run_notes(writer: ReportWriter, table: pd.DataFrame, runs: dict, results: P
         "before; prefill/decode x: pruned / unpruned tokens/s at that batch; KV cache: pruned / unpruned "
         "cache bytes after the prompt; roof prefill x: 1 / (1 - share of prefill FLOPs removed); roof "
         "decode x: 1 / (1 - share of decode-step bytes removed); drop [upper]: accuracy drop in points "
-        "with its one-sided 95% Tango upper bound; n_to_certify: the questions per task at which that bound "
+        "with its one-sided 95% Tango upper bound; upper_fw: that bound at the family-wise level (Bonferroni "
+        "over the planned (model, score, task) sequences); n_to_certify: the questions per task at which that bound "
         "would reach the tolerated drop if the shares of lost and gained answers stayed as observed (for sizing a "
         "rerun; inf where the observed drop already reaches it)."
     )
