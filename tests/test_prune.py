@@ -536,8 +536,35 @@ def test_the_family_wise_reading_adjusts_every_bound_for_the_planned_sequences()
     assert wise.set_index("task")["certified_share"].to_dict() == {"piqa": 0.05, "all": 0.05}
 
 
+def test_the_speed_line_calls_noise_noise_only_when_every_ratio_lies_within_the_copys() -> None:
+    """Ratios inside an identical copy's range read as noise; beyond it, the line counts the ratios
+    above their roof (which removing FLOPs cannot give) and the spread of the unpruned rate per batch."""
+    from headstats.report.frontier import _speed_line
+
+    def group(prefill: list[float], rates: list[float]) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "score": ["none", "awft", "awft"],
+                "share": [0.0, 0.1, 0.2],
+                "batch": 1,
+                "prefill_speedup": prefill,
+                "decode_speedup": [1.0, 1.0, 1.0],
+                "prefill_flops_removed": [0.0, 0.02, 0.04],  # roofs x1.0204, x1.0417
+                "prefill_tok_s_unpruned": rates,
+            }
+        )
+
+    quiet = _speed_line("m", group([1.03, 1.01, 1.02], [100, 100, 100]))
+    head = "m speed: roof x1.042 at 20% of heads (FLOPs); measured x1.00-x1.02, an identical copy x1.00-x1.03"
+    assert quiet == head + ": within this machine's noise."
+    loud = _speed_line("m", group([1.03, 1.30, 0.80], [100, 50, 200]))
+    assert loud.endswith(
+        "; 1 of 4 pass their roof and the unpruned rate per batch size spanned x4.0: load, not pruning, sets them."
+    )
+
+
 def test_the_abstract_names_a_task_that_alone_certifies_a_larger_share() -> None:
-    from headstats.report.frontier import _alone, certified_shares
+    from headstats.report.frontier import _shares, certified_shares
 
     # PIQA certifies 2% and 5% (bounds 0.8, 0.9), ARC-Easy only 2%: every task 2%, PIQA alone 5%.
     points = pd.DataFrame(
@@ -551,5 +578,8 @@ def test_the_abstract_names_a_task_that_alone_certifies_a_larger_share() -> None
     )
     certified = certified_shares(points, 0.01, [0, 0.02, 0.05, 0.1])
     assert certified.set_index("task")["certified_share"].to_dict() == {"arc_easy": 0.02, "piqa": 0.05, "all": 0.02}
-    assert _alone(certified, "m", "ahon_ln", 0.02) == " (piqa 5%)"
-    assert _alone(certified, "m", "ahon_ln", 0.05) == ""
+    # Family-wise, PIQA's 0.9 at 5% no longer certifies: the abstract says so beside the plain reading.
+    wise = certified_shares(points.assign(upper_fw=points["upper"] + [0, 0.002, 0, 0, 0, 0]), 0.01, None, "upper_fw")
+    both = certified.assign(certified_share_fw=wise["certified_share"])
+    assert _shares(both, "m") == "ahon_ln 2% (piqa 5%; fw 2%)"
+    assert _shares(certified.assign(certified_share_fw=certified["certified_share"]), "m") == "ahon_ln 2% (piqa 5%)"
