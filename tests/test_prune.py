@@ -427,6 +427,16 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path, capsys) -> None:
     index = tmp_path / "report" / "index.html"
     assert index.is_file() and "Largest certified share" in index.read_text()
     assert (tmp_path / "report" / "figures" / "speedup_vs_drop.png").is_file()
+    # A model with points still to run: its certified shares are not read (a missing share would end
+    # the sequence as if it failed), and the abstract says how far it got and how to resume.
+    from headstats.report.frontier import build_frontier_report
+
+    for suffix in (".json", ".parquet"):
+        (root / "points" / f"random-0.500{suffix}").unlink()
+    build_frontier_report(spec, tmp_path / "partial")
+    summary = (tmp_path / "partial" / "summary.md").read_text()
+    assert "(pruned points done: " in summary and " 3 of 4; no share is read until all are)" in summary
+    assert "No model has run every point yet." in summary
 
 
 def test_inference_cost_counts_the_pruned_shapes() -> None:

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from headstats.jobs.frontier import Frontier
+from headstats.jobs.frontier import Frontier, pruned_points
 from headstats.report.plots import score_style
 from headstats.report.writer import ReportWriter
 from headstats.specs import FrontierSpec
@@ -233,6 +233,8 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         ),
         on=["model", "score", "task"],
     )
+    partial = _unfinished(points, runs, len(pruned_points(spec)))
+    certified = certified[~certified["model"].isin(partial)]  # a missing share would read as "not certified"
     tasks = sorted(points["task"].unique())
     writer = ReportWriter(
         out or frontier.report,
@@ -243,12 +245,15 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     b_small = min(spec.speed_batches)
     from headstats.io.models import model_slug
 
-    missing = [m for m in frontier.model_names(all_models=True) if model_slug(m) not in runs]
+    names = {model_slug(m): m for m in frontier.model_names(all_models=True)}
+    missing = [m for slug, m in names.items() if slug not in runs or slug in partial]
     abstract = _abstract(table, certified, b_small, spec, family)
     if missing:
+        done = ", ".join(f"{names.get(slug, slug)} {n} of {len(pruned_points(spec))}" for slug, n in partial.items())
+        so_far = f" (pruned points done: {done}; no share is read until all are)" if done else ""
         abstract += (
-            f"\n\nNot run yet: {', '.join(missing)} (`headstats frontier {frontier.path} --models "
-            f"{','.join(missing)}` resumes)."
+            f"\n\nNot finished: {', '.join(missing)}{so_far}; `headstats frontier {frontier.path} --models "
+            f"{','.join(missing)}` resumes."
         )
     writer.abstract(abstract)
     writer.headline(
@@ -271,6 +276,12 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     _body(writer, table, certified, runs, spec, frontier.results, family)
     writer.write()
     return Path(writer.out) / "index.html"
+
+
+def _unfinished(points: pd.DataFrame, runs: dict, planned: int) -> dict[str, int]:
+    """Models with a baseline but fewer than ``planned`` pruned points: model -> points done."""
+    done = points[points["score"] != "none"].drop_duplicates(["model", "score", "share"]).groupby("model").size()
+    return {m: int(done.get(m, 0)) for m in runs if done.get(m, 0) < planned}
 
 
 def _fmt_drop(row: pd.Series) -> str:
@@ -423,10 +434,14 @@ def _body(
         f"{(1 - CONFIDENCE) / family:.2g} (Bonferroni over the {family} planned (model, score, task) "
         "sequences): the share to quote when it is the best of several."
     )
-    wide = certified.pivot(index=["model", "score"], columns="task", values=["certified_share", "certified_share_fw"])
-    wide.columns = [task if kind == "certified_share" else f"{task} fw" for kind, task in wide.columns]
-    tasks = [*sorted(t for t in certified["task"].unique() if t != "all"), "all"]
-    writer.table(wide[[c for t in tasks for c in (t, f"{t} fw")]].reset_index(), "certified_shares")
+    if certified.empty:
+        writer.text("No model has run every point yet.")
+    else:
+        values = ["certified_share", "certified_share_fw"]
+        wide = certified.pivot(index=["model", "score"], columns="task", values=values)
+        wide.columns = [task if kind == "certified_share" else f"{task} fw" for kind, task in wide.columns]
+        tasks = [*sorted(t for t in certified["task"].unique() if t != "all"), "all"]
+        writer.table(wide[[c for t in tasks for c in (t, f"{t} fw")]].reset_index(), "certified_shares")
     writer.heading("Speed against the unpruned model", 2)
     cols = [
         "model",
