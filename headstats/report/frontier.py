@@ -247,7 +247,7 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
 
     names = {model_slug(m): m for m in frontier.model_names(all_models=True)}
     missing = [m for slug, m in names.items() if slug not in runs or slug in partial]
-    abstract = _abstract(table, certified, b_small, spec, family)
+    abstract = _abstract(table[~table["model"].isin(partial)], certified, b_small, spec, family)
     if missing:
         done = ", ".join(f"{names.get(slug, slug)} {n} of {len(pruned_points(spec))}" for slug, n in partial.items())
         so_far = f" (pruned points done: {done}; no share is read until all are)" if done else ""
