@@ -290,7 +290,6 @@ def _split(spent: Counter, total: float) -> dict[str, float]:
     return {**named, "rest": total - sum(named.values())}
 
 
-@torch.no_grad()
 def time_breakdown(
     models: Mapping[str, PreTrainedModel],
     *,
