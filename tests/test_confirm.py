@@ -196,3 +196,25 @@ def test_the_committed_confirmation_file_loads() -> None:
 
     confirm = load_confirmation("analyses/confirm.toml")
     assert len(confirm.claims) == 4 and confirm.section.limit >= 3000 and confirm.section.exclude_limit == 2000
+    assert confirm.section.kernels == ("explicit", "fused") and confirm.section.dtypes == ("float32", "bfloat16")
+
+
+def test_a_confirmation_runs_model_by_model_so_a_stopped_run_has_whole_verdicts() -> None:
+    from headstats.jobs.confirm import expand, load_confirmation
+
+    order = [
+        (spec.models[0], path.name, spec.ablate[0].scores)
+        for path, spec in expand(load_confirmation("analyses/confirm.toml"))
+    ]
+    smol, gemma = ("smollm2-135m", ("ahon_ln", "awft", "entropy_ln")), ("gemma3-270m", ("ahon_ln",))
+    # Every path of SmolLM2 (its 3 claims) before any of Gemma-3; awft and entropy_ln on the explicit paths only.
+    assert order == [
+        (smol[0], "explicit-float32", smol[1]),
+        (smol[0], "explicit-bfloat16", smol[1]),
+        (smol[0], "fused-float32", ("ahon_ln",)),
+        (smol[0], "fused-bfloat16", ("ahon_ln",)),
+        *[
+            (gemma[0], p, gemma[1])
+            for p in ("explicit-float32", "explicit-bfloat16", "fused-float32", "fused-bfloat16")
+        ],
+    ]

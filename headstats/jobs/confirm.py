@@ -148,11 +148,13 @@ def expand(plan: ConfirmPlan) -> list[tuple[ComputePath, AnalysisSpec]]:
     """One ordinary analysis per (path, model): the model's claims that run on the path as one sweep
     (target 0, which reuses the baseline, and the claimed targets), its kernel pinned and its dtype
     set, into the path's results folder. No report: :func:`headstats.pipeline.run_confirmation` writes one
-    for all."""
+    for all. Model by model, in the file's order, every path of one model before the next: a claim is
+    decided only once all its paths are in, so a run stopped part way has whole verdicts for its first
+    models rather than one path of every claim."""
     sec = plan.section
     out = []
-    for path in plan.paths:
-        for model in plan.models:
+    for model in plan.models:
+        for path in plan.paths:
             mine = [c for c in plan.claims if c.model == model and path in plan.claim_paths(c)]
             if not mine:
                 continue
