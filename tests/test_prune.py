@@ -569,7 +569,7 @@ def test_the_speed_line_calls_noise_noise_only_when_every_ratio_lies_within_the_
     assert quiet == head + ": within this machine's noise."
     loud = _speed_line("m", group([1.03, 1.30, 0.80], [100, 50, 200]))
     assert loud.endswith(
-        "; 1 of 4 pass their roof and the unpruned rate per batch size spanned x4.0: load, not pruning, sets them."
+        "; 1 of 4 pass their roof, the unpruned rate per batch size spanned x4.0: load sets them, not pruning."
     )
 
 

@@ -356,21 +356,21 @@ def _speed_line(model: str, group: pd.DataFrame) -> str:
     above = int((measured[cols].to_numpy() > roofs[:, None]).sum())
     rate = group.groupby("batch")["prefill_tok_s_unpruned"].agg(lambda r: r.max() / r.min()).max()
     return line + (
-        f"; {above} of {len(ratios)} pass their roof and the unpruned rate per batch size spanned x{rate:.1f}: "
-        "load, not pruning, sets them."
+        f"; {above} of {len(ratios)} pass their roof, the unpruned rate per batch size spanned x{rate:.1f}: load "
+        "sets them, not pruning."
     )
 
 
 def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: FrontierSpec, family: int) -> str:
-    parts = []
     both = certified[certified["task"] == "all"]
     adjusted = bool((certified["certified_share"] != certified["certified_share_fw"]).any())
+    parts = [
+        f"Largest share of heads certified within {100 * spec.max_drop:g} point on every task (on one task "
+        f"alone{'; fw: family-wise' if adjusted else ''}):"
+    ]
     for model, group in both.groupby("model"):
         best = group.sort_values("certified_share").iloc[-1]
-        line = (
-            f"{model}: largest share certified within {100 * spec.max_drop:g} point on every task "
-            f"(on one alone{'; fw: family-wise' if adjusted else ''}): {_shares(certified, model)}."
-        )
+        line = f"{model}: {_shares(certified, model)}."
         if best["certified_share"] > 0:
             at = table[
                 (table["model"] == model)
@@ -399,19 +399,16 @@ def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: Fr
     line = (
         "Questions per task: "
         + ", ".join(f"{t} {int(n):,}" for t, n in sizes.items())
-        + f"; {int(passed.sum())} of {len(cells)} (model, score, share, task) cells certified within {points}"
+        + f"; {int(passed.sum())} of {len(cells)} (model, score, share, task) cells certified"
     )
     if len(reachable):
         line += (
-            f"; at their shares of changed answers the others need {reachable.min():,.0f}-"
-            f"{reachable.max():,.0f} questions (`n_to_certify`), and {int((~finite).sum())} dropped {points} or more"
+            f"; the others need {reachable.min():,.0f}-{reachable.max():,.0f} questions (`n_to_certify`), and "
+            f"{int((~finite).sum())} dropped {points} or more"
         )
     line += "."
     if adjusted:
-        line += (
-            f" fw: Bonferroni over the {family} planned (model, score, task) sequences (one-sided "
-            f"{(1 - CONFIDENCE) / family:.2g} each), for quoting the best of them."
-        )
+        line += f" fw: Bonferroni over the {family} planned (model, score, task) sequences."
     parts.append(line)
     return "\n\n".join(parts)
 
