@@ -543,6 +543,14 @@ class RunSpec(LoadOptions, Staged):
     )
 
 
+@dataclass(frozen=True)
+class FrontierRunSpec(RunSpec):
+    """``headstats frontier``: :class:`RunSpec`, with one more stage, ``time``: every finished point timed
+    again on this machine, its answers kept (:func:`headstats.jobs.frontier.retime_model`)."""
+
+    CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {"stages": (*STAGES[:-1], "time", STAGES[-1])}
+
+
 def _unit_interval(value: float) -> None:
     if not 0.0 < value < 1.0:
         raise ValueError(f"a confidence lies strictly between 0 and 1, not {value:g}")

@@ -7,6 +7,7 @@ import copy
 import json
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 import torch
 from families import attention_modules, tiny_model
@@ -437,6 +438,92 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path, capsys) -> None:
     summary = (tmp_path / "partial" / "summary.md").read_text()
     assert "(pruned points done: " in summary and " 3 of 4; no share is read until all are)" in summary
     assert "No model has run every point yet." in summary
+
+
+def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(model_dir, tmp_path, monkeypatch) -> None:
+    """``frontier --stages time``: every finished point timed again against the unpruned model (the
+    pruned copy rebuilt from the point's heads), its answers untouched, its earlier timing kept with
+    the machine it came from; a stopped round resumes where it stopped, a finished one starts anew."""
+    from headstats.cli import main
+    from headstats.engine.speed import inference_cost
+    from headstats.jobs import frontier as F
+    from headstats.report.frontier import build_frontier_report
+
+    analysis = tmp_path / "tiny_frontier.toml"
+    analysis.write_text(
+        f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n[models]\nnames = ["{model_dir}"]\n'
+        '[prune]\nscores = ["ahon_ln"]\nshares = [0, 0.25]\ntasks = ["arc_easy"]\nspeed_batches = [1, 2]\n'
+        "prompt_length = 8\nnew_tokens = 2\nrepeats = 1\n"
+    )
+    spec = F.load_frontier(analysis)
+    root = F.model_root(spec, str(model_dir))
+    points = root / "points"
+    F._check_run(spec, root, {"cpu": "the run's"})
+    model, _ = headstats.load_model(str(model_dir), device="cpu", dtype="float32")
+    heads = [[0, 1], [1, 0]]
+    smaller = copy.deepcopy(model)
+    prune_heads(smaller, [tuple(h) for h in heads])
+    old = [{"model": "unpruned", "batch": 1, "prefill_tokens_per_s": 1.0}]
+    answers = pd.DataFrame(
+        {
+            "task": "arc_easy",
+            "question_id": ["a", "b"],
+            "correct": [True, False],
+            "gold_loglik": [-1.0, -2.0],
+            "pred": 0,
+        }
+    )
+    for stem, extra in [
+        ("baseline", {"eval_seconds": 1.0, "params": count_parameters(model)}),
+        (
+            "ahon_ln-0.250",
+            {
+                "score": "ahon_ln",
+                "share": 0.25,
+                "removed_heads": heads,
+                "n_removed": 2,
+                "params_before": count_parameters(model),
+                "params_after": count_parameters(smaller),
+                "roof": F._roof(inference_cost(model), inference_cost(smaller), spec.prune),
+                "eval_seconds": 1.0,
+            },
+        ),
+    ]:
+        F.write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / f"{stem}.parquet")
+        F.write_json_atomic({**extra, "speed": old}, points / f"{stem}.json")
+    kept = {p.name: p.read_bytes() for p in points.glob("*.parquet")}
+
+    timed, real = [], F._speed
+    stop = {"at": 2}
+
+    def spy(spec_, models):
+        timed.append(count_parameters(models["pruned"]))
+        if len(timed) == stop["at"]:
+            raise KeyboardInterrupt
+        return real(spec_, models)
+
+    def record(stem: str) -> dict:
+        return json.loads((points / f"{stem}.json").read_text())
+
+    monkeypatch.setattr(F, "_speed", spy)
+    assert main(["frontier", str(analysis), "--stages", "time", "-q"]) == 130  # stopped in the second point
+    assert timed == [count_parameters(model), count_parameters(smaller)]  # the copy, then the pruned model
+    assert record("baseline")["earlier_speed"] == [{"speed": old, "machine": {"cpu": "the run's"}}]
+    assert record("ahon_ln-0.250")["speed"] == old and "ended" not in json.loads((root / "retime.json").read_text())
+    stop["at"] = None
+    assert main(["frontier", str(analysis), "--stages", "time", "-q"]) == 0  # resumes: the pruned point alone
+    assert timed[2:] == [count_parameters(smaller)]
+    point = record("ahon_ln-0.250")
+    assert point["earlier_speed"] == [{"speed": old, "machine": {"cpu": "the run's"}}]
+    assert {(r["model"], r["batch"]) for r in point["speed"]} == {
+        (m, b) for m in ("unpruned", "pruned") for b in (1, 2)
+    }
+    assert point["timed"] == record("baseline")["timed"] and point["timed"]["machine"]["device"] == "cpu"
+    assert {p.name: p.read_bytes() for p in points.glob("*.parquet")} == kept
+    assert main(["frontier", str(analysis), "--stages", "time", "-q"]) == 0  # a finished round: a new one
+    assert len(timed) == 5 and len(record("baseline")["earlier_speed"]) == 2
+    build_frontier_report(spec)
+    assert "Speeds timed again (stage `time`, from " in (tmp_path / "report" / "summary.md").read_text()
 
 
 def test_inference_cost_counts_the_pruned_shapes() -> None:

@@ -7,7 +7,7 @@ import argparse
 from dataclasses import replace
 
 from headstats.cli.options import spec_command, spec_from_args
-from headstats.specs import PruneSpec, RunSpec
+from headstats.specs import FrontierRunSpec, PruneSpec
 
 
 def add_command(subparsers: argparse._SubParsersAction) -> None:
@@ -29,13 +29,14 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         subparsers,
         "frontier",
         _frontier,
-        RunSpec,
+        FrontierRunSpec,
         help="prune every model of an analysis file at every share by every score; accuracy, speed, report",
         description=(
             "Run a pruning frontier analysis file (e.g. analyses/prune_embedded.toml): rank heads on the "
             "calibration set (stage collect), remove them at each share by each score, evaluate the held-out tasks "
             "and time prefill and decode against the unpruned model side by side (stage ablate), and write the "
-            "report (stage report). Re-running resumes."
+            "report (stage report). Re-running resumes. --stages time,report times every finished point again on "
+            "this machine (a quiet one, or a GPU) and keeps its answers."
         ),
     )
 
@@ -54,9 +55,9 @@ def _main(args: argparse.Namespace) -> int:
 
 def _frontier(args: argparse.Namespace) -> int:
     """Stages of a frontier file: collect = the calibration means, ablate = the pruned points (the
-    unpruned baseline first), report = the report."""
-    command = spec_from_args(args, RunSpec)
-    from headstats.jobs.frontier import load_frontier, run_frontier
+    unpruned baseline first), time = every finished point timed again here, report = the report."""
+    command = spec_from_args(args, FrontierRunSpec)
+    from headstats.jobs.frontier import load_frontier, retime_model, run_frontier
 
     frontier = load_frontier(command.analysis)
     if getattr(args, "quiet", False):  # --quiet: no progress bars, whatever the file says
@@ -70,6 +71,9 @@ def _frontier(args: argparse.Namespace) -> int:
     if {"collect", "ablate"} & set(command.stages):
         seconds = run_frontier(frontier, models, calibrate_only="ablate" not in command.stages)
         print(f"{frontier.results}: frontier run took {seconds / 60:.1f} min")
+    if "time" in command.stages:
+        for name in models:
+            print(f"{retime_model(frontier, name)}: every finished point timed again")
     if "report" in command.stages:
         from headstats.report.frontier import build_frontier_report
 

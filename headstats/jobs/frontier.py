@@ -13,7 +13,8 @@ Per model, in ``RESULTS/model=<slug>/``:
   measured side by side in this process.
 
 Every point is written atomically when finished; a re-run skips finished points. ``run.json`` holds
-the settings and the machine; a folder written with other settings is refused.
+the settings and the machine; a folder written with other settings is refused. :func:`retime_model`
+(stage ``time``) times the finished points again on another machine, keeping their answers.
 """
 
 from __future__ import annotations
@@ -245,6 +246,51 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
             checkpoint.discard()
         logger.info("%s %s: %d heads removed, %.0f s evaluation", name, stem, len(heads), seconds)
         del pruned
+    return root
+
+
+def retime_model(frontier: Frontier, name: str) -> Path:
+    """Time every finished point of one model again on this machine: speed only (the answers, the
+    removed heads and the roof stay), for a quiet machine or a GPU after a run on a loaded one. The
+    points are timed back to back, each against the unpruned model in alternating turns as in the run,
+    so the unpruned rate across them shows how steady the machine was. A point's earlier timing moves
+    to its ``earlier_speed`` list with the machine it was measured on. A round is recorded in
+    ``retime.json``: a stopped one resumes on the same machine (points it timed are skipped); a
+    finished one, or another machine, starts a new round."""
+    from headstats.io.models import load_model, machine_info
+
+    spec = frontier.prune
+    root = model_root(frontier, name)
+    points = root / "points"
+    if not (points / "baseline.json").is_file():
+        raise ValueError(f"{name} has no finished points under {points} to time again: run the frontier first")
+    model, _ = load_model(name, **narrow(frontier.models, LoadOptions).kwargs())
+    machine = machine_info(next(model.parameters()).device)
+    _check_run(frontier, root, machine)
+    run_machine = json.loads((root / "run.json").read_text())["machine"]
+    rounds = root / "retime.json"
+    current = json.loads(rounds.read_text()) if rounds.is_file() else {}
+    if current.get("ended") or current.get("machine") != machine:
+        current = {"round": time.time(), "machine": machine}
+        write_json_atomic(current, rounds)
+    for stem in planned_points(spec):
+        path = points / f"{stem}.json"
+        if not path.is_file():
+            continue
+        record = json.loads(path.read_text())
+        timed = record.get("timed", {"machine": run_machine})
+        if timed.get("round") == current["round"]:
+            continue
+        pruned = copy.deepcopy(model)  # the baseline's: an identical copy, the measurement's noise
+        if record.get("removed_heads"):
+            prune_heads(pruned, [tuple(h) for h in record["removed_heads"]])
+        speed = _speed(spec, {"unpruned": model, "pruned": pruned})
+        record["earlier_speed"] = [*record.get("earlier_speed", []), {"speed": record["speed"], **timed}]
+        record.update(speed=speed, timed={"round": current["round"], "machine": machine})
+        write_json_atomic(record, path)
+        logger.info("%s %s: timed again", name, stem)
+        del pruned
+    write_json_atomic({**current, "ended": time.time()}, rounds)
     return root
 
 

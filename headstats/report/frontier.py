@@ -16,6 +16,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -519,10 +520,21 @@ def _run_notes(writer: ReportWriter, table: pd.DataFrame, runs: dict, results: P
         machine = info["run"]["machine"]
         points = table[(table["model"] == model) & (table["score"] != "none")]
         total = info["baseline"]["eval_seconds"] + points.drop_duplicates(["score", "share"])["eval_seconds"].sum()
-        writer.text(
+        line = (
             f"{model}: CPU {machine.get('cpu')}, torch threads {machine.get('torch_threads')}, "
             f"device {machine.get('device')}; evaluation passes took {total / 60:.1f} min in all."
         )
+        timed = info["baseline"].get("timed")
+        if timed:
+            again = timed["machine"]
+            when = datetime.fromtimestamp(timed["round"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+            gpu = f", GPU {again['gpu']}" if again.get("gpu") else ""
+            line += (
+                f" Speeds timed again (stage `time`, from {when}) on CPU {again.get('cpu')}, torch threads "
+                f"{again.get('torch_threads')}, device {again.get('device')}{gpu}; each point keeps its earlier "
+                "timings (`earlier_speed` in its JSON)."
+            )
+        writer.text(line)
     log = results / "runs.jsonl"
     if log.is_file():
         runs_logged = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
