@@ -447,6 +447,7 @@ def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(mode
     from headstats.cli import main
     from headstats.engine.speed import inference_cost
     from headstats.jobs import frontier as F
+    from headstats.options import SpecError
     from headstats.report.frontier import build_frontier_report
 
     analysis = tmp_path / "tiny_frontier.toml"
@@ -459,6 +460,9 @@ def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(mode
     root = F.model_root(spec, str(model_dir))
     points = root / "points"
     F._check_run(spec, root, {"cpu": "the run's"})
+    run = json.loads((root / "run.json").read_text())
+    run["settings"]["load"]["token"] = None  # what an older headstats recorded: an unset option it no longer records
+    F.write_json_atomic(run, root / "run.json")
     model, _ = headstats.load_model(str(model_dir), device="cpu", dtype="float32")
     heads = [[0, 1], [1, 0]]
     smaller = copy.deepcopy(model)
@@ -524,6 +528,10 @@ def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(mode
     assert len(timed) == 5 and len(record("baseline")["earlier_speed"]) == 2
     build_frontier_report(spec)
     assert "Speeds timed again (stage `time`, from " in (tmp_path / "report" / "summary.md").read_text()
+    run["settings"]["load"]["dtype"] = "bfloat16"  # a setting that was set, and differs: refused
+    F.write_json_atomic(run, root / "run.json")
+    with pytest.raises(SpecError, match=r"holds a frontier run with other settings \(load\)"):
+        F.retime_model(spec, str(model_dir))
 
 
 def test_inference_cost_counts_the_pruned_shapes() -> None:
@@ -656,7 +664,7 @@ def test_the_speed_line_calls_noise_noise_only_when_every_ratio_lies_within_the_
     assert quiet == head + ": within this machine's noise."
     loud = _speed_line("m", group([1.03, 1.30, 0.80], [100, 50, 200]))
     assert loud.endswith(
-        "; 1 of 4 pass their roof, the unpruned rate per batch size spanned x4.0: load sets them, not pruning."
+        "; 1 of 4 pass their roof, the unpruned rate per batch size spanned x4.0: noise sets them, not pruning."
     )
 
 

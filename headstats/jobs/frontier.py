@@ -108,6 +108,14 @@ def _check_run(frontier: Frontier, root: Path, machine: dict) -> dict:
     record = root / "run.json"
     if record.is_file():
         saved = json.loads(record.read_text())
+        # An option that is no longer recorded (e.g. the runtime-only Hub token) and was unset then
+        # leaves the settings the same.
+        saved["settings"] = {
+            part: {k: v for k, v in values.items() if k in settings.get(part, {}) or v is not None}
+            if isinstance(values, dict)
+            else values
+            for part, values in saved.get("settings", {}).items()
+        }
         if saved.get("settings") != settings:
             changed = sorted(k for k in settings if saved.get("settings", {}).get(k) != settings[k])
             raise SpecError(

@@ -338,9 +338,9 @@ def _shares(certified: pd.DataFrame, model: str) -> str:
 def _speed_line(model: str, group: pd.DataFrame) -> str:
     """The measured speed-ups beside the roof and beside an identical copy's ratios (the noise): within
     that noise, or how many ratios leave it, how many pass the roof (which removed FLOPs cannot
-    explain), and how much the unpruned model's own rate moved between points (the machine's load)."""
+    explain), and how much the unpruned model's own rate moved between points (the machine's variation)."""
     noise, measured = group[group["score"] == "none"], group[group["score"] != "none"]
-    # A ratio beyond the copy's range may be pruning or load; one above its roof cannot be pruning.
+    # A ratio beyond the copy's range may be pruning or noise; one above its roof cannot be pruning.
     if noise.empty or measured.empty:
         return ""
     cols = ["prefill_speedup", "decode_speedup"]
@@ -357,7 +357,7 @@ def _speed_line(model: str, group: pd.DataFrame) -> str:
     above = int((measured[cols].to_numpy() > roofs[:, None]).sum())
     rate = group.groupby("batch")["prefill_tok_s_unpruned"].agg(lambda r: r.max() / r.min()).max()
     return line + (
-        f"; {above} of {len(ratios)} pass their roof, the unpruned rate per batch size spanned x{rate:.1f}: load "
+        f"; {above} of {len(ratios)} pass their roof, the unpruned rate per batch size spanned x{rate:.1f}: noise "
         "sets them, not pruning."
     )
 
