@@ -440,7 +440,9 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path, capsys) -> None:
     assert "No model has run every point yet." in summary
 
 
-def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(model_dir, tmp_path, monkeypatch) -> None:
+def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(
+    model_dir, tmp_path, monkeypatch, capsys
+) -> None:
     """``frontier --stages time``: every finished point timed again against the unpruned model (the
     pruned copy rebuilt from the point's heads), its answers untouched, its earlier timing kept with
     the machine it came from; a stopped round resumes where it stopped, a finished one starts anew."""
@@ -528,7 +530,13 @@ def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(mode
     assert len(timed) == 5 and len(record("baseline")["earlier_speed"]) == 2
     build_frontier_report(spec)
     assert "Speeds timed again (stage `time`, from " in (tmp_path / "report" / "summary.md").read_text()
-    run["settings"]["load"]["dtype"] = "bfloat16"  # a setting that was set, and differs: refused
+    # The command line's loading options apply: where the model runs leaves the folder's settings as
+    # they are (it is timed again elsewhere), another dtype is another run and is refused.
+    assert main(["frontier", str(analysis), "--stages", "time", "-q", "--device", "cpu"]) == 0 and len(timed) == 7
+    capsys.readouterr()
+    assert main(["frontier", str(analysis), "--stages", "time", "-q", "--dtype", "bfloat16"]) != 0
+    assert "holds a frontier run with other settings (load)" in capsys.readouterr().err
+    run["settings"]["load"]["dtype"] = "bfloat16"  # the same, recorded by the run
     F.write_json_atomic(run, root / "run.json")
     with pytest.raises(SpecError, match=r"holds a frontier run with other settings \(load\)"):
         F.retime_model(spec, str(model_dir))

@@ -57,9 +57,11 @@ def _frontier(args: argparse.Namespace) -> int:
     """Stages of a frontier file: collect = the calibration means, ablate = the pruned points (the
     unpruned baseline first), time = every finished point timed again here, report = the report."""
     command = spec_from_args(args, FrontierRunSpec)
+    from headstats.jobs.analysis import given_load
     from headstats.jobs.frontier import load_frontier, retime_model, run_frontier
 
     frontier = load_frontier(command.analysis)
+    frontier = replace(frontier, models=replace(frontier.models, **given_load(command)))  # --dtype, --device, ...
     if getattr(args, "quiet", False):  # --quiet: no progress bars, whatever the file says
         frontier = replace(frontier, prune=replace(frontier.prune, progress=False))
     models = list(command.only_models) if command.only_models else frontier.model_names(command.all_models)

@@ -179,18 +179,20 @@ def load_analysis(path: str | Path) -> AnalysisSpec:
     )
 
 
-def merged_load(spec: AnalysisSpec, load: LoadOptions | None = None) -> LoadOptions:
-    """The file's [models] loading options, with those ``load`` sets (every value other than the
-    default, as a command line's ``--dtype`` or a :class:`RunSpec`'s) taking precedence."""
-    if load is None:
-        return spec.load
+def given_load(load: LoadOptions) -> dict[str, object]:
+    """The loading options ``load`` sets: every value other than the default, as a command line's
+    ``--dtype`` or a :class:`RunSpec`'s."""
     given, default = narrow(load, LoadOptions), LoadOptions()
-    changed = {
+    return {
         f.name: getattr(given, f.name)
         for f in fields(LoadOptions)
         if getattr(given, f.name) != getattr(default, f.name)
     }
-    return replace(spec.load, **changed)
+
+
+def merged_load(spec: AnalysisSpec, load: LoadOptions | None = None) -> LoadOptions:
+    """The file's [models] loading options, with those ``load`` sets taking precedence."""
+    return spec.load if load is None else replace(spec.load, **given_load(load))
 
 
 def needs_model(spec: AnalysisSpec, run: RunSpec) -> bool:

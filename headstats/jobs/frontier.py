@@ -41,6 +41,7 @@ from headstats.specs import FrontierSpec, LoadOptions, ModelsSection
 logger = logging.getLogger("headstats")
 
 ANSWER_COLUMNS = ["task", "question_id", "correct", "gold_loglik", "pred"]
+PLACEMENT = ("device", "device_map")  # loading options left out of a frontier folder's settings
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,8 @@ def task_options(spec: FrontierSpec) -> dict:
 
 
 def _check_run(frontier: Frontier, root: Path, machine: dict) -> dict:
-    load = narrow(frontier.models, LoadOptions).settings()
+    # Where the model runs is not part of what the run is: the same folder is timed again on a GPU.
+    load = {k: v for k, v in narrow(frontier.models, LoadOptions).settings().items() if k not in PLACEMENT}
     settings = json.loads(json.dumps({"prune": frontier.prune.settings(), "load": load}))
     record = root / "run.json"
     if record.is_file():
@@ -111,7 +113,9 @@ def _check_run(frontier: Frontier, root: Path, machine: dict) -> dict:
         # An option that is no longer recorded (e.g. the runtime-only Hub token) and was unset then
         # leaves the settings the same.
         saved["settings"] = {
-            part: {k: v for k, v in values.items() if k in settings.get(part, {}) or v is not None}
+            part: {
+                k: v for k, v in values.items() if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT
+            }
             if isinstance(values, dict)
             else values
             for part, values in saved.get("settings", {}).items()
