@@ -10,11 +10,12 @@ Per model, in ``RESULTS/model=<slug>/``:
   copy of itself, the speed measurement's own noise;
 - ``points/<score>-<share>.parquet`` / ``.json``: the pruned model's answers, and its speed, KV cache,
   parameter count and arithmetic roof (:mod:`headstats.engine.speed`) next to the unpruned model's,
-  measured side by side in this process.
+  measured side by side in this process;
+- ``retime.json``: the last round of :func:`retime_model` (stage ``time``), which times the finished
+  points again on another machine and keeps their answers.
 
 Every point is written atomically when finished; a re-run skips finished points. ``run.json`` holds
-the settings and the machine; a folder written with other settings is refused. :func:`retime_model`
-(stage ``time``) times the finished points again on another machine, keeping their answers.
+the settings and the machine; a folder written with other settings is refused.
 """
 
 from __future__ import annotations
