@@ -218,3 +218,86 @@ def test_a_confirmation_runs_model_by_model_so_a_stopped_run_has_whole_verdicts(
             for p in ("explicit-float32", "explicit-bfloat16", "fused-float32", "fused-bfloat16")
         ],
     ]
+
+
+def _held_out(score: str, target: float, correct: np.ndarray, documents: np.ndarray) -> pd.DataFrame:
+    n = len(correct)
+    return pd.DataFrame(
+        {
+            "model": "m",
+            "task": "hellaswag",
+            "score": score,
+            "target": target,
+            "subject": "",
+            "question_id": [f"q{i}" for i in range(n)],
+            "document": documents,
+            "n_choices": 4,
+            "n_zeroed": 0 if score == "baseline" else 5,
+            "n_heads": 100,
+            "correct": correct.astype(int),
+        }
+    )
+
+
+def test_what_a_confirmation_can_show_and_how_much_of_the_tolerance_churn_takes() -> None:
+    from statistics import NormalDist
+
+    from headstats.stats.confirm import path_baselines
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    base = rng.random(n) < 0.32
+    point = base.copy()
+    right, wrong = np.flatnonzero(base), np.flatnonzero(~base)
+    point[right[:40]] = False  # 40 answers lost
+    point[wrong[:30]] = True  # 30 gained
+    documents = np.arange(n)  # one question per document: no design effect
+    rows = {
+        "explicit-float32": pd.concat(
+            [_held_out("baseline", 0.0, base, documents), _held_out("ahon_ln", 0.05, point, documents)]
+        )
+    }
+    claims = pd.DataFrame(
+        [
+            {
+                "claim": "m hellaswag ahon_ln@0.05",
+                "model": "m",
+                "task": "hellaswag",
+                "score": "ahon_ln",
+                "target": 0.05,
+                "zeroed_pct": 5.0,
+                "paths": ["explicit-float32", "fused-float32"],
+            },
+            {
+                "claim": "other",
+                "model": "m",
+                "task": "hellaswag",
+                "score": "awft",
+                "target": 0.05,
+                "zeroed_pct": 5.0,
+                "paths": ["explicit-float32"],
+            },
+        ]
+    )
+    level = 0.05 / 2
+    bounds = claim_bounds(rows, claims).set_index(["claim", "path"])
+    row = bounds.loc[("m hellaswag ahon_ln@0.05", "explicit-float32")]
+    assert (row["lost"], row["gained"]) == (40, 30)
+    # The same 70 changed answers split evenly (35 lost, 35 gained), bounded from the answers themselves.
+    even = base.copy()
+    even[right[:35]] = False
+    even[wrong[:35]] = True
+    assert row["bound_if_no_drop"] == pytest.approx(100 * drop_bound(base, even, 1 - level).upper)
+    assert 0 < row["bound_if_no_drop"] < row["drop_upper"]
+    # A claim with no point on a path has no churn either.
+    assert np.isnan(bounds.loc[("m hellaswag awft@0.05", "explicit-float32"), "bound_if_no_drop"])
+
+    table = path_baselines(rows, claims).set_index("path")
+    assert list(table.index) == ["explicit-float32", "fused-float32"]  # every planned path, once
+    got = table.loc["explicit-float32"]
+    z = NormalDist().inv_cdf(1 - level)
+    assert got["floor"] == pytest.approx(100 * z * z / (n + z * z), rel=1e-6)  # no answer changed: z²/(n + z²)
+    assert got["baseline"] == pytest.approx(100 * base.mean()) and got["chance"] == pytest.approx(25.0)
+    assert got["baseline_low"] < got["baseline"] < got["baseline_high"]
+    assert (got["n_questions"], got["n_clusters"], got["cluster"]) == (n, n, "document")
+    assert table.loc["fused-float32", ["n_questions", "n_clusters"]].isna().all()  # not run: empty, not 0

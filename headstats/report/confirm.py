@@ -16,7 +16,7 @@ from headstats.jobs.confirm import ConfirmPlan, claims_table
 from headstats.report.freshness import report_inputs
 from headstats.report.sections.context import Context
 from headstats.report.writer import ReportWriter
-from headstats.stats.confirm import claim_bounds, claim_verdicts
+from headstats.stats.confirm import claim_bounds, claim_verdicts, path_baselines
 
 
 def path_rows(plan: ConfirmPlan) -> dict[str, pd.DataFrame]:
@@ -102,36 +102,125 @@ def headline_figure(bounds: pd.DataFrame, paths: list[str], drop: float) -> Figu
         f"accuracy drop (points; bar to the one-sided upper bound; dotted: the {drop:g}-point tolerance)", fontsize=8
     )
     if labelled:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="path", title_fontsize=7)
+        # Below the axes: the right margin belongs to the "not run yet" notes at the tolerance line.
+        ax.legend(
+            fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(paths), title="path", title_fontsize=7
+        )
     fig.tight_layout()
     return fig
+
+
+def _worst_lines(bounds: pd.DataFrame, verdicts: pd.DataFrame) -> str:
+    """Per decided or part-run claim, its worst path so far: the bound that decides it."""
+    parts = []
+    for verdict in ("not confirmed", "confirmed", "incomplete"):
+        names = verdicts.loc[verdicts["verdict"] == verdict, "claim"]
+        ran = bounds[bounds["claim"].isin(names) & bounds["drop_upper"].notna()]
+        if ran.empty:
+            continue
+        worst = ran.loc[ran.groupby("claim", sort=False)["drop_upper"].idxmax()]
+        said = ", ".join(f"{r.claim} {r.drop_upper:.2f} ({r.path})" for r in worst.itertuples())
+        parts.append(
+            f"{verdict.capitalize()}, worst bound so far: {said}."
+            if verdict == "incomplete"
+            else f"{verdict.capitalize()}, worst bound: {said}."
+        )
+    return "\n\n" + " ".join(parts) if parts else ""
+
+
+def _what_it_can_show(writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, pd.DataFrame], claims) -> None:
+    sec = plan.section
+    table = path_baselines(rows, claims, confidence=sec.confidence)
+    legend = writer.note(
+        "Reading the table of what this run can show",
+        "Per model and planned path: n_questions and n_clusters, the held-out questions and the source documents "
+        "they come from (the resampling unit); baseline, the unzeroed model's accuracy (%) on them with its 95% "
+        "Wilson interval (baseline_low, baseline_high; questions taken as independent); chance, the accuracy of "
+        "guessing among each question's endings; floor, the one-sided upper bound of the drop (points) at the "
+        "claims' level when zeroing changes no answer at all. Empty rows: paths not run yet.",
+    )
+    writer.heading("What this run can show")
+    ran = table[table["n_questions"].notna()]
+    floor = f"{ran['floor'].max():.2f}" if len(ran) else "n/a"
+    writer.text(
+        f"Per model and path: the held-out questions, the unzeroed model's accuracy against chance, and the floor, "
+        f"the bound a claim gets when zeroing changes no answer ({floor} point here, against a {sec.drop:g}-point "
+        "tolerance). Answers that flip both ways raise it: `bound_if_no_drop` under "
+        f"[every claim on every path](#every-claim-on-every-path) is the bound at a claim's own churn with no net "
+        f"drop ([full legend](#{legend}); paths, clusters and run time: [methods and caveats](#methods-and-caveats))."
+    )
+    writer.table(table, "what_this_run_can_show", floatfmt=".3g")
+
+
+def _methods(writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, pd.DataFrame], times: pd.DataFrame) -> None:
+    sec = plan.section
+    writer.note(
+        "Computation paths",
+        "Each path is one attention kernel (explicit: softmax of the scores, which the scores reading attention "
+        "probabilities need; fused: PyTorch's scaled_dot_product_attention) with one dtype of the model body "
+        f"({', '.join(sec.dtypes)}), run as its own sweep with the kernel pinned, against its own baseline on the "
+        "same questions. The path alone changes some answers (rounding), so a claim must hold on every path: an "
+        "intersection-union test, which needs no adjustment over the paths.",
+    )
+    per_doc = [
+        int(frame[frame["score"] == "baseline"].groupby(["model", "document"]).size().max())
+        for frame in rows.values()
+        if "document" in frame.columns and frame["document"].notna().any()
+    ]
+    if per_doc:
+        writer.note(
+            "Clusters",
+            f"Questions that come from the same source document (a video or article of {sec.task}) are one "
+            f"cluster: at most {max(per_doc)} held-out questions share a document. Bounds are taken at the "
+            "effective number of questions (the design effect of the paired differences, at least 1).",
+        )
+    with writer.appendix():
+        writer.heading("Run time", 3)
+        writer.text("Per path: the timed passes, their wall and CPU hours, and the machine they ran on.")
+        writer.table(times, "run_times", floatfmt=".3g")
 
 
 def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     """Write ``plan.report`` (index.html, summary.md, tables/*.csv); returns index.html."""
     sec = plan.section
     claims = claims_table(plan)
-    bounds = claim_bounds(path_rows(plan), claims, drop=sec.drop, confidence=sec.confidence)
+    rows = path_rows(plan)
+    bounds = claim_bounds(rows, claims, drop=sec.drop, confidence=sec.confidence)
     verdicts = claim_verdicts(bounds, [p.name for p in plan.paths], drop=sec.drop)
     times = run_times(plan)
     k = len(claims)
     writer = ReportWriter(store.ensure_writable(plan.report), plan.description or plan.name)
     counts = verdicts["verdict"].value_counts()
     ran = int(bounds["n_questions"].notna().sum())
+    held_out = f"{sec.limit:,}" if sec.limit else "all"
     writer.abstract(
         f"Do the exploratory study's certified zeroing shares hold on questions it never saw? {k} claims, "
-        f"stated before this run, were tested on {sec.limit or 'all'} held-out {sec.task} questions under "
+        f"stated before this run, were tested on {held_out} held-out {sec.task} questions under "
         f"{len(plan.paths)} computation paths (attention kernel x model dtype): {int(counts.get('confirmed', 0))} "
         f"confirmed, {int(counts.get('not confirmed', 0))} not confirmed, {int(counts.get('incomplete', 0))} "
         f"incomplete ({ran} of {len(bounds)} claim-path runs done; {times['hours'].sum():.1f} hours of passes). "
         f"A claim is confirmed when the one-sided upper bound of its paired drop is at most {sec.drop:g} point on "
         f"every path, at level {(1 - sec.confidence) / k:.3g} each (Bonferroni over the {k} claims)."
+        + _worst_lines(bounds, verdicts)
     )
     writer.headline(
         headline_figure(bounds, [p.name for p in plan.paths], sec.drop),
         "bounds",
         f"Each claim's drop on every path it runs on, with a bar to its one-sided upper bound at level "
         f"{(1 - sec.confidence) / k:.3g}; confirmed when every bar ends at most {sec.drop:g} point (dotted line).",
+    )
+    legend = writer.note(
+        "Reading the verdict table",
+        f"One row per claim. held_out_n: the held-out questions paired with each path's baseline (the fewest "
+        f"over its paths). level: each bound's one-sided level, (1 - {sec.confidence:g}) / {k} (Bonferroni over "
+        f"the {k} claims). bound <path>: the one-sided upper bound of the accuracy drop on that path (points; "
+        "Tango's score bound at the effective number of questions given the source-document clusters); "
+        "zeroed_pct <path>: the % of heads the claim's threshold zeroed there (calibrated on the held-out "
+        "questions' own scores); empty where the claim was not planned on that path (a score that reads the "
+        "attention probabilities runs on the explicit kernel only) or has not run yet. paths: paths run of those "
+        f"planned. worst_bound: the largest bound over the paths that ran. verdict: confirmed when every planned "
+        f"path ran and its bound is at most {sec.drop:g} point; not confirmed when a path that ran exceeds it; "
+        "incomplete otherwise (confirmed: empty).",
     )
     writer.main_table(
         verdicts,
@@ -141,8 +230,10 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
             f"{(1 - sec.confidence) / k:.3g}) and the % of heads zeroed, and the verdict (confirmed: every bound at "
             f"most {sec.drop:g}; a path not run yet leaves the claim incomplete)."
         ),
+        full_legend=legend,
         floatfmt=".3g",
     )
+    _what_it_can_show(writer, plan, rows, claims)
     writer.heading("The claims as stated before the run")
     writer.text(
         f"From `{plan.path.as_posix()}`. Held-out questions: a seeded random sample (seed {sec.seed}) of "
@@ -156,11 +247,12 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     writer.text(
         "Per (claim, path): paired questions and their clusters, baseline and zeroed accuracy (%), the realised % of "
         "heads zeroed, the answers lost and gained, the design effect, the drop with its one-sided upper bound "
-        "(Tango's score bound at the effective number of questions) and whether it certifies the claim."
+        "(Tango's score bound at the effective number of questions), `bound_if_no_drop` (the bound the same number "
+        "of changed answers gives when as many are gained as lost: how much of the tolerance churn alone takes) "
+        "and whether it certifies the claim."
     )
     writer.table(bounds, "bounds", floatfmt=".3g")
-    writer.heading("Run time")
-    writer.table(times, "run_times", floatfmt=".3g")
+    _methods(writer, plan, rows, times)
     if plan.results.is_dir():
         writer.inputs = report_inputs(plan.results, plan.section.settings(), plan.path)
     return writer.write()

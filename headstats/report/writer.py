@@ -299,6 +299,12 @@ class ReportWriter:
         return path
 
     def _table_html(self, frame: pd.DataFrame, path: Path, floatfmt: str, index: bool) -> str:
+        # na_rep covers NaN only: a nullable count or flag (Int64, boolean) would print "<NA>".
+        nullable = [c for c in frame.columns if isinstance(frame[c].dtype, pd.api.extensions.ExtensionDtype)]
+        if nullable:
+            frame = frame.copy()
+            for c in nullable:
+                frame[c] = frame[c].astype(object).where(frame[c].notna(), "")
         body = frame.to_html(
             index=index, border=0, classes="t", na_rep="", float_format=lambda v: format(v, floatfmt), escape=True
         )

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from headstats.stats import summary as S
-from headstats.stats.paired import design_effect, drop_bound_from_counts
+from headstats.stats.paired import design_effect, drop_bound_from_counts, wilson_interval
 
 CLAIM_COLUMNS = ("claim", "model", "task", "score", "target", "zeroed_pct", "paths")
 PATH_COLUMNS = (
@@ -43,11 +43,25 @@ PATH_COLUMNS = (
     "design_effect",
     "drop",
     "drop_upper",
+    "bound_if_no_drop",
     "level",
     "certified",
 )
 
 COUNT_COLUMNS = ("n_questions", "n_clusters", "lost", "gained")
+BASELINE_COLUMNS = (
+    "model",
+    "task",
+    "path",
+    "n_questions",
+    "n_clusters",
+    "cluster",
+    "baseline",
+    "baseline_low",
+    "baseline_high",
+    "chance",
+    "floor",
+)
 
 
 def claim_name(model: str, task: str, score: str, target: float) -> str:
@@ -104,6 +118,8 @@ def _one_path(name: str, path: str, frame: pd.DataFrame | None, claim, level: fl
     deff = design_effect(a, b, clusters)
     lost, gained = int(np.count_nonzero(a & ~b)), int(np.count_nonzero(~a & b))
     bound = drop_bound_from_counts(lost, gained, len(joined), 1.0 - level, deff)
+    # The same churn with no net drop: how much of the tolerance changed answers alone take.
+    churn = drop_bound_from_counts((lost + gained) / 2, (lost + gained) / 2, len(joined), 1.0 - level, deff)
     row.update(
         n_questions=len(joined),
         n_clusters=int(joined["_cluster"].nunique()),
@@ -116,9 +132,45 @@ def _one_path(name: str, path: str, frame: pd.DataFrame | None, claim, level: fl
         design_effect=deff,
         drop=100.0 * bound.drop,
         drop_upper=100.0 * bound.upper,
+        bound_if_no_drop=100.0 * churn.upper,
         certified=bool(100.0 * bound.upper <= drop),
     )
     return row
+
+
+def path_baselines(rows: Mapping[str, pd.DataFrame], claims: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFrame:
+    """What the run can show, before any claim: one row per (model, task, planned path) of the claims,
+    with the held-out questions and their clusters, the unzeroed model's accuracy (%) with its 95%
+    Wilson interval (questions taken as independent), chance (%), and the ``floor``: the one-sided
+    upper bound of the drop (points, at the claims' level ``(1 - confidence) / len(claims)``) when no
+    answer changes, the least any claim on that path can show. A path not run leaves its row empty."""
+    level = (1.0 - confidence) / len(claims)
+    prepared = {path: S.prepare_rows(frame, "correct") for path, frame in rows.items() if len(frame)}
+    out = []
+    for (model, task), group in claims.groupby(["model", "task"], sort=False):
+        for path in dict.fromkeys(p for paths in group["paths"] for p in paths):
+            row: dict[str, object] = dict.fromkeys(BASELINE_COLUMNS, math.nan)
+            row.update(model=model, task=task, path=path, cluster="")
+            frame = prepared.get(path)
+            base = pd.DataFrame() if frame is None else frame[(frame["model"] == model) & (frame["task"] == task)]
+            base = base[base["score"] == S.BASELINE] if len(base) else base
+            if len(base):
+                n, right = len(base), int(base["_ok"].sum())
+                unit, labels = S.question_clusters(base, None)
+                low, high = wilson_interval(right, n)
+                row.update(
+                    n_questions=n,
+                    n_clusters=len(np.unique(labels)),
+                    cluster=unit,
+                    baseline=100.0 * right / n,
+                    baseline_low=100.0 * low,
+                    baseline_high=100.0 * high,
+                    chance=S.chance_percent(base),
+                    floor=100.0 * drop_bound_from_counts(0, 0, n, 1.0 - level).upper,
+                )
+            out.append(row)
+    frame = pd.DataFrame(out, columns=list(BASELINE_COLUMNS))
+    return frame.astype({"n_questions": "Int64", "n_clusters": "Int64"})
 
 
 def claim_verdicts(bounds: pd.DataFrame, paths: Sequence[str], *, drop: float = 1.0) -> pd.DataFrame:
@@ -153,5 +205,11 @@ def claim_verdicts(bounds: pd.DataFrame, paths: Sequence[str], *, drop: float = 
         row["confirmed"] = pd.NA if verdict == "incomplete" else verdict == "confirmed"
         rows.append(row)
     out = pd.DataFrame(rows)
+    # What decides first (the verdict and its worst bound), then the bounds per path, then the shares.
+    order = ["claim", "verdict", "worst_bound", "held_out_n", "paths"]
+    order += [c for c in out.columns if c.startswith("bound ")] + [
+        c for c in out.columns if c.startswith("zeroed_pct ")
+    ]
+    out = out[[*order, "level", "confirmed"]]
     # A count, empty (<NA>) where no path ran yet; an incomplete claim is neither confirmed nor refuted.
     return out.astype({"held_out_n": "Int64", "confirmed": "boolean"})

@@ -134,6 +134,16 @@ CURVE_COLUMNS = (
 )
 
 
+def chance_percent(rows: pd.DataFrame) -> float:
+    """The accuracy (%) of guessing uniformly among each question's choices (``n_choices``), averaged
+    over the rows; NaN when the rows do not say how many choices there were."""
+    if "n_choices" not in rows.columns:
+        return math.nan
+    choices = pd.to_numeric(rows["n_choices"], errors="coerce").to_numpy(dtype=float)
+    choices = choices[np.isfinite(choices) & (choices > 0)]
+    return 100.0 * float(np.mean(1.0 / choices)) if len(choices) else math.nan
+
+
 def prepare_rows(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per-question intervention rows checked (the SPEC §6 columns, 0/1 ``metric``, no question twice
     in a point) and normalised (empty subjects as "", the baseline at target 0), with ``_ok`` the

@@ -13,7 +13,7 @@ from scipy import stats as st
 from headstats.report.sections.context import Context, Writer, fit_sentences
 from headstats.stats.distances import cluster_codes, cluster_column
 from headstats.stats.paired import minimum_detectable_drop
-from headstats.stats.summary import BASELINE
+from headstats.stats.summary import BASELINE, chance_percent
 
 CONFIDENCE = 0.95  # one-sided, as the certification of "within 1 point" (headstats.stats.summary)
 POWER = 0.80
@@ -26,14 +26,6 @@ def questions_to_certify(drop: float = 1.0, confidence: float = CONFIDENCE) -> i
     n = z² (100 - drop) / drop on."""
     z = float(st.norm.ppf(confidence))
     return math.ceil(z * z * (100.0 - drop) / drop)
-
-
-def _chance(rows: pd.DataFrame) -> float:
-    if "n_choices" not in rows.columns:
-        return math.nan
-    choices = pd.to_numeric(rows["n_choices"], errors="coerce").to_numpy(dtype=float)
-    choices = choices[np.isfinite(choices) & (choices > 0)]
-    return 100.0 * float(np.mean(1.0 / choices)) if len(choices) else math.nan
 
 
 def _other_metric(metric: str) -> str:
@@ -53,7 +45,7 @@ def what_it_can_show(context: Context) -> pd.DataFrame:
         b = base.iloc[0]
         n = int(b["n_questions"])
         asked = rows[(rows["task"] == task) & (rows["model"] == model) & (rows["score"] == BASELINE)]
-        chance = _chance(asked)
+        chance = chance_percent(asked)
         at_chance = bool(np.isfinite(chance) and b["acc_low"] <= chance <= b["acc_high"])
         out.append(
             {
