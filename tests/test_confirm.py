@@ -301,3 +301,25 @@ def test_what_a_confirmation_can_show_and_how_much_of_the_tolerance_churn_takes(
     assert got["baseline_low"] < got["baseline"] < got["baseline_high"]
     assert (got["n_questions"], got["n_clusters"], got["cluster"]) == (n, n, "document")
     assert table.loc["fused-float32", ["n_questions", "n_clusters"]].isna().all()  # not run: empty, not 0
+
+
+def test_the_abstract_names_each_claims_deciding_bound() -> None:
+    from headstats.report.confirm import _worst_lines
+
+    nan = float("nan")
+    bounds = _bounds(
+        [
+            ("a", "explicit-float32", 3000, True, 0.8),
+            ("a", "fused-float32", 3000, False, 1.3),
+            ("b", "explicit-float32", 3000, True, 0.6),
+            ("b", "fused-float32", 3000, True, 0.9),
+            ("c", "explicit-float32", 3000, True, 0.7),
+            ("c", "fused-float32", nan, False, nan),
+            ("d", "explicit-float32", nan, False, nan),
+        ]
+    ).assign(drop=0.1)
+    verdicts = claim_verdicts(bounds, ["explicit-float32", "fused-float32"])
+    assert _worst_lines(bounds, verdicts) == (
+        "\n\nNot confirmed, worst bound: a 1.30 (fused-float32). Confirmed, worst bound: b 0.90 (fused-float32). "
+        "Incomplete, worst bound so far: c 0.70 (explicit-float32)."
+    )  # d has not run anywhere: nothing to say of it yet

@@ -498,6 +498,7 @@ def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(
         F.write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / f"{stem}.parquet")
         F.write_json_atomic({**extra, "speed": old}, points / f"{stem}.json")
     kept = {p.name: p.read_bytes() for p in points.glob("*.parquet")}
+    assert F.retime_left(spec, str(model_dir)) == (2, 2, None)  # no round yet: both, no estimate
 
     timed, real = [], F._speed
     stop = {"at": 2}
@@ -516,6 +517,7 @@ def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(
     assert timed == [count_parameters(model), count_parameters(smaller)]  # the copy, then the pruned model
     assert record("baseline")["earlier_speed"] == [{"speed": old, "machine": {"cpu": "the run's"}}]
     assert record("ahon_ln-0.250")["speed"] == old and "ended" not in json.loads((root / "retime.json").read_text())
+    assert F.retime_left(spec, str(model_dir)) == (1, 2, None)  # the stopped round resumes with one point
     stop["at"] = None
     assert main(["frontier", str(analysis), "--stages", "time", "-q"]) == 0  # resumes: the pruned point alone
     assert timed[2:] == [count_parameters(smaller)]
@@ -526,6 +528,14 @@ def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(
     }
     assert point["timed"] == record("baseline")["timed"] and point["timed"]["machine"]["device"] == "cpu"
     assert {p.name: p.read_bytes() for p in points.glob("*.parquet")} == kept
+    ended = json.loads((root / "retime.json").read_text())
+    left, finished, seconds = F.retime_left(spec, str(model_dir))  # an ended round: a new one times both
+    assert (left, finished) == (2, 2) and seconds == pytest.approx((ended["ended"] - ended["round"]) / 2)
+    capsys.readouterr()
+    assert main(["frontier", str(analysis), "--stages", "time", "--dry-run", "-q"]) == 0 and len(timed) == 3
+    assert f"stage time: 2 of 2 finished points to time again (about {2 * seconds / 60:.1f} min at the last " in (
+        capsys.readouterr().out
+    )
     assert main(["frontier", str(analysis), "--stages", "time", "-q"]) == 0  # a finished round: a new one
     assert len(timed) == 5 and len(record("baseline")["earlier_speed"]) == 2
     build_frontier_report(spec)

@@ -53,6 +53,22 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _time_stage_plan(frontier, models: list[str]) -> str:
+    """The ``--dry-run`` lines of the time stage: per model the points to time again and, from the last
+    ended round, about how long (loads no model)."""
+    from headstats.jobs.frontier import retime_left
+
+    lines = []
+    for name in models:
+        left, finished, seconds = retime_left(frontier, name)
+        if seconds is None:
+            how_long = "no ended round to estimate from"
+        else:
+            how_long = f"about {left * seconds / 60:.1f} min at the last round's {seconds:.0f} s per point"
+        lines.append(f"{name}: stage time: {left} of {finished} finished points to time again ({how_long})")
+    return "\n".join(lines)
+
+
 def _frontier(args: argparse.Namespace) -> int:
     """Stages of a frontier file: collect = the calibration means, ablate = the pruned points (the
     unpruned baseline first), time = every finished point timed again here, report = the report."""
@@ -68,7 +84,10 @@ def _frontier(args: argparse.Namespace) -> int:
     if command.dry_run:
         from headstats.jobs.dryrun import dry_run_frontier
 
-        print(dry_run_frontier(frontier, models).summary())
+        if {"collect", "ablate"} & set(command.stages):
+            print(dry_run_frontier(frontier, models).summary())
+        if "time" in command.stages:
+            print(_time_stage_plan(frontier, models))
         return 0
     if {"collect", "ablate"} & set(command.stages):
         seconds = run_frontier(frontier, models, calibrate_only="ablate" not in command.stages)

@@ -307,6 +307,24 @@ def retime_model(frontier: Frontier, name: str) -> Path:
     return root
 
 
+def retime_left(frontier: Frontier, name: str) -> tuple[int, int, float | None]:
+    """What ``--stages time`` would do for one model, without loading it: (finished points it would time
+    now, finished points, seconds per point in the last round that ended, or None before any). A
+    round that stopped resumes (points it timed are not counted) when rerun on the same machine;
+    another machine starts a new round and times every finished point."""
+    points = model_root(frontier, name) / "points"
+    finished = [p for p in (points / f"{s}.json" for s in planned_points(frontier.prune)) if p.is_file()]
+    rounds = model_root(frontier, name) / "retime.json"
+    current = json.loads(rounds.read_text()) if rounds.is_file() else {}
+    stamps = [json.loads(p.read_text()).get("timed", {}).get("round") for p in finished]
+    if current and not current.get("ended"):
+        return sum(stamp != current["round"] for stamp in stamps), len(finished), None
+    seconds = None
+    if current.get("ended") and current["round"] in stamps:
+        seconds = (current["ended"] - current["round"]) / stamps.count(current["round"])
+    return len(finished), len(finished), seconds
+
+
 def run_frontier(frontier: Frontier, models: list[str] | None = None, *, calibrate_only: bool = False) -> float:
     """Run every model of ``frontier`` (or ``models``); returns the wall seconds this call took."""
     start = time.time()
