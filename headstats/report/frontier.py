@@ -25,7 +25,7 @@ from matplotlib.figure import Figure
 
 from headstats.jobs.frontier import Frontier, pruned_points
 from headstats.report.plots import score_style
-from headstats.report.writer import ReportWriter
+from headstats.report.writer import ReportWriter, anchor_slug
 from headstats.specs import FrontierSpec
 from headstats.stats.paired import (
     drop_bound,
@@ -35,6 +35,7 @@ from headstats.stats.paired import (
 )
 
 CONFIDENCE = 0.95  # each point's one-sided bound
+LEGEND = "Reading the main table"  # the appendix heading the main table links to
 
 
 def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
@@ -272,7 +273,7 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         f"{'/'.join(map(str, spec.speed_batches))}, the roof (speed-up if time followed the removed "
         "FLOPs or bytes), and each task's drop with its 95% upper bound; certified = bound <= "
         f"{100 * spec.max_drop:g} point.",
-        full_legend="columns",
+        full_legend=anchor_slug(LEGEND),
     )
     _body(writer, table, certified, runs, spec, frontier.results, family)
     writer.write()
@@ -504,7 +505,7 @@ def _roof(writer: ReportWriter, table: pd.DataFrame) -> None:
 
 def _run_notes(writer: ReportWriter, table: pd.DataFrame, runs: dict, results: Path) -> None:
     """The appendix: the columns' legend, and each model's machine and run time."""
-    writer.heading("columns", 3)
+    writer.heading(LEGEND, 3)
     writer.text(
         "share: fraction of all heads removed; heads removed: their number; params: parameters after / "
         "before; prefill/decode x: pruned / unpruned tokens/s at that batch; KV cache: pruned / unpruned "
