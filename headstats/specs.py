@@ -535,6 +535,14 @@ class RunSpec(LoadOptions, Staged):
     only_models: tuple[str, ...] | None = option(
         None, "comma-separated subset of the file's models", flag="--models", toml=False
     )
+    only_paths: tuple[str, ...] | None = option(
+        None,
+        "comma-separated subset of a confirmation file's computation paths to run now, e.g. "
+        "explicit-float32,fused-float32 (the rest wait for a later run, on a machine suited to them; the "
+        "verdicts always need every path)",
+        flag="--paths",
+        toml=False,
+    )
     dry_run: bool = option(
         False,
         "print what would run (sequences, passes, batched forward passes) and an estimated time measured on a "

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from headstats.cli.options import add_resources, add_spec, spec_from_args
-from headstats.options import narrow
+from headstats.options import SpecError, narrow
 from headstats.specs import (
     LIST_ALL,
     LISTABLE,
@@ -289,6 +289,12 @@ def run_run(args: argparse.Namespace) -> int:
     progress = not getattr(args, "quiet", False)
     if is_confirmation(Path(run.analysis)):
         index = run_confirmation_file(run, progress=progress)
+    elif run.only_paths:
+        raise SpecError(
+            "paths",
+            f"chooses among a confirmation file's computation paths; {run.analysis} has none (no [confirm] section)",
+            label="--paths",
+        )
     else:
         index = run_analysis_file(run, spec_from_args(args, Resources), progress=progress)
     if index is not None:

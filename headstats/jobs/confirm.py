@@ -33,7 +33,7 @@ kernel only (the fused kernel cannot compute it): its paths are the explicit one
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -200,16 +200,70 @@ def claims_table(plan: ConfirmPlan) -> pd.DataFrame:
     )
 
 
+def selected(plan: ConfirmPlan, run: RunSpec | None = None) -> list[tuple[ComputePath, AnalysisSpec]]:
+    """The (path, model) analyses of :func:`expand` that ``run`` asks for now: all, or those of its
+    ``--paths`` and ``--models`` (names checked against the file's, listing what it has). Choosing
+    changes what runs now, never the verdicts: a claim stays incomplete until every path has run."""
+    run = run or RunSpec()
+    for given, known, what in (
+        (run.only_paths, [p.name for p in plan.paths], "--paths"),
+        (run.only_models, plan.models, "--models"),
+    ):
+        unknown = [name for name in given or () if name not in known]
+        if unknown:
+            raise SpecError(
+                what.removeprefix("--"),
+                f"{', '.join(unknown)} is not in {plan.path.as_posix()} (it has {', '.join(known)})",
+                label=what,
+            )
+    return [
+        (path, spec)
+        for path, spec in expand(plan)
+        if (not run.only_paths or path.name in run.only_paths)
+        and (not run.only_models or spec.models[0] in run.only_models)
+    ]
+
+
+def slow_bf16_warning(paths: Sequence[ComputePath], device: str | None) -> str | None:
+    """A warning when bf16 paths are to run on a CPU without bf16 matrix units (AVX512-BF16 or AMX),
+    where PyTorch emulates bf16 products, tens of times slower than fp32 (64x measured on a 2-core
+    AVX2 EPYC); None otherwise."""
+    import torch
+
+    from headstats.io.models import machine_info
+
+    slow = [p.name for p in paths if p.dtype == "bfloat16"]
+    where = device or ("cuda" if torch.cuda.is_available() else "cpu")  # None: as load_model places it
+    if not slow or torch.device(where).type != "cpu":
+        return None
+
+    info = machine_info("cpu")
+    if info["bf16_units"]:
+        return None
+    fast = [p.name for p in paths if p.dtype != "bfloat16"]
+    rest = f" --paths {','.join(dict.fromkeys(fast))} runs the others here;" if fast else ""
+    return (
+        f"{', '.join(dict.fromkeys(slow))}: this CPU ({info['cpu']}) has no bf16 matrix units (AVX512-BF16, AMX), "
+        f"so bf16 runs tens of times slower than fp32 here;{rest} run the bf16 paths on a CPU that has them, or "
+        "on a GPU (the results folder resumes anywhere)"
+    )
+
+
 def path_run(run: RunSpec) -> RunSpec:
     """The run of each (path, model) analysis of :func:`expand`: its sweeps, with the path's own
     dtype and model (``run`` may set the device and the other loading options)."""
-    return replace(run, stages=("ablate",), dtype=None, all_models=False, only_models=None)
+    return replace(run, stages=("ablate",), dtype=None, all_models=False, only_models=None, only_paths=None)
 
 
 def run_paths(plan: ConfirmPlan, run: RunSpec, *, progress: bool = True) -> None:
-    """Every path's sweeps of ``plan``, resuming finished points."""
+    """The sweeps of every path of ``plan`` (or of ``run``'s ``--paths`` and ``--models``), resuming
+    finished points."""
     store.ensure_writable(plan.results)
-    for path, spec in expand(plan):
+    chosen = selected(plan, run)
+    warning = slow_bf16_warning([path for path, _ in chosen], run.device)
+    if warning:
+        logger.warning(warning)
+    for path, spec in chosen:
         for model in spec.models:
             logger.info("[%s] %s: %s", path.name, model, ", ".join(spec.ablate[0].scores or ()))
             run_model_stages(spec, model, path_run(run), progress=progress)
@@ -225,4 +279,6 @@ __all__ = [
     "path_run",
     "read_claims",
     "run_paths",
+    "selected",
+    "slow_bf16_warning",
 ]

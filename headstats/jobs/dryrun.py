@@ -27,7 +27,7 @@ import pandas as pd
 from headstats.engine.batching import padded_tokens
 from headstats.io import store
 from headstats.jobs.analysis import AnalysisSpec, merged_load
-from headstats.jobs.confirm import ConfirmPlan, expand, path_run
+from headstats.jobs.confirm import ConfirmPlan, path_run, selected, slow_bf16_warning
 from headstats.jobs.frontier import Frontier, model_root, planned_points, task_options
 from headstats.options import narrow
 from headstats.specs import LoadOptions, RunSpec, SweepSpec
@@ -209,7 +209,11 @@ def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe
     """:func:`dry_run` of every (path, model) analysis of a confirmation file, each unit named with
     its path."""
     units, device = [], "?"
-    for path, spec in expand(plan):
+    chosen = selected(plan, run)
+    warning = slow_bf16_warning([path for path, _ in chosen], (run or RunSpec()).device)
+    if warning:
+        logger.warning(warning)
+    for path, spec in chosen:
         planned = dry_run(spec, path_run(run or RunSpec()), probe_sequences=probe_sequences)
         units += [replace(u, what=f"{u.what} [{path.name}]") for u in planned.units]
         device = planned.device if planned.device != "?" else device
