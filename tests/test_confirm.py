@@ -323,3 +323,57 @@ def test_the_abstract_names_each_claims_deciding_bound() -> None:
         "\n\nNot confirmed, worst bound: a 1.30 (fused-float32). Confirmed, worst bound: b 0.90 (fused-float32). "
         "Incomplete, worst bound so far: c 0.70 (explicit-float32)."
     )  # d has not run anywhere: nothing to say of it yet
+
+
+def test_paths_and_models_choose_what_runs_now_and_names_are_checked(capsys) -> None:
+    from headstats.cli import main
+    from headstats.jobs.confirm import load_confirmation, selected
+    from headstats.specs import RunSpec
+
+    plan = load_confirmation("analyses/confirm.toml")
+    fp32 = RunSpec(only_paths=("explicit-float32", "fused-float32"))
+    assert [(p.name, s.models[0]) for p, s in selected(plan, fp32)] == [
+        ("explicit-float32", "smollm2-135m"),
+        ("fused-float32", "smollm2-135m"),
+        ("explicit-float32", "gemma3-270m"),
+        ("fused-float32", "gemma3-270m"),
+    ]
+    gemma = RunSpec(only_paths=("fused-bfloat16",), only_models=("gemma3-270m",))
+    assert [(p.name, s.models[0]) for p, s in selected(plan, gemma)] == [("fused-bfloat16", "gemma3-270m")]
+    assert len(selected(plan)) == 8  # nothing chosen: every (path, model)
+    with pytest.raises(SpecError) as bad:
+        selected(plan, RunSpec(only_paths=("explicit-fp32",)))
+    assert str(bad.value) == (
+        "--paths: explicit-fp32 is not in analyses/confirm.toml (it has explicit-float32, explicit-bfloat16, "
+        "fused-float32, fused-bfloat16)"
+    )
+    with pytest.raises(SpecError, match=r"^--models: qwen is not in analyses/confirm.toml \(it has smollm2-135m, "):
+        selected(plan, RunSpec(only_models=("qwen",)))
+    # An ordinary analysis file has no paths to choose: refused, not ignored.
+    assert main(["run", "analyses/study.toml", "--paths", "explicit-float32", "--dry-run"]) != 0
+    assert (
+        "--paths: chooses among a confirmation file's computation paths; analyses/study.toml has none "
+        "(no [confirm] section)" in capsys.readouterr().err
+    )
+
+
+def test_bf16_paths_on_a_cpu_without_bf16_units_warn_and_name_the_others(monkeypatch) -> None:
+    from headstats.io import models
+    from headstats.jobs.confirm import ComputePath, slow_bf16_warning
+
+    paths = [ComputePath(k, d) for k in ("explicit", "fused") for d in ("float32", "bfloat16")]
+    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
+    assert slow_bf16_warning(paths, "cpu") == (
+        "explicit-bfloat16, fused-bfloat16: this CPU (AVX2 EPYC) has no bf16 matrix units (AVX512-BF16, AMX), so "
+        "bf16 runs tens of times slower than fp32 here; --paths explicit-float32,fused-float32 runs the others "
+        "here; run the bf16 paths on a CPU that has them, or on a GPU (the results folder resumes anywhere)"
+    )
+    assert slow_bf16_warning([paths[1]], "cpu") == (  # nothing else to run here
+        "explicit-bfloat16: this CPU (AVX2 EPYC) has no bf16 matrix units (AVX512-BF16, AMX), so bf16 runs tens of "
+        "times slower than fp32 here; run the bf16 paths on a CPU that has them, or on a GPU (the results folder "
+        "resumes anywhere)"
+    )
+    assert slow_bf16_warning([p for p in paths if p.dtype == "float32"], "cpu") is None  # fp32 only
+    assert slow_bf16_warning(paths, "cuda:0") is None  # a GPU computes bf16 natively
+    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
+    assert slow_bf16_warning(paths, "cpu") is None
