@@ -366,12 +366,11 @@ def test_bf16_paths_on_a_cpu_without_bf16_units_warn_and_name_the_others(monkeyp
     assert slow_bf16_warning(paths, "cpu") == (
         "explicit-bfloat16, fused-bfloat16: this CPU (AVX2 EPYC) has no bf16 matrix units (AVX512-BF16, AMX), so "
         "bf16 runs tens of times slower than fp32 here; --paths explicit-float32,fused-float32 runs the others "
-        "here; run the bf16 paths on a CPU that has them, or on a GPU (the results folder resumes anywhere)"
+        "here; run the bf16 paths on a CPU that has them, or on a GPU"
     )
     assert slow_bf16_warning([paths[1]], "cpu") == (  # nothing else to run here
         "explicit-bfloat16: this CPU (AVX2 EPYC) has no bf16 matrix units (AVX512-BF16, AMX), so bf16 runs tens of "
-        "times slower than fp32 here; run the bf16 paths on a CPU that has them, or on a GPU (the results folder "
-        "resumes anywhere)"
+        "times slower than fp32 here; run the bf16 paths on a CPU that has them, or on a GPU"
     )
     assert slow_bf16_warning([p for p in paths if p.dtype == "float32"], "cpu") is None  # fp32 only
     assert slow_bf16_warning(paths, "cuda:0") is None  # a GPU computes bf16 natively

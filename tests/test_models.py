@@ -51,6 +51,28 @@ def test_dtype_auto_keeps_the_checkpoints_dtype(bf16_dir: Path) -> None:
         load_model(str(bf16_dir), dtype="fp8", device="cpu")
 
 
+def test_bf16_on_a_cpu_without_bf16_units_warns_with_the_way_out(
+    bf16_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PyTorch emulates bf16 products on a CPU without AVX512-BF16 or AMX, tens of times slower than
+    fp32: loading a bf16 body there says so, and what to pass instead."""
+    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
+    with caplog.at_level("WARNING", logger="headstats"):
+        load_model(str(bf16_dir), dtype="bfloat16", device="cpu")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{bf16_dir} runs in bfloat16 on a CPU without bf16 matrix units (AVX2 EPYC: no AVX512-BF16 or AMX), where "
+        "bf16 is tens of times slower than float32; pass --dtype float32 (dtype='float32') unless bf16's own "
+        "numbers are wanted"
+    ]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="headstats"):
+        load_model(str(bf16_dir), dtype="float32", device="cpu")  # fp32: nothing to say
+        monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
+        load_model(str(bf16_dir), dtype="bfloat16", device="cpu")  # bf16 units: the fast path
+    assert caplog.records == []
+    assert models.emulated_bf16("cuda") is None  # a GPU computes bf16 itself
+
+
 # -- Hub ids and revisions, from a Hub cache laid out as huggingface_hub writes it ------------------
 
 MAIN, STEP = "a" * 40, "b" * 40

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import pickle
 import platform
@@ -27,6 +28,8 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from headstats.engine.attention import ATTN_IMPLEMENTATION, UnsupportedModelError, check_supported, register
 from headstats.engine.prune import CONFIG_KEY, pruned_class
 from headstats.io import assets
+
+logger = logging.getLogger("headstats")
 
 
 class ModelNotFoundError(ValueError):
@@ -70,6 +73,16 @@ def machine_info(device: torch.device | str) -> dict[str, object]:
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
+
+
+def emulated_bf16(device: torch.device | str) -> str | None:
+    """The CPU's name when ``device`` is a CPU without bf16 matrix units (AVX512-BF16 or AMX), where
+    PyTorch emulates bf16 products, tens of times slower than fp32 (64x for a 2048x576 by 576x1536
+    product on a 2-core AVX2 EPYC); None on a GPU or on a CPU that has them."""
+    if torch.device(device).type != "cpu":
+        return None
+    info = machine_info("cpu")
+    return None if info["bf16_units"] else str(info["cpu"])
 
 
 def resolve_dtype(
@@ -251,6 +264,15 @@ def load_model(
     check_supported(model)
     if device_map is None:
         model.to(target)
+        cpu = emulated_bf16(target) if model.dtype == torch.bfloat16 else None
+        if cpu:
+            logger.warning(
+                "%s runs in bfloat16 on a CPU without bf16 matrix units (%s: no AVX512-BF16 or AMX), where bf16 is "
+                "tens of times slower than float32; pass --dtype float32 (dtype='float32') unless bf16's own "
+                "numbers are wanted",
+                name_or_path,
+                cpu,
+            )
     model.eval()
     model.headstats_name = name_or_path
     model.headstats_revision = revision

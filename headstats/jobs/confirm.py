@@ -230,22 +230,19 @@ def slow_bf16_warning(paths: Sequence[ComputePath], device: str | None) -> str |
     AVX2 EPYC); None otherwise."""
     import torch
 
-    from headstats.io.models import machine_info
+    from headstats.io.models import emulated_bf16
 
     slow = [p.name for p in paths if p.dtype == "bfloat16"]
     where = device or ("cuda" if torch.cuda.is_available() else "cpu")  # None: as load_model places it
-    if not slow or torch.device(where).type != "cpu":
-        return None
-
-    info = machine_info("cpu")
-    if info["bf16_units"]:
+    cpu = emulated_bf16(where) if slow else None
+    if not cpu:
         return None
     fast = [p.name for p in paths if p.dtype != "bfloat16"]
     rest = f" --paths {','.join(dict.fromkeys(fast))} runs the others here;" if fast else ""
     return (
-        f"{', '.join(dict.fromkeys(slow))}: this CPU ({info['cpu']}) has no bf16 matrix units (AVX512-BF16, AMX), "
+        f"{', '.join(dict.fromkeys(slow))}: this CPU ({cpu}) has no bf16 matrix units (AVX512-BF16, AMX), "
         f"so bf16 runs tens of times slower than fp32 here;{rest} run the bf16 paths on a CPU that has them, or "
-        "on a GPU (the results folder resumes anywhere)"
+        "on a GPU"
     )
 
 
