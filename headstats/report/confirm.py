@@ -14,6 +14,7 @@ from matplotlib.figure import Figure
 from headstats.io import store
 from headstats.jobs.confirm import ConfirmPlan, claims_table
 from headstats.report.freshness import report_inputs
+from headstats.report.sections.can_show import run_times as pass_times
 from headstats.report.sections.context import ABSTRACT_WORDS, Context, word_count
 from headstats.report.writer import ReportWriter
 from headstats.stats.confirm import claim_bounds, claim_verdicts, path_baselines
@@ -30,26 +31,19 @@ def path_rows(plan: ConfirmPlan) -> dict[str, pd.DataFrame]:
 
 
 def run_times(plan: ConfirmPlan) -> pd.DataFrame:
-    """Per path: the timed passes, their wall hours and CPU hours, and the machine they ran on."""
-    rows = []
+    """Per path, model and machine (:func:`headstats.report.sections.can_show.run_times`): the timed
+    passes, their wall and CPU hours and minutes per pass; a path resumed on another machine gives one
+    row per machine. Empty (with its columns) before any pass."""
+    frames = []
     for path in plan.paths:
         root = plan.results_of(path)
-        if not root.is_dir():
-            rows.append({"path": path.name, "passes_timed": 0, "hours": 0.0, "cpu_hours": 0.0, "machine": ""})
-            continue
-        passes = Context(root).passes
-        timed = passes[passes["seconds"].notna()]
-        machines = {str((m or {}).get("cpu") or (m or {}).get("device") or "") for m in timed["machine"]}
-        rows.append(
-            {
-                "path": path.name,
-                "passes_timed": len(timed),
-                "hours": timed["seconds"].sum() / 3600,
-                "cpu_hours": timed["cpu_seconds"].sum() / 3600,
-                "machine": "; ".join(sorted(m for m in machines if m)),
-            }
-        )
-    return pd.DataFrame(rows)
+        table = pass_times(Context(root)) if root.is_dir() else None
+        if table is not None and len(table):
+            frames.append(table.assign(path=path.name))
+    if not frames:
+        return pd.DataFrame(columns=["path", "model", "passes_timed", "hours", "cpu_hours", "min_per_pass", "machine"])
+    out = pd.concat(frames, ignore_index=True)
+    return out[["path", *(c for c in out.columns if c not in ("path", "task", "dtype"))]]
 
 
 PATH_MARKERS = ("o", "s", "^", "D", "v", "P")
@@ -176,7 +170,11 @@ def _methods(writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, pd.DataFra
         )
     with writer.appendix():
         writer.heading("Run time", 3)
-        writer.text("Per path: the timed passes, their wall and CPU hours, and the machine they ran on.")
+        writer.text(
+            "Per path, model and machine: the timed passes, their wall and CPU hours and minutes per pass (a bf16 "
+            "path is fast only on a CPU with bf16 units or a GPU), passes that reused the baseline's answers, and "
+            "the last one's end."
+        )
         writer.table(times, "run_times", floatfmt=".3g")
 
 

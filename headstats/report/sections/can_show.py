@@ -144,12 +144,16 @@ def completeness(context: Context) -> pd.DataFrame | None:
     return pd.DataFrame(out)
 
 
-def _machine_text(machine: object) -> str:
+def machine_text(machine: object) -> str:
+    """A run's machine in a few words: the CPU, its cores and torch threads, and its bf16 matrix units
+    (none: bf16 is emulated there, tens of times slower than fp32), or the GPU."""
     if not isinstance(machine, dict):
         return "not recorded"
     text = f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, {machine.get('torch_threads', '?')} threads"
     if machine.get("bf16_units"):
         text += f" ({', '.join(machine['bf16_units'])})"
+    elif "bf16_units" in machine and not machine.get("gpu"):
+        text += " (no bf16 units)"
     if machine.get("gpu"):
         text = f"{machine['gpu']} ({machine.get('device', 'cuda')}); {text}"
     return text
@@ -168,7 +172,7 @@ def run_times(context: Context) -> pd.DataFrame | None:
     passes = context.passes
     if passes.empty:
         return None
-    passes = passes.assign(machine=passes["machine"].map(_machine_text), dtype=passes["dtype"].fillna("?").astype(str))
+    passes = passes.assign(machine=passes["machine"].map(machine_text), dtype=passes["dtype"].fillna("?").astype(str))
     out = []
     for (model, task, machine, dtype), unit in passes.groupby(["model", "task", "machine", "dtype"], sort=True):
         ran = unit["seconds"].dropna()
