@@ -376,3 +376,29 @@ def test_bf16_paths_on_a_cpu_without_bf16_units_warn_and_name_the_others(monkeyp
     assert slow_bf16_warning(paths, "cuda:0") is None  # a GPU computes bf16 natively
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
     assert slow_bf16_warning(paths, "cpu") is None
+
+
+def test_on_a_cpu_without_bf16_units_the_fp32_paths_run_first(monkeypatch, tmp_path, caplog) -> None:
+    from dataclasses import replace
+
+    from headstats.io import models
+    from headstats.jobs import confirm
+    from headstats.specs import RunSpec
+
+    plan = confirm.load_confirmation("analyses/confirm.toml")
+    plan = replace(plan, results=tmp_path / "results")  # nothing runs: run_model_stages is replaced
+    ran: list[tuple[str, str]] = []
+    monkeypatch.setattr(confirm, "run_model_stages", lambda spec, model, run, progress: ran.append((spec.name, model)))
+    everything = [(spec.name, spec.models[0]) for _, spec in confirm.expand(plan)]
+
+    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
+    confirm.run_paths(plan, RunSpec(device="cpu"), progress=False)
+    assert ran == everything  # bf16 units: the file's order, model by model
+
+    ran.clear()
+    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
+    with caplog.at_level("WARNING", logger="headstats"):
+        confirm.run_paths(plan, RunSpec(device="cpu"), progress=False)
+    fp32 = [unit for unit in everything if "float32" in unit[0]]
+    assert ran == fp32 + [unit for unit in everything if "bfloat16" in unit[0]]  # the same work, fp32 first
+    assert "has no bf16 matrix units" in caplog.text

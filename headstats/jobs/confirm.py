@@ -254,12 +254,14 @@ def path_run(run: RunSpec) -> RunSpec:
 
 def run_paths(plan: ConfirmPlan, run: RunSpec, *, progress: bool = True) -> None:
     """The sweeps of every path of ``plan`` (or of ``run``'s ``--paths`` and ``--models``), resuming
-    finished points."""
+    finished points, in :func:`expand`'s order; on a CPU without bf16 units the fp32 paths first."""
     store.ensure_writable(plan.results)
     chosen = selected(plan, run)
     warning = slow_bf16_warning([path for path, _ in chosen], run.device)
     if warning:
         logger.warning(warning)
+        # Every path still runs unless --paths says otherwise, but the ones this CPU runs well go first.
+        chosen = sorted(chosen, key=lambda unit: unit[0].dtype == "bfloat16")
     for path, spec in chosen:
         for model in spec.models:
             logger.info("[%s] %s: %s", path.name, model, ", ".join(spec.ablate[0].scores or ()))
