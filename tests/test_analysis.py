@@ -208,6 +208,7 @@ def test_run_times_give_one_row_per_machine_and_dtype_of_a_resumed_sweep() -> No
             "seconds": [600.0, 300.0, None, 60.0, 120.0],
             "cpu_seconds": [1000.0, 500.0, None, 100.0, 200.0],
             "timed": True,
+            "untimed_batches": [0, 40, 0, 0, 0],  # a pass resumed from batches saved before times were kept
             "finished": ["t1", "t2", "t2", "t3", "t4"],
             "machine": [amd, amd, amd, xeon, xeon],
             "dtype": ["float32"] * 3 + ["bfloat16"] * 2,
@@ -216,6 +217,7 @@ def test_run_times_give_one_row_per_machine_and_dtype_of_a_resumed_sweep() -> No
     table = run_times(SimpleNamespace(passes=passes)).set_index("dtype")
     assert len(table) == 2
     assert table.loc["float32", ["passes_timed", "reused_baseline", "last_finished"]].tolist() == [2, 1, "t2"]
+    assert table["part_timed"].to_dict() == {"float32": 1, "bfloat16": 0}
     assert table.loc["float32", ["hours", "cpu_hours"]].tolist() == pytest.approx([900 / 3600, 1500 / 3600])
     assert table.loc["bfloat16", "min_per_pass"] == pytest.approx(1.5)
     assert table.loc["bfloat16", "machine"] == "Xeon, 2 cores, 2 threads (avx512_bf16, amx_bf16)"

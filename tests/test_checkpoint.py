@@ -127,3 +127,143 @@ def test_recorded_scores_round_trip_exactly_in_their_own_dtype(tmp_path, dtype) 
         assert back.scores[sid].dtype == dtype and torch.equal(back.scores[sid], tensor)
     assert torch.equal(back.zero_mask, record.zero_mask) and torch.equal(back.sample_keys, record.sample_keys)
     assert json.loads(str(store.read_arrays(path)["key"])) == {"k": 1}
+
+
+class FakeClocks:
+    """perf_counter and process_time that move only when told to."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.wall = self.cpu = 0.0
+        monkeypatch.setattr(C.time, "perf_counter", lambda: self.wall)
+        monkeypatch.setattr(C.time, "process_time", lambda: self.cpu)
+
+    def run(self, wall: float, cpu: float) -> None:
+        self.wall += wall
+        self.cpu += cpu
+
+
+def one_batch(first: int) -> C.DoneBatch:
+    return C.DoneBatch(np.array([first]), [np.array([-1.0, -2.0])], np.array([0.0]))
+
+
+def test_a_resumed_pass_counts_the_time_and_machines_of_every_session(tmp_path, monkeypatch) -> None:
+    clocks = FakeClocks(monkeypatch)
+    path = tmp_path / "_partial-baseline.npz"
+    avx512 = {"cpu": "EPYC", "bf16_units": ["avx512_bf16"]}
+    avx2 = {"cpu": "EPYC", "bf16_units": []}
+    first = C.PassCheckpoint(path, {"k": 1}, every=1e9, machine=avx512)
+    for i in range(3):
+        first.add(one_batch(i))
+    clocks.run(wall=100.0, cpu=180.0)
+    first.save()
+    clocks.run(wall=40.0, cpu=80.0)  # ran past its last save, then stopped: lost
+    clocks.run(wall=5000.0, cpu=0.0)  # the hours between sessions count for nothing
+    second = C.PassCheckpoint(path, {"k": 1}, every=1e9, machine=avx2)
+    assert second.earlier.seconds == 100.0 and second.earlier.machines == [{"machine": avx512, "batches": 3}]
+    second.add(one_batch(3))
+    clocks.run(wall=30.0, cpu=50.0)
+    second.save()
+    third = C.PassCheckpoint(path, {"k": 1}, every=1e9, machine=avx2)
+    third.add(one_batch(4))
+    clocks.run(wall=20.0, cpu=30.0)
+    spent = third.spent()
+    assert (spent.seconds, spent.cpu_seconds, spent.untimed_batches) == (150.0, 260.0, 0)
+    assert spent.machines == [{"machine": avx512, "batches": 3}, {"machine": avx2, "batches": 2}]
+
+    # A record saved before times were kept: its batches are counted as untimed.
+    arrays = store.read_arrays(path)
+    del arrays["spent"]
+    store.write_arrays_atomic(arrays, path)
+    old = C.PassCheckpoint(path, {"k": 1}, machine=avx2)
+    assert old.n_sequences == 4 and old.spent().untimed_batches == 4 and old.spent().machines == []
+
+
+def test_a_resumed_sweep_pass_records_every_batch_it_ran(smollm2_tiny_llama, smollm2_tokenizer, tmp_path, monkeypatch):
+    model = smollm2_tiny_llama()
+    monkeypatch.setattr(C, "SAVE_EVERY", 0.0)
+    _, handle = count_forwards(model, stop_at=3)  # the baseline's third batch: two are saved
+    with pytest.raises(Stop):
+        run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **SWEEP)
+    handle.remove()
+    partition = run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **SWEEP)
+    point = store.file_provenance(partition / "baseline.parquet")["point"]
+    assert [m["batches"] for m in point["machines"]] == [4] and point["untimed_batches"] == 0
+    assert point["machines"][0]["machine"]["cpu"] and point["seconds"] > 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_bf16_sweep_refuses_to_join_what_other_bf16_kernels_computed(
+    smollm2_tiny_llama, smollm2_tokenizer, tmp_path, monkeypatch, dtype
+) -> None:
+    import headstats.io.models as M
+    from headstats.jobs.sweep import MixedKernelsError
+
+    real = M.machine_info
+
+    def machine(units: list[str]):
+        return lambda device: {**real(device), "cpu": "Test CPU", "bf16_units": units}
+
+    model = smollm2_tiny_llama().to(dtype)
+    monkeypatch.setattr(C, "SAVE_EVERY", 0.0)
+    monkeypatch.setattr(M, "machine_info", machine(["avx512_bf16"]))
+    _, handle = count_forwards(model, stop_at=3)
+    with pytest.raises(Stop):
+        run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **SWEEP)
+    handle.remove()
+    monkeypatch.setattr(M, "machine_info", machine([]))
+    if dtype == torch.float32:  # fp32 products agree across machines: the pass resumes
+        run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **SWEEP)
+        return
+    with pytest.raises(MixedKernelsError) as saved_batches:
+        run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **SWEEP)
+    partition = next(tmp_path.rglob("_partial-baseline.npz")).parent
+    isa = real("cpu")["cpu_capability"]
+    assert str(saved_batches.value) == (
+        f"{partition}: _partial-baseline.npz's saved batches ran in bfloat16 on Test CPU, "
+        f"{real('cpu')['cores']} cores, {real('cpu')['torch_threads']} threads (avx512_bf16) (CPU kernels with "
+        f"avx512_bf16 ({isa} instructions)); this machine has CPU kernels without bf16 units ({isa} instructions), "
+        "whose bfloat16 products round differently "
+        "(on a SmolLM2 bf16 baseline, an AVX2 CPU moved gold log-likelihoods by a median 0.15 nat from an "
+        "AVX512-BF16 CPU's, more than fp32 does), so joining the two would count flips that zeroing did not "
+        f"cause. Run this sweep on a machine like that one, or move {partition} away to run it whole here."
+    )
+    # Back on a machine like the first, the sweep finishes; a further zeroed pass elsewhere is refused.
+    monkeypatch.setattr(M, "machine_info", machine(["avx512_bf16"]))
+    run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **SWEEP)
+    monkeypatch.setattr(M, "machine_info", machine(["amx_bf16", "avx512_bf16"]))
+    elsewhere = r"its baseline ran in bfloat16 on Test CPU.*has CPU kernels with amx_bf16 and"
+    with pytest.raises(MixedKernelsError, match=elsewhere):
+        run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **{**SWEEP, "targets": [0.3, 0.6]})
+    assert sorted(p.name for p in store.data_files(partition)) == sorted(FILES)
+
+
+def test_which_machines_round_reduced_precision_products_alike() -> None:
+    from headstats.io.machine import other_kernels
+
+    avx2 = {"cpu": "EPYC", "bf16_units": [], "cpu_capability": "AVX2"}
+    avx512 = {"cpu": "Xeon", "bf16_units": [], "cpu_capability": "AVX512"}
+    bf16 = {"cpu": "EPYC", "bf16_units": ["avx512_bf16"], "cpu_capability": "AVX512"}
+    amx = {"cpu": "Xeon", "bf16_units": ["avx512_bf16", "amx_bf16"], "cpu_capability": "AVX512"}
+    gpu = {"cpu": "EPYC", "bf16_units": [], "gpu": "NVIDIA H200", "device": "cuda:0"}
+    old_bf16 = {"cpu": "EPYC", "bf16_units": ["avx512_bf16"]}  # recorded before the instruction set was
+    assert other_kernels(avx2, dict(avx2, cpu="another AVX2 CPU", torch_threads=1), "bfloat16") is None
+    assert other_kernels(avx2, avx512, "bfloat16") == (
+        "CPU kernels without bf16 units (AVX2 instructions)",
+        "CPU kernels without bf16 units (AVX512 instructions)",
+    )
+    assert other_kernels(bf16, amx, "bfloat16") == (
+        "CPU kernels with avx512_bf16 (AVX512 instructions)",
+        "CPU kernels with amx_bf16 and avx512_bf16 (AVX512 instructions)",
+    )
+    assert other_kernels(old_bf16, bf16, "bfloat16") is None  # the units agree; the old record names no ISA
+    assert other_kernels(old_bf16, avx2, "bfloat16") == (
+        "CPU kernels with avx512_bf16",
+        "CPU kernels without bf16 units",
+    )
+    assert other_kernels(avx2, gpu, "float16") == (
+        "CPU kernels without bf16 units",
+        "GPU kernels (NVIDIA H200)",
+    )
+    for dtype in ("float32", "float64"):
+        assert other_kernels(avx2, gpu, dtype) is None  # fp32 products agree to rounding that moves no answer
+    assert other_kernels(None, avx2, "bfloat16") is None and other_kernels({"cpu": "?"}, avx2, "bfloat16") is None

@@ -402,3 +402,32 @@ def test_on_a_cpu_without_bf16_units_the_fp32_paths_run_first(monkeypatch, tmp_p
     fp32 = [unit for unit in everything if "float32" in unit[0]]
     assert ran == fp32 + [unit for unit in everything if "bfloat16" in unit[0]]  # the same work, fp32 first
     assert "has no bf16 matrix units" in caplog.text
+
+
+def test_a_path_other_bf16_kernels_began_is_left_while_every_other_runs(monkeypatch, tmp_path) -> None:
+    from dataclasses import replace
+
+    from headstats.io import models
+    from headstats.jobs import confirm
+    from headstats.jobs.sweep import MixedKernelsError
+    from headstats.specs import RunSpec
+
+    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
+    plan = replace(confirm.load_confirmation("analyses/confirm.toml"), results=tmp_path / "results")
+    ran: list[tuple[str, str]] = []
+
+    def run_model_stages(spec, model, run, progress) -> None:
+        if "explicit-bfloat16" in spec.name and model == "smollm2-135m":
+            raise MixedKernelsError("its baseline ran on other kernels")
+        ran.append((spec.name, model))
+
+    monkeypatch.setattr(confirm, "run_model_stages", run_model_stages)
+    everything = [(spec.name, m) for _, spec in confirm.expand(plan) for m in spec.models]
+    with pytest.raises(MixedKernelsError) as refused:
+        confirm.run_paths(plan, RunSpec(device="cpu"), progress=False)
+    left = [u for u in everything if "explicit-bfloat16" in u[0] and u[1] == "smollm2-135m"]
+    assert len(left) == 1 and ran == [u for u in everything if u not in left]
+    assert str(refused.value) == (
+        "1 path and model pair(s) not run on this machine, every other one ran:\n"
+        "[explicit-bfloat16] smollm2-135m: its baseline ran on other kernels"
+    )

@@ -51,7 +51,8 @@ def default_device() -> torch.device:
 def machine_info(device: torch.device | str) -> dict[str, object]:
     """What a run's timings were measured on, for provenance: the processor and its bf16 matrix units
     (``avx512_bf16``, ``amx_bf16``: what makes a bf16 body fast on a CPU), the cores this process may
-    use, torch's thread count and, on CUDA, the GPU."""
+    use, torch's thread count, the vector instructions torch dispatches to (``cpu_capability``) and,
+    on CUDA, the GPU."""
     device = torch.device(device)
     cpu = platform.processor() or platform.machine()
     flags: set[str] = set()
@@ -69,6 +70,7 @@ def machine_info(device: torch.device | str) -> dict[str, object]:
         "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)

@@ -8,6 +8,11 @@ and runs only the rest. Batches are formed exactly as before (the same sequences
 padding), so a resumed pass gives the same numbers, bit for bit, as one that never stopped. The
 record goes once the pass's file is written.
 
+The record also keeps what the pass has cost so far (:class:`Spent`): wall and CPU seconds over every
+process that ran its batches (up to :data:`SAVE_EVERY` seconds of a stopped process are lost), and
+the machines that ran them, so that a pass resumed across sessions reports its whole time and every
+machine that computed it.
+
 The key names everything a batch's numbers depend on (the run's settings with the weights' hash, the
 point and its threshold, the scores recorded, the batch size and a hash of the token sequences); a
 record with another key is ignored and overwritten.
@@ -20,7 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +50,38 @@ class DoneBatch:
     record: ForwardRecord | None = None
 
 
+@dataclass
+class Spent:
+    """What a pass has cost so far, over every process that ran its batches."""
+
+    seconds: float = 0.0  # wall time
+    cpu_seconds: float = 0.0  # the processes' CPU time, all threads
+    machines: list[dict] = field(default_factory=list)  # [{"machine": machine_info(...), "batches": n}]
+    untimed_batches: int = 0  # restored from a record saved before times were kept
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "seconds": self.seconds,
+                "cpu_seconds": self.cpu_seconds,
+                "machines": self.machines,
+                "untimed_batches": self.untimed_batches,
+            },
+            sort_keys=True,
+            default=str,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Spent:
+        raw = json.loads(text)
+        return cls(
+            float(raw.get("seconds", 0.0)),
+            float(raw.get("cpu_seconds", 0.0)),
+            list(raw.get("machines", [])),
+            int(raw.get("untimed_batches", 0)),
+        )
+
+
 def sequences_digest(input_ids: Sequence[Sequence[int]], keys: Sequence[int]) -> str:
     """A hash of a pass's token sequences and their sample keys, in order."""
     digest = hashlib.blake2b(digest_size=16)
@@ -57,14 +94,48 @@ def sequences_digest(input_ids: Sequence[Sequence[int]], keys: Sequence[int]) ->
 class PassCheckpoint:
     """The finished batches of one pass, kept in ``path`` under ``key`` (see the module docstring)."""
 
-    def __init__(self, path: Path, key: Mapping[str, object], *, every: float | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        key: Mapping[str, object],
+        *,
+        every: float | None = None,
+        machine: Mapping[str, object] | None = None,
+    ) -> None:
+        """``machine``: what this process runs on (:func:`headstats.io.models.machine_info`), kept
+        with the batches it runs."""
         self.path = path
         self.key = json.dumps(key, sort_keys=True, default=str)
         self.every = SAVE_EVERY if every is None else every
+        self.machine = dict(machine) if machine is not None else None
         self._batches: dict[int, DoneBatch] = {}  # by the batch's first sequence
         self._unsaved = 0
         self._saved_at = time.monotonic()
+        self._earlier = Spent()  # what the restored batches cost
+        self._ran_here = 0
+        self._wall0, self._cpu0 = time.perf_counter(), time.process_time()
         self._load()
+
+    @property
+    def earlier(self) -> Spent:
+        """What the batches restored from the record cost, and where they ran."""
+        return self._earlier
+
+    def spent(self) -> Spent:
+        """The pass's cost so far: the restored batches' and this process's since the record was opened."""
+        machines = [dict(m) for m in self._earlier.machines]
+        if self._ran_here:
+            here = next((m for m in machines if m.get("machine") == self.machine), None)
+            if here is None:
+                machines.append({"machine": self.machine, "batches": self._ran_here})
+            else:
+                here["batches"] += self._ran_here
+        return Spent(
+            self._earlier.seconds + time.perf_counter() - self._wall0,
+            self._earlier.cpu_seconds + time.process_time() - self._cpu0,
+            machines,
+            self._earlier.untimed_batches,
+        )
 
     @property
     def n_sequences(self) -> int:
@@ -82,13 +153,16 @@ class PassCheckpoint:
         """Keep a batch the pass just ran; saved when :attr:`every` seconds passed since the last save."""
         self._batches[int(batch.rows[0])] = batch
         self._unsaved += 1
+        self._ran_here += 1
         if time.monotonic() - self._saved_at >= self.every:
             self.save()
 
     def save(self) -> None:
         """Write the finished batches (atomically; nothing when none is new)."""
         if self._unsaved:
-            store.write_arrays_atomic(_pack(self.key, list(self._batches.values())), self.path)
+            arrays = _pack(self.key, list(self._batches.values()))
+            arrays["spent"] = np.asarray(self.spent().to_json())
+            store.write_arrays_atomic(arrays, self.path)
         self._unsaved, self._saved_at = 0, time.monotonic()
 
     def discard(self) -> None:
@@ -105,6 +179,10 @@ class PassCheckpoint:
             logger.info("%s holds batches of another pass (another key); they will be run again", self.path)
             return
         self._batches = {int(b.rows[0]): b for b in _unpack(arrays)}
+        if "spent" in arrays:
+            self._earlier = Spent.from_json(str(arrays["spent"]))
+        else:
+            self._earlier = Spent(untimed_batches=len(self._batches))
         logger.info("resuming a pass: %d finished sequences restored from %s", self.n_sequences, self.path)
 
 
@@ -164,4 +242,4 @@ def _unpack(arrays: dict[str, np.ndarray]) -> list[DoneBatch]:
     return out
 
 
-__all__ = ["SAVE_EVERY", "DoneBatch", "PassCheckpoint", "sequences_digest"]
+__all__ = ["SAVE_EVERY", "DoneBatch", "PassCheckpoint", "Spent", "sequences_digest"]

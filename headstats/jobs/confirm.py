@@ -254,7 +254,11 @@ def path_run(run: RunSpec) -> RunSpec:
 
 def run_paths(plan: ConfirmPlan, run: RunSpec, *, progress: bool = True) -> None:
     """The sweeps of every path of ``plan`` (or of ``run``'s ``--paths`` and ``--models``), resuming
-    finished points, in :func:`expand`'s order; on a CPU without bf16 units the fp32 paths first."""
+    finished points, in :func:`expand`'s order; on a CPU without bf16 units the fp32 paths first. A
+    (path, model) that this machine's bf16 kernels may not continue (:class:`MixedKernelsError`) is
+    left for a machine like the one that began it while the others run; the error then names them all."""
+    from headstats.jobs.sweep import MixedKernelsError
+
     store.ensure_writable(plan.results)
     chosen = selected(plan, run)
     warning = slow_bf16_warning([path for path, _ in chosen], run.device)
@@ -262,10 +266,20 @@ def run_paths(plan: ConfirmPlan, run: RunSpec, *, progress: bool = True) -> None
         logger.warning(warning)
         # Every path still runs unless --paths says otherwise, but the ones this CPU runs well go first.
         chosen = sorted(chosen, key=lambda unit: unit[0].dtype == "bfloat16")
+    refused: list[str] = []
     for path, spec in chosen:
         for model in spec.models:
             logger.info("[%s] %s: %s", path.name, model, ", ".join(spec.ablate[0].scores or ()))
-            run_model_stages(spec, model, path_run(run), progress=progress)
+            try:
+                run_model_stages(spec, model, path_run(run), progress=progress)
+            except MixedKernelsError as err:
+                logger.error("[%s] %s left for another machine: %s", path.name, model, err)
+                refused.append(f"[{path.name}] {model}: {err}")
+    if refused:
+        raise MixedKernelsError(
+            f"{len(refused)} path and model pair(s) not run on this machine, every other one ran:\n"
+            + "\n".join(refused)
+        )
 
 
 __all__ = [

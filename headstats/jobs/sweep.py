@@ -6,7 +6,15 @@ every question. Each point is one Parquet file of per-question rows (SPEC §6), 
 a sweep resumes point by point: a finished point is skipped, an interrupted one left nothing behind.
 Points run coarse to fine in their targets, every score at each level, so a stopped sweep has every
 curve on a coarser grid. Each point file records its pass's wall and CPU time, when it finished, and
-the machine it ran on.
+the machine it ran on; a pass resumed from saved batches (:mod:`headstats.jobs.checkpoint`) records
+its time over every session and each machine that ran its batches.
+
+A bf16 (or fp16) body computes different numbers on machines with different bf16 kernels (a CPU with
+AVX512-BF16, one without bf16 units, a GPU): rounding to 8 bits after every product turns their
+different summation orders into differences as large as bf16's own against fp32. A sweep in such a
+dtype therefore refuses to resume a pass, or to run a zeroed pass against a baseline, computed by
+other kernels (:class:`MixedKernelsError`): joined answer for answer, the two would count flips that
+zeroing did not cause.
 
 The baseline runs through headstats' attention too (with nothing zeroed), and every pass of a sweep
 over the task (baseline, calibration on the evaluation prompts, points) runs whole sequences (no
@@ -23,7 +31,6 @@ import functools
 import logging
 import math
 import os
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -38,7 +45,7 @@ from headstats.engine import scores as S
 from headstats.engine.probe import Probe
 from headstats.engine.zeroing import ablate_heads, model_shape, warn_tied_scores
 from headstats.io import store
-from headstats.jobs.checkpoint import PassCheckpoint, sequences_digest
+from headstats.jobs.checkpoint import PassCheckpoint, Spent, sequences_digest
 from headstats.jobs.evaluate import ANSWER_COLUMNS
 from headstats.jobs.resume import check_key, jsonable
 from headstats.jobs.sweep_plan import (
@@ -55,6 +62,11 @@ from headstats.stats.summary import BASELINE
 from headstats.stats.thresholds import QUANTILE_METHOD, thresholds_for_fractions
 
 logger = logging.getLogger("headstats")
+
+
+class MixedKernelsError(RuntimeError):
+    """A reduced-precision pass would join numbers that other kernels computed (module docstring)."""
+
 
 # Per-question columns of an intervention file, in order (model and task are partition columns).
 ROW_COLUMNS = ("subject", "question_id", "score", "target", "threshold", *ANSWER_COLUMNS, "n_heads")
@@ -194,7 +206,34 @@ class Runner:
             "batch_size": self.batch_size,
             "sequences": self.inputs_digest(),
         }
-        return PassCheckpoint(store.partial_file(self.plan.partition, point.file_name), key)
+        checkpoint = PassCheckpoint(
+            store.partial_file(self.plan.partition, point.file_name), key, machine=self.provenance["machine"]
+        )
+        self._check_kernels(point, checkpoint)
+        return checkpoint
+
+    def _check_kernels(self, point: Point, checkpoint: PassCheckpoint) -> None:
+        """Refuse a reduced-precision pass that would join batches or a baseline computed by other
+        kernels (:class:`MixedKernelsError`)."""
+        from headstats.io.machine import describe_machine, other_kernels
+
+        dtype, mine = str(self.provenance["dtype"]), self.provenance["machine"]
+        earlier = [(f"{checkpoint.path.name}'s saved batches", m.get("machine")) for m in checkpoint.earlier.machines]
+        if not point.is_baseline:
+            record = store.file_provenance(self.plan.partition / Point(BASELINE, 0.0).file_name) or {}
+            earlier.append(("its baseline", record.get("machine")))
+        for what, machine in earlier:
+            differ = other_kernels(machine, mine, dtype)
+            if differ is None:
+                continue
+            there, here = differ
+            raise MixedKernelsError(
+                f"{self.plan.partition}: {what} ran in {dtype} on {describe_machine(machine)} ({there}); this "
+                f"machine has {here}, whose {dtype} products round differently (on a SmolLM2 bf16 baseline, an "
+                "AVX2 CPU moved gold log-likelihoods by a median 0.15 nat from an AVX512-BF16 CPU's, more than "
+                "fp32 does), so joining the two would count flips that zeroing did not cause. Run this sweep on "
+                f"a machine like that one, or move {self.plan.partition} away to run it whole here."
+            )
 
     def run(self, pending: list[Point]) -> None:
         with store.writer_lock(self.plan.partition):  # one writer per partition
@@ -209,11 +248,10 @@ class Runner:
         bar = tqdm(total=len(pending), desc="sweep points", unit="point", disable=not self.progress)
         for point in pending:
             bar.set_postfix_str(str(point))
-            start = _Clock()
             if point.is_baseline:
                 if not self._finished(point):
                     frame, _, checkpoint = self._baseline_pass()
-                    self._write(point, math.nan, frame, start)
+                    self._write(point, math.nan, frame, checkpoint.spent())
                     checkpoint.discard()
             else:
                 tau = thresholds[point.score][point.target]
@@ -226,7 +264,7 @@ class Runner:
                         self.model, score=point.score, threshold=tau, seed=self.seed, materialise=self.plan.materialise
                     ) as ablation:
                         frame = self._evaluate(ablation.probe, checkpoint)
-                    self._write(point, tau, frame, start)
+                    self._write(point, tau, frame, checkpoint.spent())
                     checkpoint.discard()
             bar.update(1)
         bar.close()
@@ -282,10 +320,9 @@ class Runner:
         if plan.calibration == "eval":
             _say(self.progress, "calibrating on the evaluation prompts (baseline pass with scores recorded)")
             baseline_point = Point(BASELINE, 0.0)
-            start = _Clock()
             frame, probe, checkpoint = self._baseline_pass(needed)
             if not self._finished(baseline_point):
-                self._write(baseline_point, math.nan, frame, start)
+                self._write(baseline_point, math.nan, frame, checkpoint.spent())
             records = probe.history
             table = pd.DataFrame(
                 {sid: torch.cat([r.scores[sid].reshape(-1).cpu() for r in records]).numpy() for sid in needed}
@@ -336,8 +373,11 @@ class Runner:
         }
         store.write_calibration(self.plan.partition, data)
 
-    def _write(self, point: Point, threshold: float, frame: pd.DataFrame, started: _Clock | None) -> None:
-        """``started``: when the pass began (None when the point reuses the baseline's answers)."""
+    def _write(self, point: Point, threshold: float, frame: pd.DataFrame, spent: Spent | None) -> None:
+        """``spent``: what the pass cost, over every session that ran its batches (None when the point
+        reuses the baseline's answers). ``machines`` lists each machine that ran batches and how many;
+        ``untimed_batches``: batches restored from a record saved before times were kept, whose time
+        the seconds leave out."""
         rows = to_rows(frame, point, threshold, self.num_layers * self.num_heads)
         prov = dict(
             self.provenance,
@@ -347,28 +387,16 @@ class Runner:
                 "threshold": threshold,
                 "materialise": self.plan.materialise,
                 "whole_sequences": True,
-                "seconds": None if started is None else round(started.wall(), 2),
-                "cpu_seconds": None if started is None else round(started.cpu(), 2),
+                "seconds": None if spent is None else round(spent.seconds, 2),
+                "cpu_seconds": None if spent is None else round(spent.cpu_seconds, 2),
+                "machines": None if spent is None else spent.machines,
+                "untimed_batches": None if spent is None else spent.untimed_batches,
                 "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             },
             evaluation=frame.attrs.get("headstats", {}),
         )
         table = pa.Table.from_pandas(rows, preserve_index=False)
         store.write_point(self.plan.partition, point.file_name, table, prov, self.provenance)
-
-
-class _Clock:
-    """A pass's wall time and this process's CPU time (all threads) since it began. CPU time does not
-    grow while the process is stopped (``kill -STOP``), so it tells a paused pass from a slow one."""
-
-    def __init__(self) -> None:
-        self._wall, self._cpu = time.perf_counter(), time.process_time()
-
-    def wall(self) -> float:
-        return time.perf_counter() - self._wall
-
-    def cpu(self) -> float:
-        return time.process_time() - self._cpu
 
 
 def to_rows(frame: pd.DataFrame, point: Point, threshold: float, n_heads: int) -> pd.DataFrame:

@@ -172,8 +172,11 @@ def _methods(writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, pd.DataFra
         writer.heading("Run time", 3)
         writer.text(
             "Per path, model and machine: the timed passes, their wall and CPU hours and minutes per pass (a bf16 "
-            "path is fast only on a CPU with bf16 units or a GPU), passes that reused the baseline's answers, and "
-            "the last one's end."
+            "path is fast only on a CPU with bf16 units or a GPU), passes that reused the baseline's answers, "
+            "passes resumed from batches saved before a pass's time was kept (`part_timed`: their hours leave "
+            "those batches out; a pass resumed since counts every session that ran it), and the last one's end. "
+            "A bf16 path stays on the kind of machine that began it: its numbers depend on the machine's bf16 "
+            "kernels, and a sweep refuses to join batches or a baseline that other kernels computed."
         )
         writer.table(times, "run_times", floatfmt=".3g")
 

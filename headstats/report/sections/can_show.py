@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as st
 
+from headstats.io.machine import describe_machine
 from headstats.report.sections.context import Context, Writer, fit_sentences
 from headstats.stats.distances import cluster_codes, cluster_column
 from headstats.stats.paired import minimum_detectable_drop
@@ -144,21 +145,6 @@ def completeness(context: Context) -> pd.DataFrame | None:
     return pd.DataFrame(out)
 
 
-def machine_text(machine: object) -> str:
-    """A run's machine in a few words: the CPU, its cores and torch threads, and its bf16 matrix units
-    (none: bf16 is emulated there, tens of times slower than fp32), or the GPU."""
-    if not isinstance(machine, dict):
-        return "not recorded"
-    text = f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, {machine.get('torch_threads', '?')} threads"
-    if machine.get("bf16_units"):
-        text += f" ({', '.join(machine['bf16_units'])})"
-    elif "bf16_units" in machine and not machine.get("gpu"):
-        text += " (no bf16 units)"
-    if machine.get("gpu"):
-        text = f"{machine['gpu']} ({machine.get('device', 'cuda')}); {text}"
-    return text
-
-
 def _reused_baseline(passes: pd.DataFrame) -> pd.Series:
     """Points that copied the baseline's answers: their file records pass times, with none."""
     return passes["timed"] & passes["seconds"].isna()
@@ -167,12 +153,16 @@ def _reused_baseline(passes: pd.DataFrame) -> pd.Series:
 def run_times(context: Context) -> pd.DataFrame | None:
     """Per (model, task, machine, dtype): passes run and their total and mean wall time, their CPU
     time (all threads; wall time well above CPU time / threads means the run was paused or starved),
-    points that reused the baseline's answers, and points written before timings were recorded. A sweep resumed
-    on another machine, or in another dtype, gives one row per machine and dtype."""
+    points that reused the baseline's answers, points written before timings were recorded, and
+    ``part_timed`` passes resumed from batches saved before times were kept (their hours leave those
+    batches out). A sweep resumed on another machine, or in another dtype, gives one row per machine
+    and dtype (a pass counts under the machine that finished it)."""
     passes = context.passes
     if passes.empty:
         return None
-    passes = passes.assign(machine=passes["machine"].map(machine_text), dtype=passes["dtype"].fillna("?").astype(str))
+    passes = passes.assign(
+        machine=passes["machine"].map(describe_machine), dtype=passes["dtype"].fillna("?").astype(str)
+    )
     out = []
     for (model, task, machine, dtype), unit in passes.groupby(["model", "task", "machine", "dtype"], sort=True):
         ran = unit["seconds"].dropna()
@@ -187,6 +177,7 @@ def run_times(context: Context) -> pd.DataFrame | None:
                 "min_per_pass": float(ran.mean()) / 60.0 if len(ran) else float("nan"),
                 "reused_baseline": int(_reused_baseline(unit).sum()),
                 "untimed": int((~unit["timed"]).sum()),
+                "part_timed": int((unit["untimed_batches"] > 0).sum()),
                 "last_finished": finished.max() if len(finished) else "",
                 "dtype": dtype,
                 "machine": machine,
@@ -246,7 +237,9 @@ def _completeness_and_time(writer: Writer, context: Context) -> str | None:
             "Run time: the wall time of each sweep pass as its file records it (`passes_timed`; p = 0 points "
             "calibrated on the evaluation prompts reuse the baseline's answers and cost no pass), one row per "
             "machine and model dtype the passes ran on. `cpu_hours` is the process's CPU time over the same passes "
-            "(all threads): wall time well above CPU time / threads means the run was paused or shared its cores."
+            "(all threads): wall time well above CPU time / threads means the run was paused or shared its cores. "
+            "A pass resumed from saved batches counts the time of every session that ran it, except batches saved "
+            "before times were kept (`part_timed` passes)."
         )
         writer.table(times, "run_times", floatfmt=".3g")
     mixed = mixed_paths(context)

@@ -186,7 +186,9 @@ class Context:
         """One row per finished sweep point: model, task, score, target, ``seconds`` (the pass's wall
         time; ``cpu_seconds`` the process's CPU time over it, which does not grow while the run is paused;
         NaN where the point reused the baseline's answers or was written before timings were
-        recorded, ``timed`` tells which), ``finished``, and the ``machine`` record and model ``dtype``
+        recorded, ``timed`` tells which; a pass resumed from saved batches counts every session's
+        time, except ``untimed_batches`` restored from a record saved before times were kept),
+        ``finished``, and the ``machine`` record and model ``dtype``
         of the run that wrote the point (a sweep resumed elsewhere has points of several machines);
         files that predate per-point records take their partition's. ``materialise`` and
         ``whole_sequences``: the pass's attention kernel and whether it ran whole sequences (None in
@@ -208,6 +210,7 @@ class Context:
                         "seconds": point.get("seconds"),
                         "cpu_seconds": point.get("cpu_seconds"),
                         "timed": "seconds" in point,
+                        "untimed_batches": point.get("untimed_batches") or 0,
                         "finished": point.get("finished"),
                         "machine": record.get("machine", partition.get("machine")),
                         "dtype": record.get("dtype", partition.get("dtype")),
@@ -223,6 +226,7 @@ class Context:
             "seconds",
             "cpu_seconds",
             "timed",
+            "untimed_batches",
             "finished",
             "machine",
             "dtype",

@@ -1,0 +1,57 @@
+"""What a machine record (:func:`headstats.io.models.machine_info`) says, in words and as the kernels
+that compute a reduced-precision body's products there. Plain dictionaries: no torch import, so
+reports read them cheaply."""
+
+from __future__ import annotations
+
+REDUCED_PRECISION = ("bfloat16", "float16")
+
+
+def describe_machine(machine: object) -> str:
+    """A run's machine in a few words: the CPU, its cores and torch threads, and its bf16 matrix units
+    (none: bf16 is emulated there, tens of times slower than fp32), or the GPU."""
+    if not isinstance(machine, dict):
+        return "not recorded"
+    text = f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, {machine.get('torch_threads', '?')} threads"
+    if machine.get("bf16_units"):
+        text += f" ({', '.join(machine['bf16_units'])})"
+    elif "bf16_units" in machine and not machine.get("gpu"):
+        text += " (no bf16 units)"
+    if machine.get("gpu"):
+        text = f"{machine['gpu']} ({machine.get('device', 'cuda')}); {text}"
+    return text
+
+
+def reduced_precision_kernels(machine: object, dtype: str, *, capability: bool = True) -> str | None:
+    """Which kernels compute a ``dtype`` body's products on ``machine``, as words that are equal
+    exactly when two machines compute them alike: the GPU's name, or the CPU's bf16 matrix units
+    (AVX512-BF16 and AMX each select their own oneDNN kernels; without them PyTorch emulates) and, with
+    ``capability``, the vector instructions PyTorch dispatches to (``cpu_capability``: an AVX512 CPU
+    without bf16 units runs oneDNN's emulation, an AVX2 one PyTorch's own loops). None for fp32 and fp64,
+    whose products agree across machines to rounding that moves no answer (the confirmatory run's two
+    kernels gave the same 3,000 answers), and for a machine not recorded."""
+    if dtype.removeprefix("torch.") not in REDUCED_PRECISION or not isinstance(machine, dict):
+        return None
+    if machine.get("gpu"):
+        return f"GPU kernels ({machine['gpu']})"
+    if "bf16_units" not in machine:
+        return None
+    units = sorted(machine.get("bf16_units") or [])
+    text = f"CPU kernels with {' and '.join(units)}" if units else "CPU kernels without bf16 units"
+    if capability and machine.get("cpu_capability"):
+        text += f" ({machine['cpu_capability']} instructions)"
+    return text
+
+
+def other_kernels(earlier: object, here: object, dtype: str) -> tuple[str, str] | None:
+    """(earlier's kernels, here's) when a ``dtype`` body's products on machine ``here`` would round
+    differently from those on ``earlier``; None when they agree, or when either cannot tell. The
+    instruction set counts only when both records name it (records before 2026-12-03 do not)."""
+    both = all(isinstance(m, dict) and m.get("cpu_capability") for m in (earlier, here))
+    there, mine = (reduced_precision_kernels(m, dtype, capability=both) for m in (earlier, here))
+    if there is None or mine is None or there == mine:
+        return None
+    return there, mine
+
+
+__all__ = ["REDUCED_PRECISION", "describe_machine", "other_kernels", "reduced_precision_kernels"]
