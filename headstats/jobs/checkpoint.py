@@ -25,7 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -60,26 +60,12 @@ class Spent:
     untimed_batches: int = 0  # restored from a record saved before times were kept
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "seconds": self.seconds,
-                "cpu_seconds": self.cpu_seconds,
-                "machines": self.machines,
-                "untimed_batches": self.untimed_batches,
-            },
-            sort_keys=True,
-            default=str,
-        )
+        return json.dumps(asdict(self), sort_keys=True, default=str)
 
     @classmethod
     def from_json(cls, text: str) -> Spent:
         raw = json.loads(text)
-        return cls(
-            float(raw.get("seconds", 0.0)),
-            float(raw.get("cpu_seconds", 0.0)),
-            list(raw.get("machines", [])),
-            int(raw.get("untimed_batches", 0)),
-        )
+        return cls(**{f.name: raw[f.name] for f in fields(cls) if f.name in raw})
 
 
 def sequences_digest(input_ids: Sequence[Sequence[int]], keys: Sequence[int]) -> str:
