@@ -196,7 +196,8 @@ def test_a_bf16_sweep_refuses_to_join_what_other_bf16_kernels_computed(
     smollm2_tiny_llama, smollm2_tokenizer, tmp_path, monkeypatch, dtype
 ) -> None:
     import headstats.io.models as M
-    from headstats.jobs.sweep import MixedKernelsError
+    from headstats.jobs.sweep import MixedKernelsError, refused_here
+    from headstats.jobs.sweep_plan import plan_sweep
 
     real = M.machine_info
 
@@ -217,6 +218,10 @@ def test_a_bf16_sweep_refuses_to_join_what_other_bf16_kernels_computed(
     with pytest.raises(MixedKernelsError) as saved_batches:
         run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **SWEEP)
     partition = next(tmp_path.rglob("_partial-baseline.npz")).parent
+    # The results folder alone tells a dry run the same, before any model is loaded.
+    plan = plan_sweep(model, out=tmp_path, **SWEEP)
+    assert refused_here(plan, "bfloat16", M.machine_info("cpu")) == str(saved_batches.value)
+    assert refused_here(plan, "float32", M.machine_info("cpu")) is None
     isa = real("cpu")["cpu_capability"]
     assert str(saved_batches.value) == (
         f"{partition}: _partial-baseline.npz's saved batches ran in bfloat16 on Test CPU, "
@@ -232,8 +237,14 @@ def test_a_bf16_sweep_refuses_to_join_what_other_bf16_kernels_computed(
     run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **SWEEP)
     monkeypatch.setattr(M, "machine_info", machine(["amx_bf16", "avx512_bf16"]))
     elsewhere = r"its baseline ran in bfloat16 on Test CPU.*has CPU kernels with amx_bf16 and"
-    with pytest.raises(MixedKernelsError, match=elsewhere):
-        run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **{**SWEEP, "targets": [0.3, 0.6]})
+    more = {**SWEEP, "targets": [0.3, 0.6]}
+    with pytest.raises(MixedKernelsError, match=elsewhere) as baseline:
+        run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **more)
+    assert refused_here(plan_sweep(model, out=tmp_path, **more), "bfloat16", M.machine_info("cpu")) == str(
+        baseline.value
+    )
+    monkeypatch.setattr(M, "machine_info", machine(["avx512_bf16"]))
+    assert refused_here(plan_sweep(model, out=tmp_path, **more), "bfloat16", M.machine_info("cpu")) is None
     assert sorted(p.name for p in store.data_files(partition)) == sorted(FILES)
 
 

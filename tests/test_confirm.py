@@ -431,3 +431,31 @@ def test_a_path_other_bf16_kernels_began_is_left_while_every_other_runs(monkeypa
         "1 path and model pair(s) not run on this machine, every other one ran:\n"
         "[explicit-bfloat16] smollm2-135m: its baseline ran on other kernels"
     )
+
+
+@pytest.mark.integration  # the held-out questions are the bundled HellaSwag's
+def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_counts_it(monkeypatch, tmp_path) -> None:
+    from dataclasses import replace
+
+    from headstats.jobs import confirm, dryrun
+    from headstats.specs import RunSpec
+
+    plan = replace(confirm.load_confirmation("analyses/confirm.toml"), results=tmp_path / "results")
+    assert confirm.refused_here(plan, RunSpec(device="cpu")) == {}  # nothing begun: nothing refused
+    left = ("explicit-bfloat16", "smollm2-135m")
+    monkeypatch.setattr(dryrun, "refused_here", lambda plan, run: {left: "its baseline ran on other kernels"})
+    measured: list[str] = []
+
+    def dry_run(spec, run, probe_sequences):
+        measured.append(spec.name)
+        return dryrun.DryRun([], "cpu", probe_sequences)
+
+    monkeypatch.setattr(dryrun, "dry_run", dry_run)
+    planned = dryrun.dry_run_confirmation(plan, RunSpec(device="cpu"))
+    # Its baseline and the three claimed scores' points: 4 passes, not loaded, not in the estimate.
+    assert planned.refused == ["[explicit-bfloat16] smollm2-135m, 4 passes left: its baseline ran on other kernels"]
+    assert planned.summary().endswith(
+        "Not counted above, as this machine may not run them (a real run leaves them for another):\n"
+        "- [explicit-bfloat16] smollm2-135m, 4 passes left: its baseline ran on other kernels"
+    )
+    assert measured == [spec.name for path, spec in confirm.expand(plan) if (path.name, spec.models[0]) != left]

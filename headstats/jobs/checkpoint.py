@@ -172,6 +172,15 @@ class PassCheckpoint:
         logger.info("resuming a pass: %d finished sequences restored from %s", self.n_sequences, self.path)
 
 
+def saved_machines(path: Path) -> list[object]:
+    """The machines that computed the batches saved in ``path``, whatever the pass's key (read
+    without a model); empty when there is no record or it kept no machines."""
+    arrays = store.read_arrays(path)
+    if arrays is None or "spent" not in arrays:
+        return []
+    return [m.get("machine") for m in Spent.from_json(str(arrays["spent"])).machines]
+
+
 def _pack(key: str, batches: list[DoneBatch]) -> dict[str, np.ndarray]:
     arrays: dict[str, np.ndarray] = {
         "key": np.asarray(key),
@@ -228,4 +237,4 @@ def _unpack(arrays: dict[str, np.ndarray]) -> list[DoneBatch]:
     return out
 
 
-__all__ = ["SAVE_EVERY", "DoneBatch", "PassCheckpoint", "Spent", "sequences_digest"]
+__all__ = ["SAVE_EVERY", "DoneBatch", "PassCheckpoint", "Spent", "saved_machines", "sequences_digest"]

@@ -44,13 +44,14 @@ from headstats.engine import scores as S
 from headstats.io import store
 from headstats.jobs.analysis import (
     AnalysisSpec,
+    merged_load,
     read_analysis_file,
     run_model_stages,
     section_table,
     top_level_keys,
 )
 from headstats.options import SpecError, narrow
-from headstats.specs import AblateSection, Claim, CollectSection, ConfirmSection, ModelsSection, RunSpec
+from headstats.specs import AblateSection, Claim, CollectSection, ConfirmSection, ModelsSection, RunSpec, SweepSpec
 
 logger = logging.getLogger("headstats")
 SECTIONS = ("confirm", "claims")
@@ -246,6 +247,38 @@ def slow_bf16_warning(paths: Sequence[ComputePath], device: str | None) -> str |
     )
 
 
+def refused_here(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[tuple[str, str], str]:
+    """Per (path name, model) of those ``run`` chooses: why this machine may not run what a bf16 or
+    fp16 path has left, since other kernels computed its baseline or saved batches
+    (:func:`headstats.jobs.sweep.refused_here`, from the results folders alone); the pairs this machine
+    may run are absent. The machine is the one each path would load on (``--device``, else a GPU
+    where there is one)."""
+    import torch
+
+    from headstats.io.machine import REDUCED_PRECISION
+    from headstats.io.models import machine_info
+    from headstats.jobs.sweep import refused_here as sweep_refused
+    from headstats.jobs.sweep_plan import plan_sweep
+
+    run = run or RunSpec()
+    out: dict[tuple[str, str], str] = {}
+    for path, spec in selected(plan, run):
+        if path.dtype not in REDUCED_PRECISION:
+            continue
+        load = merged_load(spec, path_run(run))
+        here = machine_info(load.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        for model in spec.models:
+            for ablation in spec.ablate:
+                sweep = plan_sweep(
+                    model, str(ablation.task), out=spec.results, spec=narrow(ablation, SweepSpec), load=load
+                )
+                why = sweep_refused(sweep, path.dtype, here)
+                if why is not None:
+                    out[(path.name, model)] = why
+                    break
+    return out
+
+
 def path_run(run: RunSpec) -> RunSpec:
     """The run of each (path, model) analysis of :func:`expand`: its sweeps, with the path's own
     dtype and model (``run`` may set the device and the other loading options)."""
@@ -291,6 +324,7 @@ __all__ = [
     "load_confirmation",
     "path_run",
     "read_claims",
+    "refused_here",
     "run_paths",
     "selected",
     "slow_bf16_warning",

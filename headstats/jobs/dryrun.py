@@ -20,14 +20,14 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
 from headstats.engine.batching import padded_tokens
 from headstats.io import store
 from headstats.jobs.analysis import AnalysisSpec, merged_load
-from headstats.jobs.confirm import ConfirmPlan, path_run, selected, slow_bf16_warning
+from headstats.jobs.confirm import ConfirmPlan, path_run, refused_here, selected, slow_bf16_warning
 from headstats.jobs.frontier import Frontier, model_root, planned_points, task_options
 from headstats.options import narrow
 from headstats.specs import LoadOptions, RunSpec, SweepSpec
@@ -95,6 +95,7 @@ class DryRun:
     device: str
     probe_sequences: int
     note: str = SWEEP_NOTE
+    refused: list[str] = field(default_factory=list)  # work this machine may not run, with the reason
 
     def table(self) -> pd.DataFrame:
         rows = [
@@ -133,8 +134,14 @@ class DryRun:
             f"{_duration(self.seconds)} on {self.device} (tok/s: tokens computed per second, padding included, "
             f"measured on {self.probe_sequences} items per unit in length-sorted batches; padding: the share of a "
             "pass's computed tokens that are padding; model loading and the report not included). Nothing was written."
-            f"\n{self.note}"
+            f"\n{self.note}{self._refused_text()}"
         )
+
+    def _refused_text(self) -> str:
+        if not self.refused:
+            return ""
+        lines = "\n".join(f"- {why}" for why in self.refused)
+        return f"\n\nNot counted above, as this machine may not run them (a real run leaves them for another):\n{lines}"
 
 
 def _duration(seconds: float) -> str:
@@ -207,17 +214,26 @@ def dry_run(
 
 def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe_sequences: int = 8) -> DryRun:
     """:func:`dry_run` of every (path, model) analysis of a confirmation file, each unit named with
-    its path."""
+    its path; those this machine may not run (:func:`~headstats.jobs.confirm.refused_here`) are not
+    loaded or counted, but named with their passes left and the reason."""
     units, device = [], "?"
     chosen = selected(plan, run)
     warning = slow_bf16_warning([path for path, _ in chosen], (run or RunSpec()).device)
     if warning:
         logger.warning(warning)
+    refused, left_out = refused_here(plan, run), []
     for path, spec in chosen:
-        planned = dry_run(spec, path_run(run or RunSpec()), probe_sequences=probe_sequences)
+        each = path_run(run or RunSpec())
+        model = spec.models[0]  # one model per (path, model) analysis
+        if (path.name, model) in refused:
+            load = merged_load(spec, each)
+            passes = sum(_ablate_counts(spec, model, a, load).passes_left for a in spec.ablate)
+            left_out.append(f"[{path.name}] {model}, {passes} passes left: {refused[path.name, model]}")
+            continue
+        planned = dry_run(spec, each, probe_sequences=probe_sequences)
         units += [replace(u, what=f"{u.what} [{path.name}]") for u in planned.units]
         device = planned.device if planned.device != "?" else device
-    return DryRun(units, device, probe_sequences)
+    return DryRun(units, device, probe_sequences, refused=left_out)
 
 
 def dry_run_frontier(frontier: Frontier, models: Sequence[str], *, probe_sequences: int = 8) -> DryRun:

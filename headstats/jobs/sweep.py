@@ -135,6 +135,52 @@ def sweep_provenance(plan: SweepPlan, model: PreTrainedModel, num_layers: int, n
     return store.make_provenance(settings, **{**plan.run_key, **identity, **facts})
 
 
+def kernel_conflict(
+    plan: SweepPlan, point: Point, dtype: str, here: object, batches_from: Sequence[object]
+) -> str | None:
+    """Why a ``dtype`` pass of ``point`` may not run on machine ``here`` (a
+    :func:`~headstats.io.models.machine_info` record): the machines that computed its saved batches
+    (``batches_from``) or, for a zeroed point, its baseline round ``dtype`` products otherwise (module
+    docstring); None when it may run."""
+    from headstats.io.machine import describe_machine, other_kernels
+
+    earlier = [(f"{store.partial_file(plan.partition, point.file_name).name}'s saved batches", m) for m in batches_from]
+    baseline = plan.partition / Point(BASELINE, 0.0).file_name
+    if not point.is_baseline and store.is_finished_file(baseline):
+        earlier.append(("its baseline", (store.file_provenance(baseline) or {}).get("machine")))
+    for what, machine in earlier:
+        differ = other_kernels(machine, here, dtype)
+        if differ is None:
+            continue
+        there, mine = differ
+        return (
+            f"{plan.partition}: {what} ran in {dtype} on {describe_machine(machine)} ({there}); this "
+            f"machine has {mine}, whose {dtype} products round differently (on a SmolLM2 bf16 baseline, an "
+            "AVX2 CPU moved gold log-likelihoods by a median 0.15 nat from an AVX512-BF16 CPU's, more than "
+            "fp32 does), so joining the two would count flips that zeroing did not cause. Run this sweep on "
+            f"a machine like that one, or move {plan.partition} away to run it whole here."
+        )
+    return None
+
+
+def refused_here(plan: SweepPlan, dtype: str, here: object) -> str | None:
+    """From the results folder alone (no model): why machine ``here`` may not run a pass that
+    ``plan`` has left in ``dtype`` (:func:`kernel_conflict`, the first such pass in the order a sweep
+    runs them), or None. A pass's saved batches count whatever their key, which only the loaded model
+    can check: a record another run left counts here, where the sweep would run those batches again."""
+    from headstats.jobs.checkpoint import saved_machines
+
+    saved = saved_thresholds(plan)
+    for point in plan.pending():
+        if plan.reuses_baseline(point, saved.get(point.score)):
+            continue  # no pass: the baseline's answers
+        batches_from = saved_machines(store.partial_file(plan.partition, point.file_name))
+        why = kernel_conflict(plan, point, dtype, here, batches_from)
+        if why is not None:
+            return why
+    return None
+
+
 def _say(progress: bool, message: str) -> None:
     if progress:
         logger.info(message)
@@ -215,25 +261,10 @@ class Runner:
     def _check_kernels(self, point: Point, checkpoint: PassCheckpoint) -> None:
         """Refuse a reduced-precision pass that would join batches or a baseline computed by other
         kernels (:class:`MixedKernelsError`)."""
-        from headstats.io.machine import describe_machine, other_kernels
-
-        dtype, mine = str(self.provenance["dtype"]), self.provenance["machine"]
-        earlier = [(f"{checkpoint.path.name}'s saved batches", m.get("machine")) for m in checkpoint.earlier.machines]
-        if not point.is_baseline:
-            record = store.file_provenance(self.plan.partition / Point(BASELINE, 0.0).file_name) or {}
-            earlier.append(("its baseline", record.get("machine")))
-        for what, machine in earlier:
-            differ = other_kernels(machine, mine, dtype)
-            if differ is None:
-                continue
-            there, here = differ
-            raise MixedKernelsError(
-                f"{self.plan.partition}: {what} ran in {dtype} on {describe_machine(machine)} ({there}); this "
-                f"machine has {here}, whose {dtype} products round differently (on a SmolLM2 bf16 baseline, an "
-                "AVX2 CPU moved gold log-likelihoods by a median 0.15 nat from an AVX512-BF16 CPU's, more than "
-                "fp32 does), so joining the two would count flips that zeroing did not cause. Run this sweep on "
-                f"a machine like that one, or move {self.plan.partition} away to run it whole here."
-            )
+        batches_from = [m.get("machine") for m in checkpoint.earlier.machines]
+        why = kernel_conflict(self.plan, point, str(self.provenance["dtype"]), self.provenance["machine"], batches_from)
+        if why is not None:
+            raise MixedKernelsError(why)
 
     def run(self, pending: list[Point]) -> None:
         with store.writer_lock(self.plan.partition):  # one writer per partition
