@@ -66,9 +66,17 @@ def run_confirmation(
     ``plan.report``; returns the report's index.html when the report stage ran. ``run`` (or its
     fields by name) gives the stages (ablate, report) and may set the device; each path sets its own
     dtype."""
+    from headstats.jobs.sweep import MixedKernelsError
+
     run = RunSpec.from_kwargs(options, base=run)
-    if "ablate" in run.stages:
-        run_paths(plan, run, progress=progress)
+    try:
+        if "ablate" in run.stages:
+            run_paths(plan, run, progress=progress)
+    except MixedKernelsError:
+        # What this machine ran still reaches the report; the error then names what it left.
+        if "report" in run.stages:
+            write_confirmation(plan, progress=progress)
+        raise
     return write_confirmation(plan, progress=progress) if "report" in run.stages else None
 
 

@@ -146,6 +146,20 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
     # The report opens with the verdicts' figure: one bar per (claim, path) that ran, from its drop to its bound.
     assert (tmp_path / "report" / "figures" / "bounds.png").is_file()
     assert '<figure class="headline"><img alt="bounds"' in index.read_text()
+    # Every pass ran: nothing is left. A point file gone is a pass left, named in the appendix.
+    from headstats.io.machine import reduced_precision_kernels
+    from headstats.jobs.confirm import left_to_run
+    from headstats.report.confirm import write_confirmation
+
+    assert left_to_run(plan).empty and "What is left to run" not in (tmp_path / "report" / "summary.md").read_text()
+    partition = tmp_path / "results" / "fused-bfloat16" / f"model={slug}" / "task=hellaswag"
+    (partition / "point-ahon_ln-0.25.parquet").unlink()
+    write_confirmation(plan, progress=False)
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    kernels = reduced_precision_kernels(
+        headstats.io.store.file_provenance(partition / "baseline.parquet")["machine"], "bfloat16"
+    )
+    assert f"| fused-bfloat16 | {slug} | 1 | 2 | 0 | {kernels}, as it began;" in summary
 
 
 def test_the_headline_figure_draws_each_path_that_ran_to_its_bound_and_names_those_not_run() -> None:
@@ -459,3 +473,68 @@ def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_c
         "- [explicit-bfloat16] smollm2-135m, 4 passes left: its baseline ran on other kernels"
     )
     assert measured == [spec.name for path, spec in confirm.expand(plan) if (path.name, spec.models[0]) != left]
+
+
+def test_what_is_left_to_run_and_where_it_may_run_comes_from_the_results_folders_alone(tmp_path) -> None:
+    import json
+    from dataclasses import replace
+
+    import numpy as np
+    import pyarrow as pa
+
+    from headstats.io import store
+    from headstats.jobs import confirm
+
+    plan = replace(confirm.load_confirmation("analyses/confirm.toml"), results=tmp_path / "results")
+    fresh = confirm.left_to_run(plan)
+    # Nothing run: every (path, model) has all its passes left (SmolLM2's 3 scores on the explicit paths).
+    assert len(fresh) == 8 and (fresh["passes_left"] == fresh["passes"]).all()
+    assert fresh.set_index(["path", "model"]).loc[("explicit-bfloat16", "smollm2-135m"), "passes"] == 4
+    assert set(fresh["runs_on"]) == {
+        "any machine (fp32 products round alike across machines)",
+        "any machine, whole; fast only on a CPU with bf16 units (AVX512-BF16, AMX) or a GPU",
+    }
+    bf16_cpu = {"cpu": "EPYC", "bf16_units": ["avx512_bf16"], "cpu_capability": "AVX512"}
+
+    def partition(path: str):
+        return store.partition_dir(plan.results / path, model="smollm2-135m", task="hellaswag")
+
+    one_row = pa.table({"question_id": ["q"]})
+    for name in ("baseline", "point-ahon_ln-0.05", "point-awft-0.05", "point-entropy_ln-0.05"):
+        store.write_parquet_atomic(one_row, partition("explicit-float32") / f"{name}.parquet")
+    store.write_parquet_atomic(one_row, partition("explicit-bfloat16") / "baseline.parquet", {"machine": bf16_cpu})
+    spent = {"machines": [{"machine": bf16_cpu, "batches": 2}], "seconds": 1.0}
+    store.write_arrays_atomic(
+        {"rows": np.arange(8), "spent": np.asarray(json.dumps(spent))},
+        store.partial_file(partition("explicit-bfloat16"), "point-ahon_ln-0.05.parquet"),
+    )
+    left = confirm.left_to_run(plan).set_index(["path", "model"])
+    assert ("explicit-float32", "smollm2-135m") not in left.index and len(left) == 7
+    assert left.loc[("explicit-bfloat16", "smollm2-135m")].to_dict() == {
+        "passes_left": 3,
+        "passes": 4,
+        "saved_sequences": 8,
+        "runs_on": "CPU kernels with avx512_bf16 (AVX512 instructions), as it began; elsewhere only whole (move its "
+        "folder away first)",
+    }
+
+
+def test_a_confirmation_that_leaves_a_path_for_another_machine_still_reports_what_ran(monkeypatch) -> None:
+    from headstats import pipeline
+    from headstats.jobs import confirm
+    from headstats.jobs.sweep import MixedKernelsError
+
+    written: list[str] = []
+
+    def refuse(plan, run, progress) -> None:
+        raise MixedKernelsError("1 path and model pair(s) not run on this machine")
+
+    monkeypatch.setattr(pipeline, "run_paths", refuse)
+    monkeypatch.setattr(pipeline, "write_confirmation", lambda plan, progress: written.append(plan.name))
+    plan = confirm.load_confirmation("analyses/confirm.toml")
+    with pytest.raises(MixedKernelsError, match="not run on this machine"):
+        pipeline.run_confirmation(plan, progress=False)
+    assert written == ["confirm"]
+    with pytest.raises(MixedKernelsError):
+        pipeline.run_confirmation(plan, progress=False, stages=("ablate",))
+    assert written == ["confirm"]  # no report stage: none written

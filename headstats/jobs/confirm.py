@@ -279,6 +279,44 @@ def refused_here(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[tuple[st
     return out
 
 
+def left_to_run(plan: ConfirmPlan) -> pd.DataFrame:
+    """Per (path, model) with passes left, from the results folders alone: the passes left of the
+    path's sweep (the baseline and each claimed point without its file; target 0 takes the baseline's
+    answers), the sequences their stopped passes saved, and where they may run. A bf16 or fp16 path
+    that began stays on kernels like those of its baseline and saved batches
+    (:class:`~headstats.jobs.sweep.MixedKernelsError`); fp32 runs anywhere. Empty (with its columns)
+    when every pass has run."""
+    from headstats.io.machine import REDUCED_PRECISION, reduced_precision_kernels
+    from headstats.io.models import model_slug
+    from headstats.jobs.checkpoint import saved_machines
+    from headstats.jobs.sweep_plan import Point
+    from headstats.stats.summary import BASELINE
+
+    columns = ["path", "model", "passes_left", "passes", "saved_sequences", "runs_on"]
+    rows = []
+    for path, spec in expand(plan):
+        slug, sweep = model_slug(spec.models[0]), spec.ablate[0]
+        partition = store.partition_dir(spec.results, model=slug, task=plan.section.task)
+        baseline = Point(BASELINE, 0.0)
+        points = [baseline, *(Point(s, t) for s in sweep.scores or () for t in sweep.targets if t > 0)]
+        left = [p for p in points if not store.is_finished_file(partition / p.file_name)]
+        if not left:
+            continue
+        began = [m for p in left for m in saved_machines(store.partial_file(partition, p.file_name))]
+        if baseline not in left:
+            began.append((store.file_provenance(partition / baseline.file_name) or {}).get("machine"))
+        kernels = sorted({k for m in began if (k := reduced_precision_kernels(m, path.dtype)) is not None})
+        if path.dtype not in REDUCED_PRECISION:
+            where = "any machine (fp32 products round alike across machines)"
+        elif kernels:
+            where = f"{' or '.join(kernels)}, as it began; elsewhere only whole (move its folder away first)"
+        else:
+            where = "any machine, whole; fast only on a CPU with bf16 units (AVX512-BF16, AMX) or a GPU"
+        saved = sum(store.partial_sequences(store.partial_file(partition, p.file_name)) for p in left)
+        rows.append([path.name, slug, len(left), len(points), saved, where])
+    return pd.DataFrame(rows, columns=columns)
+
+
 def path_run(run: RunSpec) -> RunSpec:
     """The run of each (path, model) analysis of :func:`expand`: its sweeps, with the path's own
     dtype and model (``run`` may set the device and the other loading options)."""
@@ -321,6 +359,7 @@ __all__ = [
     "claims_table",
     "expand",
     "is_confirmation",
+    "left_to_run",
     "load_confirmation",
     "path_run",
     "read_claims",

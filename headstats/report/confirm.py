@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.io import store
-from headstats.jobs.confirm import ConfirmPlan, claims_table
+from headstats.jobs.confirm import ConfirmPlan, claims_table, left_to_run
 from headstats.report.freshness import report_inputs
 from headstats.report.sections.can_show import run_times as pass_times
 from headstats.report.sections.context import ABSTRACT_WORDS, Context, word_count
@@ -179,6 +179,17 @@ def _methods(writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, pd.DataFra
             "kernels, and a sweep refuses to join batches or a baseline that other kernels computed."
         )
         writer.table(times, "run_times", floatfmt=".3g")
+        left = left_to_run(plan)
+        if len(left):
+            writer.heading("What is left to run", 3)
+            writer.text(
+                "Per path and model with passes left: the passes left of its sweep (the baseline and each claimed "
+                "point; target 0 takes the baseline's answers), the sequences their stopped passes saved (a run "
+                "resumes from them), and where they may run. A bf16 path that began must finish on bf16 kernels like "
+                "those that began it; elsewhere it runs again whole. `headstats run --dry-run` on a machine names what "
+                "that machine may not run."
+            )
+            writer.table(left, "left_to_run")
 
 
 def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
