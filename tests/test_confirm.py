@@ -151,7 +151,7 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
     from headstats.jobs.confirm import left_to_run
     from headstats.report.confirm import write_confirmation
 
-    assert left_to_run(plan).empty and "What is left to run" not in (tmp_path / "report" / "summary.md").read_text()
+    assert left_to_run(plan).empty and "what is left" not in (tmp_path / "report" / "summary.md").read_text().lower()
     partition = tmp_path / "results" / "fused-bfloat16" / f"model={slug}" / "task=hellaswag"
     (partition / "point-ahon_ln-0.25.parquet").unlink()
     write_confirmation(plan, progress=False)
@@ -160,6 +160,8 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
         headstats.io.store.file_provenance(partition / "baseline.parquet")["machine"], "bfloat16"
     )
     assert f"| fused-bfloat16 | {slug} | 1 | 2 | 0 | {kernels}, as it began;" in summary
+    assert "[what is left](#what-is-left-to-run)" in summary.split("\n\n")[1]  # the abstract links to it
+    assert '<h3 id="what-is-left-to-run">' in (tmp_path / "report" / "index.html").read_text()
 
 
 def test_the_headline_figure_draws_each_path_that_ran_to_its_bound_and_names_those_not_run() -> None:

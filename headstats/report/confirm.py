@@ -146,7 +146,9 @@ def _what_it_can_show(writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, p
     writer.table(table, "what_this_run_can_show", floatfmt=".3g")
 
 
-def _methods(writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, pd.DataFrame], times: pd.DataFrame) -> None:
+def _methods(
+    writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, pd.DataFrame], times: pd.DataFrame, left: pd.DataFrame
+) -> None:
     sec = plan.section
     writer.note(
         "Computation paths",
@@ -179,7 +181,6 @@ def _methods(writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, pd.DataFra
             "kernels, and a sweep refuses to join batches or a baseline that other kernels computed."
         )
         writer.table(times, "run_times", floatfmt=".3g")
-        left = left_to_run(plan)
         if len(left):
             writer.heading("What is left to run", 3)
             writer.text(
@@ -200,6 +201,7 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     bounds = claim_bounds(rows, claims, drop=sec.drop, confidence=sec.confidence)
     verdicts = claim_verdicts(bounds, [p.name for p in plan.paths], drop=sec.drop)
     times = run_times(plan)
+    left = left_to_run(plan)
     k = len(claims)
     writer = ReportWriter(store.ensure_writable(plan.report), plan.description or plan.name)
     counts = verdicts["verdict"].value_counts()
@@ -210,7 +212,8 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         f"stated before this run, were tested on {held_out} held-out {sec.task} questions under "
         f"{len(plan.paths)} computation paths (attention kernel x model dtype): {int(counts.get('confirmed', 0))} "
         f"confirmed, {int(counts.get('not confirmed', 0))} not confirmed, {int(counts.get('incomplete', 0))} "
-        f"incomplete ({ran} of {len(bounds)} claim-path runs done; {times['hours'].sum():.1f} hours of passes). "
+        f"incomplete ({ran} of {len(bounds)} claim-path runs done; {times['hours'].sum():.1f} hours of passes"
+        f"{'; [what is left](#what-is-left-to-run)' if len(left) else ''}). "
         f"A claim is confirmed when the one-sided upper bound of its paired drop is at most {sec.drop:g} point on "
         f"every path, at level {(1 - sec.confidence) / k:.3g} each (Bonferroni over the {k} claims)."
     )
@@ -267,7 +270,7 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         "and whether it certifies the claim."
     )
     writer.table(bounds, "bounds", floatfmt=".3g")
-    _methods(writer, plan, rows, times)
+    _methods(writer, plan, rows, times, left)
     if plan.results.is_dir():
         writer.inputs = report_inputs(plan.results, plan.section.settings(), plan.path)
     return writer.write()
