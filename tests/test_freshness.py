@@ -60,6 +60,11 @@ def test_a_stale_report_fails_the_check(tmp_path, monkeypatch) -> None:
     (partition / "point-ahon_ln-0.1.parquet").unlink()
     assert check_report(report, root=tmp_path) == []
     assert results_digest(results) == recorded_inputs(report)["results_digest"]
+    # A stopped pass's saved batches are read too (what is left to run): one saved since is a change.
+    (partition / "_partial-point-ahon_ln-0.1.npz").write_bytes(b"saved batches")
+    (problem,) = check_report(report, root=tmp_path)
+    assert "older than its results results" in problem
+    (partition / "_partial-point-ahon_ln-0.1.npz").unlink()
     # A report built before inputs were recorded cannot be shown fresh.
     (report / "_manifest.json").write_text(json.dumps({"written_by": "headstats", "files": []}))
     (problem,) = check_report(report, root=tmp_path)

@@ -32,15 +32,17 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 def _input_files(results: Path) -> list[Path]:
     """The files under ``results`` that a report reads: every partition's data files (as
-    :func:`headstats.io.store.data_files` finds them) and records (provenance, calibration), at any
-    depth (a confirmation keeps one results folder per computation path); locks, temporary files and
-    grid logs are not inputs."""
+    :func:`headstats.io.store.data_files` finds them), records (provenance, calibration) and the saved
+    batches of stopped passes (a confirmation reports what is left to run from them), at any depth (a
+    confirmation keeps one results folder per computation path); locks, temporary files and grid logs
+    are not inputs."""
+    partial = f"{store.PARTIAL_PREFIX}*.npz"
     files: set[Path] = set()
-    for folder in {p.parent for p in results.rglob("*.parquet")}:
+    for folder in {p.parent for pattern in ("*.parquet", partial) for p in results.rglob(pattern)}:
         if any(part.startswith((".", "_")) for part in folder.relative_to(results).parts):
             continue
         files.update(store.data_files(folder))
-        files.update(p for p in folder.glob("_*.json") if p.is_file())
+        files.update(p for pattern in ("_*.json", partial) for p in folder.glob(pattern) if p.is_file())
     return sorted(files)
 
 
