@@ -182,6 +182,25 @@ def test_the_headline_figure_draws_each_path_that_ran_to_its_bound_and_names_tho
     assert drawn == [(-0.5, 1.5), (0.25, 0.75)]
     assert [t.get_text() for t in ax.texts] == ["fused-float32: not run yet"]
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
+    # Every note stays inside the figure, also when every bound that ran is under the tolerance.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    four = ["explicit-float32", "explicit-bfloat16", "fused-float32", "fused-bfloat16"]
+    under = pd.DataFrame(
+        {
+            "claim": ["smollm2-135m hellaswag ahon_ln@0.05"] * 4 + ["smollm2-135m hellaswag awft@0.05"] * 2,
+            "path": four + four[:2],
+            "drop": [0.2, math.nan, 0.2, math.nan, 0.1, math.nan],
+            "drop_upper": [0.8, math.nan, 0.8, math.nan, 0.7, math.nan],
+        }
+    )
+    for frame, planned in ((bounds, paths), (under, four)):
+        fig = headline_figure(frame, planned, 1.0)
+        fig.set_dpi(90)  # as the report saves it (ReportWriter's dpi), not as it was laid out
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        for note in fig.axes[0].texts:
+            box = note.get_window_extent(renderer)
+            assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1, note.get_text()
     assert [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == ":"] == [1.0]
 
 

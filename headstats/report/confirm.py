@@ -52,7 +52,7 @@ PATH_MARKERS = ("o", "s", "^", "D", "v", "P")
 def headline_figure(bounds: pd.DataFrame, paths: list[str], drop: float) -> Figure:
     """Per claim (one row each), every planned path's drop with a bar to its one-sided upper bound,
     beside the tolerance: a claim is confirmed when every bar ends left of the dotted line. A planned
-    path not run yet is written out as such at the tolerance."""
+    path not run yet is written out as such, ending at the tolerance."""
     claims = list(dict.fromkeys(bounds["claim"]))
     fig = Figure(figsize=(8.6, 0.9 + 0.75 * len(claims)))
     ax = fig.subplots()
@@ -67,13 +67,14 @@ def headline_figure(bounds: pd.DataFrame, paths: list[str], drop: float) -> Figu
             y = i + (j - (len(paths) - 1) / 2) * step
             row = hit.iloc[0]
             if pd.isna(row["drop_upper"]):
-                ax.annotate(
+                ax.annotate(  # left of the tolerance line, inside the axes: its row has no bar to cover
                     f"{path}: not run yet",
                     (drop, y),
                     fontsize=7,
                     color=colors[j],
                     va="center",
-                    xytext=(4, 0),
+                    ha="right",
+                    xytext=(-4, 0),
                     textcoords="offset points",
                 )
                 continue
@@ -96,7 +97,7 @@ def headline_figure(bounds: pd.DataFrame, paths: list[str], drop: float) -> Figu
         f"accuracy drop (points; bar to the one-sided upper bound; dotted: the {drop:g}-point tolerance)", fontsize=8
     )
     if labelled:
-        # Below the axes: the right margin belongs to the "not run yet" notes at the tolerance line.
+        # Below the axes, clear of the bars and notes.
         ax.legend(
             fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(paths), title="path", title_fontsize=7
         )
