@@ -276,7 +276,15 @@ def test_sigterm_stops_a_command_as_an_interrupt_does_so_it_saves_what_finished(
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     parser._subparsers._group_actions[0].choices["list"].set_defaults(func=long_run)
     before = signal.getsignal(signal.SIGTERM)
-    assert cli.main(["list"]) == code and saved
+    # Ctrl-C as an interactive Python receives it: a test process may have inherited SIGINT ignored
+    # (started in the background by a non-interactive shell) or blocked, which is not the CLI's to undo.
+    interactive = signal.signal(signal.SIGINT, signal.default_int_handler)
+    blocked = signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+    try:
+        assert cli.main(["list"]) == code and saved
+    finally:
+        signal.signal(signal.SIGINT, interactive)
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     assert capsys.readouterr().err.startswith(f"headstats: {word}; finished parts and a pass's saved batches are kept")
     assert signal.getsignal(signal.SIGTERM) is before  # the handler goes with the command
 
