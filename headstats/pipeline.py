@@ -69,15 +69,16 @@ def run_confirmation(
     from headstats.jobs.sweep import MixedKernelsError
 
     run = RunSpec.from_kwargs(options, base=run)
-    try:
-        if "ablate" in run.stages:
+    left: MixedKernelsError | None = None
+    if "ablate" in run.stages:
+        try:
             run_paths(plan, run, progress=progress)
-    except MixedKernelsError:
-        # What this machine ran still reaches the report; the error then names what it left.
-        if "report" in run.stages:
-            write_confirmation(plan, progress=progress)
-        raise
-    return write_confirmation(plan, progress=progress) if "report" in run.stages else None
+        except MixedKernelsError as err:
+            left = err  # what this machine ran still reaches the report; the error then names what it left
+    index = write_confirmation(plan, progress=progress) if "report" in run.stages else None
+    if left is not None:
+        raise left
+    return index
 
 
 __all__ = ["report_analysis", "run_analysis", "run_confirmation"]
