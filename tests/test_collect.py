@@ -165,18 +165,16 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(
 
 
 def test_unsupported_architecture_is_a_clear_cli_error(tmp_path: Path, tokenizer, capsys) -> None:
-    from transformers import AutoModelForCausalLM, BloomConfig
+    from inline_model import InlineConfig, InlineForCausalLM
 
-    AutoModelForCausalLM.from_config(
-        BloomConfig(vocab_size=len(tokenizer), hidden_size=32, n_layer=2, n_head=2)
-    ).save_pretrained(tmp_path / "bloom")
-    tokenizer.save_pretrained(tmp_path / "bloom")
+    InlineForCausalLM(InlineConfig(vocab_size=len(tokenizer))).save_pretrained(tmp_path / "inline")
+    tokenizer.save_pretrained(tmp_path / "inline")
     (tmp_path / "t.txt").write_text("some text")
     code = main(
         [
             "collect",
             "--model",
-            str(tmp_path / "bloom"),
+            str(tmp_path / "inline"),
             "--dataset",
             str(tmp_path / "t.txt"),
             "--out",

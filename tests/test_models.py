@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 from families import tiny_decoder
-from transformers import AutoConfig, AutoModelForCausalLM, FalconConfig
+from inline_model import InlineConfig, InlineForCausalLM
+from transformers import AutoConfig, AutoModelForCausalLM
 
 import headstats
 from headstats.engine.attention import UnsupportedModelError
@@ -167,21 +168,21 @@ def test_device_map_places_the_model_with_accelerate(bf16_dir: Path, from_pretra
 
 
 @pytest.fixture(scope="module")
-def falcon_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
+def inline_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
     """A model whose attention is computed inline (not through AttentionInterface)."""
-    path = tmp_path_factory.mktemp("falcon")
-    config = FalconConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4)
-    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    path = tmp_path_factory.mktemp("inline")
+    InlineForCausalLM(InlineConfig(vocab_size=len(tokenizer))).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 
 
-def test_inline_attention_is_refused_with_the_interface_message(falcon_dir: Path) -> None:
+def test_inline_attention_is_refused_with_the_interface_message(inline_dir: Path) -> None:
     with pytest.raises(UnsupportedModelError, match="does not use transformers' AttentionInterface"):
-        load_model(str(falcon_dir), device="cpu")
-    falcon = AutoModelForCausalLM.from_pretrained(falcon_dir)
+        load_model(str(inline_dir), device="cpu")
+    inline = AutoModelForCausalLM.from_pretrained(inline_dir)
+    assert type(inline) is InlineForCausalLM
     with pytest.raises(UnsupportedModelError, match="does not use transformers' AttentionInterface"):
-        headstats.score_sequences(falcon, [[1, 2, 3]], 1, progress=False)
+        headstats.score_sequences(inline, [[1, 2, 3]], 1, progress=False)
 
 
 def broken_copy(source: Path, target: Path) -> Path:
