@@ -9,6 +9,8 @@ from collections.abc import Callable
 import torch
 from transformers import (
     AutoModelForCausalLM,
+    FalconConfig,
+    FalconForCausalLM,
     Gemma2Config,
     Gemma3TextConfig,
     GPT2Config,
@@ -63,6 +65,12 @@ CONFIGS: dict[str, Callable[[], PretrainedConfig]] = {
         vocab_size=VOCAB, n_embd=64, n_layer=3, n_head=4, n_positions=256, bos_token_id=1, eos_token_id=2
     ),
 }
+FALCON = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=3, num_attention_heads=4)
+if FalconForCausalLM._can_set_attn_implementation():  # transformers >= 5.25; earlier ones compute it inline
+    # Falcon-7B's layout (rotary, one KV head) and Falcon-RW's (ALiBi through the attention mask, one KV
+    # head per query head); both read V from the fused query_key_value projection.
+    CONFIGS["falcon"] = lambda: FalconConfig(**FALCON)
+    CONFIGS["falcon_alibi"] = lambda: FalconConfig(**FALCON, alibi=True, multi_query=False)
 
 
 def tiny_model(family: str, seed: int = 0, attn: str = "eager") -> torch.nn.Module:
@@ -71,7 +79,7 @@ def tiny_model(family: str, seed: int = 0, attn: str = "eager") -> torch.nn.Modu
     # Random init gives near-uniform attention; sharpen queries so scores differ between heads.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if any(k in name for k in ("q_proj", "k_proj", "c_attn", "qkv_proj")) and p.dim() == 2:
+            if any(k in name for k in ("q_proj", "k_proj", "c_attn", "qkv_proj", "query_key_value")) and p.dim() == 2:
                 p.mul_(4.0)
     return model.eval()
 
@@ -119,7 +127,15 @@ def tiny_decoder(family: str, vocab_size: int, *, max_positions: int = 1024) -> 
 def attention_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
     base = model.base_model
     layers = base.h if hasattr(base, "h") else base.layers
-    return [layer.attn if hasattr(layer, "attn") else layer.self_attn for layer in layers]
+    return [
+        next(getattr(layer, a) for a in ("attn", "self_attn", "self_attention") if hasattr(layer, a))
+        for layer in layers
+    ]
+
+
+def out_projection(attn: torch.nn.Module) -> torch.nn.Module:
+    """W_O of an attention module: o_proj, GPT-2's Conv1D c_proj or Falcon's dense."""
+    return next(getattr(attn, name) for name in ("o_proj", "c_proj", "dense") if hasattr(attn, name))
 
 
 def _geometry(model: torch.nn.Module) -> tuple[int, int, int]:
@@ -145,13 +161,19 @@ def eager_internals(model: torch.nn.Module, ids: list[int]) -> list[dict[str, to
                     lambda m, a, out, i=i: captured[i].__setitem__("v", out[..., (heads + kv) * d :])
                 )
             )
+        elif hasattr(attn, "query_key_value"):  # Falcon
+            hooks.append(
+                attn.query_key_value.register_forward_hook(
+                    lambda m, a, out, i=i, attn=attn: captured[i].__setitem__("v", _falcon_v(attn, out))
+                )
+            )
         else:  # GPT-2: c_attn = [q | k | v], each of width n_embd
             hooks.append(
                 attn.c_attn.register_forward_hook(
                     lambda m, a, out, i=i: captured[i].__setitem__("v", out[..., 2 * heads * d :])
                 )
             )
-        proj = attn.o_proj if hasattr(attn, "o_proj") else attn.c_proj
+        proj = out_projection(attn)
         hooks.append(proj.register_forward_pre_hook(lambda m, a, i=i: captured[i].__setitem__("o", a[0])))
         w = proj.weight.detach().float()
         captured[i]["w_o"] = w.t() if isinstance(proj, torch.nn.Linear) else w
@@ -167,6 +189,15 @@ def eager_internals(model: torch.nn.Module, ids: list[int]) -> list[dict[str, to
         layer["v"] = layer["v"][0].float().view(s, kv, d).transpose(0, 1).repeat_interleave(heads // kv, dim=0)
         layer["o"] = layer["o"][0].float().view(s, heads, d).transpose(0, 1)
     return captured
+
+
+def _falcon_v(attn: torch.nn.Module, fused: torch.Tensor) -> torch.Tensor:
+    """Falcon's values from its fused projection, (B, S, KV * D): after the queries and the one key with
+    one KV head (multi-query), else the third of each head's (q, k, v) triple."""
+    d = attn.head_dim
+    if attn.multi_query:
+        return fused[..., -d:]
+    return fused.unflatten(-1, (attn.num_heads, 3, d))[..., 2, :].flatten(-2)
 
 
 def reference_scores(model: torch.nn.Module, ids: list[int]) -> dict[str, torch.Tensor]:

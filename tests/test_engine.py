@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from families import CONFIGS, VOCAB, attention_modules, reference_scores, tiny_model
-from transformers import AutoModelForCausalLM, BloomConfig
+from inline_model import InlineConfig, InlineForCausalLM
 
 import headstats
 from headstats.engine import attention as attention_module
@@ -154,11 +154,9 @@ def test_probe_records_only_requested_scores_and_needs_2d_mask() -> None:
 
 
 def test_architectures_without_the_attention_interface_are_refused() -> None:
-    bloom = AutoModelForCausalLM.from_config(
-        BloomConfig(vocab_size=VOCAB, hidden_size=32, n_layer=2, n_head=2)
-    )  # ALiBi attention written inline, no AttentionInterface
+    inline = InlineForCausalLM(InlineConfig(vocab_size=VOCAB))  # attention written inline, no AttentionInterface
     with pytest.raises(UnsupportedModelError, match="AttentionInterface"):
-        headstats.score_sequences(bloom, SEQUENCES)
+        headstats.score_sequences(inline, SEQUENCES)
     with pytest.raises(UnsupportedModelError, match="PreTrainedModel"):
         headstats.score_sequences(torch.nn.Linear(2, 2), SEQUENCES)
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 import torch
-from families import VOCAB, tiny_model
+from families import CONFIGS, VOCAB, attention_modules, out_projection, tiny_model
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.proportion import proportion_confint
 from transformers.pytorch_utils import Conv1D
@@ -30,7 +30,7 @@ from headstats.engine.probe import Probe
 from headstats.stats import curves as C
 from headstats.stats.paired import mcnemar_exact
 
-FAMILIES = ["llama", "qwen2", "gpt2"]
+FAMILIES = ["llama", "qwen2", "gpt2"] + [f for f in ("falcon",) if f in CONFIGS]  # Falcon: transformers >= 5.25
 SEQUENCES = [
     [3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37],
     [2, 4, 6, 8],
@@ -58,12 +58,9 @@ def without_heads(model, heads_per_layer: dict[int, list[int]]):
     surgery = copy.deepcopy(model)
     config = surgery.config
     d = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    base = surgery.base_model
-    layers = base.h if hasattr(base, "h") else base.layers
     with torch.no_grad():
         for layer, heads in heads_per_layer.items():
-            attn = layers[layer].attn if hasattr(layers[layer], "attn") else layers[layer].self_attn
-            proj = attn.o_proj if hasattr(attn, "o_proj") else attn.c_proj
+            proj = out_projection(attention_modules(surgery)[layer])
             for h in heads:
                 if isinstance(proj, Conv1D):
                     proj.weight[h * d : (h + 1) * d, :] = 0
