@@ -16,7 +16,7 @@ from pathlib import Path
 
 from headstats.io import store
 from headstats.jobs.analysis import AnalysisSpec, load_analysis, merged_load, needs_model, planned_points, run_models
-from headstats.jobs.confirm import ConfirmPlan, run_paths
+from headstats.jobs.confirm import ConfirmPlan, PathsLeftError, run_paths
 from headstats.report.confirm import write_confirmation
 from headstats.report.writer import build_report
 from headstats.specs import Resources, RunSpec
@@ -66,14 +66,12 @@ def run_confirmation(
     ``plan.report``; returns the report's index.html when the report stage ran. ``run`` (or its
     fields by name) gives the stages (ablate, report) and may set the device; each path sets its own
     dtype."""
-    from headstats.jobs.sweep import MixedKernelsError
-
     run = RunSpec.from_kwargs(options, base=run)
-    left: MixedKernelsError | None = None
+    left: PathsLeftError | None = None
     if "ablate" in run.stages:
         try:
             run_paths(plan, run, progress=progress)
-        except MixedKernelsError as err:
+        except PathsLeftError as err:
             left = err  # what this machine ran still reaches the report; the error then names what it left
     index = write_confirmation(plan, progress=progress) if "report" in run.stages else None
     if left is not None:

@@ -50,6 +50,7 @@ def test_a_claim_is_confirmed_only_when_every_planned_path_certifies_it() -> Non
 
 def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_rule(tiny_llama_dir, tmp_path) -> None:
     from headstats.io.models import model_slug
+    from headstats.jobs import confirm
     from headstats.jobs.confirm import expand, is_confirmation, load_confirmation
     from headstats.pipeline import run_confirmation
 
@@ -88,7 +89,10 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
         ("fused-float32", ("ahon_ln",)),
         ("fused-bfloat16", ("ahon_ln",)),
     }
-    index = run_confirmation(plan, progress=False)
+    # Every path named: the bf16 ones run here too, on any CPU (a plain run leaves them on a CPU without
+    # bf16 units; tested below). Once every pass ran, nothing is left for another machine anywhere.
+    index = run_confirmation(plan, progress=False, only_paths=tuple(sorted({name for name, _ in runs})))
+    assert confirm.left_for_bf16_units(plan) == {}
     # With every path's sweeps done, the dry run counts no pass left on any path (and loads no model).
     from headstats.jobs.dryrun import dry_run_confirmation
 
@@ -413,7 +417,9 @@ def test_bf16_paths_on_a_cpu_without_bf16_units_warn_and_name_the_others(monkeyp
     assert slow_bf16_warning(paths, "cpu") is None
 
 
-def test_on_a_cpu_without_bf16_units_the_fp32_paths_run_first(monkeypatch, tmp_path, caplog) -> None:
+def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths_runs_them_last(
+    monkeypatch, tmp_path, caplog
+) -> None:
     from dataclasses import replace
 
     from headstats.io import models
@@ -424,19 +430,60 @@ def test_on_a_cpu_without_bf16_units_the_fp32_paths_run_first(monkeypatch, tmp_p
     plan = replace(plan, results=tmp_path / "results")  # nothing runs: run_model_stages is replaced
     ran: list[tuple[str, str]] = []
     monkeypatch.setattr(confirm, "run_model_stages", lambda spec, model, run, progress: ran.append((spec.name, model)))
+    monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {})  # nothing begun (the integration test reads it)
     everything = [(spec.name, spec.models[0]) for _, spec in confirm.expand(plan)]
+    fp32 = [unit for unit in everything if "float32" in unit[0]]
+    bf16 = [unit for unit in everything if "bfloat16" in unit[0]]
+    pairs = [(path.name, spec.models[0]) for path, spec in confirm.expand(plan) if path.dtype == "bfloat16"]
 
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
+    assert confirm.left_for_bf16_units(plan, RunSpec(device="cpu")) == {}
     confirm.run_paths(plan, RunSpec(device="cpu"), progress=False)
     assert ran == everything  # bf16 units: the file's order, model by model
 
     ran.clear()
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
-    with caplog.at_level("WARNING", logger="headstats"):
+    why = (
+        "this CPU (AVX2 EPYC) has no bf16 matrix units (AVX512-BF16, AMX), where a bf16 pass runs tens of times "
+        "slower than fp32 (about a day per pass measured on a 2-core AVX2 EPYC); run it on a CPU that has them or "
+        "on a GPU, or here anyway with --paths {}"
+    )
+    waiting = confirm.left_for_bf16_units(plan, RunSpec(device="cpu"))
+    assert waiting == {(name, model): why.format(name) for name, model in pairs} and len(pairs) == 4
+    with caplog.at_level("WARNING", logger="headstats"), pytest.raises(confirm.PathsLeftError) as left:
         confirm.run_paths(plan, RunSpec(device="cpu"), progress=False)
-    fp32 = [unit for unit in everything if "float32" in unit[0]]
-    assert ran == fp32 + [unit for unit in everything if "bfloat16" in unit[0]]  # the same work, fp32 first
-    assert "has no bf16 matrix units" in caplog.text
+    assert ran == fp32  # the bf16 paths are not begun: no saved batch ties them to this CPU's kernels
+    assert str(left.value) == "4 path and model pair(s) not run on this machine, every other one ran:\n" + "\n".join(
+        f"[{name}] {model}: {why.format(name)}" for name, model in pairs
+    )
+    assert "left for another machine: [explicit-bfloat16] smollm2-135m: this CPU (AVX2 EPYC)" in caplog.text
+
+    # --paths naming them runs them here anyway, after the fp32 ones, with the warning.
+    ran.clear()
+    caplog.clear()
+    named = RunSpec(device="cpu", only_paths=tuple(dict.fromkeys(path.name for path, _ in confirm.expand(plan))))
+    assert confirm.left_for_bf16_units(plan, named) == {}
+    with caplog.at_level("WARNING", logger="headstats"):
+        confirm.run_paths(plan, named, progress=False)
+    assert ran == fp32 + bf16
+    assert "has no bf16 matrix units" in caplog.text and "left for another machine" not in caplog.text
+    # A bf16 path with no pass left is not waiting for anything.
+    monkeypatch.setattr(
+        confirm, "left_to_run", lambda plan: pd.DataFrame({"path": ["fused-bfloat16"], "model": ["gemma3-270m"]})
+    )
+    assert list(confirm.left_for_bf16_units(plan, RunSpec(device="cpu"))) == [("fused-bfloat16", "gemma3-270m")]
+    # A pair other bf16 kernels began is left with that reason, which --paths cannot override.
+    began = ("explicit-bfloat16", "smollm2-135m")
+    monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {began: "its baseline ran on other kernels"})
+    assert confirm.left_here(plan, RunSpec(device="cpu")) == {
+        ("fused-bfloat16", "gemma3-270m"): why.format("fused-bfloat16"),
+        began: "its baseline ran on other kernels",
+    }
+    ran.clear()
+    with pytest.raises(confirm.PathsLeftError) as left:
+        confirm.run_paths(plan, named, progress=False)
+    assert ran == [unit for unit in fp32 + bf16 if unit != ("confirm explicit-bfloat16 smollm2-135m", "smollm2-135m")]
+    assert str(left.value).endswith(":\n[explicit-bfloat16] smollm2-135m: its baseline ran on other kernels")
 
 
 def test_a_path_other_bf16_kernels_began_is_left_while_every_other_runs(monkeypatch, tmp_path) -> None:
@@ -457,8 +504,10 @@ def test_a_path_other_bf16_kernels_began_is_left_while_every_other_runs(monkeypa
         ran.append((spec.name, model))
 
     monkeypatch.setattr(confirm, "run_model_stages", run_model_stages)
+    # The preflight from the results folders finds nothing (none here); the sweep itself refuses.
+    monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {})
     everything = [(spec.name, m) for _, spec in confirm.expand(plan) for m in spec.models]
-    with pytest.raises(MixedKernelsError) as refused:
+    with pytest.raises(confirm.PathsLeftError) as refused:
         confirm.run_paths(plan, RunSpec(device="cpu"), progress=False)
     left = [u for u in everything if "explicit-bfloat16" in u[0] and u[1] == "smollm2-135m"]
     assert len(left) == 1 and ran == [u for u in everything if u not in left]
@@ -472,13 +521,15 @@ def test_a_path_other_bf16_kernels_began_is_left_while_every_other_runs(monkeypa
 def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_counts_it(monkeypatch, tmp_path) -> None:
     from dataclasses import replace
 
+    from headstats.io import models
     from headstats.jobs import confirm, dryrun
     from headstats.specs import RunSpec
 
     plan = replace(confirm.load_confirmation("analyses/confirm.toml"), results=tmp_path / "results")
     assert confirm.refused_here(plan, RunSpec(device="cpu")) == {}  # nothing begun: nothing refused
+    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
     left = ("explicit-bfloat16", "smollm2-135m")
-    monkeypatch.setattr(dryrun, "refused_here", lambda plan, run: {left: "its baseline ran on other kernels"})
+    monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {left: "its baseline ran on other kernels"})
     measured: list[str] = []
 
     def dry_run(spec, run, probe_sequences):
@@ -490,10 +541,25 @@ def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_c
     # Its baseline and the three claimed scores' points: 4 passes, not loaded, not in the estimate.
     assert planned.refused == ["[explicit-bfloat16] smollm2-135m, 4 passes left: its baseline ran on other kernels"]
     assert planned.summary().endswith(
-        "Not counted above, as this machine may not run them (a real run leaves them for another):\n"
+        "Not counted above, as a real run here leaves them for another machine:\n"
         "- [explicit-bfloat16] smollm2-135m, 4 passes left: its baseline ran on other kernels"
     )
     assert measured == [spec.name for path, spec in confirm.expand(plan) if (path.name, spec.models[0]) != left]
+
+    # On a CPU without bf16 units every bf16 pair is left out too, each with its reason and passes.
+    measured.clear()
+    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
+    planned = dryrun.dry_run_confirmation(plan, RunSpec(device="cpu"))
+    slow = "this CPU (AVX2 EPYC) has no bf16 matrix units"
+    assert [line.split(": ")[0] for line in planned.refused] == [
+        "[explicit-bfloat16] smollm2-135m, 4 passes left",
+        "[fused-bfloat16] smollm2-135m, 2 passes left",
+        "[explicit-bfloat16] gemma3-270m, 2 passes left",
+        "[fused-bfloat16] gemma3-270m, 2 passes left",
+    ]
+    assert planned.refused[0].endswith("its baseline ran on other kernels")  # that reason comes first
+    assert all(line.split(": ", 1)[1].startswith(slow) for line in planned.refused[1:])
+    assert measured == [spec.name for path, spec in confirm.expand(plan) if path.dtype == "float32"]
 
 
 def test_what_is_left_to_run_and_where_it_may_run_comes_from_the_results_folders_alone(tmp_path) -> None:
@@ -543,19 +609,18 @@ def test_what_is_left_to_run_and_where_it_may_run_comes_from_the_results_folders
 def test_a_confirmation_that_leaves_a_path_for_another_machine_still_reports_what_ran(monkeypatch) -> None:
     from headstats import pipeline
     from headstats.jobs import confirm
-    from headstats.jobs.sweep import MixedKernelsError
 
     written: list[str] = []
 
     def refuse(plan, run, progress) -> None:
-        raise MixedKernelsError("1 path and model pair(s) not run on this machine")
+        raise confirm.PathsLeftError("1 path and model pair(s) not run on this machine")
 
     monkeypatch.setattr(pipeline, "run_paths", refuse)
     monkeypatch.setattr(pipeline, "write_confirmation", lambda plan, progress: written.append(plan.name))
     plan = confirm.load_confirmation("analyses/confirm.toml")
-    with pytest.raises(MixedKernelsError, match="not run on this machine"):
+    with pytest.raises(confirm.PathsLeftError, match="not run on this machine"):
         pipeline.run_confirmation(plan, progress=False)
     assert written == ["confirm"]
-    with pytest.raises(MixedKernelsError):
+    with pytest.raises(confirm.PathsLeftError):
         pipeline.run_confirmation(plan, progress=False, stages=("ablate",))
     assert written == ["confirm"]  # no report stage: none written

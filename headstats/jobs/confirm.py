@@ -225,17 +225,25 @@ def selected(plan: ConfirmPlan, run: RunSpec | None = None) -> list[tuple[Comput
     ]
 
 
-def slow_bf16_warning(paths: Sequence[ComputePath], device: str | None) -> str | None:
-    """A warning when bf16 paths are to run on a CPU without bf16 matrix units (AVX512-BF16 or AMX),
-    where PyTorch emulates bf16 products, tens of times slower than fp32 (64x measured on a 2-core
-    AVX2 EPYC); None otherwise."""
+class PathsLeftError(RuntimeError):
+    """A confirmation run left (path, model) pairs for another machine; every other pair ran."""
+
+
+def _emulating_cpu(device: str | None) -> str | None:
+    """The CPU's name when the paths load on a CPU without bf16 matrix units; None otherwise."""
     import torch
 
     from headstats.io.models import emulated_bf16
 
+    return emulated_bf16(device or ("cuda" if torch.cuda.is_available() else "cpu"))  # None: as load_model places it
+
+
+def slow_bf16_warning(paths: Sequence[ComputePath], device: str | None) -> str | None:
+    """A warning when bf16 paths are to run on a CPU without bf16 matrix units (AVX512-BF16 or AMX),
+    where PyTorch emulates bf16 products, tens of times slower than fp32 (64x measured on a 2-core
+    AVX2 EPYC); None otherwise."""
     slow = [p.name for p in paths if p.dtype == "bfloat16"]
-    where = device or ("cuda" if torch.cuda.is_available() else "cpu")  # None: as load_model places it
-    cpu = emulated_bf16(where) if slow else None
+    cpu = _emulating_cpu(device) if slow else None
     if not cpu:
         return None
     fast = [p.name for p in paths if p.dtype != "bfloat16"]
@@ -245,6 +253,34 @@ def slow_bf16_warning(paths: Sequence[ComputePath], device: str | None) -> str |
         f"so bf16 runs tens of times slower than fp32 here;{rest} run the bf16 paths on a CPU that has them, or "
         "on a GPU"
     )
+
+
+def left_for_bf16_units(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[tuple[str, str], str]:
+    """Per (path name, model) that a run here leaves for a machine with bf16 units, with the reason:
+    the bf16 paths with passes left (:func:`left_to_run`), when they would load on a CPU without bf16
+    matrix units and ``--paths`` did not name them. There a bf16 pass takes about a day (20 h measured
+    for SmolLM2 on a 2-core AVX2 EPYC), and the batches it saves would tie the path to these kernels
+    (:func:`refused_here`); naming the path with ``--paths`` runs it here anyway. Empty elsewhere."""
+    from headstats.io.models import model_slug
+
+    run = run or RunSpec()
+    if run.only_paths:
+        return {}
+    slow = [(path, spec) for path, spec in selected(plan, run) if path.dtype == "bfloat16"]
+    cpu = _emulating_cpu(run.device) if slow else None
+    if not cpu:
+        return {}
+    unfinished = set(left_to_run(plan)[["path", "model"]].itertuples(index=False, name=None))
+    return {
+        (path.name, model): (
+            f"this CPU ({cpu}) has no bf16 matrix units (AVX512-BF16, AMX), where a bf16 pass runs tens of times "
+            "slower than fp32 (about a day per pass measured on a 2-core AVX2 EPYC); run it on a CPU that has them "
+            f"or on a GPU, or here anyway with --paths {path.name}"
+        )
+        for path, spec in slow
+        for model in spec.models
+        if (path.name, model_slug(model)) in unfinished
+    }
 
 
 def refused_here(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[tuple[str, str], str]:
@@ -277,6 +313,13 @@ def refused_here(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[tuple[st
                     out[(path.name, model)] = why
                     break
     return out
+
+
+def left_here(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[tuple[str, str], str]:
+    """Per (path name, model): why a run of ``run`` on this machine leaves it for another, from the
+    results folders alone: other bf16 kernels began it (:func:`refused_here`, which ``--paths`` cannot
+    override), or it waits for bf16 units (:func:`left_for_bf16_units`)."""
+    return {**left_for_bf16_units(plan, run), **refused_here(plan, run)}
 
 
 def left_to_run(plan: ConfirmPlan) -> pd.DataFrame:
@@ -325,19 +368,29 @@ def path_run(run: RunSpec) -> RunSpec:
 
 def run_paths(plan: ConfirmPlan, run: RunSpec, *, progress: bool = True) -> None:
     """The sweeps of every path of ``plan`` (or of ``run``'s ``--paths`` and ``--models``), resuming
-    finished points, in :func:`expand`'s order; on a CPU without bf16 units the fp32 paths first. A
-    (path, model) that this machine's bf16 kernels may not continue (:class:`MixedKernelsError`) is
-    left for a machine like the one that began it while the others run; the error then names them all."""
+    finished points, in :func:`expand`'s order. What :func:`left_here` names is not begun: on a CPU
+    without bf16 units the bf16 paths (unless ``--paths`` names them; they then run after the fp32
+    ones), and a (path, model) that this machine's bf16 kernels may not continue, which is also left
+    if the sweep itself finds it (:class:`~headstats.jobs.sweep.MixedKernelsError`). The others run;
+    :class:`PathsLeftError` then names every pair left, with the reason."""
     from headstats.jobs.sweep import MixedKernelsError
 
     store.ensure_writable(plan.results)
     chosen = selected(plan, run)
+    waiting = left_here(plan, run)
+    left = [
+        f"[{path.name}] {m}: {waiting[path.name, m]}"
+        for path, spec in chosen
+        for m in spec.models
+        if (path.name, m) in waiting
+    ]
+    for line in left:
+        logger.warning("left for another machine: %s", line)
+    chosen = [(path, spec) for path, spec in chosen if not any((path.name, m) in waiting for m in spec.models)]
     warning = slow_bf16_warning([path for path, _ in chosen], run.device)
-    if warning:
+    if warning:  # --paths named bf16 paths on a CPU without bf16 units: they run, after the fp32 ones
         logger.warning(warning)
-        # Every path still runs unless --paths says otherwise, but the ones this CPU runs well go first.
         chosen = sorted(chosen, key=lambda unit: unit[0].dtype == "bfloat16")
-    refused: list[str] = []
     for path, spec in chosen:
         for model in spec.models:
             logger.info("[%s] %s: %s", path.name, model, ", ".join(spec.ablate[0].scores or ()))
@@ -345,20 +398,22 @@ def run_paths(plan: ConfirmPlan, run: RunSpec, *, progress: bool = True) -> None
                 run_model_stages(spec, model, path_run(run), progress=progress)
             except MixedKernelsError as err:
                 logger.error("[%s] %s left for another machine: %s", path.name, model, err)
-                refused.append(f"[{path.name}] {model}: {err}")
-    if refused:
-        raise MixedKernelsError(
-            f"{len(refused)} path and model pair(s) not run on this machine, every other one ran:\n"
-            + "\n".join(refused)
+                left.append(f"[{path.name}] {model}: {err}")
+    if left:
+        raise PathsLeftError(
+            f"{len(left)} path and model pair(s) not run on this machine, every other one ran:\n" + "\n".join(left)
         )
 
 
 __all__ = [
     "ComputePath",
     "ConfirmPlan",
+    "PathsLeftError",
     "claims_table",
     "expand",
     "is_confirmation",
+    "left_for_bf16_units",
+    "left_here",
     "left_to_run",
     "load_confirmation",
     "path_run",

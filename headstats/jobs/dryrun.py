@@ -27,7 +27,13 @@ import pandas as pd
 from headstats.engine.batching import padded_tokens
 from headstats.io import store
 from headstats.jobs.analysis import AnalysisSpec, merged_load
-from headstats.jobs.confirm import ConfirmPlan, path_run, refused_here, selected, slow_bf16_warning
+from headstats.jobs.confirm import (
+    ConfirmPlan,
+    left_here,
+    path_run,
+    selected,
+    slow_bf16_warning,
+)
 from headstats.jobs.frontier import Frontier, model_root, planned_points, task_options
 from headstats.options import narrow
 from headstats.specs import LoadOptions, RunSpec, SweepSpec
@@ -95,7 +101,7 @@ class DryRun:
     device: str
     probe_sequences: int
     note: str = SWEEP_NOTE
-    refused: list[str] = field(default_factory=list)  # work this machine may not run, with the reason
+    refused: list[str] = field(default_factory=list)  # work a real run here leaves for another machine, why
 
     def table(self) -> pd.DataFrame:
         rows = [
@@ -141,7 +147,7 @@ class DryRun:
         if not self.refused:
             return ""
         lines = "\n".join(f"- {why}" for why in self.refused)
-        return f"\n\nNot counted above, as this machine may not run them (a real run leaves them for another):\n{lines}"
+        return f"\n\nNot counted above, as a real run here leaves them for another machine:\n{lines}"
 
 
 def _duration(seconds: float) -> str:
@@ -214,14 +220,15 @@ def dry_run(
 
 def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe_sequences: int = 8) -> DryRun:
     """:func:`dry_run` of every (path, model) analysis of a confirmation file, each unit named with
-    its path; those this machine may not run (:func:`~headstats.jobs.confirm.refused_here`) are not
-    loaded or counted, but named with their passes left and the reason."""
+    its path; those a real run here leaves for another machine (:func:`~headstats.jobs.confirm.left_here`)
+    are not loaded or counted, but named with their passes left and the reason."""
     units, device = [], "?"
+    refused, left_out = left_here(plan, run), []
     chosen = selected(plan, run)
-    warning = slow_bf16_warning([path for path, _ in chosen], (run or RunSpec()).device)
+    runs = [path for path, spec in chosen if (path.name, spec.models[0]) not in refused]
+    warning = slow_bf16_warning(runs, (run or RunSpec()).device)
     if warning:
         logger.warning(warning)
-    refused, left_out = refused_here(plan, run), []
     for path, spec in chosen:
         each = path_run(run or RunSpec())
         model = spec.models[0]  # one model per (path, model) analysis
