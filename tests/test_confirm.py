@@ -206,6 +206,29 @@ def test_the_headline_figure_draws_each_path_that_ran_to_its_bound_and_names_tho
             box = note.get_window_extent(renderer)
             assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1, note.get_text()
     assert [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == ":"] == [1.0]
+    # With the verdicts, each claim's verdict is written under its name, in the verdict's colour.
+    from headstats.report.confirm import VERDICT_COLORS
+
+    verdicts = pd.DataFrame(
+        {
+            "claim": ["b", "a", "c"],
+            "verdict": ["not confirmed", "incomplete", "confirmed"],
+            "worst_bound": [1.5, 0.75, 0.8],
+            "paths": ["1 of 1", "1 of 2", "2 of 2"],
+        }
+    )
+    three = pd.concat([bounds, pd.DataFrame({"claim": ["c"] * 2, "path": paths, "drop": 0.1, "drop_upper": 0.8})])
+    fig = headline_figure(three, paths, 1.0, verdicts)
+    fig.set_dpi(90)
+    ticks = fig.axes[0].get_yticklabels()
+    assert [t.get_text() for t in ticks] == [
+        "a\nincomplete: 1 of 2 paths run",
+        "b\nnot confirmed: bound 1.50 > 1",
+        "c\nconfirmed: worst bound 0.80 ≤ 1",
+    ]
+    assert [t.get_color() for t in ticks] == [VERDICT_COLORS[v] for v in ("incomplete", "not confirmed", "confirmed")]
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    assert all(fig.bbox.x0 <= t.get_window_extent(renderer).x0 for t in ticks)  # names not cut off on the left
 
 
 CLAIM = '[[claims]]\nmodel = "m"\nscore = "awft"\n'

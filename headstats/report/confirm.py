@@ -47,12 +47,26 @@ def run_times(plan: ConfirmPlan) -> pd.DataFrame:
 
 
 PATH_MARKERS = ("o", "s", "^", "D", "v", "P")
+VERDICT_COLORS = {"confirmed": "#1b7837", "not confirmed": "#b2182b", "incomplete": "#555555"}
 
 
-def headline_figure(bounds: pd.DataFrame, paths: list[str], drop: float) -> Figure:
+def verdict_label(row: pd.Series, drop: float) -> str:
+    """A claim's verdict in a few words, for the line under its name in the headline figure."""
+    if row["verdict"] == "confirmed":
+        return f"confirmed: worst bound {row['worst_bound']:.2f} ≤ {drop:g}"
+    if row["verdict"] == "not confirmed":
+        return f"not confirmed: bound {row['worst_bound']:.2f} > {drop:g}"
+    return f"incomplete: {row['paths']} paths run"
+
+
+def headline_figure(
+    bounds: pd.DataFrame, paths: list[str], drop: float, verdicts: pd.DataFrame | None = None
+) -> Figure:
     """Per claim (one row each), every planned path's drop with a bar to its one-sided upper bound,
     beside the tolerance: a claim is confirmed when every bar ends left of the dotted line. A planned
-    path not run yet is written out as such, ending at the tolerance."""
+    path not run yet is written out as such, ending at the tolerance. With ``verdicts``
+    (:func:`~headstats.stats.confirm.claim_verdicts`), each claim's name has its verdict under it, in
+    the verdict's colour."""
     claims = list(dict.fromkeys(bounds["claim"]))
     fig = Figure(figsize=(8.6, 0.9 + 0.75 * len(claims)))
     ax = fig.subplots()
@@ -91,7 +105,12 @@ def headline_figure(bounds: pd.DataFrame, paths: list[str], drop: float) -> Figu
             labelled.add(path)
     ax.axvline(drop, color="grey", linestyle=":", linewidth=1.2)
     ax.axvline(0.0, color="grey", linewidth=0.6)
-    ax.set_yticks(np.arange(len(claims)), labels=claims, fontsize=8)
+    said = verdicts.set_index("claim") if verdicts is not None else None
+    labels = [claim if said is None else f"{claim}\n{verdict_label(said.loc[claim], drop)}" for claim in claims]
+    ax.set_yticks(np.arange(len(claims)), labels=labels, fontsize=8)
+    if said is not None:
+        for tick, claim in zip(ax.get_yticklabels(), claims, strict=True):
+            tick.set_color(VERDICT_COLORS[said.loc[claim, "verdict"]])
     ax.set_ylim(len(claims) - 0.5, -0.5)
     ax.set_xlabel(
         f"accuracy drop (points; bar to the one-sided upper bound; dotted: the {drop:g}-point tolerance)", fontsize=8
@@ -223,10 +242,11 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     fits = word_count(answer + worst) <= ABSTRACT_WORDS
     writer.abstract(answer + (worst if fits else " Each claim's deciding bound: the verdict table."))
     writer.headline(
-        headline_figure(bounds, [p.name for p in plan.paths], sec.drop),
+        headline_figure(bounds, [p.name for p in plan.paths], sec.drop, verdicts),
         "bounds",
         f"Each claim's drop on every path it runs on, with a bar to its one-sided upper bound at level "
-        f"{(1 - sec.confidence) / k:.3g}; confirmed when every bar ends at most {sec.drop:g} point (dotted line).",
+        f"{(1 - sec.confidence) / k:.3g}; confirmed when every bar ends at most {sec.drop:g} point (dotted line). "
+        "Under each claim, its verdict so far.",
     )
     legend = writer.note(
         "Reading the verdict table",
