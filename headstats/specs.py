@@ -539,7 +539,8 @@ class RunSpec(LoadOptions, Staged):
         None,
         "comma-separated subset of a confirmation file's computation paths to run now, e.g. "
         "explicit-float32,fused-float32 (the rest wait for a later run, on a machine suited to them; the "
-        "verdicts always need every path)",
+        "verdicts always need every path). Without it, a CPU without bf16 units leaves the bf16 paths; "
+        "naming them runs them here anyway",
         flag="--paths",
         toml=False,
     )
