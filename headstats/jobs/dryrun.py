@@ -27,13 +27,7 @@ import pandas as pd
 from headstats.engine.batching import padded_tokens
 from headstats.io import store
 from headstats.jobs.analysis import AnalysisSpec, merged_load
-from headstats.jobs.confirm import (
-    ConfirmPlan,
-    left_here,
-    path_run,
-    selected,
-    slow_bf16_warning,
-)
+from headstats.jobs.confirm import ConfirmPlan, left_here, path_run, selected, slow_bf16_warning
 from headstats.jobs.frontier import Frontier, model_root, planned_points, task_options
 from headstats.options import narrow
 from headstats.specs import LoadOptions, RunSpec, SweepSpec
