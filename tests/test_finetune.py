@@ -551,3 +551,20 @@ def test_off_topic_rejections_are_other_questions_gold_answers():
         assert fd.normalise(chosen) != fd.normalise(rejected) and fd.normalise(rejected) in golds
     with pytest.raises(ValueError, match="unknown rejected-answer kind 'worst'"):
         fd.stage_data("dpo", eval_fraction=0.25, rejected="worst")
+
+
+@pytest.mark.parametrize("on", [False, True])
+def test_trainer_arguments_set_checkpointing_by_the_installed_name_without_a_deprecation_warning(on, tmp_path):
+    import warnings
+
+    import trl
+
+    from headstats.jobs.finetune import training
+    from headstats.jobs.finetune.recipe import Recipe
+
+    recipe = Recipe.default(gradient_checkpointing=on)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*checkpointing.*deprecated", category=FutureWarning)
+        config = training._trainer_args(trl.SFTConfig, recipe.stage("sft"), recipe, tmp_path, save_every=1)
+    assert config.gradient_checkpointing is on  # the old name mirrors the new one where both exist
+    assert getattr(config, "activation_checkpointing", on) is on

@@ -16,6 +16,7 @@ updates it would have made; a finished stage deletes it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -114,7 +115,6 @@ def _trainer_args(config_cls, stage: StageRecipe, recipe: Recipe, trainer_dir: P
         data_seed=recipe.seed,
         bf16=recipe.bf16,
         use_cpu=not torch.cuda.is_available(),
-        gradient_checkpointing=recipe.gradient_checkpointing,
         save_strategy="steps",
         save_steps=save_every,
         save_total_limit=1,
@@ -123,6 +123,10 @@ def _trainer_args(config_cls, stage: StageRecipe, recipe: Recipe, trainer_dir: P
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
+    # transformers 5.25 renamed gradient_checkpointing (a deprecated alias now, warning on every stage).
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    checkpointing = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+    settings[checkpointing] = recipe.gradient_checkpointing
     return config_cls(**{**settings, **extra})
 
 
