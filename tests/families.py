@@ -71,6 +71,8 @@ if FalconForCausalLM._can_set_attn_implementation():  # transformers >= 5.25; ea
     # head per query head); both read V from the fused query_key_value projection.
     CONFIGS["falcon"] = lambda: FalconConfig(**FALCON)
     CONFIGS["falcon_alibi"] = lambda: FalconConfig(**FALCON, alibi=True, multi_query=False)
+    # Falcon-40B's and 180B's: grouped query attention, the fused projection laid out per KV group.
+    CONFIGS["falcon_gqa"] = lambda: FalconConfig(**FALCON, new_decoder_architecture=True, num_kv_heads=2)
 
 
 def tiny_model(family: str, seed: int = 0, attn: str = "eager") -> torch.nn.Module:
@@ -192,9 +194,12 @@ def eager_internals(model: torch.nn.Module, ids: list[int]) -> list[dict[str, to
 
 
 def _falcon_v(attn: torch.nn.Module, fused: torch.Tensor) -> torch.Tensor:
-    """Falcon's values from its fused projection, (B, S, KV * D): after the queries and the one key with
-    one KV head (multi-query), else the third of each head's (q, k, v) triple."""
+    """Falcon's values from its fused projection, (B, S, KV * D): the last of each KV group's block
+    (the new decoder architecture), after the queries and the one key with one KV head (multi-query),
+    else the third of each head's (q, k, v) triple."""
     d = attn.head_dim
+    if attn.new_decoder_architecture:  # per KV group: its queries, then its key and its value
+        return fused.unflatten(-1, (attn.num_kv_heads, -1, d))[..., -1, :].flatten(-2)
     if attn.multi_query:
         return fused[..., -d:]
     return fused.unflatten(-1, (attn.num_heads, 3, d))[..., 2, :].flatten(-2)
