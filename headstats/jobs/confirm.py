@@ -240,8 +240,7 @@ def _emulating_cpu(device: str | None) -> str | None:
 
 def slow_bf16_warning(paths: Sequence[ComputePath], device: str | None) -> str | None:
     """A warning when bf16 paths are to run on a CPU without bf16 matrix units (AVX512-BF16 or AMX),
-    where PyTorch emulates bf16 products (a large product 64x slower than in fp32, a whole pass 8x
-    fused and about 24x explicit, measured for SmolLM2 on a 2-core AVX2 EPYC); None otherwise."""
+    where PyTorch emulates bf16 products, several to tens of times slower than fp32; None otherwise."""
     slow = [p.name for p in paths if p.dtype == "bfloat16"]
     cpu = _emulating_cpu(device) if slow else None
     if not cpu:
@@ -259,10 +258,9 @@ def slow_bf16_warning(paths: Sequence[ComputePath], device: str | None) -> str |
 def left_for_bf16_units(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[tuple[str, str], str]:
     """Per (path name, model) that a run here leaves for a machine with bf16 units, with the reason:
     the bf16 paths with passes left (:func:`left_to_run`), when they would load on a CPU without bf16
-    matrix units and ``--paths`` did not name them. There a bf16 pass takes hours (SmolLM2 on a 2-core
-    AVX2 EPYC: about 5 h fused and 20 h explicit, against 40-50 min in fp32), and the batches it saves
-    tie the path to these kernels (:func:`refused_here`); naming the path with ``--paths`` runs it here
-    anyway. Empty elsewhere."""
+    matrix units and ``--paths`` did not name them. There a bf16 pass takes hours, and the batches it
+    saves tie the path to these kernels (:func:`refused_here`); naming the path with ``--paths`` runs it
+    here anyway. Empty elsewhere."""
     from headstats.io.models import model_slug
 
     run = run or RunSpec()
