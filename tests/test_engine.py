@@ -102,8 +102,9 @@ def test_random_scores_are_uniform_and_independent_of_batching() -> None:
     assert (other_seed["random"].to_numpy() != u).mean() > 0.99
 
 
-def test_chunked_query_rows_give_the_same_numbers() -> None:
-    model = tiny_model("gemma3")
+@pytest.mark.parametrize("family", ["gemma3"] + [f for f in ("falcon_alibi",) if f in CONFIGS])
+def test_chunked_query_rows_give_the_same_numbers(family: str) -> None:
+    model = tiny_model(family)
     whole = headstats.score_sequences(model, SEQUENCES, batch_size=4)
     with Probe(model, SCORE_IDS, chunk_bytes=1) as probe, torch.no_grad():  # one query row per chunk
         assert probe.chunk_bytes == 1

@@ -20,8 +20,11 @@ from headstats.engine.scoring import iter_score_tables
 from headstats.io.tasks import PromptRenderer, load_task, resolve_format
 
 # Llama (GQA), Gemma-3 (sliding windows shorter than the prompts, so suffix batches of a local model),
-# Gemma-2 (softcapping: the explicit-probabilities path for every score) and GPT-2 (absolute positions).
-FAMILIES = ["llama", "gemma3", "gemma2", "gpt2"]
+# Gemma-2 (softcapping: the explicit-probabilities path for every score), GPT-2 (absolute positions) and,
+# where transformers routes it through the interface, Falcon with ALiBi (the model adds its position
+# bias to the mask itself: an additive mask that blocks every key of a padded row, and lazy row masks
+# it must see whole).
+FAMILIES = ["llama", "gemma3", "gemma2", "gpt2"] + [f for f in ("falcon_alibi",) if f in CONFIGS]
 NON_RANDOM = [sid for sid in S.score_ids() if not S.SCORES[sid].is_random]
 
 
@@ -43,7 +46,7 @@ def family_model(family: str, vocab_size: int, dtype: torch.dtype = torch.float3
     model = AutoModelForCausalLM.from_config(config, attn_implementation=headstats.ATTN_IMPLEMENTATION)
     with torch.no_grad():  # sharper attention than random init, so heads and choices differ
         for name, p in model.named_parameters():
-            if any(k in name for k in ("q_proj", "k_proj", "c_attn")) and p.dim() == 2:
+            if any(k in name for k in ("q_proj", "k_proj", "c_attn", "query_key_value")) and p.dim() == 2:
                 p.mul_(4.0)
     return model.to(dtype).eval()
 

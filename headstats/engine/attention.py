@@ -209,11 +209,23 @@ def _explicit_rows(
                 logits = logits.masked_fill_(_blocked(attention_mask, start, stop, cache), neg)
             else:
                 logits = logits.add_(attention_mask[:, :, start:stop].float()).clamp_min_(neg)
+                logits = _see_itself(logits, start + k_len - s, neg)
         probs = torch.softmax(logits, dim=-1)
         o = torch.matmul(probs.view(b, kvh, group * c, k_len), v32).view(b, h, c, d)
         yield start, probs, logits, o
         # Drop this chunk before computing the next, so one chunk is alive at a time.
         del q, logits, probs, o
+
+
+def _see_itself(logits: torch.Tensor, first_key: int, neg: float) -> torch.Tensor:
+    """An additive mask of the model's own (Falcon's ALiBi adds its bias to it) may block every key of a
+    padded query row; such a row sees itself, as :func:`_blocked` lets every row, so that its softmax and
+    entropy stay finite (TokenRows' promise). ``first_key``: the key position of the chunk's first query
+    row. Rows whose own key is allowed are unchanged."""
+    b, h, c, _ = logits.shape
+    index = torch.arange(first_key, first_key + c, device=logits.device).view(1, 1, c, 1).expand(b, h, c, 1)
+    own = logits.gather(-1, index)
+    return logits.scatter_(-1, index, torch.where(own <= neg, torch.zeros_like(own), own))
 
 
 def _fused_rows(
@@ -270,9 +282,30 @@ class RowMask:
 
     headstats' mask function returns one instead of a (B, 1, S, S) tensor when the attention of a
     forward pass will be computed in row chunks, which is what keeps memory linear in S for long
-    sequences: the whole mask would be S^2 bytes per sequence, a chunk's block is rows x S."""
+    sequences: the whole mask would be S^2 bytes per sequence, a chunk's block is rows x S.
+
+    A model that computes with its mask itself (Falcon's ALiBi adds its position bias to it) gets the
+    whole boolean tensor from any torch function or tensor method it applies; its memory is then
+    quadratic, as that model's own additive mask is."""
 
     arguments: dict
+    dtype = torch.bool
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device(self.arguments.get("device", "cpu"))
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def whole(x: object) -> object:
+            return x.materialise() if isinstance(x, RowMask) else x
+
+        return func(*(whole(a) for a in args), **{k: whole(v) for k, v in (kwargs or {}).items()})
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("_") or name == "arguments":  # copy and pickle machinery: not a tensor method
+            raise AttributeError(name)
+        return getattr(self.materialise(), name)
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
