@@ -467,9 +467,10 @@ def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths
     ran.clear()
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
     why = (
-        "this CPU (AVX2 EPYC) has no bf16 matrix units (AVX512-BF16, AMX), where a bf16 pass takes hours (SmolLM2 "
-        "on a 2-core AVX2 EPYC: about 5 h fused and 20 h explicit, against 40-50 min in fp32) and its saved batches "
-        "tie the path to this kind of CPU; run it on a CPU that has them or on a GPU, or here anyway with --paths {}"
+        "this CPU (AVX2 EPYC) has no bf16 matrix units (AVX512-BF16, AMX), where a bf16 pass takes hours (SmolLM2's "
+        "fused-bf16 baseline: about 5.5 h on a 2-core AVX2 EPYC, against 40-50 min per fp32 pass) and its saved "
+        "batches tie the path to this kind of CPU; run it on a CPU that has them or on a GPU, or here anyway with "
+        "--paths {}"
     )
     waiting = confirm.left_for_bf16_units(plan, RunSpec(device="cpu"))
     assert waiting == {(name, model): why.format(name) for name, model in pairs} and len(pairs) == 4

@@ -273,10 +273,10 @@ def left_for_bf16_units(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[t
     unfinished = set(left_to_run(plan)[["path", "model"]].itertuples(index=False, name=None))
     return {
         (path.name, model): (
-            f"this CPU ({cpu}) has no bf16 matrix units (AVX512-BF16, AMX), where a bf16 pass takes hours (SmolLM2 "
-            "on a 2-core AVX2 EPYC: about 5 h fused and 20 h explicit, against 40-50 min in fp32) and its saved "
-            "batches tie the path to this kind of CPU; run it on a CPU that has them or on a GPU, or here anyway "
-            f"with --paths {path.name}"
+            f"this CPU ({cpu}) has no bf16 matrix units (AVX512-BF16, AMX), where a bf16 pass takes hours (SmolLM2's "
+            "fused-bf16 baseline: about 5.5 h on a 2-core AVX2 EPYC, against 40-50 min per fp32 pass) and its "
+            "saved batches tie the path to this kind of CPU; run it on a CPU that has them or on a GPU, or here "
+            f"anyway with --paths {path.name}"
         )
         for path, spec in slow
         for model in spec.models
