@@ -491,11 +491,24 @@ def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths
         confirm.run_paths(plan, named, progress=False)
     assert ran == fp32 + bf16
     assert "has no bf16 matrix units" in caplog.text and "left for another machine" not in caplog.text
-    # A bf16 path with no pass left is not waiting for anything.
-    monkeypatch.setattr(
-        confirm, "left_to_run", lambda plan: pd.DataFrame({"path": ["fused-bfloat16"], "model": ["gemma3-270m"]})
+    # Only a bf16 pair not begun waits: one with no pass left has nothing to run, and one with a finished
+    # pass or saved batches goes on here when this kind of CPU began it (other kernels: refused_here's).
+    begun = pd.DataFrame(
+        {
+            "path": ["fused-bfloat16", "explicit-bfloat16", "fused-bfloat16"],
+            "model": ["gemma3-270m", "gemma3-270m", "smollm2-135m"],
+            "passes_left": [2, 2, 1],
+            "passes": [2, 2, 2],
+            "saved_sequences": [0, 160, 0],
+        }
     )
+    monkeypatch.setattr(confirm, "left_to_run", lambda plan: begun)
     assert list(confirm.left_for_bf16_units(plan, RunSpec(device="cpu"))) == [("fused-bfloat16", "gemma3-270m")]
+    ran.clear()
+    with pytest.raises(confirm.PathsLeftError) as left:
+        confirm.run_paths(plan, RunSpec(device="cpu"), progress=False)
+    assert str(left.value).endswith(f":\n[fused-bfloat16] gemma3-270m: {why.format('fused-bfloat16')}")
+    assert ran == fp32 + [unit for unit in bf16 if unit[1] != "gemma3-270m" or "explicit" in unit[0]]
     # A pair other bf16 kernels began is left with that reason, which --paths cannot override.
     began = ("explicit-bfloat16", "smollm2-135m")
     monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {began: "its baseline ran on other kernels"})

@@ -257,7 +257,7 @@ def slow_bf16_warning(paths: Sequence[ComputePath], device: str | None) -> str |
 
 def left_for_bf16_units(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[tuple[str, str], str]:
     """Per (path name, model) that a run here leaves for a machine with bf16 units, with the reason:
-    the bf16 paths with passes left (:func:`left_to_run`), when they would load on a CPU without bf16
+    the bf16 paths not begun yet (:func:`left_to_run`), when they would load on a CPU without bf16
     matrix units and ``--paths`` did not name them. There a bf16 pass takes hours, and the batches it
     saves tie the path to these kernels (:func:`refused_here`); naming the path with ``--paths`` runs it
     here anyway. Empty elsewhere."""
@@ -270,7 +270,11 @@ def left_for_bf16_units(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[t
     cpu = _emulating_cpu(run.device) if slow else None
     if not cpu:
         return {}
-    unfinished = set(left_to_run(plan)[["path", "model"]].itertuples(index=False, name=None))
+    left = left_to_run(plan)
+    # Not begun: no pass finished and no batch saved. A pair begun on this kind of CPU can only go on
+    # here, and one begun on other kernels is refused_here's.
+    fresh = left[(left["passes_left"] == left["passes"]) & (left["saved_sequences"] == 0)]
+    unfinished = set(fresh[["path", "model"]].itertuples(index=False, name=None))
     return {
         (path.name, model): (
             f"this CPU ({cpu}) has no bf16 matrix units (AVX512-BF16, AMX), where a bf16 pass takes hours (SmolLM2's "
