@@ -75,13 +75,18 @@ if FalconForCausalLM._can_set_attn_implementation():  # transformers >= 5.25; ea
     CONFIGS["falcon_gqa"] = lambda: FalconConfig(**FALCON, new_decoder_architecture=True, num_kv_heads=2)
 
 
+# Query and key projections (fused ones included) whose weights the tests scale up, so that random
+# heads attend sharply and differ from each other.
+SHARPENED = ("q_proj", "k_proj", "c_attn", "qkv_proj", "query_key_value")
+
+
 def tiny_model(family: str, seed: int = 0, attn: str = "eager") -> torch.nn.Module:
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(CONFIGS[family](), attn_implementation=attn)
     # Random init gives near-uniform attention; sharpen queries so scores differ between heads.
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if any(k in name for k in ("q_proj", "k_proj", "c_attn", "qkv_proj", "query_key_value")) and p.dim() == 2:
+            if any(k in name for k in SHARPENED) and p.dim() == 2:
                 p.mul_(4.0)
     return model.eval()
 

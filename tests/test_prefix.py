@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
-from families import CONFIGS
+from families import CONFIGS, SHARPENED
 from transformers import AutoModelForCausalLM, DynamicCache
 
 import headstats
@@ -46,7 +46,7 @@ def family_model(family: str, vocab_size: int, dtype: torch.dtype = torch.float3
     model = AutoModelForCausalLM.from_config(config, attn_implementation=headstats.ATTN_IMPLEMENTATION)
     with torch.no_grad():  # sharper attention than random init, so heads and choices differ
         for name, p in model.named_parameters():
-            if any(k in name for k in ("q_proj", "k_proj", "c_attn", "query_key_value")) and p.dim() == 2:
+            if any(k in name for k in SHARPENED) and p.dim() == 2:
                 p.mul_(4.0)
     return model.to(dtype).eval()
 

@@ -225,7 +225,7 @@ def _see_itself(logits: torch.Tensor, first_key: int, neg: float) -> torch.Tenso
     b, h, c, _ = logits.shape
     index = torch.arange(first_key, first_key + c, device=logits.device).view(1, 1, c, 1).expand(b, h, c, 1)
     own = logits.gather(-1, index)
-    return logits.scatter_(-1, index, torch.where(own <= neg, torch.zeros_like(own), own))
+    return logits.scatter_(-1, index, own.masked_fill(own <= neg, 0.0))
 
 
 def _fused_rows(

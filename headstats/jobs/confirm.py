@@ -250,8 +250,7 @@ def slow_bf16_warning(paths: Sequence[ComputePath], device: str | None) -> str |
     return (
         f"{', '.join(dict.fromkeys(slow))}: this CPU ({cpu}) has no bf16 matrix units (AVX512-BF16, AMX), "
         f"so bf16 runs several to tens of times slower than fp32 here;{rest} run the bf16 paths on a CPU that has "
-        "them, or "
-        "on a GPU"
+        "them, or on a GPU"
     )
 
 
