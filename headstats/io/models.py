@@ -77,10 +77,16 @@ def machine_info(device: torch.device | str) -> dict[str, object]:
     return info
 
 
+BF16_EMULATED_COST = (
+    "a bf16 pass takes about 8 times as long as a float32 one (SmolLM2-135M's 12,000 HellaSwag sequences on a "
+    "2-core AVX2 EPYC: about 5.5 h against 42 min; one 2048x576 by 576x1536 product: 64 times)"
+)
+"""What emulated bf16 costs, as measured (README.md, "Machines differ"; reports/confirm's run time)."""
+
+
 def emulated_bf16(device: torch.device | str) -> str | None:
     """The CPU's name when ``device`` is a CPU without bf16 matrix units (AVX512-BF16 or AMX), where
-    PyTorch emulates bf16 products, tens of times slower than fp32 (64x for a 2048x576 by 576x1536
-    product on a 2-core AVX2 EPYC); None on a GPU or on a CPU that has them."""
+    PyTorch emulates bf16 products (:data:`BF16_EMULATED_COST`); None on a GPU or on a CPU that has them."""
     if torch.device(device).type != "cpu":
         return None
     info = machine_info("cpu")
@@ -269,11 +275,11 @@ def load_model(
         cpu = emulated_bf16(target) if model.dtype == torch.bfloat16 else None
         if cpu:
             logger.warning(
-                "%s runs in bfloat16 on a CPU without bf16 matrix units (%s: no AVX512-BF16 or AMX), where bf16 is "
-                "tens of times slower than float32; pass --dtype float32 (dtype='float32') unless bf16's own "
-                "numbers are wanted",
+                "%s runs in bfloat16 on a CPU without bf16 matrix units (%s: no AVX512-BF16 or AMX), where %s; "
+                "pass --dtype float32 (dtype='float32') unless bf16's own numbers are wanted",
                 name_or_path,
                 cpu,
+                BF16_EMULATED_COST,
             )
     model.eval()
     model.headstats_name = name_or_path

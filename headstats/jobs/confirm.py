@@ -240,17 +240,19 @@ def _emulating_cpu(device: str | None) -> str | None:
 
 def slow_bf16_warning(paths: Sequence[ComputePath], device: str | None) -> str | None:
     """A warning when bf16 paths are to run on a CPU without bf16 matrix units (AVX512-BF16 or AMX),
-    where PyTorch emulates bf16 products, several to tens of times slower than fp32; None otherwise."""
+    where PyTorch emulates bf16 products (:data:`~headstats.io.models.BF16_EMULATED_COST`), and that
+    they run after the fp32 ones; None otherwise. They run here because ``--paths`` named them or
+    because this kind of CPU began them (:func:`left_here` leaves the others)."""
     slow = [p.name for p in paths if p.dtype == "bfloat16"]
     cpu = _emulating_cpu(device) if slow else None
     if not cpu:
         return None
-    fast = [p.name for p in paths if p.dtype != "bfloat16"]
-    rest = f" --paths {','.join(dict.fromkeys(fast))} runs the others here;" if fast else ""
+    from headstats.io.models import BF16_EMULATED_COST
+
+    after = "; they run after the fp32 paths" if any(p.dtype != "bfloat16" for p in paths) else ""
     return (
         f"{', '.join(dict.fromkeys(slow))}: this CPU ({cpu}) has no bf16 matrix units (AVX512-BF16, AMX), "
-        f"so bf16 runs several to tens of times slower than fp32 here;{rest} run the bf16 paths on a CPU that has "
-        "them, or on a GPU"
+        f"where {BF16_EMULATED_COST}{after}"
     )
 
 
@@ -260,7 +262,7 @@ def left_for_bf16_units(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[t
     matrix units and ``--paths`` did not name them. There a bf16 pass takes hours, and the batches it
     saves tie the path to these kernels (:func:`refused_here`); naming the path with ``--paths`` runs it
     here anyway. Empty elsewhere."""
-    from headstats.io.models import model_slug
+    from headstats.io.models import BF16_EMULATED_COST, model_slug
 
     run = run or RunSpec()
     if run.only_paths:
@@ -276,8 +278,7 @@ def left_for_bf16_units(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[t
     unfinished = set(fresh[["path", "model"]].itertuples(index=False, name=None))
     return {
         (path.name, model): (
-            f"this CPU ({cpu}) has no bf16 matrix units (AVX512-BF16, AMX), where a bf16 pass takes hours (SmolLM2's "
-            "fused-bf16 baseline: about 5.5 h on a 2-core AVX2 EPYC, against 40-50 min per fp32 pass) and its "
+            f"this CPU ({cpu}) has no bf16 matrix units (AVX512-BF16, AMX), where {BF16_EMULATED_COST}, and its "
             "saved batches tie the path to this kind of CPU; run it on a CPU that has them or on a GPU, or here "
             f"anyway with --paths {path.name}"
         )
