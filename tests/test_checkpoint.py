@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from pathlib import Path
@@ -85,6 +86,55 @@ def test_a_sweep_stopped_inside_its_calibration_pass_and_a_zeroing_pass_resumes_
     for name in FILES:
         pd.testing.assert_frame_equal(got[name], want[name], check_exact=True)
         assert (got[name]["n_zeroed"] > 0).any() or name == "baseline.parquet"
+
+
+def test_restored_batches_move_the_progress_bar_but_not_its_rate(monkeypatch) -> None:
+    """A resumed pass's bar starts at the restored sequences and times only what runs now: counted as
+    work, 3,360 sequences restored in a second made a 5-hour pass read "23 minutes left"."""
+    import io
+
+    from tqdm import std
+
+    now = [0.0]
+    monkeypatch.setattr(std, "time", lambda: now[0])  # the bar's clock
+
+    def left_after_restoring(restore) -> float:
+        now[0] = 0.0
+        bar = std.tqdm(total=1000, file=io.StringIO(), miniters=1, mininterval=0)
+        now[0] = 1.0
+        restore(bar, 900)  # in 1 s
+        now[0] = 11.0
+        bar.update(10)  # 10 sequences in the next 10 s: 1 per second
+        info = bar.format_dict
+        rate = info["rate"] or (info["n"] - info["initial"]) / info["elapsed"]
+        bar.close()
+        return (info["total"] - info["n"]) / rate
+
+    assert left_after_restoring(C.advance_restored) == pytest.approx(99.0)  # 90 left at 10 per 11 s
+    assert left_after_restoring(lambda bar, n: bar.update(n)) < 10  # counted as work: the restore's speed
+
+
+def test_a_resumed_pass_starts_its_bar_at_the_restored_sequences(
+    smollm2_tiny_llama, smollm2_tokenizer, tmp_path, monkeypatch
+) -> None:
+    from headstats.jobs import evaluate
+
+    bars: list = []
+
+    class Bar(evaluate.tqdm):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **{**kwargs, "disable": False, "file": io.StringIO()})
+            bars.append(self)
+
+    model = smollm2_tiny_llama()
+    monkeypatch.setattr(C, "SAVE_EVERY", 0.0)
+    _, handle = count_forwards(model, stop_at=3)  # the calibration pass's first two batches saved
+    with pytest.raises(Stop):
+        run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **SWEEP)
+    handle.remove()
+    monkeypatch.setattr(evaluate, "tqdm", Bar)
+    run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **SWEEP)
+    assert [(bar.initial, bar.n, bar.total) for bar in bars] == [(8, 16, 16), (0, 16, 16), (0, 16, 16)]
 
 
 def test_a_record_of_another_pass_or_a_damaged_one_is_run_again(tmp_path, caplog) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from headstats.engine.probe import ForwardRecord
 from headstats.io import store
@@ -237,4 +238,25 @@ def _unpack(arrays: dict[str, np.ndarray]) -> list[DoneBatch]:
     return out
 
 
-__all__ = ["SAVE_EVERY", "DoneBatch", "PassCheckpoint", "Spent", "saved_machines", "sequences_digest"]
+def advance_restored(bar: tqdm, n: int) -> None:
+    """Move a progress bar past ``n`` items restored from a record, leaving them out of its rate.
+
+    Counted as work done, thousands of restored sequences in a second would make the bar's rate and
+    time left those of the restore (a resumed 5-hour pass read "23 minutes left")."""
+    if bar.disable:
+        return
+    bar.initial += n  # the average rate counts n - initial items
+    bar.n += n
+    bar.last_print_n += n  # the smoothed rate counts n - last_print_n items since the last print
+    bar.refresh()
+
+
+__all__ = [
+    "SAVE_EVERY",
+    "DoneBatch",
+    "PassCheckpoint",
+    "Spent",
+    "advance_restored",
+    "saved_machines",
+    "sequences_digest",
+]

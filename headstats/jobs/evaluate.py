@@ -44,7 +44,7 @@ from headstats.engine.batching import Batch, PaddingSide
 from headstats.engine.prefix import PrefixMismatch, PrefixRunner, SharedPrefix, continue_inputs
 from headstats.engine.probe import ForwardRecord, Probe
 from headstats.io.tasks import PromptFormat, PromptRenderer, Question, TaskSlice, load_task, resolve_format
-from headstats.jobs.checkpoint import DoneBatch, PassCheckpoint
+from headstats.jobs.checkpoint import DoneBatch, PassCheckpoint, advance_restored
 
 # One question's answer under one intervention: the columns every per-question table shares.
 ANSWER_COLUMNS = ("correct", "correct_norm", "gold_loglik", "pred", "n_choices", "n_zeroed")
@@ -270,7 +270,7 @@ def question_logliks(
                     take(done)
                     if history:
                         probe.history.append(done.record)  # type: ignore[union-attr]  # as if it had run
-                    bar.update(len(done.rows))
+                    advance_restored(bar, len(done.rows))
                     continue
                 rows = [sequences[i] for i in batch.indices]
                 records: list[ForwardRecord] = []
