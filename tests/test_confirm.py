@@ -411,6 +411,12 @@ def test_paths_and_models_choose_what_runs_now_and_names_are_checked(capsys) -> 
     )
     with pytest.raises(SpecError, match=r"^--models: qwen is not in analyses/confirm.toml \(it has smollm2-135m, "):
         selected(plan, RunSpec(only_models=("qwen",)))
+    # The paths set each pass's dtype: a --dtype is refused, not ignored, from the command line too.
+    assert main(["run", "analyses/confirm.toml", "--dtype", "float32", "--dry-run"]) != 0
+    assert (
+        "--dtype: analyses/confirm.toml's computation paths set each pass's dtype; choose paths with --paths "
+        "(it has explicit-float32, explicit-bfloat16, fused-float32, fused-bfloat16)" in capsys.readouterr().err
+    )
     # An ordinary analysis file has no paths to choose: refused, not ignored.
     assert main(["run", "analyses/study.toml", "--paths", "explicit-float32", "--dry-run"]) != 0
     assert (

@@ -204,8 +204,16 @@ def claims_table(plan: ConfirmPlan) -> pd.DataFrame:
 def selected(plan: ConfirmPlan, run: RunSpec | None = None) -> list[tuple[ComputePath, AnalysisSpec]]:
     """The (path, model) analyses of :func:`expand` that ``run`` asks for now: all, or those of its
     ``--paths`` and ``--models`` (names checked against the file's, listing what it has). Choosing
-    changes what runs now, never the verdicts: a claim stays incomplete until every path has run."""
+    changes what runs now, never the verdicts: a claim stays incomplete until every path has run.
+    ``--dtype`` is refused: the paths set it."""
     run = run or RunSpec()
+    if run.dtype is not None:  # each path loads its own dtype: a --dtype would be ignored
+        raise SpecError(
+            "dtype",
+            f"{plan.path.as_posix()}'s computation paths set each pass's dtype; choose paths with --paths "
+            f"(it has {', '.join(p.name for p in plan.paths)})",
+            label="--dtype",
+        )
     for given, known, what in (
         (run.only_paths, [p.name for p in plan.paths], "--paths"),
         (run.only_models, plan.models, "--models"),
