@@ -48,7 +48,9 @@ def test_a_claim_is_confirmed_only_when_every_planned_path_certifies_it() -> Non
     assert np.isnan(got.loc["d", "bound fused-float32"]) and got.loc["a", "level"] == "one-sided 0.025"
 
 
-def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_rule(tiny_llama_dir, tmp_path) -> None:
+def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_rule(
+    tiny_llama_dir, tmp_path, caplog
+) -> None:
     from headstats.io.models import model_slug
     from headstats.jobs import confirm
     from headstats.jobs.confirm import expand, is_confirmation, load_confirmation
@@ -96,8 +98,11 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
     # With every path's sweeps done, the dry run counts no pass left on any path (and loads no model).
     from headstats.jobs.dryrun import dry_run_confirmation
 
-    planned = dry_run_confirmation(plan).units
+    with caplog.at_level("INFO", logger="headstats"):
+        planned = dry_run_confirmation(plan).units
     assert sorted(u.what for u in planned) == sorted(f"hellaswag [{name}]" for name, _ in runs)
+    said = [r.getMessage() for r in caplog.records if "not loaded" in r.getMessage()]
+    assert sorted(said) == sorted(f"[{name}] [{model}] no pass left: not loaded" for name, _ in runs)
     assert all(u.passes_left == 0 and u.sequences is None for u in planned)
     assert index is not None and index.is_file()
     verdicts = pd.read_csv(tmp_path / "report" / "tables" / "verdicts.csv").set_index("claim")
@@ -577,7 +582,7 @@ def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_c
     monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {left: "its baseline ran on other kernels"})
     measured: list[str] = []
 
-    def dry_run(spec, run, probe_sequences):
+    def dry_run(spec, run, probe_sequences, label):
         measured.append(spec.name)
         return dryrun.DryRun([], "cpu", probe_sequences)
 

@@ -174,11 +174,17 @@ def _probe(sample: Sequence, run: Callable[[Sequence], object], tokens: int) -> 
 
 
 def dry_run(
-    analysis: AnalysisSpec, run: RunSpec | None = None, *, probe_sequences: int = 8, **options: object
+    analysis: AnalysisSpec,
+    run: RunSpec | None = None,
+    *,
+    probe_sequences: int = 8,
+    label: str = "",
+    **options: object,
 ) -> DryRun:
     """Plan the stages of ``run`` (a :class:`RunSpec`, or its fields by name: ``stages``,
     ``only_models``, ``device``, ...) for ``analysis`` without writing anything, measuring each unit's
-    throughput on ``probe_sequences`` of its own sequences."""
+    throughput on ``probe_sequences`` of its own sequences. ``label`` leads each model's log lines
+    (a confirmation's path)."""
     from headstats.io.models import load_model
 
     run = RunSpec.from_kwargs(options, base=run)
@@ -192,10 +198,10 @@ def dry_run(
             # from before the whole-sequence record count as left here; the loaded model decides them.
             counted = [_ablate_counts(analysis, name, ablation, load) for ablation in analysis.ablate]
             if not any(c.passes_left for c in counted):
-                logger.info("[%s] no pass left: not loaded", name)
+                logger.info("%s[%s] no pass left: not loaded", label, name)
                 units += [c.unit(name, None) for c in counted]
                 continue
-        logger.info("[%s] loading (dry run)", name)
+        logger.info("%s[%s] loading (dry run)", label, name)
         model, tokenizer = load_model(name, **load.kwargs())
         device = str(next(model.parameters()).device)
         rng = random.Random(0)
@@ -231,7 +237,7 @@ def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe
             passes = sum(_ablate_counts(spec, model, a, load).passes_left for a in spec.ablate)
             left_out.append(f"[{path.name}] {model}, {passes} passes left: {refused[path.name, model]}")
             continue
-        planned = dry_run(spec, each, probe_sequences=probe_sequences)
+        planned = dry_run(spec, each, probe_sequences=probe_sequences, label=f"[{path.name}] ")
         units += [replace(u, what=f"{u.what} [{path.name}]") for u in planned.units]
         device = planned.device if planned.device != "?" else device
     return DryRun(units, device, probe_sequences, refused=left_out)
