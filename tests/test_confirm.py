@@ -234,6 +234,22 @@ def test_the_headline_figure_draws_each_path_that_ran_to_its_bound_and_names_tho
     assert [t.get_color() for t in ticks] == [VERDICT_COLORS[v] for v in ("incomplete", "not confirmed", "confirmed")]
     renderer = FigureCanvasAgg(fig).get_renderer()
     assert all(fig.bbox.x0 <= t.get_window_extent(renderer).x0 for t in ticks)  # names not cut off on the left
+    # No path is drawn in a verdict's hue (green for confirmed, red for not): the colours say the verdict.
+    import colorsys
+
+    from matplotlib.colors import to_rgb
+
+    def hue(color: str) -> float:
+        return colorsys.rgb_to_hsv(*to_rgb(color))[0] * 360
+
+    six = [f"path-{i}" for i in range(6)]
+    many = pd.DataFrame({"claim": "c", "path": six, "drop": 0.1, "drop_upper": 0.8})
+    drawn = [c.lines[0].get_color() for c in headline_figure(many, six, 1.0).axes[0].containers]
+    assert len(set(drawn)) == 6
+    for verdict in ("confirmed", "not confirmed"):
+        for color in drawn:
+            apart = abs(hue(color) - hue(VERDICT_COLORS[verdict]))
+            assert min(apart, 360 - apart) >= 25, (color, verdict)
 
 
 CLAIM = '[[claims]]\nmodel = "m"\nscore = "awft"\n'

@@ -48,6 +48,8 @@ def run_times(plan: ConfirmPlan) -> pd.DataFrame:
 
 PATH_MARKERS = ("o", "s", "^", "D", "v", "P")
 VERDICT_COLORS = {"confirmed": "#1b7837", "not confirmed": "#b2182b", "incomplete": "#555555"}
+# Paths are told apart by hues the verdicts do not use: a green or red path would read as a verdict.
+PATH_COLORS = ("#1f77b4", "#ff7f0e", "#9467bd", "#17becf", "#bcbd22", "#e377c2")
 
 
 def verdict_label(row: pd.Series, drop: float) -> str:
@@ -70,7 +72,7 @@ def headline_figure(
     claims = list(dict.fromkeys(bounds["claim"]))
     fig = Figure(figsize=(8.6, 0.9 + 0.75 * len(claims)))
     ax = fig.subplots()
-    colors = [f"C{i}" for i in range(len(paths))]
+    colors = [PATH_COLORS[i % len(PATH_COLORS)] for i in range(len(paths))]
     step = 0.7 / max(len(paths), 1)
     labelled: set[str] = set()
     for i, claim in enumerate(claims):
