@@ -272,7 +272,15 @@ def test_figures_refuse_bad_tables(published, score_table) -> None:
 def test_styles_come_from_the_score_registry() -> None:
     raw, ln = plots.score_style("ahon"), plots.score_style("ahon_ln")
     assert raw["color"] == ln["color"] and raw["linestyle"] == "-" and ln["linestyle"] == "--"
+    assert raw["marker"] == ln["marker"]  # one family, one look; normalisation shows in the line style
     assert plots.score_style("lthon_hn")["linestyle"] == ":"
+    # Each family has a shape of its own: ahon, lthon and avvn are three warm colours that thin lines
+    # do not keep apart, and none takes random's black circle.
+    from headstats.engine.scores import SCORES
+
+    families = [s.id for s in SCORES.values() if s.ratio is None and not s.is_random]
+    shapes = [plots.score_style(f)["marker"] for f in families] + [plots.score_style("random")["marker"]]
+    assert len(set(shapes)) == len(shapes) == len(families) + 1
     assert plots.score_label("awft") == "awft (avg weight of first token)"
 
 

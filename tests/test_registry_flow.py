@@ -104,5 +104,6 @@ def test_a_registered_score_reaches_synthetic_tables_and_plot_styles(maxattn) ->
     np.testing.assert_allclose(part[ln_id], part[raw_id] / layer_mean, rtol=1e-6)
     raw_style, ln_style = plots.score_style(raw_id), plots.score_style(ln_id)
     assert raw_style["color"] == ln_style["color"] != "grey"
+    assert raw_style["marker"] == ln_style["marker"] not in {plots.score_style(s)["marker"] for s in ("awft", "random")}
     assert (raw_style["linestyle"], ln_style["linestyle"]) == ("-", "--")
     assert plots._ordered_scores([ln_id, "awft", raw_id]) == ["awft", raw_id, ln_id]

@@ -43,12 +43,16 @@ _FAMILY_COLORS = {
     "ahon": "#d55e00",
     "fhon": "#56b4e9",
 }
+# One marker per family too: ahon, lthon and avvn take three warm colours that thin lines do not
+# keep apart; the marker does. Normalisation shows in the line style.
+_FAMILY_MARKERS = {"awft": "s", "entropy": "D", "ftvvn": "P", "avvn": "v", "lthon": "X", "ahon": "^", "fhon": "<"}
+_SPARE_MARKERS = (">", "p", "h", "d", "8", "H")
 
 
 def score_style(score_id: str) -> dict[str, object]:
     """Colour, line style, marker and legend label of a score's curves, read from the registry: a
-    normalised score takes its numerator's colour (dashed when divided by a layer mean, dotted by a
-    head's own score), so a score registered in user code gets a style of its own too."""
+    normalised score takes its numerator's colour and marker (dashed when divided by a layer mean,
+    dotted by a head's own score), so a score registered in user code gets a style of its own too."""
     score = SCORES.get(score_id)
     if score is not None and score.is_random:
         return {"color": "black", "linestyle": "-", "marker": "o", "label": score_id}  # its name says no more
@@ -57,17 +61,20 @@ def score_style(score_id: str) -> dict[str, object]:
         kind = "" if score.ratio is None else {"layer": "ln", "head": "hn"}[score.ratio.over]
     else:  # an id this registry does not know (e.g. from a newer run): read its suffix
         family, _, kind = score_id.partition("_")
-    linestyle, marker = {"": ("-", "o"), "ln": ("--", "^"), "hn": (":", "*")}.get(kind, ("-.", "s"))
-    return {"color": _family_color(family), "linestyle": linestyle, "marker": marker, "label": score_label(score_id)}
+    linestyle = {"": "-", "ln": "--", "hn": ":"}.get(kind, "-.")
+    color, marker = _family_look(family)
+    return {"color": color, "linestyle": linestyle, "marker": marker, "label": score_label(score_id)}
 
 
-def _family_color(family: str) -> str:
+def _family_look(family: str) -> tuple[str, str]:
+    """A family's colour and marker: the study's families' own, else by registration order."""
     if family in _FAMILY_COLORS:
-        return _FAMILY_COLORS[family]
+        return _FAMILY_COLORS[family], _FAMILY_MARKERS[family]
     others = [s.id for s in SCORES.values() if s.ratio is None and not s.is_random and s.id not in _FAMILY_COLORS]
     if family not in others:
-        return "grey"
-    return mpl.colors.to_hex(mpl.colormaps["tab10"](others.index(family) % 10))
+        return "grey", "o"
+    i = others.index(family)
+    return mpl.colors.to_hex(mpl.colormaps["tab10"](i % 10)), _SPARE_MARKERS[i % len(_SPARE_MARKERS)]
 
 
 def score_label(score_id: str) -> str:
@@ -183,7 +190,7 @@ def _draw_curves(
         if curve.empty:
             continue
         style = score_style(sid)
-        ax.plot(curve["realised_pct"], curve["accuracy"], linewidth=linewidth, markersize=3.5, **style)
+        ax.plot(curve["realised_pct"], curve["accuracy"], linewidth=linewidth, markersize=4.5, **style)
         band = _band(curve)
         if band is not None:
             ax.fill_between(curve["realised_pct"], *band, color=style["color"], alpha=0.1, linewidth=0)
