@@ -572,6 +572,20 @@ def test_a_report_leads_with_its_answer(results: Path, built: Path) -> None:
     assert len(md.split()) < 6000 and md.index("**Contents**") > md.index("![headline_curves]")
 
 
+@pytest.mark.parametrize(("n", "in_place"), [(1, True), (3, True), (4, False)])
+def test_a_few_provenance_records_are_a_table_in_place_and_many_a_linked_csv(tmp_path, n, in_place) -> None:
+    from headstats.report.sections.provenance import write_provenance
+
+    writer = report.ReportWriter(tmp_path / "r", "t", dpi=30)
+    writer.abstract("Provenance only.")
+    write_provenance(writer, [{"partition": f"p{i}", "source": "published"} for i in range(n)])
+    writer.write()
+    md = (tmp_path / "r" / "summary.md").read_text()
+    assert ("| p0 | published |" in md) is in_place
+    assert ("[`tables/provenance.csv`](tables/provenance.csv) (4 rows)." in md) is not in_place
+    assert (tmp_path / "r" / "tables" / "provenance.csv").is_file()  # either way, as a CSV too
+
+
 def test_the_report_writer_keeps_its_promises(tmp_path: Path) -> None:
     import matplotlib.pyplot as plt
 
@@ -589,6 +603,7 @@ def test_the_report_writer_keeps_its_promises(tmp_path: Path) -> None:
     plt.close(fig)
     with writer.collapsed("more"):
         writer.table(pd.DataFrame({"a": range(40)}), "long")
+        writer.table(pd.DataFrame({"a": [1]}), "one")
     writer.write()
     page = (tmp_path / "r" / "index.html").read_text()
     assert page.count(">A note</h3>") == 1 and "second" not in page
@@ -597,6 +612,7 @@ def test_the_report_writer_keeps_its_promises(tmp_path: Path) -> None:
     assert '<a href="#a-note">link</a>' in page
     md = (tmp_path / "r" / "summary.md").read_text()
     assert "[`tables/long.csv`](tables/long.csv) (40 rows)" in md and "| 39 |" not in md
+    assert "[`tables/one.csv`](tables/one.csv) (1 row)." in md
 
 
 def test_a_fine_tuning_report_leads_with_its_answer_and_draws_checkpoints_in_training_order(

@@ -332,7 +332,7 @@ class ReportWriter:
         rel = path.relative_to(self.out).as_posix()
         if collapsed or self._collapsed:
             title = f"{collapsed}: " if collapsed else ""
-            self._stream.md.append(f"{title}[`{rel}`]({rel}) ({len(frame)} rows).")
+            self._stream.md.append(f"{title}[`{rel}`]({rel}) ({len(frame)} row{'' if len(frame) == 1 else 's'}).")
             return path
         shown = frame if len(frame) <= max_md_rows else frame.head(max_md_rows)
         md = markdown_table(shown, floatfmt, index)

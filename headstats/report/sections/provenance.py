@@ -24,6 +24,7 @@ SUMMARY_KEYS = (
     "schema_version",
     "source",
 )
+SHOWN_IN_PLACE = 3  # provenance rows shown as a table in place; more are collapsed
 
 
 def write_provenance(writer: Writer, records: Iterable[dict]) -> None:
@@ -46,10 +47,14 @@ def _write_records(writer: Writer, records: list[dict]) -> None:
         if isinstance(versions, dict):
             row.update({dist: versions.get(dist) for dist in ("headstats", "torch", "transformers")})
         rows.append(row)
-    # One row per table: long and wide, so it is collapsed (summary.md links its CSV).
+    # One row per table: long and wide, so it is collapsed (summary.md links its CSV) unless it is a
+    # few rows, which read better in place.
     frame = pd.DataFrame(rows).astype(object)
+    many = len(frame) > SHOWN_IN_PLACE
     writer.table(
-        frame, "provenance", collapsed=f"every table's model, revision, dtype, device and versions ({len(frame)})"
+        frame,
+        "provenance",
+        collapsed=f"every table's model, revision, dtype, device and versions ({len(frame)})" if many else None,
     )
     writer.details(
         "full provenance records (JSON)",
