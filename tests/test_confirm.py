@@ -481,7 +481,13 @@ def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths
     plan = confirm.load_confirmation("analyses/confirm.toml")
     plan = replace(plan, results=tmp_path / "results")  # nothing runs: run_model_stages is replaced
     ran: list[tuple[str, str]] = []
-    monkeypatch.setattr(confirm, "run_model_stages", lambda spec, model, run, progress: ran.append((spec.name, model)))
+    quiet: list[bool] = []  # whether loading a bf16 body would still warn (the run has said it)
+
+    def run_model_stages(spec, model, run, progress) -> None:
+        ran.append((spec.name, model))
+        quiet.append(models._BF16_COST_SAID.get())
+
+    monkeypatch.setattr(confirm, "run_model_stages", run_model_stages)
     monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {})  # nothing begun (the integration test reads it)
     everything = [(spec.name, spec.models[0]) for _, spec in confirm.expand(plan)]
     fp32 = [unit for unit in everything if "float32" in unit[0]]
@@ -520,6 +526,8 @@ def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths
         confirm.run_paths(plan, named, progress=False)
     assert ran == fp32 + bf16
     assert "has no bf16 matrix units" in caplog.text and "left for another machine" not in caplog.text
+    assert quiet[-len(ran) :] == [True] * len(ran)  # said once, not again per model it loads
+    assert not models._BF16_COST_SAID.get()  # and only inside the run
     # Only a bf16 pair not begun waits: one with no pass left has nothing to run, and one with a finished
     # pass or saved batches goes on here when this kind of CPU began it (other kernels: refused_here's).
     begun = pd.DataFrame(

@@ -68,6 +68,8 @@ def test_bf16_on_a_cpu_without_bf16_units_warns_with_the_way_out(
     ]
     caplog.clear()
     with caplog.at_level("WARNING", logger="headstats"):
+        with models.bf16_cost_said():  # a caller that said it in its own terms (a confirmation's bf16 path)
+            load_model(str(bf16_dir), dtype="bfloat16", device="cpu")
         load_model(str(bf16_dir), dtype="float32", device="cpu")  # fp32: nothing to say
         monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
         load_model(str(bf16_dir), dtype="bfloat16", device="cpu")  # bf16 units: the fast path

@@ -10,6 +10,9 @@ import pickle
 import platform
 import re
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -82,6 +85,21 @@ BF16_EMULATED_COST = (
     "2-core AVX2 EPYC: about 5.5 h against 42 min; one 2048x576 by 576x1536 product: 64 times)"
 )
 """What emulated bf16 costs, as measured (README.md, "Machines differ"; reports/confirm's run time)."""
+
+
+_BF16_COST_SAID: ContextVar[bool] = ContextVar("headstats_bf16_cost_said", default=False)
+
+
+@contextmanager
+def bf16_cost_said() -> Iterator[None]:
+    """Within it, loading a bf16 body on a CPU without bf16 units logs no warning: the caller has
+    said what bf16 costs here, in its own terms (a confirmation's bf16 paths, whose dtype no
+    ``--dtype`` changes)."""
+    token = _BF16_COST_SAID.set(True)
+    try:
+        yield
+    finally:
+        _BF16_COST_SAID.reset(token)
 
 
 def emulated_bf16(device: torch.device | str) -> str | None:
@@ -272,7 +290,7 @@ def load_model(
     check_supported(model)
     if device_map is None:
         model.to(target)
-        cpu = emulated_bf16(target) if model.dtype == torch.bfloat16 else None
+        cpu = emulated_bf16(target) if model.dtype == torch.bfloat16 and not _BF16_COST_SAID.get() else None
         if cpu:
             logger.warning(
                 "%s runs in bfloat16 on a CPU without bf16 matrix units (%s: no AVX512-BF16 or AMX), where %s; "

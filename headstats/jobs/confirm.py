@@ -386,6 +386,7 @@ def run_paths(plan: ConfirmPlan, run: RunSpec, *, progress: bool = True) -> None
     ones), and a (path, model) that this machine's bf16 kernels may not continue, which is also left
     if the sweep itself finds it (:class:`~headstats.jobs.sweep.MixedKernelsError`). The others run;
     :class:`PathsLeftError` then names every pair left, with the reason."""
+    from headstats.io.models import bf16_cost_said
     from headstats.jobs.sweep import MixedKernelsError
 
     store.ensure_writable(plan.results)
@@ -401,17 +402,18 @@ def run_paths(plan: ConfirmPlan, run: RunSpec, *, progress: bool = True) -> None
         logger.warning("left for another machine: %s", line)
     chosen = [(path, spec) for path, spec in chosen if not any((path.name, m) in waiting for m in spec.models)]
     warning = slow_bf16_warning([path for path, _ in chosen], run.device)
-    if warning:  # --paths named bf16 paths on a CPU without bf16 units: they run, after the fp32 ones
+    if warning:  # bf16 paths named by --paths or begun here, on a CPU without bf16 units: after the fp32 ones
         logger.warning(warning)
         chosen = sorted(chosen, key=lambda unit: unit[0].dtype == "bfloat16")
-    for path, spec in chosen:
-        for model in spec.models:
-            logger.info("[%s] %s: %s", path.name, model, ", ".join(spec.ablate[0].scores or ()))
-            try:
-                run_model_stages(spec, model, path_run(run), progress=progress)
-            except MixedKernelsError as err:
-                logger.error("[%s] %s left for another machine: %s", path.name, model, err)
-                left.append(f"[{path.name}] {model}: {err}")
+    with bf16_cost_said():  # said above: loading each bf16 body need not say it again
+        for path, spec in chosen:
+            for model in spec.models:
+                logger.info("[%s] %s: %s", path.name, model, ", ".join(spec.ablate[0].scores or ()))
+                try:
+                    run_model_stages(spec, model, path_run(run), progress=progress)
+                except MixedKernelsError as err:
+                    logger.error("[%s] %s left for another machine: %s", path.name, model, err)
+                    left.append(f"[{path.name}] {model}: {err}")
     if left:
         raise PathsLeftError(
             f"{len(left)} path and model pair(s) not run on this machine, every other one ran:\n" + "\n".join(left)

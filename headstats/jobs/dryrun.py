@@ -222,6 +222,8 @@ def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe
     """:func:`dry_run` of every (path, model) analysis of a confirmation file, each unit named with
     its path; those a real run here leaves for another machine (:func:`~headstats.jobs.confirm.left_here`)
     are not loaded or counted, but named with their passes left and the reason."""
+    from headstats.io.models import bf16_cost_said
+
     units, device = [], "?"
     refused, left_out = left_here(plan, run), []
     chosen = selected(plan, run)
@@ -237,7 +239,8 @@ def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe
             passes = sum(_ablate_counts(spec, model, a, load).passes_left for a in spec.ablate)
             left_out.append(f"[{path.name}] {model}, {passes} passes left: {refused[path.name, model]}")
             continue
-        planned = dry_run(spec, each, probe_sequences=probe_sequences, label=f"[{path.name}] ")
+        with bf16_cost_said():  # the warning above says it for every path
+            planned = dry_run(spec, each, probe_sequences=probe_sequences, label=f"[{path.name}] ")
         units += [replace(u, what=f"{u.what} [{path.name}]") for u in planned.units]
         device = planned.device if planned.device != "?" else device
     return DryRun(units, device, probe_sequences, refused=left_out)
