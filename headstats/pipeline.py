@@ -16,7 +16,7 @@ from pathlib import Path
 
 from headstats.io import store
 from headstats.jobs.analysis import AnalysisSpec, load_analysis, merged_load, needs_model, planned_points, run_models
-from headstats.jobs.confirm import ConfirmPlan, PathsLeftError, run_paths
+from headstats.jobs.confirm import ConfirmPlan, PathsLeftError, check_run, run_paths
 from headstats.report.confirm import write_confirmation
 from headstats.report.writer import build_report
 from headstats.specs import Resources, RunSpec
@@ -67,6 +67,7 @@ def run_confirmation(
     fields by name) gives the stages (ablate, report) and may set the device; each path sets its own
     dtype."""
     run = RunSpec.from_kwargs(options, base=run)
+    check_run(plan, run)
     left: PathsLeftError | None = None
     if "ablate" in run.stages:
         try:

@@ -408,7 +408,7 @@ def test_the_abstract_names_each_claims_deciding_bound() -> None:
     )  # d has not run anywhere: nothing to say of it yet
 
 
-def test_paths_and_models_choose_what_runs_now_and_names_are_checked(capsys) -> None:
+def test_paths_and_models_choose_what_runs_now_and_names_are_checked(capsys, tmp_path) -> None:
     from headstats.cli import main
     from headstats.jobs.confirm import load_confirmation, selected
     from headstats.specs import RunSpec
@@ -432,12 +432,39 @@ def test_paths_and_models_choose_what_runs_now_and_names_are_checked(capsys) -> 
     )
     with pytest.raises(SpecError, match=r"^--models: qwen is not in analyses/confirm.toml \(it has smollm2-135m, "):
         selected(plan, RunSpec(only_models=("qwen",)))
-    # The paths set each pass's dtype: a --dtype is refused, not ignored, from the command line too.
-    assert main(["run", "analyses/confirm.toml", "--dtype", "float32", "--dry-run"]) != 0
-    assert (
-        "--dtype: analyses/confirm.toml's computation paths set each pass's dtype; choose paths with --paths "
-        "(it has explicit-float32, explicit-bfloat16, fused-float32, fused-bfloat16)" in capsys.readouterr().err
-    )
+    # What a confirmation would ignore is refused, from the command line, in a dry run or a real one.
+    from dataclasses import replace
+
+    from headstats.pipeline import run_confirmation
+
+    refusals = [
+        (
+            "--dtype float32",
+            {"dtype": "float32"},
+            "--dtype: analyses/confirm.toml's computation paths set each pass's dtype; choose paths with --paths "
+            "(it has explicit-float32, explicit-bfloat16, fused-float32, fused-bfloat16)",
+        ),
+        (
+            "--all-models",
+            {"all_models": True},
+            "--all-models: analyses/confirm.toml has no optional models (it runs smollm2-135m, gemma3-270m); "
+            "choose among them with --models",
+        ),
+        (
+            "--stages collect",
+            {"stages": ("collect",)},
+            "--stages: analyses/confirm.toml has no collect stage: a confirmation runs ablate (its sweeps), "
+            "then report",
+        ),
+    ]
+    elsewhere = replace(plan, results=tmp_path / "results", report=tmp_path / "report")  # were one not refused
+    for flags, options, said in refusals:
+        assert main(["run", "analyses/confirm.toml", *flags.split(), "--dry-run"]) == 2, flags
+        assert said in capsys.readouterr().err
+        with pytest.raises(SpecError) as bad:  # the real run refuses it before any work
+            run_confirmation(elsewhere, progress=False, **options)
+        assert str(bad.value) == said
+    assert not (tmp_path / "results").exists() and not (tmp_path / "report").exists()
     # An ordinary analysis file has no paths to choose: refused, not ignored.
     assert main(["run", "analyses/study.toml", "--paths", "explicit-float32", "--dry-run"]) != 0
     assert (

@@ -201,19 +201,38 @@ def claims_table(plan: ConfirmPlan) -> pd.DataFrame:
     )
 
 
-def selected(plan: ConfirmPlan, run: RunSpec | None = None) -> list[tuple[ComputePath, AnalysisSpec]]:
-    """The (path, model) analyses of :func:`expand` that ``run`` asks for now: all, or those of its
-    ``--paths`` and ``--models`` (names checked against the file's, listing what it has). Choosing
-    changes what runs now, never the verdicts: a claim stays incomplete until every path has run.
-    ``--dtype`` is refused: the paths set it."""
-    run = run or RunSpec()
-    if run.dtype is not None:  # each path loads its own dtype: a --dtype would be ignored
+def check_run(plan: ConfirmPlan, run: RunSpec) -> None:
+    """Refuse what ``headstats run`` accepts for an analysis file but a confirmation would ignore:
+    ``--dtype`` (each path sets its own), ``--all-models`` (it has no optional models) and stages that
+    it does not have (it runs ablate, then report)."""
+    where = plan.path.as_posix()
+    if run.dtype is not None:
         raise SpecError(
             "dtype",
-            f"{plan.path.as_posix()}'s computation paths set each pass's dtype; choose paths with --paths "
+            f"{where}'s computation paths set each pass's dtype; choose paths with --paths "
             f"(it has {', '.join(p.name for p in plan.paths)})",
             label="--dtype",
         )
+    if run.all_models:
+        raise SpecError(
+            "all_models",
+            f"{where} has no optional models (it runs {', '.join(plan.models)}); choose among them with --models",
+            label="--all-models",
+        )
+    if not {"ablate", "report"} & set(run.stages):
+        raise SpecError(
+            "stages",
+            f"{where} has no {', '.join(run.stages)} stage: a confirmation runs ablate (its sweeps), then report",
+            label="--stages",
+        )
+
+
+def selected(plan: ConfirmPlan, run: RunSpec | None = None) -> list[tuple[ComputePath, AnalysisSpec]]:
+    """The (path, model) analyses of :func:`expand` that ``run`` asks for now: all, or those of its
+    ``--paths`` and ``--models`` (names checked against the file's, listing what it has). Choosing
+    changes what runs now, never the verdicts: a claim stays incomplete until every path has run."""
+    run = run or RunSpec()
+    check_run(plan, run)
     for given, known, what in (
         (run.only_paths, [p.name for p in plan.paths], "--paths"),
         (run.only_models, plan.models, "--models"),
@@ -424,6 +443,7 @@ __all__ = [
     "ComputePath",
     "ConfirmPlan",
     "PathsLeftError",
+    "check_run",
     "claims_table",
     "expand",
     "is_confirmation",
