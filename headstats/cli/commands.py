@@ -275,7 +275,8 @@ def add_run(sub: Subparsers) -> None:
         "run",
         help="run a declarative analysis (analyses/*.toml): collect -> ablate -> report",
         description="Run every stage of an analysis file, skipping work that is already done. --dtype and "
-        "--device override the file's [models] settings.",
+        "--device override the file's [models] settings; in a confirmation file (a [confirm] section) each "
+        "computation path sets the dtype, and --paths chooses among them.",
     )
     add_spec(p, RunSpec)
     add_resources(p)
