@@ -430,6 +430,16 @@ class Resources(SubmititParameters):
 
     def check(self) -> None:
         declared = self.declared_parameters()
+        if self.launcher is None:  # the work runs here, in this process: a job's setting would be ignored
+            given = [*declared, *(["executor_params"] if self.executor_params else [])]
+            defaults = {f.name: f.default for f in fields(self)}
+            given += [name for name in ("folder", "array_parallelism") if getattr(self, name) != defaults[name]]
+            if given:
+                raise SpecError(
+                    given[0],
+                    "{key} is a setting of grid jobs, which run only with a launcher: add --launcher slurm (or "
+                    "local, debug), or leave it out to run here",
+                )
         for key in self.executor_params:
             if not isinstance(key, str) or not key:
                 raise SpecError("executor_params", f"parameter names are strings, not {key!r}")

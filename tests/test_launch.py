@@ -28,7 +28,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 import headstats
-from headstats.cli import build_parser
+from headstats.cli import build_parser, main
 from headstats.cli.options import spec_from_args
 from headstats.io import store
 from headstats.jobs import grid as launch
@@ -289,7 +289,7 @@ def test_slurm_array_runs_every_job_and_reports_a_failure_with_its_traceback(gri
         assert f"#SBATCH {line}" in script
 
 
-def test_launcher_flags_map_to_submitit_parameters_unchanged() -> None:
+def test_launcher_flags_map_to_submitit_parameters_unchanged(capsys) -> None:
     parser = build_parser()
     base = ["collect", "--model", "m", "--dataset", "mmlu", "--out", "o"]
     options = "--launcher slurm --slurm-partition a100 --gpus-per-node 2 --timeout-min 90 --mem-gb 64"
@@ -324,6 +324,22 @@ def test_launcher_flags_map_to_submitit_parameters_unchanged() -> None:
         launch.make_executor(Resources(), "logs")
     with pytest.raises(SpecError, match="mem_gb: given twice"):
         Resources(launcher="slurm", mem_gb=8, executor_params={"mem_gb": 16})
+    # Without a launcher the work runs in this process: a job's setting is refused, not ignored.
+    for flags in ("--slurm-partition a100", "--array-parallelism 3", "--grid-folder logs", "--executor-param q=1"):
+        flag = flags.split()[0]
+        with pytest.raises(SpecError) as bad:
+            spec_from_args(parser.parse_args([*base, *flags.split()]), Resources)
+        assert str(bad.value) == (
+            f"{flag} is a setting of grid jobs, which run only with a launcher: add --launcher slurm (or local, "
+            "debug), or leave it out to run here"
+        )
+    # A confirmation runs its paths in this process: a launcher is refused, with the way to spread them.
+    assert main(["run", "analyses/confirm.toml", "--launcher", "local", "--dry-run"]) == 2
+    assert (
+        "--launcher: a confirmation file runs its paths in this process, one after another; to spread them over "
+        "jobs, run headstats run analyses/confirm.toml --paths PATH --models MODEL --stages ablate in each, then "
+        "--stages report once"
+    ) in capsys.readouterr().err
 
 
 def test_a_job_is_complete_once_its_work_succeeded_with_the_same_settings(tmp_path) -> None:

@@ -289,6 +289,14 @@ def run_run(args: argparse.Namespace) -> int:
     run = spec_from_args(args, RunSpec)
     progress = not getattr(args, "quiet", False)
     if is_confirmation(Path(run.analysis)):
+        if spec_from_args(args, Resources).launcher is not None:
+            raise SpecError(
+                "launcher",
+                "a confirmation file runs its paths in this process, one after another; to spread them over "
+                f"jobs, run headstats run {run.analysis} --paths PATH --models MODEL --stages ablate in each, then "
+                "--stages report once",
+                label="--launcher",
+            )
         index = run_confirmation_file(run, progress=progress)
     elif run.only_paths:
         raise SpecError(
