@@ -110,8 +110,21 @@ def test_restored_batches_move_the_progress_bar_but_not_its_rate(monkeypatch) ->
         bar.close()
         return (info["total"] - info["n"]) / rate
 
-    assert left_after_restoring(C.advance_restored) == pytest.approx(99.0)  # 90 left at 10 per 11 s
+    assert left_after_restoring(C.advance_restored) == pytest.approx(90.0)  # 90 left at 10 in the 10 s since
     assert left_after_restoring(lambda bar, n: bar.update(n)) < 10  # counted as work: the restore's speed
+
+    # Restored batch by batch, the bar is redrawn as often as update() would redraw it, not per batch.
+    out = io.StringIO()
+    now[0] = 0.0
+    bar = std.tqdm(total=1000, file=out, mininterval=0.5)
+    drawn = len(out.getvalue())
+    for _ in range(90):
+        C.advance_restored(bar, 10)  # in no time: no redraw
+    assert len(out.getvalue()) == drawn and bar.n == 900
+    now[0] = 1.0
+    C.advance_restored(bar, 10)
+    assert "910/1000" in out.getvalue()
+    bar.close()
 
 
 def test_a_resumed_pass_starts_its_bar_at_the_restored_sequences(

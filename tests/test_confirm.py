@@ -457,6 +457,14 @@ def test_paths_and_models_choose_what_runs_now_and_names_are_checked(capsys, tmp
             "then report",
         ),
     ]
+    refusals.append(
+        (
+            "--stages collect,report",
+            {"stages": ("collect", "report")},
+            "--stages: analyses/confirm.toml has no collect stage: a confirmation runs ablate (its sweeps), "
+            "then report",
+        )
+    )
     elsewhere = replace(plan, results=tmp_path / "results", report=tmp_path / "report")  # were one not refused
     for flags, options, said in refusals:
         assert main(["run", "analyses/confirm.toml", *flags.split(), "--dry-run"]) == 2, flags

@@ -333,13 +333,15 @@ def test_launcher_flags_map_to_submitit_parameters_unchanged(capsys) -> None:
             f"{flag} is a setting of grid jobs, which run only with a launcher: add --launcher slurm (or local, "
             "debug), or leave it out to run here"
         )
-    # A confirmation runs its paths in this process: a launcher is refused, with the way to spread them.
-    assert main(["run", "analyses/confirm.toml", "--launcher", "local", "--dry-run"]) == 2
-    assert (
-        "--launcher: a confirmation file runs its paths in this process, one after another; to spread them over "
-        "jobs, run headstats run analyses/confirm.toml --paths PATH --models MODEL --stages ablate in each, then "
-        "--stages report once"
-    ) in capsys.readouterr().err
+    # A confirmation runs its paths in this process: a launcher, or a job's setting, is refused with the
+    # way to spread them (not with advice to add the launcher it refuses).
+    for flags in ("--launcher local", "--slurm-partition a100"):
+        assert main(["run", "analyses/confirm.toml", *flags.split(), "--dry-run"]) == 2
+        assert (
+            f"{flags.split()[0]}: a confirmation file runs its paths in this process, one after another; to spread "
+            "them over jobs, run headstats run analyses/confirm.toml --paths PATH --models MODEL --stages ablate in "
+            "each, then --stages report once"
+        ) in capsys.readouterr().err
 
 
 def test_a_job_is_complete_once_its_work_succeeded_with_the_same_settings(tmp_path) -> None:

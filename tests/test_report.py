@@ -604,6 +604,8 @@ def test_the_report_writer_keeps_its_promises(tmp_path: Path) -> None:
     with writer.collapsed("more"):
         writer.table(pd.DataFrame({"a": range(40)}), "long")
         writer.table(pd.DataFrame({"a": [1]}), "one")
+    writer.table(pd.DataFrame({"a": range(4)}), "cut", max_md_rows=3)
+    writer.table(pd.DataFrame({"a": range(5)}), "cut2", max_md_rows=3)
     writer.write()
     page = (tmp_path / "r" / "index.html").read_text()
     assert page.count(">A note</h3>") == 1 and "second" not in page
@@ -613,6 +615,8 @@ def test_the_report_writer_keeps_its_promises(tmp_path: Path) -> None:
     md = (tmp_path / "r" / "summary.md").read_text()
     assert "[`tables/long.csv`](tables/long.csv) (40 rows)" in md and "| 39 |" not in md
     assert "[`tables/one.csv`](tables/one.csv) (1 row)." in md
+    assert "(1 more row in [`tables/cut.csv`](tables/cut.csv))" in md
+    assert "(2 more rows in [`tables/cut2.csv`](tables/cut2.csv))" in md
 
 
 def test_a_fine_tuning_report_leads_with_its_answer_and_draws_checkpoints_in_training_order(

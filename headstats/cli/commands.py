@@ -289,13 +289,17 @@ def run_run(args: argparse.Namespace) -> int:
     run = spec_from_args(args, RunSpec)
     progress = not getattr(args, "quiet", False)
     if is_confirmation(Path(run.analysis)):
-        if spec_from_args(args, Resources).launcher is not None:
+        try:
+            grid = "--launcher" if spec_from_args(args, Resources).launcher is not None else None
+        except SpecError as err:  # a job's setting without a launcher: answered as a launcher would be
+            grid = err.label
+        if grid:
             raise SpecError(
                 "launcher",
                 "a confirmation file runs its paths in this process, one after another; to spread them over "
                 f"jobs, run headstats run {run.analysis} --paths PATH --models MODEL --stages ablate in each, then "
                 "--stages report once",
-                label="--launcher",
+                label=grid,
             )
         index = run_confirmation_file(run, progress=progress)
     elif run.only_paths:

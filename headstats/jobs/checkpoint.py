@@ -248,7 +248,10 @@ def advance_restored(bar: tqdm, n: int) -> None:
     bar.initial += n  # the average rate counts n - initial items
     bar.n += n
     bar.last_print_n += n  # the smoothed rate counts n - last_print_n items since the last print
-    bar.refresh()
+    now = bar._time()  # the bar's own clock
+    if now - bar.last_print_t >= bar.mininterval:  # redrawn as often as update() would, not per batch
+        bar.refresh()
+        bar.last_print_t = now  # the next rate starts from here: the restore's time is left out too
 
 
 __all__ = [

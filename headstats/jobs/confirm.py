@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,16 @@ from headstats.jobs.analysis import (
     top_level_keys,
 )
 from headstats.options import SpecError, narrow
-from headstats.specs import AblateSection, Claim, CollectSection, ConfirmSection, ModelsSection, RunSpec, SweepSpec
+from headstats.specs import (
+    STAGES,
+    AblateSection,
+    Claim,
+    CollectSection,
+    ConfirmSection,
+    ModelsSection,
+    RunSpec,
+    SweepSpec,
+)
 
 logger = logging.getLogger("headstats")
 SECTIONS = ("confirm", "claims")
@@ -219,10 +229,11 @@ def check_run(plan: ConfirmPlan, run: RunSpec) -> None:
             f"{where} has no optional models (it runs {', '.join(plan.models)}); choose among them with --models",
             label="--all-models",
         )
-    if not {"ablate", "report"} & set(run.stages):
+    lacking = [] if run.stages == STAGES else [s for s in run.stages if s not in ("ablate", "report")]
+    if lacking:  # the default, every stage, runs the two it has
         raise SpecError(
             "stages",
-            f"{where} has no {', '.join(run.stages)} stage: a confirmation runs ablate (its sweeps), then report",
+            f"{where} has no {', '.join(lacking)} stage: a confirmation runs ablate (its sweeps), then report",
             label="--stages",
         )
 
@@ -424,7 +435,7 @@ def run_paths(plan: ConfirmPlan, run: RunSpec, *, progress: bool = True) -> None
     if warning:  # bf16 paths named by --paths or begun here, on a CPU without bf16 units: after the fp32 ones
         logger.warning(warning)
         chosen = sorted(chosen, key=lambda unit: unit[0].dtype == "bfloat16")
-    with bf16_cost_said():  # said above: loading each bf16 body need not say it again
+    with bf16_cost_said() if warning else nullcontext():  # said above: each bf16 load need not say it again
         for path, spec in chosen:
             for model in spec.models:
                 logger.info("[%s] %s: %s", path.name, model, ", ".join(spec.ablate[0].scores or ()))

@@ -20,6 +20,7 @@ import math
 import random
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 import pandas as pd
@@ -239,7 +240,7 @@ def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe
             passes = sum(_ablate_counts(spec, model, a, load).passes_left for a in spec.ablate)
             left_out.append(f"[{path.name}] {model}, {passes} passes left: {refused[path.name, model]}")
             continue
-        with bf16_cost_said():  # the warning above says it for every path
+        with bf16_cost_said() if warning else nullcontext():  # the warning above says it for every path
             planned = dry_run(spec, each, probe_sequences=probe_sequences, label=f"[{path.name}] ")
         units += [replace(u, what=f"{u.what} [{path.name}]") for u in planned.units]
         device = planned.device if planned.device != "?" else device

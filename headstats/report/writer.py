@@ -337,7 +337,8 @@ class ReportWriter:
         shown = frame if len(frame) <= max_md_rows else frame.head(max_md_rows)
         md = markdown_table(shown, floatfmt, index)
         if len(frame) > max_md_rows:
-            md += f"\n\n({len(frame) - max_md_rows} more rows in [`{rel}`]({rel}))"
+            more = len(frame) - max_md_rows
+            md += f"\n\n({more} more row{'' if more == 1 else 's'} in [`{rel}`]({rel}))"
         self._stream.md.append(md)
         return path
 
