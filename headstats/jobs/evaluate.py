@@ -384,6 +384,7 @@ def evaluate(
     share_prefix: bool = True,
     sequences: Sequence[ScoringSequence] | None = None,
     checkpoint: PassCheckpoint | None = None,
+    desc: str | None = None,
 ) -> pd.DataFrame:
     """Evaluate ``model`` on a task (a registered name, or a :func:`headstats.io.tasks.load_task` slice).
 
@@ -397,7 +398,8 @@ def evaluate(
     ``share_prefix`` runs few-shot prefixes shared by several questions once (same numbers; see the
     module docstring). ``sequences``: the task's inputs already planned by :func:`model_sequences`
     (a sweep plans them once for all its passes). ``checkpoint``: resume a stopped pass from its
-    finished batches (see :func:`question_logliks`).
+    finished batches (see :func:`question_logliks`). ``desc``: the progress bar's label (default:
+    the task's name).
     """
     selected = task if isinstance(task, TaskSlice) else load_task(task)
     fmt = format_for_model(prompt_format, model, tokenizer)
@@ -410,7 +412,7 @@ def evaluate(
         padding_side=padding_side,
         probe=probe,
         progress=progress,
-        desc=selected.name,
+        desc=desc or selected.name,
         share_prefix=share_prefix,
         sequences=sequences,
         checkpoint=checkpoint,

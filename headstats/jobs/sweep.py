@@ -225,7 +225,7 @@ class Runner:
     # whole sequences: zeroed passes must (dynamic and random zeroing decide heads per whole
     # sequence), so the baseline does too, and a point differs from it only by what it zeroes (in a
     # bf16 body, prefix reuse alone moved 5 of 114 MMLU answers against whole passes).
-    def _evaluate(self, probe: Probe, checkpoint: PassCheckpoint) -> pd.DataFrame:
+    def _evaluate(self, probe: Probe, checkpoint: PassCheckpoint, point: Point) -> pd.DataFrame:
         from headstats.jobs.evaluate import evaluate
 
         return evaluate(
@@ -239,6 +239,7 @@ class Runner:
             share_prefix=False,
             sequences=self.sequences(),
             checkpoint=checkpoint,
+            desc=f"{self.plan.task.name} {point}",  # which pass, in a log of hours of them
         )
 
     def _checkpoint(self, point: Point, threshold: float, record_scores: Sequence[str] = ()) -> PassCheckpoint:
@@ -294,7 +295,7 @@ class Runner:
                     with ablate_heads(
                         self.model, score=point.score, threshold=tau, seed=self.seed, materialise=self.plan.materialise
                     ) as ablation:
-                        frame = self._evaluate(ablation.probe, checkpoint)
+                        frame = self._evaluate(ablation.probe, checkpoint, point)
                     self._write(point, tau, frame, checkpoint.spent())
                     checkpoint.discard()
             bar.update(1)
@@ -325,7 +326,7 @@ class Runner:
         with Probe(
             self.model, record_scores, never, seed=self.seed, keep_history=True, materialise=self.plan.materialise
         ) as probe:
-            frame = self._evaluate(probe, checkpoint)
+            frame = self._evaluate(probe, checkpoint, Point(BASELINE, 0.0))
         return frame, probe, checkpoint
 
     def _thresholds(self, pending: list[Point]) -> dict[str, dict[float, float]]:
