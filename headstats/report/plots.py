@@ -32,20 +32,18 @@ from headstats.stats.summary import BASELINE
 X_LABEL = "heads zeroed (realised %)"
 MAX_CURVES = 8  # curves in one panel: beyond this, colours repeat and no curve can be followed
 MIN_HEATMAP = 3  # rows and columns a heatmap needs; a smaller matrix is a few numbers, shown as a table
-# One colour per score family (Okabe-Ito-like, distinguishable in colour-blind vision); the study's
-# best score (ahon) gets the most salient one.
-_FAMILY_COLORS = {
-    "awft": "#0173b2",
-    "entropy": "#029e73",
-    "ftvvn": "#cc78bc",
-    "avvn": "#ca9161",
-    "lthon": "#de8f05",
-    "ahon": "#d55e00",
-    "fhon": "#56b4e9",
+# One colour and one marker per score family: colours Okabe-Ito-like (distinguishable in colour-blind
+# vision), the study's best score (ahon) in the most salient one; the marker keeps apart ahon, lthon
+# and avvn, three warm colours that thin lines do not. Normalisation shows in the line style.
+_FAMILY_LOOKS = {
+    "awft": ("#0173b2", "s"),
+    "entropy": ("#029e73", "D"),
+    "ftvvn": ("#cc78bc", "P"),
+    "avvn": ("#ca9161", "v"),
+    "lthon": ("#de8f05", "X"),
+    "ahon": ("#d55e00", "^"),
+    "fhon": ("#56b4e9", "<"),
 }
-# One marker per family too: ahon, lthon and avvn take three warm colours that thin lines do not
-# keep apart; the marker does. Normalisation shows in the line style.
-_FAMILY_MARKERS = {"awft": "s", "entropy": "D", "ftvvn": "P", "avvn": "v", "lthon": "X", "ahon": "^", "fhon": "<"}
 _SPARE_MARKERS = (">", "p", "h", "d", "8", "H")
 
 
@@ -68,9 +66,9 @@ def score_style(score_id: str) -> dict[str, object]:
 
 def _family_look(family: str) -> tuple[str, str]:
     """A family's colour and marker: the study's families' own, else by registration order."""
-    if family in _FAMILY_COLORS:
-        return _FAMILY_COLORS[family], _FAMILY_MARKERS[family]
-    others = [s.id for s in SCORES.values() if s.ratio is None and not s.is_random and s.id not in _FAMILY_COLORS]
+    if family in _FAMILY_LOOKS:
+        return _FAMILY_LOOKS[family]
+    others = [s.id for s in SCORES.values() if s.ratio is None and not s.is_random and s.id not in _FAMILY_LOOKS]
     if family not in others:
         return "grey", "o"
     i = others.index(family)
