@@ -289,6 +289,25 @@ def test_slurm_array_runs_every_job_and_reports_a_failure_with_its_traceback(gri
         assert f"#SBATCH {line}" in script
 
 
+def test_a_failure_read_before_its_log_holds_the_traceback_still_names_the_error(tmp_path) -> None:
+    # submitit pickles a raised job's traceback before the job's process prints it to its log, so the
+    # failure can be seen while the log lacks it (CI caught exactly that): the pickled trace is quoted.
+    import submitit
+
+    missing = tmp_path / "never-written.txt"
+    executor = submitit.AutoExecutor(folder=tmp_path / "logs", cluster="local")
+    sjob = executor.submit(os.remove, str(missing))
+    sjob.wait()
+    log = sjob.paths.stderr
+    assert "FileNotFoundError" in log.read_text()
+    log.write_text("headstats: removing a file\nTraceback (most recent call last):\n")  # the log as seen mid-write
+    job = launch.FunctionJob("remove a file that is not there", os.remove, {"path": str(missing)}, output_paths=())
+    outcome = launch._outcome(job, sjob)
+    assert outcome.status == "failed"
+    last = outcome.error.splitlines()[-1]
+    assert last.startswith("FileNotFoundError") and str(missing) in last
+
+
 def test_launcher_flags_map_to_submitit_parameters_unchanged(capsys) -> None:
     parser = build_parser()
     base = ["collect", "--model", "m", "--dataset", "mmlu", "--out", "o"]
