@@ -148,6 +148,8 @@ def test_a_resumed_pass_starts_its_bar_at_the_restored_sequences(
     monkeypatch.setattr(evaluate, "tqdm", Bar)
     run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **SWEEP)
     assert [(bar.initial, bar.n, bar.total) for bar in bars] == [(8, 16, 16), (0, 16, 16), (0, 16, 16)]
+    # The restored count is drawn before the first batch that runs, not left at the last throttled redraw.
+    assert " 8/16 " in bars[0].fp.getvalue()
     # Each pass's bar says which pass it is: a log of hours of them otherwise reads "hellaswag" throughout.
     assert [bar.desc for bar in bars] == ["hellaswag baseline", "hellaswag ahon_ln @ p=0.3", "hellaswag random @ p=0.3"]
 

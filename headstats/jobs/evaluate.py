@@ -255,6 +255,7 @@ def question_logliks(
     model.eval()
     bar = tqdm(total=len(sequences), desc=desc, unit="seq", disable=not progress)
     runner = PrefixRunner(model, probe, enabled=share_prefix)
+    restored_unshown = False  # restored sequences the bar has counted but not yet drawn
     try:
         with torch.inference_mode():
             for batch, prefix in runner.batches(
@@ -271,7 +272,11 @@ def question_logliks(
                     if history:
                         probe.history.append(done.record)  # type: ignore[union-attr]  # as if it had run
                     advance_restored(bar, len(done.rows))
+                    restored_unshown = True
                     continue
+                if restored_unshown:  # drawn before the next batch's work, which may take minutes
+                    bar.refresh()
+                    restored_unshown = False
                 rows = [sequences[i] for i in batch.indices]
                 records: list[ForwardRecord] = []
                 keys = [questions[s.question].sample_key for s in rows]
