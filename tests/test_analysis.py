@@ -322,6 +322,29 @@ batch_size = 3
     assert "no pass left: not loaded" in out.err
 
 
+def test_a_dry_run_begun_on_a_busy_cpu_says_its_times_may_be_long_by_how_much(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from headstats.jobs import dryrun
+
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 2.5, 2.0))
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert dryrun.machine_load() == (3.0, 2)
+    busy = dryrun.DryRun([], "cpu", 8, load_at_start=(3.0, 2)).summary()
+    # 2 cores shared with a load of 3: the probe had about 2 / 5 of the CPU
+    assert "(1-minute load average 3.0 on 2 cores)" in busy and "up to about 2.5 times" in busy
+    assert "busy" not in dryrun.DryRun([], "cpu", 8, load_at_start=(0.4, 2)).summary()  # 1.2 times: below 1.25
+    assert "busy" in dryrun.DryRun([], "cpu", 8, load_at_start=(0.5, 2)).summary()
+    assert "busy" not in dryrun.DryRun([], "cuda:0", 8, load_at_start=(3.0, 2)).summary()  # a GPU's probe
+    assert "busy" not in dryrun.DryRun([], "cpu", 8).summary()  # no load average on this system
+
+    def no_load_average():
+        raise OSError("no load average")
+
+    monkeypatch.setattr(os, "getloadavg", no_load_average)
+    assert dryrun.machine_load() is None
+
+
 @pytest.mark.integration
 def test_the_committed_study_results_resume_under_the_study_file(monkeypatch: pytest.MonkeyPatch) -> None:
     """results/study/ is committed so that a fresh checkout resumes the powered study: every committed

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -97,6 +98,8 @@ class DryRun:
     probe_sequences: int
     note: str = SWEEP_NOTE
     refused: list[str] = field(default_factory=list)  # work a real run here leaves for another machine, why
+    # (1-minute load average, cores) when the dry run began: other work then shares the probe's cores
+    load_at_start: tuple[float, int] | None = None
 
     def table(self) -> pd.DataFrame:
         rows = [
@@ -135,7 +138,21 @@ class DryRun:
             f"{_duration(self.seconds)} on {self.device} (tok/s: tokens computed per second, padding included, "
             f"measured on {self.probe_sequences} items per unit in length-sorted batches; padding: the share of a "
             "pass's computed tokens that are padding; model loading and the report not included). Nothing was written."
-            f"\n{self.note}{self._refused_text()}"
+            f"{self._busy_text()}\n{self.note}{self._refused_text()}"
+        )
+
+    def _busy_text(self) -> str:
+        """Why the times may be long: the probe ran while other work shared the CPU's cores."""
+        if self.load_at_start is None or not self.device.startswith("cpu"):
+            return ""
+        average, cores = self.load_at_start
+        slower = (cores + average) / cores  # the probe's threads got about cores / (cores + load) of the CPU
+        if slower < BUSY_SLOWDOWN:
+            return ""
+        return (
+            f"\nThis machine was busy when the dry run began (1-minute load average {average:.1f} on {cores} "
+            f"cores): other work shared the probe's cores, so the times above may be up to about {slower:.1f} "
+            "times what the same run takes alone. Rerun the dry run when the machine is idle for a closer estimate."
         )
 
     def _refused_text(self) -> str:
@@ -143,6 +160,20 @@ class DryRun:
             return ""
         lines = "\n".join(f"- {why}" for why in self.refused)
         return f"\n\nNot counted above, as a real run here leaves them for another machine:\n{lines}"
+
+
+# a probe that shared its cores this much (expected time over the time alone) says so
+BUSY_SLOWDOWN = 1.25
+
+
+def machine_load() -> tuple[float, int] | None:
+    """(1-minute load average, cores this process may use), or None where the system has no load average."""
+    try:
+        average = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return average, cores
 
 
 def _duration(seconds: float) -> str:
@@ -188,6 +219,7 @@ def dry_run(
     (a confirmation's path)."""
     from headstats.io.models import load_model
 
+    load_at_start = machine_load()  # before this run's own work adds to it
     run = RunSpec.from_kwargs(options, base=run)
     stages = run.stages
     load = merged_load(analysis, run)
@@ -216,7 +248,7 @@ def dry_run(
                 _ablate_unit(analysis, name, model, tokenizer, ablation, probe_sequences, rng)
                 for ablation in analysis.ablate
             ]
-    return DryRun(units, device, probe_sequences)
+    return DryRun(units, device, probe_sequences, load_at_start=load_at_start)
 
 
 def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe_sequences: int = 8) -> DryRun:
@@ -225,6 +257,7 @@ def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe
     are not loaded or counted, but named with their passes left and the reason."""
     from headstats.io.models import bf16_cost_said
 
+    load_at_start = machine_load()  # before this run's own work adds to it
     units, device = [], "?"
     refused, left_out = left_here(plan, run), []
     chosen = selected(plan, run)
@@ -244,7 +277,7 @@ def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe
             planned = dry_run(spec, each, probe_sequences=probe_sequences, label=f"[{path.name}] ")
         units += [replace(u, what=f"{u.what} [{path.name}]") for u in planned.units]
         device = planned.device if planned.device != "?" else device
-    return DryRun(units, device, probe_sequences, refused=left_out)
+    return DryRun(units, device, probe_sequences, refused=left_out, load_at_start=load_at_start)
 
 
 def dry_run_frontier(frontier: Frontier, models: Sequence[str], *, probe_sequences: int = 8) -> DryRun:
@@ -254,6 +287,7 @@ def dry_run_frontier(frontier: Frontier, models: Sequence[str], *, probe_sequenc
     from headstats.io.models import load_model
     from headstats.io.tasks import load_task
 
+    load_at_start = machine_load()  # before this run's own work adds to it
     spec = frontier.prune
     units: list[WorkUnit] = []
     device = "?"
@@ -277,7 +311,7 @@ def dry_run_frontier(frontier: Frontier, models: Sequence[str], *, probe_sequenc
             saved = sum(store.partial_sequences(store.partial_file(points, f"{stem}-{task}.parquet")) for stem in left)
             unit = _task_unit(model, tokenizer, selected, spec.batch_size, probe_sequences, rng)
             units.append(replace(unit, model=name, passes_left=len(left), passes_total=total, saved=saved))
-    return DryRun(units, device, probe_sequences, FRONTIER_NOTE)
+    return DryRun(units, device, probe_sequences, FRONTIER_NOTE, load_at_start=load_at_start)
 
 
 def _task_unit(model, tokenizer, selected, batch_size: int, n_probe: int, rng: random.Random) -> WorkUnit:
