@@ -488,8 +488,9 @@ def test_bf16_paths_on_a_cpu_without_bf16_units_warn_with_the_measured_cost(monk
     paths = [ComputePath(k, d) for k in ("explicit", "fused") for d in ("float32", "bfloat16")]
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
     cost = (
-        "where a bf16 pass takes about 8 times as long as a float32 one (SmolLM2-135M's 12,000 HellaSwag sequences "
-        "on a 2-core AVX2 EPYC: about 5.5 h against 42 min; one 2048x576 by 576x1536 product: 64 times)"
+        "where a bf16 pass takes about 6 times as long as a float32 one (SmolLM2-135M's fused HellaSwag baseline, "
+        "12,000 sequences, on a 2-core AVX2 EPYC: 7.6 CPU-hours against 1.3, 4.9 h of wall time against 50 min; "
+        "one 2048x576 by 576x1536 product: 64 times)"
     )
     assert slow_bf16_warning(paths, "cpu") == (
         "explicit-bfloat16, fused-bfloat16: this CPU (AVX2 EPYC) has no bf16 matrix units (AVX512-BF16, AMX), "
@@ -537,9 +538,10 @@ def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths
     ran.clear()
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
     why = (
-        "this CPU (AVX2 EPYC) has no bf16 matrix units (AVX512-BF16, AMX), where a bf16 pass takes about 8 times "
-        "as long as a float32 one (SmolLM2-135M's 12,000 HellaSwag sequences on a 2-core AVX2 EPYC: about 5.5 h "
-        "against 42 min; one 2048x576 by 576x1536 product: 64 times), and its saved batches tie the path to this "
+        "this CPU (AVX2 EPYC) has no bf16 matrix units (AVX512-BF16, AMX), where a bf16 pass takes about 6 times "
+        "as long as a float32 one (SmolLM2-135M's fused HellaSwag baseline, 12,000 sequences, on a 2-core AVX2 "
+        "EPYC: 7.6 CPU-hours against 1.3, 4.9 h of wall time against 50 min; one 2048x576 by 576x1536 product: 64 "
+        "times), and its saved batches tie the path to this "
         "kind of CPU; run it on a CPU that has them or on a GPU, or here anyway with --paths {}"
     )
     waiting = confirm.left_for_bf16_units(plan, RunSpec(device="cpu"))

@@ -9,7 +9,7 @@ REDUCED_PRECISION = ("bfloat16", "float16")
 
 def describe_machine(machine: object) -> str:
     """A run's machine in a few words: the CPU, its cores and torch threads, and its bf16 matrix units
-    (none: bf16 is emulated there, about 8 times slower than fp32 per pass), or the GPU."""
+    (none: bf16 is emulated there, about 6 times slower than fp32 per pass), or the GPU."""
     if not isinstance(machine, dict):
         return "not recorded"
     text = f"{machine.get('cpu', '?')}, {machine.get('cores', '?')} cores, {machine.get('torch_threads', '?')} threads"
