@@ -130,7 +130,7 @@ def test_restored_batches_move_the_progress_bar_but_not_its_rate(monkeypatch) ->
 def test_a_resumed_pass_starts_its_bar_at_the_restored_sequences(
     smollm2_tiny_llama, smollm2_tokenizer, tmp_path, monkeypatch
 ) -> None:
-    from headstats.jobs import evaluate
+    from headstats.jobs import evaluate, sweep
 
     bars: list = []
 
@@ -146,8 +146,14 @@ def test_a_resumed_pass_starts_its_bar_at_the_restored_sequences(
         run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **SWEEP)
     handle.remove()
     monkeypatch.setattr(evaluate, "tqdm", Bar)
+    monkeypatch.setattr(sweep, "tqdm", Bar)
     run_sweep(model, tokenizer=smollm2_tokenizer, out=tmp_path, **SWEEP)
+    (points,) = [bar for bar in bars if bar.desc == "sweep points"]
+    bars = [bar for bar in bars if bar.desc != "sweep points"]
     assert [(bar.initial, bar.n, bar.total) for bar in bars] == [(8, 16, 16), (0, 16, 16), (0, 16, 16)]
+    # The sweep's bar leaves the baseline, which the calibration pass wrote, out of its rate: counted
+    # as a point done in no time, it read "53.79 point/s, 00:00 left" through a 5-hour zeroed pass.
+    assert (points.initial, points.n, points.total) == (1, 3, 3)
     # The restored count is drawn before the first batch that runs, not left at the last throttled redraw.
     assert " 8/16 " in bars[0].fp.getvalue()
     # Each pass's bar says which pass it is: a log of hours of them otherwise reads "hellaswag" throughout.

@@ -45,7 +45,7 @@ from headstats.engine import scores as S
 from headstats.engine.probe import Probe
 from headstats.engine.zeroing import ablate_heads, model_shape, warn_tied_scores
 from headstats.io import store
-from headstats.jobs.checkpoint import PassCheckpoint, Spent, sequences_digest
+from headstats.jobs.checkpoint import PassCheckpoint, Spent, advance_restored, sequences_digest
 from headstats.jobs.evaluate import ANSWER_COLUMNS
 from headstats.jobs.resume import check_key, jsonable
 from headstats.jobs.sweep_plan import (
@@ -280,11 +280,13 @@ class Runner:
         bar = tqdm(total=len(pending), desc="sweep points", unit="point", disable=not self.progress)
         for point in pending:
             bar.set_postfix_str(str(point))
+            ran = False  # a point that needs no pass of its own is left out of the bar's rate
             if point.is_baseline:
-                if not self._finished(point):
+                if not self._finished(point):  # else an earlier run, or the calibration pass, wrote it
                     frame, _, checkpoint = self._baseline_pass()
                     self._write(point, math.nan, frame, checkpoint.spent())
                     checkpoint.discard()
+                    ran = True
             else:
                 tau = thresholds[point.score][point.target]
                 frame = self._baseline_answers(point, thresholds[point.score])
@@ -298,7 +300,11 @@ class Runner:
                         frame = self._evaluate(ablation.probe, checkpoint, point)
                     self._write(point, tau, frame, checkpoint.spent())
                     checkpoint.discard()
-            bar.update(1)
+                    ran = True
+            if ran:
+                bar.update(1)
+            else:
+                advance_restored(bar, 1)
         bar.close()
 
     def _baseline_answers(self, point: Point, thresholds: dict[float, float]) -> pd.DataFrame | None:
