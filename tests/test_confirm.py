@@ -108,6 +108,10 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
     verdicts = pd.read_csv(tmp_path / "report" / "tables" / "verdicts.csv").set_index("claim")
     bounds = pd.read_csv(tmp_path / "report" / "tables" / "bounds.csv")
     slug = model_slug(model)
+    # Every pair of the 4 paths' baselines, on the 8 held-out questions: the path alone's churn.
+    apart = pd.read_csv(tmp_path / "report" / "tables" / "paths_against_each_other.csv")
+    assert len(apart) == 6 and (apart["n_questions"] == 8).all()
+    assert "## The paths against each other" in (tmp_path / "report" / "summary.md").read_text()
     # Every bound is the Tango bound at level 0.05 / 2 of the path's own baseline and point, by hand.
     from headstats.io.tasks import load_task
 
@@ -384,6 +388,49 @@ def test_what_a_confirmation_can_show_and_how_much_of_the_tolerance_churn_takes(
     assert got["baseline_low"] < got["baseline"] < got["baseline_high"]
     assert (got["n_questions"], got["n_clusters"], got["cluster"]) == (n, n, "document")
     assert table.loc["fused-float32", ["n_questions", "n_clusters"]].isna().all()  # not run: empty, not 0
+
+
+def test_the_paths_against_each_other_count_the_answers_the_path_alone_moves() -> None:
+    from headstats.stats.confirm import path_agreement
+
+    rng = np.random.default_rng(1)
+    n = 500
+    pred = np.where(rng.random(n) < 0.3, 0, rng.integers(1, 4, n))  # the gold ending is 0
+    pred[:13] = [2] * 6 + [0] * 4 + [3] * 3
+    loglik = rng.normal(-30, 5, n)
+    bf16_pred = pred.copy()
+    bf16_pred[:13] = [0] * 6 + [1] * 4 + [2] * 3  # 6 turned right, 4 wrong, 3 wrong answers moved
+    shift = np.zeros(n)
+    shift[:13] = np.linspace(0.5, 2.0, 13)
+
+    def baseline(p: np.ndarray, gold: np.ndarray) -> pd.DataFrame:
+        return _held_out("baseline", 0.0, p == 0, np.arange(n)).assign(pred=p, gold_loglik=gold)
+
+    rows = {
+        "explicit-float32": baseline(pred, loglik),
+        "explicit-bfloat16": baseline(bf16_pred, loglik + shift).iloc[::-1],  # rows in another order
+        "fused-float32": baseline(pred, loglik + 1e-5).iloc[: n - 20],  # 20 questions not answered yet
+    }
+    claims = pd.DataFrame(
+        [{"claim": "c", "model": "m", "task": "hellaswag", "score": "ahon_ln", "target": 0.05, "zeroed_pct": 5.0}]
+    ).assign(paths=[["explicit-float32", "explicit-bfloat16", "fused-float32", "fused-bfloat16"]])
+    table = path_agreement(rows, claims).set_index(["path", "against"])
+    assert list(table.index) == [  # each pair of paths that ran, once, in the claims' order
+        ("explicit-float32", "explicit-bfloat16"),
+        ("explicit-float32", "fused-float32"),
+        ("explicit-bfloat16", "fused-float32"),
+    ]
+    bf16 = table.loc[("explicit-float32", "explicit-bfloat16")]
+    lost = int(np.sum((pred == 0) & (bf16_pred != 0)))
+    gained = int(np.sum((pred != 0) & (bf16_pred == 0)))
+    assert (bf16["n_questions"], bf16["answers_differ"]) == (n, 13)
+    assert (bf16["lost"], bf16["gained"]) == (lost, gained) == (4, 6)
+    assert bf16["change"] == pytest.approx(100 * (gained - lost) / n)
+    assert bf16["gold_loglik_max"] == pytest.approx(2.0) and bf16["gold_loglik_median"] == pytest.approx(0.0)
+    fused = table.loc[("explicit-float32", "fused-float32")]
+    assert (fused["n_questions"], fused["answers_differ"], fused["lost"], fused["gained"]) == (n - 20, 0, 0, 0)
+    assert fused["gold_loglik_max"] == pytest.approx(1e-5)
+    assert path_agreement({"explicit-float32": rows["explicit-float32"]}, claims).empty  # no pair ran yet
 
 
 def test_the_abstract_names_each_claims_deciding_bound() -> None:

@@ -17,7 +17,7 @@ from headstats.report.freshness import report_inputs
 from headstats.report.sections.can_show import run_times as pass_times
 from headstats.report.sections.context import ABSTRACT_WORDS, Context, word_count
 from headstats.report.writer import ReportWriter
-from headstats.stats.confirm import claim_bounds, claim_verdicts, path_baselines
+from headstats.stats.confirm import claim_bounds, claim_verdicts, path_agreement, path_baselines
 
 
 def path_rows(plan: ConfirmPlan) -> dict[str, pd.DataFrame]:
@@ -168,6 +168,33 @@ def _what_it_can_show(writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, p
     writer.table(table, "what_this_run_can_show", floatfmt=".3g")
 
 
+def _paths_apart(writer: ReportWriter, rows: dict[str, pd.DataFrame], claims, bounds: pd.DataFrame) -> None:
+    """The answers the path alone moves, beside those a claim's zeroing moves: the yardstick of its churn."""
+    table = path_agreement(rows, claims)
+    if not len(table):
+        return
+    writer.heading("The paths against each other")
+    ran = bounds[bounds["n_questions"].notna()]
+    moved = (ran["lost"] + ran["gained"]).astype(int)
+    alone = table["lost"] + table["gained"]
+    zeroing = (
+        f"Zeroing a claim's heads turned {moved.min()}-{moved.max()} answers right or wrong (lost plus gained, per "
+        f"claim and path, [above](#every-claim-on-every-path)); the path alone turned {alone.min()}-{alone.max()} "
+        "(lost plus gained below). "
+        if len(ran)
+        else ""
+    )
+    writer.text(
+        f"{zeroing}Per model and pair of paths whose baselines ran, before anything is zeroed: the questions both "
+        "answered, the answers that differ, the questions the first path (`path`) answers right and the second "
+        "(`against`) wrong (`lost`) or the reverse (`gained`), the accuracy change from the first to the second "
+        "(points), and the median and largest difference of the gold ending's log-likelihood (nats). Each claim is "
+        "tested against its own path's baseline, so this churn is not part of any bound; it is the size of a "
+        "rounding change, beside which to read a claim's."
+    )
+    writer.table(table, "paths_against_each_other", floatfmt=".3g")
+
+
 def _methods(
     writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, pd.DataFrame], times: pd.DataFrame, left: pd.DataFrame
 ) -> None:
@@ -293,6 +320,7 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         "and whether it certifies the claim."
     )
     writer.table(bounds, "bounds", floatfmt=".3g")
+    _paths_apart(writer, rows, claims, bounds)
     _methods(writer, plan, rows, times, left)
     if plan.results.is_dir():
         writer.inputs = report_inputs(plan.results, plan.section.settings(), plan.path)

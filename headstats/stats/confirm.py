@@ -173,6 +173,65 @@ def path_baselines(rows: Mapping[str, pd.DataFrame], claims: pd.DataFrame, *, co
     return frame.astype({"n_questions": "Int64", "n_clusters": "Int64"})
 
 
+AGREEMENT_COLUMNS = (
+    "model",
+    "task",
+    "path",
+    "against",
+    "n_questions",
+    "answers_differ",
+    "lost",
+    "gained",
+    "change",
+    "gold_loglik_median",
+    "gold_loglik_max",
+)
+
+
+def path_agreement(rows: Mapping[str, pd.DataFrame], claims: pd.DataFrame) -> pd.DataFrame:
+    """How far the computation paths are apart before anything is zeroed: per (model, task) of the
+    claims and pair of its planned paths whose baselines ran, on the questions both answered, the
+    answers that differ (``pred``), the questions ``path`` answers right and ``against`` wrong
+    (``lost``) or the reverse (``gained``) by the claims' metric, the accuracy ``against`` minus
+    ``path`` (``change``, points), and the median and largest absolute difference of the gold
+    ending's log-likelihood (nats). The yardstick of a claim's churn: the answers the path alone moves."""
+    out = []
+    for (model, task), group in claims.groupby(["model", "task"], sort=False):
+        planned = list(dict.fromkeys(p for paths in group["paths"] for p in paths))
+        bases = {}
+        for path in planned:
+            frame = rows.get(path)
+            if frame is None or not len(frame):
+                continue
+            base = frame[(frame["model"] == model) & (frame["task"] == task) & (frame["score"] == S.BASELINE)]
+            if len(base):
+                bases[path] = S.prepare_rows(base, "correct").set_index(list(S.QUESTION))
+        names = list(bases)
+        for i, path in enumerate(names):
+            for against in names[i + 1 :]:
+                both = bases[path][["pred", "_ok", "gold_loglik"]].join(
+                    bases[against][["pred", "_ok", "gold_loglik"]].add_suffix("_b"), how="inner"
+                )
+                a, b = both["_ok"].to_numpy(bool), both["_ok_b"].to_numpy(bool)
+                gap = (both["gold_loglik"] - both["gold_loglik_b"]).abs()
+                out.append(
+                    {
+                        "model": model,
+                        "task": task,
+                        "path": path,
+                        "against": against,
+                        "n_questions": len(both),
+                        "answers_differ": int((both["pred"] != both["pred_b"]).sum()),
+                        "lost": int(np.count_nonzero(a & ~b)),
+                        "gained": int(np.count_nonzero(~a & b)),
+                        "change": 100.0 * (b.mean() - a.mean()) if len(both) else math.nan,
+                        "gold_loglik_median": float(gap.median()) if len(both) else math.nan,
+                        "gold_loglik_max": float(gap.max()) if len(both) else math.nan,
+                    }
+                )
+    return pd.DataFrame(out, columns=list(AGREEMENT_COLUMNS))
+
+
 def claim_verdicts(bounds: pd.DataFrame, paths: Sequence[str], *, drop: float = 1.0) -> pd.DataFrame:
     """One row per claim of :func:`claim_bounds`: the held-out questions (the fewest of its paths), per
     path its upper bound of the drop (``bound <path>``, points; empty where the claim was not planned
