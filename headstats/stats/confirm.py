@@ -207,29 +207,37 @@ def path_agreement(rows: Mapping[str, pd.DataFrame], claims: pd.DataFrame) -> pd
             if len(base):
                 bases[path] = S.prepare_rows(base, "correct").set_index(list(S.QUESTION))
         names = list(bases)
-        for i, path in enumerate(names):
-            for against in names[i + 1 :]:
-                both = bases[path][["pred", "_ok", "gold_loglik"]].join(
-                    bases[against][["pred", "_ok", "gold_loglik"]].add_suffix("_b"), how="inner"
-                )
-                a, b = both["_ok"].to_numpy(bool), both["_ok_b"].to_numpy(bool)
-                gap = (both["gold_loglik"] - both["gold_loglik_b"]).abs()
-                out.append(
-                    {
-                        "model": model,
-                        "task": task,
-                        "path": path,
-                        "against": against,
-                        "n_questions": len(both),
-                        "answers_differ": int((both["pred"] != both["pred_b"]).sum()),
-                        "lost": int(np.count_nonzero(a & ~b)),
-                        "gained": int(np.count_nonzero(~a & b)),
-                        "change": 100.0 * (b.mean() - a.mean()) if len(both) else math.nan,
-                        "gold_loglik_median": float(gap.median()) if len(both) else math.nan,
-                        "gold_loglik_max": float(gap.max()) if len(both) else math.nan,
-                    }
-                )
+        out += [
+            {
+                "model": model,
+                "task": task,
+                "path": path,
+                "against": against,
+                **_pair_agreement(bases[path], bases[against]),
+            }
+            for i, path in enumerate(names)
+            for against in names[i + 1 :]
+        ]
     return pd.DataFrame(out, columns=list(AGREEMENT_COLUMNS))
+
+
+def _pair_agreement(first: pd.DataFrame, second: pd.DataFrame) -> dict[str, object]:
+    """Two paths' baselines (per-question rows indexed by question) on the questions both answered."""
+    both = first[["pred", "_ok", "gold_loglik"]].join(
+        second[["pred", "_ok", "gold_loglik"]].add_suffix("_b"), how="inner"
+    )
+    a, b = both["_ok"].to_numpy(bool), both["_ok_b"].to_numpy(bool)
+    gap = (both["gold_loglik"] - both["gold_loglik_b"]).abs()
+    some = len(both) > 0
+    return {
+        "n_questions": len(both),
+        "answers_differ": int((both["pred"] != both["pred_b"]).sum()),
+        "lost": int(np.count_nonzero(a & ~b)),
+        "gained": int(np.count_nonzero(~a & b)),
+        "change": 100.0 * (b.mean() - a.mean()) if some else math.nan,
+        "gold_loglik_median": float(gap.median()) if some else math.nan,
+        "gold_loglik_max": float(gap.max()) if some else math.nan,
+    }
 
 
 def claim_verdicts(bounds: pd.DataFrame, paths: Sequence[str], *, drop: float = 1.0) -> pd.DataFrame:
