@@ -289,6 +289,7 @@ def test_dry_run_loads_no_model_when_no_pass_is_left_and_explains_its_counts(
     tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     import headstats.io.models as models
+    from headstats.jobs import dryrun
     from headstats.jobs.dryrun import dry_run
 
     spec_path = _analysis_file(
@@ -310,7 +311,10 @@ batch_size = 3
         raise AssertionError("the dry run loaded a model with no pass left")
 
     monkeypatch.setattr(models, "load_model", no_loading)
-    (unit,) = dry_run(spec).units
+    monkeypatch.setattr(dryrun, "machine_load", lambda: (9.0, 2))  # measured as the dry run begins
+    planned = dry_run(spec)
+    (unit,) = planned.units
+    assert planned.load_at_start == (9.0, 2) and "busy" not in planned.summary()  # nothing was probed
     # 3 scores x 3 targets planned: the baseline and the 6 points at p > 0 are passes; the 3 points at
     # p = 0 zero nothing and reuse the baseline's answers.
     assert (unit.passes_left, unit.passes_total, unit.reused) == (0, 7, 3)
@@ -327,12 +331,12 @@ def test_a_dry_run_begun_on_a_busy_cpu_says_its_times_may_be_long_by_how_much(mo
 
     from headstats.jobs import dryrun
 
-    monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 2.5, 2.0))
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.0, 2.5, 2.0), raising=False)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert dryrun.machine_load() == (3.0, 2)
     busy = dryrun.DryRun([], "cpu", 8, load_at_start=(3.0, 2)).summary()
     # 2 cores shared with a load of 3: the probe had about 2 / 5 of the CPU
-    assert "(1-minute load average 3.0 on 2 cores)" in busy and "up to about 2.5 times" in busy
+    assert "(load average 3.0 on 2 cores)" in busy and "up to about 2.5 times" in busy
     assert "busy" not in dryrun.DryRun([], "cpu", 8, load_at_start=(0.4, 2)).summary()  # 1.2 times: below 1.25
     assert "busy" in dryrun.DryRun([], "cpu", 8, load_at_start=(0.5, 2)).summary()
     assert "busy" not in dryrun.DryRun([], "cuda:0", 8, load_at_start=(3.0, 2)).summary()  # a GPU's probe

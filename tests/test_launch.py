@@ -304,8 +304,8 @@ def test_a_failure_read_before_its_log_holds_the_traceback_still_names_the_error
     job = launch.FunctionJob("remove a file that is not there", os.remove, {"path": str(missing)}, output_paths=())
     outcome = launch._outcome(job, sjob)
     assert outcome.status == "failed"
-    last = outcome.error.splitlines()[-1]
-    assert last.startswith("FileNotFoundError") and str(missing) in last
+    raised = [line for line in outcome.error.splitlines() if line.startswith("FileNotFoundError")]
+    assert len(raised) == 1 and str(missing) in raised[0]
 
 
 def test_launcher_flags_map_to_submitit_parameters_unchanged(capsys) -> None:

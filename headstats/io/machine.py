@@ -4,7 +4,14 @@ reports read them cheaply."""
 
 from __future__ import annotations
 
+import os
+
 REDUCED_PRECISION = ("bfloat16", "float16")
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the system keeps one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def describe_machine(machine: object) -> str:

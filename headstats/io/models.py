@@ -31,6 +31,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from headstats.engine.attention import ATTN_IMPLEMENTATION, UnsupportedModelError, check_supported, register
 from headstats.engine.prune import CONFIG_KEY, pruned_class
 from headstats.io import assets
+from headstats.io.machine import usable_cores
 
 logger = logging.getLogger("headstats")
 
@@ -70,7 +71,7 @@ def machine_info(device: torch.device | str) -> dict[str, object]:
     info: dict[str, object] = {
         "cpu": cpu,
         "bf16_units": [f for f in ("avx512_bf16", "amx_bf16") if f in flags],
-        "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cores": usable_cores(),
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),

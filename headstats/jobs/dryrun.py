@@ -28,6 +28,7 @@ import pandas as pd
 
 from headstats.engine.batching import padded_tokens
 from headstats.io import store
+from headstats.io.machine import usable_cores
 from headstats.jobs.analysis import AnalysisSpec, merged_load
 from headstats.jobs.confirm import ConfirmPlan, left_here, path_run, selected, slow_bf16_warning
 from headstats.jobs.frontier import Frontier, model_root, planned_points, task_options
@@ -150,9 +151,10 @@ class DryRun:
         if slower < BUSY_SLOWDOWN:
             return ""
         return (
-            f"\nThis machine was busy when the dry run began (1-minute load average {average:.1f} on {cores} "
-            f"cores): other work shared the probe's cores, so the times above may be up to about {slower:.1f} "
-            "times what the same run takes alone. Rerun the dry run when the machine is idle for a closer estimate."
+            f"\nThis machine was busy in the minute before the dry run began (load average {average:.1f} on "
+            f"{cores} cores): if that work went on, it shared the probe's cores, and the times above may be up to "
+            f"about {slower:.1f} times what the same run takes alone. Rerun the dry run when the machine is idle "
+            "for a closer estimate."
         )
 
     def _refused_text(self) -> str:
@@ -167,13 +169,13 @@ BUSY_SLOWDOWN = 1.25
 
 
 def machine_load() -> tuple[float, int] | None:
-    """(1-minute load average, cores this process may use), or None where the system has no load average."""
+    """(1-minute load average, cores this process may use), or None where the system keeps no load average.
+    In a container the load average may be the host's: the note it gives says "may"."""
     try:
         average = os.getloadavg()[0]
     except (AttributeError, OSError):
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return average, cores
+    return average, usable_cores()
 
 
 def _duration(seconds: float) -> str:

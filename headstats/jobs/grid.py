@@ -323,22 +323,6 @@ def _tail(text: str | None, lines: int = 12) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
-# submitit quotes a failed job's pickled traceback between two such rules
-_SUBMITIT_RULE = "\n----------------------\n"
-
-
-def _failure_trace(err: Exception, sjob: Any) -> str:
-    """The last lines of a raised job's traceback.
-
-    submitit pickles the traceback before the job's process prints it to its log, so the log may
-    not hold it yet when the failure is seen; the error quotes the pickled one between two rules.
-    """
-    parts = str(err).split(_SUBMITIT_RULE)
-    if len(parts) >= 3 and parts[1].strip():
-        return _tail(parts[1], 20)
-    return _tail(sjob.stderr(), 20) or _tail(str(err), 20)
-
-
 def _outcome(job: Job, sjob: Any) -> JobOutcome:
     """What became of one submitted job (it has finished, one way or another)."""
     submitit = _submitit()
@@ -352,7 +336,9 @@ def _outcome(job: Job, sjob: Any) -> JobOutcome:
     try:
         (result,) = sjob.results()
     except submitit.core.utils.FailedJobError as err:
-        return JobOutcome(job.name, "failed", sjob.job_id, error=_failure_trace(err, sjob), log=log)
+        # submitit's error quotes the traceback it pickled, which the job's process prints to its log only
+        # after: the log may lack it when the failure is seen.
+        return JobOutcome(job.name, "failed", sjob.job_id, error=_tail(str(err), 25), log=log)
     except submitit.core.utils.UncompletedJobError:
         tail = _tail(sjob.stderr()) or _tail(sjob.stdout())
         return JobOutcome(job.name, "failed", sjob.job_id, error=f"{killed}\n{tail}".rstrip(), log=log)

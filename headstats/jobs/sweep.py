@@ -282,7 +282,7 @@ class Runner:
             bar.set_postfix_str(str(point))
             ran = False  # a point that needs no pass of its own is left out of the bar's rate
             if point.is_baseline:
-                if not self._finished(point):  # else an earlier run, or the calibration pass, wrote it
+                if not self._finished(point):  # else the calibration pass wrote it
                     frame, _, checkpoint = self._baseline_pass()
                     self._write(point, math.nan, frame, checkpoint.spent())
                     checkpoint.discard()

@@ -168,31 +168,45 @@ def _what_it_can_show(writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, p
     writer.table(table, "what_this_run_can_show", floatfmt=".3g")
 
 
-def _paths_apart(writer: ReportWriter, rows: dict[str, pd.DataFrame], claims, bounds: pd.DataFrame) -> None:
-    """The answers the path alone moves, beside those a claim's zeroing moves: the yardstick of its churn."""
+def _paths_apart(
+    writer: ReportWriter, rows: dict[str, pd.DataFrame], claims: pd.DataFrame, bounds: pd.DataFrame, bounds_at: str
+) -> None:
+    """The answers the path alone moves, beside those a claim's zeroing moves (``bounds``, under the
+    heading anchored ``bounds_at``): the yardstick of its churn."""
     table = path_agreement(rows, claims)
     if not len(table):
         return
     writer.heading("The paths against each other")
+    model_of = claims.set_index("claim")["model"]
     ran = bounds[bounds["n_questions"].notna()]
-    moved = (ran["lost"] + ran["gained"]).astype(int)
-    alone = table["lost"] + table["gained"]
-    zeroing = (
-        f"Zeroing a claim's heads turned {moved.min()}-{moved.max()} answers right or wrong (lost plus gained, per "
-        f"claim and path, [above](#every-claim-on-every-path)); the path alone turned {alone.min()}-{alone.max()} "
-        "(lost plus gained below). "
-        if len(ran)
-        else ""
-    )
+    zeroing = ran.assign(model=ran["claim"].map(model_of), moved=ran["lost"] + ran["gained"])
+    alone = table.assign(moved=table["lost"] + table["gained"])
+    said = [
+        f"{model} {_span(zeroing.loc[zeroing['model'] == model, 'moved'])} by zeroing a claim's heads, "
+        f"{_span(group['moved'])} by switching paths alone"
+        for model, group in alone.groupby("model", sort=False)
+        if (zeroing["model"] == model).any()
+    ]
     writer.text(
-        f"{zeroing}Per model and pair of paths whose baselines ran, before anything is zeroed: the questions both "
-        "answered, the answers that differ, the questions the first path (`path`) answers right and the second "
-        "(`against`) wrong (`lost`) or the reverse (`gained`), the accuracy change from the first to the second "
-        "(points), and the median and largest difference of the gold ending's log-likelihood (nats). Each claim is "
-        "tested against its own path's baseline, so this churn is not part of any bound; it is the size of a "
-        "rounding change, beside which to read a claim's."
+        (
+            f"Answers turned right or wrong (lost plus gained): {'; '.join(said)} (per claim and path: "
+            f"[every claim on every path](#{bounds_at}); per pair of paths: the table below). "
+            if said
+            else ""
+        )
+        + "Per model and pair of paths whose baselines ran, before anything is zeroed: the questions both answered, "
+        "the answers that differ, the questions the first path (`path`) answers right and the second (`against`) "
+        "wrong (`lost`) or the reverse (`gained`), the accuracy change from the first to the second (points), and "
+        "the median and largest difference of the gold ending's log-likelihood (nats). Each claim is tested against "
+        "its own path's baseline, so this churn is not part of any bound; it is the size of a rounding change, "
+        "beside which to read a claim's."
     )
     writer.table(table, "paths_against_each_other", floatfmt=".3g")
+
+
+def _span(counts: pd.Series) -> str:
+    low, high = int(counts.min()), int(counts.max())
+    return f"{low}" if low == high else f"{low}-{high}"
 
 
 def _methods(
@@ -311,7 +325,7 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         "reads the attention probabilities runs on the explicit kernel only."
     )
     writer.table(claims.assign(paths=claims["paths"].map(", ".join)), "claims", floatfmt=".3g")
-    writer.heading("Every claim on every path")
+    bounds_at = writer.heading("Every claim on every path")
     writer.text(
         "Per (claim, path): paired questions and their clusters, baseline and zeroed accuracy (%), the realised % of "
         "heads zeroed, the answers lost and gained, the design effect, the drop with its one-sided upper bound "
@@ -320,7 +334,7 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         "and whether it certifies the claim."
     )
     writer.table(bounds, "bounds", floatfmt=".3g")
-    _paths_apart(writer, rows, claims, bounds)
+    _paths_apart(writer, rows, claims, bounds, bounds_at)
     _methods(writer, plan, rows, times, left)
     if plan.results.is_dir():
         writer.inputs = report_inputs(plan.results, plan.section.settings(), plan.path)
