@@ -3,6 +3,7 @@ offline), accelerate placement, provenance, and a one-line error for each broken
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -136,6 +137,29 @@ def test_unknown_revision_and_unknown_model_are_clear_errors(hub_cache: Path) ->
 def test_revision_of_a_local_directory_is_refused(bf16_dir: Path) -> None:
     with pytest.raises(ValueError, match="local directory"):
         load_model(str(bf16_dir), revision="main", device="cpu")
+
+
+def _restamped(source: Path, target: Path, **changes) -> Path:
+    """A copy of a checkpoint whose config.json is written again as save_pretrained writes it."""
+    shutil.copytree(source, target)
+    config = json.loads((target / "config.json").read_text())
+    (target / "config.json").write_text(json.dumps({**config, **changes}, indent=2, sort_keys=True) + "\n")
+    return target
+
+
+def test_the_fingerprint_ignores_the_transformers_version_that_wrote_the_config(bf16_dir: Path, tmp_path: Path) -> None:
+    """The same weights and config converted by another transformers keep their identity (and the
+    identity recorded before: the raw bytes of a config stamped 5.24.0); any other config value moves it."""
+    from headstats.io.fingerprint import files_digest, weight_files
+
+    old = _restamped(bf16_dir, tmp_path / "old", transformers_version="5.24.0")
+    new = _restamped(bf16_dir, tmp_path / "new", transformers_version="5.25.0")
+    other = _restamped(bf16_dir, tmp_path / "other", transformers_version="5.25.0", rms_norm_eps=1e-3)
+    recorded = hashlib.sha256((old / "config.json").read_bytes())
+    recorded.update(files_digest((f.name, f) for f in weight_files(old)).encode())
+    assert models.directory_fingerprint(old) == "sha256:" + recorded.hexdigest()[:16]
+    assert models.directory_fingerprint(new) == models.directory_fingerprint(old)
+    assert models.directory_fingerprint(other) != models.directory_fingerprint(new)
 
 
 @pytest.fixture

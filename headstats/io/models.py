@@ -428,16 +428,39 @@ def checkpoint_info(path: Path) -> dict:
     return info if isinstance(info, dict) else {}
 
 
+# The ``transformers_version`` a config.json carries names the library that wrote the file, not the
+# model: transformers 5.25 converting the same GGUF weights as 5.24 changed only that line, and with it
+# the identity of every committed run. The fingerprint reads the stamp as this fixed value, the version
+# that wrote the configs of every committed result, so that their identities stay what they were.
+CONFIG_WRITER_STAMP = "5.24.0"
+
+
+def _config_bytes(config: Path) -> bytes:
+    """config.json as save_pretrained writes it (sorted keys, indent 2), its writer's stamp read as
+    :data:`CONFIG_WRITER_STAMP`; a file that is not a JSON object counts as its bytes."""
+    raw = config.read_bytes()
+    try:
+        content = json.loads(raw)
+    except ValueError:
+        return raw
+    if not isinstance(content, dict):
+        return raw
+    if "transformers_version" in content:
+        content["transformers_version"] = CONFIG_WRITER_STAMP
+    return (json.dumps(content, indent=2, sort_keys=True) + "\n").encode()
+
+
 def directory_fingerprint(path: Path) -> str:
     """A content hash of a checkpoint directory: config plus the bytes of every weight file, so
     weights saved again in place get another identity (each file's hash is cached by path, size
-    and times in :mod:`headstats.io.fingerprint`, so reruns cost nothing)."""
+    and times in :mod:`headstats.io.fingerprint`, so reruns cost nothing). The version of
+    transformers that wrote config.json is not part of it (:data:`CONFIG_WRITER_STAMP`)."""
     from headstats.io.fingerprint import files_digest, weight_files
 
     digest = hashlib.sha256()
     config = path / "config.json"
     if config.is_file():
-        digest.update(config.read_bytes())
+        digest.update(_config_bytes(config))
     digest.update(files_digest((f.name, f) for f in weight_files(path)).encode())
     source = path / "HEADSTATS_SOURCE.json"
     if source.is_file():
