@@ -49,7 +49,7 @@ def test_a_claim_is_confirmed_only_when_every_planned_path_certifies_it() -> Non
 
 
 def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_rule(
-    tiny_llama_dir, tmp_path, caplog
+    tiny_llama_dir, tmp_path, caplog, monkeypatch
 ) -> None:
     from headstats.io.models import model_slug
     from headstats.jobs import confirm
@@ -173,7 +173,21 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
         headstats.io.store.file_provenance(partition / "baseline.parquet")["machine"], "bfloat16"
     )
     assert f"| fused-bfloat16 | {slug} | 1 | 2 | 0 | {kernels}, as it began;" in summary
-    assert "[what is left](#what-is-left-to-run)" in summary.split("\n\n")[1]  # the abstract links to it
+    abstract = summary.split("\n\n")[1]
+    assert "[what is left](#what-is-left-to-run)" in abstract  # the abstract links to it
+    # 8 questions bound every drop far above 1 point: each claim failed a path, so nothing left decides.
+    assert set(pd.read_csv(tmp_path / "report" / "tables" / "verdicts.csv")["verdict"]) == {"not confirmed"}
+    assert "[what is left](#what-is-left-to-run), which cannot change a verdict)" in abstract
+    assert "so none of them can change a verdict" in summary
+    # A claim still open: what is left may decide it, and the report says nothing of the kind.
+    import headstats.report.confirm as report_confirm
+
+    verdicts_of = report_confirm.claim_verdicts
+    monkeypatch.setattr(
+        report_confirm, "claim_verdicts", lambda *a, **k: verdicts_of(*a, **k).assign(verdict="incomplete")
+    )
+    write_confirmation(plan, progress=False)
+    assert "cannot change a verdict" not in (tmp_path / "report" / "summary.md").read_text()
     assert '<h3 id="what-is-left-to-run">' in (tmp_path / "report" / "index.html").read_text()
 
 

@@ -210,7 +210,12 @@ def _span(counts: pd.Series) -> str:
 
 
 def _methods(
-    writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, pd.DataFrame], times: pd.DataFrame, left: pd.DataFrame
+    writer: ReportWriter,
+    plan: ConfirmPlan,
+    rows: dict[str, pd.DataFrame],
+    times: pd.DataFrame,
+    left: pd.DataFrame,
+    decided: bool,
 ) -> None:
     sec = plan.section
     writer.note(
@@ -252,6 +257,12 @@ def _methods(
                 "resumes from them), and where they may run. A bf16 path that began must finish on bf16 kernels like "
                 "those that began it; elsewhere it runs again whole. `headstats run --dry-run` on a machine names what "
                 "that machine may not run."
+                + (
+                    " Every claim is decided: each of these passes belongs to a claim that a path already failed "
+                    "(it is not confirmed whatever its other paths show), so none of them can change a verdict."
+                    if decided
+                    else ""
+                )
             )
             writer.table(left, "left_to_run")
 
@@ -269,6 +280,8 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     writer = ReportWriter(store.ensure_writable(plan.report), plan.description or plan.name)
     counts = verdicts["verdict"].value_counts()
     ran = int(bounds["n_questions"].notna().sum())
+    # No claim incomplete: what is left belongs to claims a path already failed (a confirmed one ran them all).
+    decided = not counts.get("incomplete", 0)
     held_out = f"{sec.limit:,}" if sec.limit else "all"
     answer = (
         f"Do the exploratory study's certified zeroing shares hold on questions it never saw? {k} claims, "
@@ -276,7 +289,8 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         f"{len(plan.paths)} computation paths (attention kernel x model dtype): {int(counts.get('confirmed', 0))} "
         f"confirmed, {int(counts.get('not confirmed', 0))} not confirmed, {int(counts.get('incomplete', 0))} "
         f"incomplete ({ran} of {len(bounds)} claim-path runs done; {times['hours'].sum():.1f} hours of passes"
-        f"{'; [what is left](#what-is-left-to-run)' if len(left) else ''}). "
+        f"{'; [what is left](#what-is-left-to-run)' if len(left) else ''}"
+        f"{', which cannot change a verdict' if len(left) and decided else ''}). "
         f"A claim is confirmed when the one-sided upper bound of its paired drop is at most {sec.drop:g} point on "
         f"every path, at level {(1 - sec.confidence) / k:.3g} each (Bonferroni over the {k} claims)."
     )
@@ -335,7 +349,7 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     )
     writer.table(bounds, "bounds", floatfmt=".3g")
     _paths_apart(writer, rows, claims, bounds, bounds_at)
-    _methods(writer, plan, rows, times, left)
+    _methods(writer, plan, rows, times, left, decided)
     if plan.results.is_dir():
         writer.inputs = report_inputs(plan.results, plan.section.settings(), plan.path)
     return writer.write()
