@@ -303,7 +303,7 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         "bounds",
         f"Each claim's drop on every path it runs on, with a bar to its one-sided upper bound at level "
         f"{(1 - sec.confidence) / k:.3g}; confirmed when every bar ends at most {sec.drop:g} point (dotted line). "
-        "Under each claim, its verdict so far.",
+        f"Under each claim, its verdict{' so far' if len(left) else ''}.",
     )
     legend = writer.note(
         "Reading the verdict table",
