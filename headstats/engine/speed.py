@@ -19,6 +19,8 @@ its removed FLOPs did not carry.
 from __future__ import annotations
 
 import contextlib
+import copy
+import inspect
 import statistics
 import time
 from collections import Counter
@@ -221,6 +223,81 @@ def time_inference(
             }
         )
     return rows
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One timed workload: a prefill of ``context`` tokens, or ``new_tokens`` cached decode steps after a
+    prompt of ``context`` tokens (the prompt's prefill is not timed), for ``batch`` sequences."""
+
+    phase: str  # "prefill" or "decode"
+    batch: int
+    context: int
+    new_tokens: int = 32
+
+    def __post_init__(self) -> None:
+        if self.phase not in ("prefill", "decode"):
+            raise ValueError(f"a timed phase is 'prefill' or 'decode', got {self.phase!r}")
+        if self.batch < 1 or self.context < 1 or (self.phase == "decode" and self.new_tokens < 1):
+            raise ValueError(f"batch, context and new_tokens must be positive, got {self}")
+
+    @property
+    def name(self) -> str:
+        if self.phase == "prefill":
+            return f"prefill {self.context} x{self.batch}"
+        return f"decode {self.new_tokens} after {self.context} x{self.batch}"
+
+    @property
+    def tokens(self) -> int:
+        """Tokens one run processes (what tokens/s divides by)."""
+        return self.batch * (self.context if self.phase == "prefill" else self.new_tokens)
+
+
+def random_prompts(model: PreTrainedModel, setting: Setting, seed: int = 0) -> torch.Tensor:
+    """Seeded random token ids of the setting's shape on the model's device."""
+    vocab = int(model.config.get_text_config().vocab_size)
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (setting.batch, setting.context), generator=generator)
+    return ids.to(next(model.parameters()).device)
+
+
+def phase_timer(model: PreTrainedModel, setting: Setting, ids: torch.Tensor) -> Callable[[], float]:
+    """A function that runs the setting's work once on ``model`` and returns its seconds. For a decode
+    setting the prompt is prefilled once here; every call decodes from a copy of that cache (copied
+    outside the clock), so each call does the same work."""
+    device = ids.device
+    key = cache_argument(model)
+    # Generation computes the logits of the last position only; so does the timed work, where the model can.
+    last = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
+
+    @torch.no_grad()
+    def prefill() -> float:
+        _sync(device)
+        start = time.perf_counter()
+        model(input_ids=ids, use_cache=True, **last)
+        _sync(device)
+        return time.perf_counter() - start
+
+    if setting.phase == "prefill":
+        return prefill
+
+    with torch.no_grad():
+        out = model(input_ids=ids, use_cache=True, **last)
+    prompt_cache, first = getattr(out, key), out.logits[:, -1:].argmax(-1)
+    del out
+
+    @torch.no_grad()
+    def decode() -> float:
+        cache, token = copy.deepcopy(prompt_cache), first
+        _sync(device)
+        start = time.perf_counter()
+        for _ in range(setting.new_tokens):
+            out = model(input_ids=token, use_cache=True, **{key: cache}, **last)
+            token = out.logits[:, -1:].argmax(-1)
+        _sync(device)
+        return time.perf_counter() - start
+
+    return decode
 
 
 COMPONENTS = ("attention projections", "attention core", "mlp", "lm_head", "rest")
