@@ -91,8 +91,40 @@ class HeadMap:
     def _index(self, name: str, device: torch.device) -> torch.Tensor:
         key = (name, device)
         if key not in self._cache:
-            self._cache[key] = torch.tensor(getattr(self, name), dtype=torch.long, device=device)
+            values = self.padded_groups()[name] if name in ("slots", "kept") else getattr(self, name)
+            self._cache[key] = torch.tensor(values, dtype=torch.long, device=device)
         return self._cache[key]
+
+    def padded_groups(self) -> dict | None:
+        """The layout that runs this layer as grouped attention without copying K and V per query head:
+        ``slots`` (the computed query heads, each KV group's repeated up to the largest group's size;
+        a short group repeats its first head), ``kept`` (the positions of the real heads among the
+        slots, in query-head order) and ``size`` (the common group size). None when a query head
+        reads K and V of different heads or a cross-head norm keeps every query head computed."""
+        if self.q is not None or self.k != self.v:
+            return None
+        members: dict[int, list[int]] = {}
+        for i, kv in enumerate(self.v):
+            members.setdefault(kv, []).append(i)
+        if sorted(members) != list(range(len(members))):
+            return None
+        size = max(len(m) for m in members.values())
+        slots, kept = [], []
+        for j in range(len(members)):
+            group = members[j]
+            kept.extend(len(slots) + t for t in range(len(group)))
+            slots.extend(group + [group[0]] * (size - len(group)))
+        if [slots[i] for i in kept] != list(range(len(self.v))):
+            return None  # kept query heads not in group order: the gather keeps their order
+        return {"slots": tuple(slots), "kept": tuple(kept), "size": size}
+
+    def padded_query(self, query: torch.Tensor) -> torch.Tensor:
+        """(B, kept heads, S, D) -> (B, slots, S, D) in the layout of :meth:`padded_groups`."""
+        return query.index_select(1, self._index("slots", query.device))
+
+    def unpad_output(self, output: torch.Tensor) -> torch.Tensor:
+        """(B, S, slots, D) attention output -> (B, S, kept heads, D), the real heads in query-head order."""
+        return output.index_select(2, self._index("kept", output.device))
 
     def gather(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
