@@ -1,0 +1,301 @@
+"""The structure of a model with attention heads removed, in one self-contained file.
+
+``headstats prune`` copies this file into every folder it writes (as ``modeling_headstats_pruned.py``,
+followed by the class transformers loads), so that
+``AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)`` rebuilds the pruned model where
+headstats is not installed. It therefore imports torch and transformers only.
+
+The removed (layer, query head) pairs of the unpruned model are recorded in the config's
+``headstats_pruning`` entry; every layer's plan is a function of them and the model's shapes alone
+(:func:`plan_layer`), and :func:`shrink_layer` cuts the layer's projections to it:
+
+- the query projection loses the heads' rows, the output projection their columns (biases too);
+- a key/value head loses its rows of the key and value projections once every query head of its
+  group is gone, so the KV cache stores fewer heads;
+- per-layer head counts then differ, and a layer whose groups lost different numbers of heads no
+  longer has equal groups. Such a layer keeps only the KV heads still in use and maps each kept
+  query head to its KV head through :class:`HeadMap`, read by :func:`pruned_attention`, which
+  gathers K and V per query head at attention time. The KV cache therefore stores only the kept KV
+  heads; re-expanding K/V in the weights (one KV head per query head) would store the shared heads
+  twice. A layer whose groups stay equal keeps transformers' ordinary grouped attention
+  (``num_key_value_groups`` is set to its new group size) and needs no map.
+
+Two cases keep more than the removed heads' absence requires, so that the pruned model equals the
+unpruned one with the same heads zeroed:
+
+- a norm over the concatenated projections of all heads (OLMo-2's ``q_norm``/``k_norm`` of width
+  heads x head_dim; recognised by that width, not by family name) divides every head by a statistic
+  of all heads, the removed ones included. Such a projection stays whole, and the map selects the
+  kept heads after the norm. A per-head norm of width head_dim (Gemma-3, Qwen3) is shared by all
+  heads and stays as it is;
+- a layer that loses every head keeps its first one (and that head's KV head) with a zero
+  output-projection slice: the modeling files infer the head count from the projection width
+  (``view(..., -1, head_dim)``), which is undefined for an empty projection. That head's output
+  adds exactly 0.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AttentionInterface, PreTrainedModel
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.pytorch_utils import Conv1D
+
+CONFIG_KEY = "headstats_pruning"
+ATTENTION = "headstats_pruned"
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """What one layer keeps: query heads, KV heads (original indices) and the KV head of each kept
+    query head (an index into ``kv``). ``placeholder`` is the head kept with a zero output slice
+    when the layer lost every head (None otherwise)."""
+
+    q: tuple[int, ...]
+    kv: tuple[int, ...]
+    kv_of_q: tuple[int, ...]
+    placeholder: int | None
+    num_heads: int
+    num_kv_heads: int
+
+    @property
+    def removed(self) -> tuple[int, ...]:
+        kept = set(self.q) - {self.placeholder}
+        return tuple(h for h in range(self.num_heads) if h not in kept)
+
+
+def plan_layer(removed: Iterable[int], num_heads: int, num_kv_heads: int) -> LayerPlan:
+    """The kept heads of a layer with ``num_heads`` query heads in ``num_kv_heads`` consecutive
+    groups (transformers' ``repeat_kv`` order) after removing the query heads ``removed``."""
+    gone = set(removed)
+    q = [h for h in range(num_heads) if h not in gone]
+    placeholder = None
+    if not q:
+        q, placeholder = [0], 0
+    group = num_heads // num_kv_heads
+    kv = sorted({h // group for h in q})
+    return LayerPlan(tuple(q), tuple(kv), tuple(kv.index(h // group) for h in q), placeholder, num_heads, num_kv_heads)
+
+
+@dataclass(eq=False)
+class HeadMap:
+    """Which computed heads a pruned layer's attention reads, per kept query head: ``q`` selects
+    query heads (None = all computed ones, in order), ``k`` and ``v`` the KV head of each kept query
+    head among the computed ones. Read by the attention function."""
+
+    q: tuple[int, ...] | None
+    k: tuple[int, ...]
+    v: tuple[int, ...]
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def _index(self, name: str, device: torch.device) -> torch.Tensor:
+        key = (name, device)
+        if key not in self._cache:
+            self._cache[key] = torch.tensor(getattr(self, name), dtype=torch.long, device=device)
+        return self._cache[key]
+
+    def gather(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(B, heads, S, D) tensors -> one K and V head per kept query head (plain multi-head attention)."""
+        if self.q is not None:
+            query = query.index_select(1, self._index("q", query.device))
+        key = key.index_select(1, self._index("k", key.device))
+        value = value.index_select(1, self._index("v", value.device))
+        return query, key, value
+
+
+# -- the attention function of a pruned model -------------------------------------------------------
+
+
+def pruned_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float | None = None,
+    dropout: float = 0.0,
+    **kwargs: object,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The attention transformers calls for ``attn_implementation="headstats_pruned"``: a layer with a
+    :class:`HeadMap` first takes one K and V head per kept query head; then PyTorch's SDPA, or the
+    family's own eager attention for what SDPA does not compute (logit softcapping, attention sinks)."""
+    heads = getattr(module, "headstats_heads", None)
+    if heads is not None:
+        query, key, value = heads.gather(query, key, value)
+    if kwargs.get("softcap") is not None or kwargs.get("s_aux") is not None:
+        eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+        if eager is not None:
+            mask = _additive_mask(attention_mask, query, key, getattr(module, "is_causal", True))
+            return eager(module, query, key, value, mask, dropout=dropout, scaling=scaling, **kwargs)
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+
+
+def _additive_mask(
+    mask: torch.Tensor | None, query: torch.Tensor, key: torch.Tensor, causal: bool
+) -> torch.Tensor | None:
+    """The float mask an eager attention adds to its logits, from SDPA's boolean mask (True = attend),
+    or from causality when SDPA's mask function left the mask out (no padding, no window)."""
+    if mask is None:
+        if not causal:
+            return None
+        q_len, k_len = query.shape[2], key.shape[2]
+        mask = torch.ones(q_len, k_len, dtype=torch.bool, device=query.device).tril(k_len - q_len)[None, None]
+    if mask.dtype != torch.bool:
+        return mask
+    blocked = torch.zeros(mask.shape, dtype=query.dtype, device=query.device)
+    return blocked.masked_fill(~mask, torch.finfo(query.dtype).min)
+
+
+def register_attention() -> None:
+    """Register :func:`pruned_attention` (and SDPA's mask function) under ``headstats_pruned`` (idempotent)."""
+    AttentionInterface.register(ATTENTION, pruned_attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+
+
+# -- finding and shrinking the attention projections ------------------------------------------------
+
+
+def attention_modules(model: PreTrainedModel) -> list[torch.nn.Module]:
+    """The self-attention module of every decoder layer, in layer order."""
+    found = {}
+    for module in model.modules():
+        layer = getattr(module, "layer_idx", None)
+        if layer is not None and (hasattr(module, "q_proj") or hasattr(module, "c_attn")):
+            found.setdefault(int(layer), module)
+    config = model.config.get_text_config()
+    if sorted(found) != list(range(int(config.num_hidden_layers))):
+        raise ValueError(
+            f"{type(model).__name__}: found attention projections (q_proj/k_proj/v_proj/o_proj or GPT-2's c_attn/"
+            f"c_proj) in layers {sorted(found)} of {config.num_hidden_layers}; headstats prune supports models with "
+            "separate or GPT-2-style fused projections in every layer"
+        )
+    return [found[i] for i in range(len(found))]
+
+
+def geometry(model: PreTrainedModel) -> tuple[int, int, int, int]:
+    """(layers, query heads, KV heads, head_dim) of the unpruned model, from its config."""
+    config = model.config.get_text_config()
+    heads = int(config.num_attention_heads)
+    kv = int(getattr(config, "num_key_value_heads", None) or heads)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return int(config.num_hidden_layers), heads, kv, int(head_dim)
+
+
+def _rows(heads: Sequence[int], head_dim: int) -> torch.Tensor:
+    return torch.tensor([h * head_dim + i for h in heads for i in range(head_dim)], dtype=torch.long)
+
+
+def _linear_rows(layer: torch.nn.Linear, rows: torch.Tensor) -> torch.nn.Linear:
+    w = layer.weight
+    new = torch.nn.Linear(w.shape[1], len(rows), bias=layer.bias is not None, device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        new.weight = torch.nn.Parameter(w.index_select(0, rows.to(w.device)), requires_grad=w.requires_grad)
+        if layer.bias is not None:
+            new.bias = torch.nn.Parameter(layer.bias.index_select(0, rows.to(w.device)), requires_grad=w.requires_grad)
+    return new
+
+
+def _linear_columns(layer: torch.nn.Linear, columns: torch.Tensor, zero: torch.Tensor | None) -> torch.nn.Linear:
+    w = layer.weight
+    new = torch.nn.Linear(len(columns), w.shape[0], bias=layer.bias is not None, device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        kept = w.index_select(1, columns.to(w.device))
+        if zero is not None:
+            kept[:, zero.to(w.device)] = 0
+        new.weight = torch.nn.Parameter(kept, requires_grad=w.requires_grad)
+        if layer.bias is not None:
+            new.bias = layer.bias
+    return new
+
+
+def _conv1d(layer: Conv1D, index: torch.Tensor, dim: int, zero: torch.Tensor | None = None) -> Conv1D:
+    """GPT-2's Conv1D (weight (in, out)) keeping ``index`` along ``dim`` (1 = outputs, 0 = inputs)."""
+    w = layer.weight
+    kept = w.index_select(dim, index.to(w.device))
+    new = Conv1D(kept.shape[1], kept.shape[0]).to(device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        if zero is not None:
+            kept[zero.to(w.device)] = 0
+        new.weight = torch.nn.Parameter(kept, requires_grad=w.requires_grad)
+        bias = layer.bias.index_select(0, index.to(w.device)) if dim == 1 else layer.bias
+        new.bias = torch.nn.Parameter(bias, requires_grad=w.requires_grad)
+    return new
+
+
+def _spans_heads(module: torch.nn.Module, name: str, heads: int, head_dim: int) -> bool:
+    """Whether ``module.<name>`` (a q_norm / k_norm) normalises the concatenation of all heads."""
+    norm = getattr(module, name, None)
+    weight = getattr(norm, "weight", None)
+    return weight is not None and weight.numel() == heads * head_dim and heads > 1
+
+
+def shrink_layer(module: torch.nn.Module, plan: LayerPlan, head_dim: int) -> None:
+    """Cut one attention module's projections to ``plan`` in place (see the module docstring)."""
+    q_rows = _rows(plan.q, head_dim)
+    zero = None if plan.placeholder is None else torch.arange(head_dim)
+    if hasattr(module, "c_attn"):  # GPT-2: one fused [q | k | v] projection, multi-head attention
+        width = plan.num_heads * head_dim
+        kv_rows = _rows(plan.kv, head_dim)
+        fused = torch.cat([q_rows, kv_rows + width, kv_rows + 2 * width])
+        module.c_attn = _conv1d(module.c_attn, fused, dim=1)
+        module.c_proj = _conv1d(module.c_proj, q_rows, dim=0, zero=zero)
+        module.split_size = len(q_rows)
+        if hasattr(module, "num_heads"):
+            module.num_heads = len(plan.q)
+        module.headstats_heads = None
+        return
+    q_whole = _spans_heads(module, "q_norm", plan.num_heads, head_dim)
+    k_whole = _spans_heads(module, "k_norm", plan.num_kv_heads, head_dim)
+    if not q_whole:
+        module.q_proj = _linear_rows(module.q_proj, q_rows)
+    k_index = tuple(plan.kv[i] for i in plan.kv_of_q) if k_whole else plan.kv_of_q
+    if not k_whole:
+        module.k_proj = _linear_rows(module.k_proj, _rows(plan.kv, head_dim))
+    module.v_proj = _linear_rows(module.v_proj, _rows(plan.kv, head_dim))
+    module.o_proj = _linear_columns(module.o_proj, q_rows, zero)
+    n_q, n_kv = len(plan.q), len(plan.kv)
+    group = n_q // n_kv
+    uniform = not q_whole and not k_whole and n_q % n_kv == 0 and plan.kv_of_q == tuple(i // group for i in range(n_q))
+    if uniform:
+        module.num_key_value_groups = group
+        module.headstats_heads = None
+    else:
+        module.num_key_value_groups = 1
+        module.headstats_heads = HeadMap(plan.q if q_whole else None, k_index, plan.kv_of_q)
+
+
+def shrink_model(model: PreTrainedModel, removed: Iterable[tuple[int, int]]) -> list[LayerPlan]:
+    """Remove the query heads ``removed`` ((layer, head) pairs of the unpruned ``model``) in place:
+    every layer cut to its :class:`LayerPlan`, and :func:`pruned_attention` selected when a layer
+    needs its gather. Returns the plans."""
+    layers, heads, kv_heads, head_dim = geometry(model)
+    removed = list(removed)
+    plans = [plan_layer([h for layer_, h in removed if layer_ == i], heads, kv_heads) for i in range(layers)]
+    modules = attention_modules(model)
+    for module, plan in zip(modules, plans, strict=True):
+        if plan.removed:
+            shrink_layer(module, plan, head_dim)
+    if any(getattr(m, "headstats_heads", None) is not None for m in modules):
+        register_attention()
+        if model.config._attn_implementation != ATTENTION:
+            model.set_attn_implementation(ATTENTION)
+    return plans
+
+
+def recorded_heads(config: object) -> list[tuple[int, int]]:
+    """The removed (layer, head) pairs a pruned model's config records (none for an unpruned one)."""
+    entry = getattr(config, CONFIG_KEY, None) or {}
+    return [(int(layer), int(head)) for layer, head in entry.get("removed_heads", ())]
+
+
+def shrink_to_config(model: PreTrainedModel) -> list[LayerPlan]:
+    """Cut a freshly built ``model`` to the heads its config's ``headstats_pruning`` entry keeps, so
+    that ``from_pretrained`` finds every saved weight in its shape."""
+    return shrink_model(model, recorded_heads(model.config))
