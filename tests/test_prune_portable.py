@@ -22,7 +22,7 @@ from headstats.engine.prune import prune_heads
 from headstats.jobs.prune import REMOTE_CODE_FILE, save_pruned
 
 # Llama (4 query heads in 2 KV groups): layer 0 loses one head of group 0 (uneven groups, the gather),
-# layer 1 the whole of group 0 (its K/V rows go), layer 2 every head (the placeholder).
+# layer 1 the whole of group 0 (its K/V rows go), layer 2 every head (no attention computed).
 # Gemma-3-like (4 query heads, 1 KV head, sliding and global layers): uneven losses per layer.
 HEADS = {
     "llama": [(0, 1), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (2, 3)],
@@ -131,7 +131,13 @@ def test_folder_loads_and_generates_without_headstats(family: str, tmp_path) -> 
     prune_heads(pruned, heads)
     assert _generate(pruned, ids) == zeroed
     out = save_pruned(pruned, None, tmp_path / "pruned", {"removed_heads": heads})
-    assert _imported((out / REMOTE_CODE_FILE).read_text()) <= {"__future__", "collections", "dataclasses", "sys"} | {
+    assert _imported((out / REMOTE_CODE_FILE).read_text()) <= {
+        "__future__",
+        "collections",
+        "dataclasses",
+        "sys",
+        "warnings",
+    } | {
         "torch",
         "transformers",
     }

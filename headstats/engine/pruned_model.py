@@ -20,23 +20,25 @@ The removed (layer, query head) pairs of the unpruned model are recorded in the 
   twice. A layer whose groups stay equal keeps transformers' ordinary grouped attention
   (``num_key_value_groups`` is set to its new group size) and needs no map.
 
-Two cases keep more than the removed heads' absence requires, so that the pruned model equals the
-unpruned one with the same heads zeroed:
+Two cases need more than cut rows and columns for the pruned model to equal the unpruned one with
+the same heads zeroed:
 
 - a norm over the concatenated projections of all heads (OLMo-2's ``q_norm``/``k_norm`` of width
   heads x head_dim; recognised by that width, not by family name) divides every head by a statistic
   of all heads, the removed ones included. Such a projection stays whole, and the map selects the
   kept heads after the norm. A per-head norm of width head_dim (Gemma-3, Qwen3) is shared by all
   heads and stays as it is;
-- a layer that loses every head keeps its first one (and that head's KV head) with a zero
-  output-projection slice: the modeling files infer the head count from the projection width
-  (``view(..., -1, head_dim)``), which is undefined for an empty projection. That head's output
-  adds exactly 0.
+- a layer that loses every head computes no attention at all (:func:`attention_free_forward`): its
+  projections become empty (the output projection keeps its bias, the layer's whole output) and its
+  KV cache entry holds one zero per token instead of K and V, because transformers reads the
+  cache's length from a layer's entry (layer 0's, and the first of each attention type's, for the
+  positions and the masks), so every layer must keep counting tokens.
 """
 
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -53,20 +55,17 @@ ATTENTION = "headstats_pruned"
 @dataclass(frozen=True)
 class LayerPlan:
     """What one layer keeps: query heads, KV heads (original indices) and the KV head of each kept
-    query head (an index into ``kv``). ``placeholder`` is the head kept with a zero output slice
-    when the layer lost every head (None otherwise)."""
+    query head (an index into ``kv``); all empty when the layer lost every head."""
 
     q: tuple[int, ...]
     kv: tuple[int, ...]
     kv_of_q: tuple[int, ...]
-    placeholder: int | None
     num_heads: int
     num_kv_heads: int
 
     @property
     def removed(self) -> tuple[int, ...]:
-        kept = set(self.q) - {self.placeholder}
-        return tuple(h for h in range(self.num_heads) if h not in kept)
+        return tuple(h for h in range(self.num_heads) if h not in self.q)
 
 
 def plan_layer(removed: Iterable[int], num_heads: int, num_kv_heads: int) -> LayerPlan:
@@ -74,12 +73,9 @@ def plan_layer(removed: Iterable[int], num_heads: int, num_kv_heads: int) -> Lay
     groups (transformers' ``repeat_kv`` order) after removing the query heads ``removed``."""
     gone = set(removed)
     q = [h for h in range(num_heads) if h not in gone]
-    placeholder = None
-    if not q:
-        q, placeholder = [0], 0
     group = num_heads // num_kv_heads
     kv = sorted({h // group for h in q})
-    return LayerPlan(tuple(q), tuple(kv), tuple(kv.index(h // group) for h in q), placeholder, num_heads, num_kv_heads)
+    return LayerPlan(tuple(q), tuple(kv), tuple(kv.index(h // group) for h in q), num_heads, num_kv_heads)
 
 
 @dataclass(eq=False)
@@ -192,9 +188,18 @@ def _rows(heads: Sequence[int], head_dim: int) -> torch.Tensor:
     return torch.tensor([h * head_dim + i for h in heads for i in range(head_dim)], dtype=torch.long)
 
 
+def _empty_linear(inputs: int, outputs: int, bias: bool, like: torch.Tensor) -> torch.nn.Linear:
+    """A Linear layer whose parameters are set next (not initialised: that would be wasted work)."""
+    with warnings.catch_warnings():  # an empty layer's (skipped) initialisation warns that it does nothing
+        warnings.filterwarnings("ignore", "Initializing zero-element tensors is a no-op")
+        return torch.nn.utils.skip_init(
+            torch.nn.Linear, inputs, outputs, bias=bias, device=like.device, dtype=like.dtype
+        )
+
+
 def _linear_rows(layer: torch.nn.Linear, rows: torch.Tensor) -> torch.nn.Linear:
     w = layer.weight
-    new = torch.nn.Linear(w.shape[1], len(rows), bias=layer.bias is not None, device=w.device, dtype=w.dtype)
+    new = _empty_linear(w.shape[1], len(rows), layer.bias is not None, w)
     with torch.no_grad():
         new.weight = torch.nn.Parameter(w.index_select(0, rows.to(w.device)), requires_grad=w.requires_grad)
         if layer.bias is not None:
@@ -202,27 +207,23 @@ def _linear_rows(layer: torch.nn.Linear, rows: torch.Tensor) -> torch.nn.Linear:
     return new
 
 
-def _linear_columns(layer: torch.nn.Linear, columns: torch.Tensor, zero: torch.Tensor | None) -> torch.nn.Linear:
+def _linear_columns(layer: torch.nn.Linear, columns: torch.Tensor) -> torch.nn.Linear:
     w = layer.weight
-    new = torch.nn.Linear(len(columns), w.shape[0], bias=layer.bias is not None, device=w.device, dtype=w.dtype)
+    new = _empty_linear(len(columns), w.shape[0], layer.bias is not None, w)
     with torch.no_grad():
         kept = w.index_select(1, columns.to(w.device))
-        if zero is not None:
-            kept[:, zero.to(w.device)] = 0
         new.weight = torch.nn.Parameter(kept, requires_grad=w.requires_grad)
         if layer.bias is not None:
             new.bias = layer.bias
     return new
 
 
-def _conv1d(layer: Conv1D, index: torch.Tensor, dim: int, zero: torch.Tensor | None = None) -> Conv1D:
+def _conv1d(layer: Conv1D, index: torch.Tensor, dim: int) -> Conv1D:
     """GPT-2's Conv1D (weight (in, out)) keeping ``index`` along ``dim`` (1 = outputs, 0 = inputs)."""
     w = layer.weight
     kept = w.index_select(dim, index.to(w.device))
     new = Conv1D(kept.shape[1], kept.shape[0]).to(device=w.device, dtype=w.dtype)
     with torch.no_grad():
-        if zero is not None:
-            kept[zero.to(w.device)] = 0
         new.weight = torch.nn.Parameter(kept, requires_grad=w.requires_grad)
         bias = layer.bias.index_select(0, index.to(w.device)) if dim == 1 else layer.bias
         new.bias = torch.nn.Parameter(bias, requires_grad=w.requires_grad)
@@ -239,17 +240,25 @@ def _spans_heads(module: torch.nn.Module, name: str, heads: int, head_dim: int) 
 def shrink_layer(module: torch.nn.Module, plan: LayerPlan, head_dim: int) -> None:
     """Cut one attention module's projections to ``plan`` in place (see the module docstring)."""
     q_rows = _rows(plan.q, head_dim)
-    zero = None if plan.placeholder is None else torch.arange(head_dim)
     if hasattr(module, "c_attn"):  # GPT-2: one fused [q | k | v] projection, multi-head attention
         width = plan.num_heads * head_dim
         kv_rows = _rows(plan.kv, head_dim)
         fused = torch.cat([q_rows, kv_rows + width, kv_rows + 2 * width])
         module.c_attn = _conv1d(module.c_attn, fused, dim=1)
-        module.c_proj = _conv1d(module.c_proj, q_rows, dim=0, zero=zero)
+        module.c_proj = _conv1d(module.c_proj, q_rows, dim=0)
         module.split_size = len(q_rows)
         if hasattr(module, "num_heads"):
             module.num_heads = len(plan.q)
         module.headstats_heads = None
+        if not plan.q:
+            _make_attention_free(module)
+        return
+    if not plan.q:  # no head left: empty projections, and no attention computed
+        for name in ("q_proj", "k_proj", "v_proj"):
+            setattr(module, name, _linear_rows(getattr(module, name), q_rows))
+        module.o_proj = _linear_columns(module.o_proj, q_rows)
+        module.headstats_heads = None
+        _make_attention_free(module)
         return
     q_whole = _spans_heads(module, "q_norm", plan.num_heads, head_dim)
     k_whole = _spans_heads(module, "k_norm", plan.num_kv_heads, head_dim)
@@ -259,7 +268,7 @@ def shrink_layer(module: torch.nn.Module, plan: LayerPlan, head_dim: int) -> Non
     if not k_whole:
         module.k_proj = _linear_rows(module.k_proj, _rows(plan.kv, head_dim))
     module.v_proj = _linear_rows(module.v_proj, _rows(plan.kv, head_dim))
-    module.o_proj = _linear_columns(module.o_proj, q_rows, zero)
+    module.o_proj = _linear_columns(module.o_proj, q_rows)
     n_q, n_kv = len(plan.q), len(plan.kv)
     group = n_q // n_kv
     uniform = not q_whole and not k_whole and n_q % n_kv == 0 and plan.kv_of_q == tuple(i // group for i in range(n_q))
@@ -269,6 +278,33 @@ def shrink_layer(module: torch.nn.Module, plan: LayerPlan, head_dim: int) -> Non
     else:
         module.num_key_value_groups = 1
         module.headstats_heads = HeadMap(plan.q if q_whole else None, k_index, plan.kv_of_q)
+
+
+def attention_free_forward(
+    self: torch.nn.Module, hidden_states: torch.Tensor, *args: object, **kwargs: object
+) -> tuple[torch.Tensor, None]:
+    """The forward of an attention module that lost every head: its output is the output projection's
+    bias (0 without one), what the zeroed heads give. A KV cache gets one zero per token for this
+    layer, so that the cache's length, read from a layer's entry, stays the number of tokens seen."""
+    cache = kwargs.get("cache", kwargs.get("past_key_values"))
+    if cache is not None:
+        cache = getattr(cache, "self_attention_cache", cache)  # GPT-2 may be given an encoder-decoder cache
+        stub = hidden_states.new_zeros(hidden_states.shape[0], 1, hidden_states.shape[1], 1)
+        cache.update(stub, stub, self.layer_idx)
+    out = hidden_states.new_zeros(hidden_states.shape)
+    bias = (self.o_proj if hasattr(self, "o_proj") else self.c_proj).bias
+    return (out if bias is None else out + bias), None
+
+
+_ATTENTION_FREE: dict[type, type] = {}
+
+
+def _make_attention_free(module: torch.nn.Module) -> None:
+    """Give ``module`` :func:`attention_free_forward` (through a subclass of its class, one per class)."""
+    cls = type(module)
+    if cls not in _ATTENTION_FREE:
+        _ATTENTION_FREE[cls] = type(f"AttentionFree{cls.__name__}", (cls,), {"forward": attention_free_forward})
+    module.__class__ = _ATTENTION_FREE[cls]
 
 
 def shrink_model(model: PreTrainedModel, removed: Iterable[tuple[int, int]]) -> list[LayerPlan]:

@@ -408,9 +408,9 @@ def pruning_record(
         "params_before": params_before,
         "params_after": count_parameters(model),
         "geometry": {"layers": layers, "heads": n_heads, "kv_heads": n_kv, "head_dim": head_dim},
-        "query_heads_per_layer": [len(p.q) - (p.placeholder is not None) for p in plans],
+        "query_heads_per_layer": [len(p.q) for p in plans],
         "kv_heads_per_layer": [len(p.kv) if p.removed else n_kv for p in plans],
-        "kept_for_shape": [[i, p.placeholder] for i, p in enumerate(plans) if p.placeholder is not None],
+        "attention_free_layers": [i for i, p in enumerate(plans) if not p.q],
         "headstats_version": headstats.__version__,
     }
 
