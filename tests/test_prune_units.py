@@ -159,7 +159,7 @@ def test_prune_command_removes_whole_groups_and_saves_the_dtype(tmp_path) -> Non
     groups = means.assign(group=means["head"] // 2).groupby(["layer", "group"])["mean"].mean().sort_values()
     expected = sorted((layer, 2 * group + i) for layer, group in groups.index[:2] for i in range(2))  # 0.34 x 6 -> 2
     assert record["unit"] == "kv-group" and [tuple(h) for h in record["removed_heads"]] == expected
-    assert record["n_removed"] == 4 and sum(record["kv_heads_per_layer"]) == 6 - 2
+    assert record["n_removed"] == 4 and sum(record["kv_heads_per_layer"]) == 6 - 2 and record["kv_heads_removed"] == 2
     assert "whole KV groups ranked by the mean of their query heads' means" in record["selection"]
     loaded, _ = headstats.load_model(str(out), device="cpu", dtype="auto")
     assert loaded.dtype == torch.bfloat16

@@ -410,6 +410,7 @@ def pruning_record(
         "geometry": {"layers": layers, "heads": n_heads, "kv_heads": n_kv, "head_dim": head_dim},
         "query_heads_per_layer": [len(p.q) for p in plans],
         "kv_heads_per_layer": [len(p.kv) if p.removed else n_kv for p in plans],
+        "kv_heads_removed": sum(n_kv - len(p.kv) for p in plans if p.removed),  # the KV cache's share: / layers x n_kv
         "attention_free_layers": [i for i, p in enumerate(plans) if not p.q],
         "headstats_version": headstats.__version__,
     }
