@@ -714,6 +714,10 @@ class FinetuneSpec(Seeded, Staged, Output):
 
 
 DEFAULT_PRUNE_SHARES = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
+# What a prune removes: query heads, or whole KV groups (all query heads sharing a KV head, so the KV
+# cache shrinks; one head in a multi-head model).
+UNITS = ("head", "kv-group")
+SAVE_DTYPES = ("float32", "bfloat16", "float16")
 
 
 @dataclass(frozen=True)
@@ -747,6 +751,16 @@ class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, O
         "failure)",
         choices=_tasks,
         noun="task",
+    )
+    unit: str = option(
+        "head",
+        "what is removed: head (query heads) or kv-group (whole KV groups, ranked by the mean of their query heads' "
+        "calibration means, so the KV cache shrinks); the share counts query heads either way",
+        choices=UNITS,
+        noun="unit",
+    )
+    save_dtype: str | None = option(
+        None, "dtype of the saved weights (default: the dtype the model ran in)", choices=SAVE_DTYPES, noun="dtype"
     )
 
     def check(self) -> None:
@@ -782,6 +796,12 @@ class FrontierSpec(RunOptions, Calibrated, Truncated, PruneShares):
     prompt_length: int = option(128, "prompt tokens of the speed measurement", minimum=1)
     new_tokens: int = option(32, "decoded tokens of the speed measurement", minimum=1)
     repeats: int = option(3, "alternating rounds of the speed measurement (medians)", minimum=1)
+    units: tuple[str, ...] = option(
+        ("head",),
+        "what each point removes: head (query heads), kv-group (whole KV groups, so the KV cache shrinks), or both",
+        choices=UNITS,
+        noun="unit",
+    )
 
 
 LISTABLE = ("scores", "tasks", "datasets", "models")
@@ -811,7 +831,9 @@ __all__ = [
     "LAUNCHERS",
     "LISTABLE",
     "METRICS",
+    "SAVE_DTYPES",
     "STAGES",
+    "UNITS",
     "AblateSection",
     "AnalysisHeader",
     "Calibrated",

@@ -21,7 +21,7 @@ from headstats.jobs.prune import save_pruned, select_heads
 FAMILIES = ("llama", "qwen2", "gemma3", "olmo2", "gpt2")
 # Layer 0: group 0 of the GQA models loses one of its two heads, group 1 none (uneven groups).
 # Layer 1: heads 0 and 1 go, so KV head 0 of the GQA models goes with them (even groups remain).
-# Layer 2: every head goes (the layer keeps a placeholder head with a zero output slice).
+# Layer 2: every head goes (the layer computes no attention).
 HEADS = [(0, 1), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (2, 3)]
 
 
@@ -120,7 +120,7 @@ def test_plan_layer_rules() -> None:
     plan = plan_layer([0, 1, 2], num_heads=6, num_kv_heads=2)
     assert plan.kv == (1,) and plan.kv_of_q == (0, 0, 0) and plan.removed == (0, 1, 2)
     plan = plan_layer(range(6), num_heads=6, num_kv_heads=2)
-    assert plan.q == (0,) and plan.placeholder == 0 and plan.removed == tuple(range(6))
+    assert plan.q == plan.kv == () and plan.removed == tuple(range(6))
 
 
 def test_cross_head_norm_keeps_projection_whole() -> None:
@@ -563,18 +563,17 @@ def test_inference_cost_counts_the_pruned_shapes() -> None:
     assert full.projection_flops == 2 * (3 * (12 * head + mlp) + 64 * 128)  # q, o: 4 heads each; k, v: 2 each
     prune_heads(model, HEADS)
     cost = inference_cost(model)
-    # Layer 0: 3 query heads, 2 KV heads; layer 1: 2 query heads, 1 KV head; layer 2: the placeholder.
-    assert cost.projection_flops == 2 * (
-        (3 + 2 + 2 + 3) * head + (2 + 1 + 1 + 2) * head + 4 * head + 3 * mlp + 64 * 128
-    )
-    assert [layer.query_heads for layer in cost.layers] == [3, 2, 1]
-    assert [layer.kv_bytes_per_token for layer in cost.layers] == [2 * 2 * 16 * 4, 2 * 16 * 4, 2 * 16 * 4]
-    assert cost.attention_flops(10) == 4 * (3 + 2 + 1) * 16 * 10
-    assert cost.prefill_flops(5) == 5 * cost.projection_flops + 4 * 6 * 16 * 15
+    # Layer 0: 3 query heads, 2 KV heads; layer 1: 2 query heads, 1 KV head; layer 2: none (attention-free).
+    assert cost.projection_flops == 2 * ((3 + 2 + 2 + 3) * head + (2 + 1 + 1 + 2) * head + 3 * mlp + 64 * 128)
+    assert [layer.query_heads for layer in cost.layers] == [3, 2, 0]
+    assert [layer.kv_bytes_per_token for layer in cost.layers] == [2 * 2 * 16 * 4, 2 * 16 * 4, 0]
+    assert cost.attention_flops(10) == 4 * (3 + 2) * 16 * 10
+    assert cost.prefill_flops(5) == 5 * cost.projection_flops + 4 * 5 * 16 * 15
     ids = _ids(3, batch=2, length=7)
     with torch.no_grad():
         cache = model(input_ids=ids, use_cache=True).past_key_values
-    assert cache_bytes(cache) == cost.kv_bytes(7, batch=2)
+    # The attention-free layer's entry counts tokens with one fp32 zero per token for K and for V.
+    assert cache_bytes(cache) == cost.kv_bytes(7, batch=2) + 2 * 2 * 7 * 4
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "gemma3"])

@@ -18,7 +18,6 @@ import contextvars
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -343,20 +342,12 @@ def headstats_attention(
             "of the unpruned model, or run the pruned one without headstats.ablate_heads / Probe"
         )
     heads = getattr(module, "headstats_heads", None)
-    if probe is None and isinstance(attention_mask, RowMask):
-        attention_mask = attention_mask.materialise()
-    if heads is not None and probe is None and kwargs.get("softcap") is None and heads.padded_groups() is not None:
-        # A pruned layer with unequal KV groups, as grouped attention over padded query groups: K and V
-        # (the whole cache, when decoding) are read in place instead of copied once per query head.
-        layout = heads.padded_groups()
-        grouped = SimpleNamespace(num_key_value_groups=layout["size"], is_causal=getattr(module, "is_causal", True))
-        query = heads.padded_query(query)
-        out, _ = sdpa_attention_forward(grouped, query, key, value, attention_mask, dropout, scaling, **kwargs)
-        return heads.unpad_output(out), None
     if heads is not None:
         # A pruned layer with unequal KV groups: one K/V head per kept query head (headstats.engine.prune).
         query, key, value = heads.gather(query, key, value)
     if probe is None:
+        if isinstance(attention_mask, RowMask):
+            attention_mask = attention_mask.materialise()
         if kwargs.get("softcap") is not None:
             # SDPA has no logit softcapping (Gemma-2): the explicit kernel computes it, no scores.
             d, k_len = query.shape[-1], key.shape[2]

@@ -9,7 +9,10 @@ implementation are restored when the block is left.
 A probe also runs the two halves of shared-prefix reuse (:mod:`headstats.engine.prefix`):
 :meth:`Probe.forward_prefix` pools the rows of a prefix once, and ``forward(..., prefix=stats)`` runs
 only the rest of each sequence against the prefix's cached keys and values, combining the pooled sums.
-A user's own call with ``past_key_values`` is still refused: headstats scores whole sequences.
+A user's own call with a KV cache (``past_key_values``, ``generate``) runs only under a probe made
+with ``cached=True``, which computes no score and whose policy does not depend on the sequence (static
+zeroing): scores are defined over whole sequences, but zeroing the same heads at every position is
+the same computation whether the earlier positions' keys and values come from a cache or not.
 """
 
 from __future__ import annotations
@@ -73,7 +76,7 @@ class PrefixMismatch(RuntimeError):
     heads from the whole sequence); run full forward passes instead."""
 
 
-PassMode = Literal["whole", "prefix", "suffix"]
+PassMode = Literal["whole", "prefix", "suffix", "cached"]
 
 
 @dataclass
@@ -96,7 +99,8 @@ class Probe:
     :class:`ForwardRecord` in :attr:`last`; ``keep_history`` also appends it to :attr:`history`.
     ``materialise=True`` computes attention with the explicit kernel even where no score reads the
     probabilities (see :func:`headstats.engine.attention.attention_with_stats`), so that passes with
-    different scores give bit-identical outputs.
+    different scores give bit-identical outputs. ``cached=True`` (no scores allowed) lets the model
+    run with a KV cache, e.g. ``model.generate``: for static zeroing, which needs no scores.
     """
 
     def __init__(
@@ -111,8 +115,11 @@ class Probe:
         record_scores: bool = True,
         chunk_bytes: int | None = None,
         materialise: bool = False,
+        cached: bool = False,
     ) -> None:
         check_supported(model)
+        if cached and score_ids:
+            raise ValueError("a probe that runs with a KV cache (cached=True) computes no scores: give no score ids")
         self.model = model
         self.score_ids = S.resolve(score_ids) if score_ids else ()
         self.raw_ids = S.raw_closure(self.score_ids)
@@ -123,6 +130,7 @@ class Probe:
         self.record_scores = record_scores
         self.chunk_bytes = chunk_bytes or attention.DEFAULT_CHUNK_BYTES
         self.materialise = materialise
+        self.cached = cached
         config = model.config.get_text_config()
         self.num_layers = config.num_hidden_layers
         self.num_heads = int(getattr(config, "num_attention_heads", 1))
@@ -254,7 +262,12 @@ class Probe:
             )
         mode, prefix = self._mode, self._prefix
         if _passed_cache(bound) and mode == "whole":
-            raise ValueError("headstats scores whole sequences: call the model without past_key_values")
+            if not self.cached:
+                raise ValueError(
+                    "headstats scores whole sequences: call the model without past_key_values (use_cache=False); "
+                    "static zeroing (ablate_heads(model, heads=...) or mask=...) runs with a cache, e.g. generate"
+                )
+            mode = "cached"
         if mode == "suffix" and mask is None:
             raise ValueError("a pass continuing a shared prefix needs the 2-D attention_mask over prefix and suffix")
         valid = mask.bool() if mask is not None else None
@@ -330,7 +343,7 @@ class Probe:
         state = self._state
         assert state is not None
         b, h, s, d = query.shape
-        if key.shape[2] != s and state.mode != "suffix":
+        if key.shape[2] != s and state.mode not in ("suffix", "cached"):
             raise ValueError(
                 "headstats scores whole sequences (query length == key length); "
                 "call the model with use_cache=False and no past_key_values"
@@ -339,8 +352,13 @@ class Probe:
         layer = state.calls if layer is None else int(layer)
         state.calls += 1
         valid = state.valid
+        if state.mode == "cached":
+            # No score reads it: only the keys of this layer's cache (a sliding window keeps the last
+            # ones) must be covered. The attention mask decides what each query sees.
+            k_len = key.shape[2]
+            valid = None if valid is None or valid.shape[-1] < k_len else valid[:, -k_len:]
         if valid is None:
-            valid = torch.ones(b, s, dtype=torch.bool, device=query.device)
+            valid = torch.ones(b, key.shape[2] if state.mode == "cached" else s, dtype=torch.bool, device=query.device)
         valid = valid.to(query.device)
         keys = self._sample_keys(state, b)
         gram = None
@@ -359,7 +377,7 @@ class Probe:
             chunk_bytes=self.chunk_bytes,
             causal=getattr(module, "is_causal", True),
             mask_cache=state.masks,
-            pool_sums=state.mode != "whole",
+            pool_sums=state.mode in ("prefix", "suffix"),
             materialise=self.materialise,
         )
         if state.mode == "prefix":

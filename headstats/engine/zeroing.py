@@ -206,7 +206,10 @@ def ablate_heads(
     ``materialise=True`` runs the explicit attention kernel even where the fused one would do, so
     that the pass is comparable bit for bit with a pass whose scores read the probabilities.
 
-    Run the model with its 2-D ``attention_mask`` (padding must be known) and without a KV cache.
+    Run the model with its 2-D ``attention_mask`` (padding must be known). Dynamic and random zeroing
+    decide from whole sequences, so they run without a KV cache; static zeroing (``heads=``, ``mask=``)
+    also runs with one, e.g. ``model.generate(...)`` inside the block, and then gives the tokens of the
+    model with those heads pruned.
     The arguments are checked at the call; the returned object can be entered again (each ``with``
     block yields a new :class:`Ablation`, with the passes of that block only).
     """
@@ -242,7 +245,14 @@ def ablate_heads(
         def static_ablation() -> Ablation:
             # No score ids: the attention function then computes attention only (the fast path).
             probe = Probe(
-                model, (), static_policy, seed=seed, keep_history=True, record_scores=False, materialise=materialise
+                model,
+                (),
+                static_policy,
+                seed=seed,
+                keep_history=True,
+                record_scores=False,
+                materialise=materialise,
+                cached=True,
             )
             return Ablation("static", None, None, static, num_layers, num_heads, probe)
 
@@ -286,7 +296,9 @@ def _per_sequence_mask(model: PreTrainedModel, mask: torch.Tensor, seed: int, ma
         return mask[:, layer]
 
     def make() -> Ablation:
-        probe = Probe(model, (), policy, seed=seed, keep_history=True, record_scores=False, materialise=materialise)
+        probe = Probe(
+            model, (), policy, seed=seed, keep_history=True, record_scores=False, materialise=materialise, cached=True
+        )
         return Ablation("static", None, None, None, num_layers, num_heads, probe)
 
     return AblationContext(make)

@@ -84,7 +84,7 @@ SWEEP_NOTE = (
     "(-: not measured)."
 )
 FRONTIER_NOTE = (
-    "passes of a frontier: per task, the unpruned baseline's evaluation and one per (score, share) point without "
+    "passes of a frontier: per task, the unpruned baseline's evaluation and one per (score, share, unit) point without "
     "its record, each costed at the unpruned model's measured speed (a pruned model computes a little less, so "
     "this is an upper estimate; the calibration means and the speed timings of each point are not counted); "
     "saved seq: sequences of the evaluations left that a stopped run already finished and saved. A model with "

@@ -10,7 +10,8 @@ Per model, in ``RESULTS/model=<slug>/``:
   copy of itself, the speed measurement's own noise;
 - ``points/<score>-<share>.parquet`` / ``.json``: the pruned model's answers, and its speed, KV cache,
   parameter count and arithmetic roof (:mod:`headstats.engine.speed`) next to the unpruned model's,
-  measured side by side in this process;
+  measured side by side in this process; ``<score>-kv-group-<share>`` for a point that removes whole
+  KV groups (``units = ["head", "kv-group"]``; the default ``["head"]`` removes query heads);
 - ``retime.json``: the last round of :func:`retime_model` (stage ``time``), which times the finished
   points again on another machine and keeps their answers.
 
@@ -35,7 +36,7 @@ from headstats.engine.speed import inference_cost, time_inference
 from headstats.io.store import partial_file, write_json_atomic, write_parquet_atomic
 from headstats.jobs.analysis import read_analysis_file, section_table, top_level_keys
 from headstats.jobs.checkpoint import PassCheckpoint
-from headstats.jobs.prune import head_means, select_heads, spec_calibration
+from headstats.jobs.prune import head_means, kv_group_size, select_heads, spec_calibration
 from headstats.options import SpecError, narrow
 from headstats.specs import FrontierSpec, LoadOptions, ModelsSection
 
@@ -43,6 +44,9 @@ logger = logging.getLogger("headstats")
 
 ANSWER_COLUMNS = ["task", "question_id", "correct", "gold_loglik", "pred"]
 PLACEMENT = ("device", "device_map")  # loading options left out of a frontier folder's settings
+# Options a frontier gained after runs were recorded, with the value those runs had: a run.json
+# without the key ran with it, and stays resumable.
+ADDED_SETTINGS = {"prune": {"units": ["head"]}}
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,8 @@ def load_frontier(path: str | Path) -> Frontier:
     return Frontier(path, name, header.description, results, report, models, prune)
 
 
-def point_name(score: str, share: float) -> str:
-    return f"{score}-{share:.3f}"
+def point_name(score: str, share: float, unit: str = "head") -> str:
+    return f"{score}-{share:.3f}" if unit == "head" else f"{score}-{unit}-{share:.3f}"
 
 
 def model_root(frontier: Frontier, model: str) -> Path:
@@ -88,15 +92,16 @@ def model_root(frontier: Frontier, model: str) -> Path:
     return frontier.results / f"model={model_slug(model)}"
 
 
-def pruned_points(spec: FrontierSpec) -> list[tuple[str, float]]:
-    """(score, share) of every pruned point in the order they run: share by share across scores, so
-    that an interrupted run has every score at its lower shares."""
-    return [(sid, share) for share in sorted(s for s in spec.shares if s > 0) for sid in spec.scores]
+def pruned_points(spec: FrontierSpec) -> list[tuple[str, float, str]]:
+    """(score, share, unit) of every pruned point in the order they run: share by share across units
+    and scores, so that an interrupted run has every score at its lower shares."""
+    shares = sorted(s for s in spec.shares if s > 0)
+    return [(sid, share, unit) for share in shares for unit in spec.units for sid in spec.scores]
 
 
 def planned_points(spec: FrontierSpec) -> list[str]:
     """The file stems of a frontier's points in the order they run: the unpruned baseline first."""
-    return ["baseline", *(point_name(sid, share) for sid, share in pruned_points(spec))]
+    return ["baseline", *(point_name(sid, share, unit) for sid, share, unit in pruned_points(spec))]
 
 
 def task_options(spec: FrontierSpec) -> dict:
@@ -115,7 +120,9 @@ def _check_run(frontier: Frontier, root: Path, machine: dict) -> dict:
         # leaves the settings the same.
         saved["settings"] = {
             part: {
-                k: v for k, v in values.items() if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT
+                k: v
+                for k, v in {**ADDED_SETTINGS.get(part, {}), **values}.items()
+                if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT
             }
             if isinstance(values, dict)
             else values
@@ -184,6 +191,8 @@ def _roof(before, after, spec: FrontierSpec) -> dict:
         "prefill_flops_removed": 1 - after.prefill_flops(spec.prompt_length) / before.prefill_flops(spec.prompt_length),
         "decode_flops_removed": 1 - after.flops(context) / before.flops(context),
         "kv_bytes_removed": 1 - after.kv_bytes(context) / before.kv_bytes(context),
+        # Per token of context and sequence; sliding-window layers hold at most their window.
+        "kv_bytes_saved_per_token": before.kv_bytes(1) - after.kv_bytes(1),
     }
     for batch in spec.speed_batches:
         out[f"decode_bytes_removed_b{batch}"] = 1 - after.decode_bytes(context, batch) / before.decode_bytes(
@@ -230,11 +239,11 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
         write_json_atomic({"speed": speed, "eval_seconds": seconds, "params": params}, points / "baseline.json")
         for checkpoint in checkpoints:
             checkpoint.discard()
-    for sid, share in pruned_points(spec):
-        stem = point_name(sid, share)
+    for sid, share, unit in pruned_points(spec):
+        stem = point_name(sid, share, unit)
         if (points / f"{stem}.json").is_file():
             continue
-        heads = select_heads(means[means["score"] == sid], sid, share)
+        heads = select_heads(means[means["score"] == sid], sid, share, unit=unit, group_size=kv_group_size(model))
         pruned = copy.deepcopy(model)
         prune_heads(pruned, heads)
         start = time.time()
@@ -245,6 +254,7 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
         record = {
             "score": sid,
             "share": share,
+            "unit": unit,
             "removed_heads": [list(h) for h in heads],
             "n_removed": len(heads),
             "params_before": params,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import json
 import logging
 import shutil
@@ -29,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from headstats.engine import scores as S
 from headstats.engine.prune import CONFIG_KEY, count_parameters, geometry, layer_plans, prune_heads
 from headstats.io.store import write_json_atomic
 from headstats.options import narrow
-from headstats.specs import DEFAULT_PRUNE_SHARES, FrontierSpec, LoadOptions, PruneSpec
+from headstats.specs import DEFAULT_PRUNE_SHARES, UNITS, FrontierSpec, LoadOptions, PruneSpec
 from headstats.stats.paired import drop_bound
 
 logger = logging.getLogger("headstats")
@@ -132,15 +134,45 @@ def head_means(
     return table.groupby(["layer", "head"], as_index=False)[sid].mean().rename(columns={sid: "mean"})
 
 
-def select_heads(means: pd.DataFrame, score: str, share: float) -> list[tuple[int, int]]:
-    """The ``round(share x heads)`` heads whose mean looks most inactive by ``score``'s direction."""
+def select_heads(
+    means: pd.DataFrame, score: str, share: float, *, unit: str = "head", group_size: int = 1
+) -> list[tuple[int, int]]:
+    """The heads that look most inactive by ``score``'s direction, ties in (layer, head) order.
+
+    ``unit="head"``: the ``round(share x heads)`` query heads with the most inactive means.
+    ``unit="kv-group"``: whole KV groups (``group_size`` consecutive query heads sharing a KV head;
+    1 for multi-head attention, where a group is one head), ranked by the mean of their query heads'
+    means; ``round(share x groups)`` groups go (the nearest whole number of groups, halves to even
+    as Python's ``round``), so the share of query heads removed is the share asked for, to the
+    nearest group."""
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"share {share:g} is outside [0, 1]: give a fraction of all heads (0.1 = 10%)")
-    n = round(share * len(means))
+    if unit not in UNITS:
+        raise ValueError(f"unknown unit {unit!r}: choose from {', '.join(UNITS)}")
     descending = S.get_score(score).inactive_when == "above"
-    ranked = means.assign(key=-means["mean"] if descending else means["mean"])
-    ranked = ranked.sort_values(["key", "layer", "head"], kind="stable")
-    return sorted((int(r.layer), int(r.head)) for r in ranked.head(n).itertuples())
+    size = group_size if unit == "kv-group" else 1
+    groups = means.assign(group=means["head"] // size).groupby(["layer", "group"], as_index=False)["mean"].mean()
+    n = round(share * len(groups))
+    ranked = groups.assign(key=-groups["mean"] if descending else groups["mean"])
+    ranked = ranked.sort_values(["key", "layer", "group"], kind="stable").head(n)
+    return sorted((int(r.layer), int(r.group) * size + i) for r in ranked.itertuples() for i in range(size))
+
+
+def selection_rule(score: str, unit: str = "head") -> str:
+    """How :func:`select_heads` chose, in words (recorded in ``pruning.json``)."""
+    end = "highest" if S.get_score(score).inactive_when == "above" else "lowest"
+    if unit == "kv-group":
+        return (
+            f"mean of {score} over the calibration sequences per head; whole KV groups ranked by the mean of their "
+            f"query heads' means, the {end} go"
+        )
+    return f"mean of {score} over the calibration sequences; the {end} go"
+
+
+def kv_group_size(model: PreTrainedModel) -> int:
+    """Query heads per KV head of the unpruned ``model`` (1 for multi-head attention)."""
+    _, heads, kv_heads, _ = geometry(model)
+    return heads // kv_heads
 
 
 def pruned_copy(model: PreTrainedModel, heads: Sequence[tuple[int, int]]) -> PreTrainedModel:
@@ -181,8 +213,10 @@ def certify(
     progress: bool = False,
     sample: str = "random",
     data_dir: str | None = None,
+    unit: str = "head",
 ) -> Certification:
-    """Fixed-sequence certification of ``shares`` (increasing) on ``task``: see the module docstring."""
+    """Fixed-sequence certification of ``shares`` (increasing) on ``task``, each removing the heads
+    :func:`select_heads` picks by ``unit``: see the module docstring."""
     from headstats.io.tasks import load_task
     from headstats.jobs.evaluate import evaluate
 
@@ -190,7 +224,7 @@ def certify(
     base = evaluate(model, tokenizer, questions, batch_size=batch_size, progress=progress, share_prefix=False)
     result = Certification(task, len(base), float(base["correct"].mean()), max_drop)
     for share in sorted(set(shares)):
-        heads = select_heads(means, score, share)
+        heads = select_heads(means, score, share, unit=unit, group_size=kv_group_size(model))
         clone = pruned_copy(model, heads)
         frame = evaluate(clone, tokenizer, questions, batch_size=batch_size, progress=progress, share_prefix=False)
         del clone
@@ -215,37 +249,112 @@ def certify(
     return result
 
 
+def base_class(model: PreTrainedModel) -> type[PreTrainedModel]:
+    """The transformers class a pruned model is built on (the unpruned model's class)."""
+    cls = type(model)
+    return cls.__mro__[1] if cls.__name__.startswith("HeadstatsPruned") else cls
+
+
 def remote_code(model: PreTrainedModel) -> str:
-    """The modeling file a saved pruned model carries for ``trust_remote_code=True``."""
-    base = type(model).__mro__[1] if type(model).__name__.startswith("HeadstatsPruned") else type(model)
-    return (
-        '"""A model pruned by headstats prune; needs headstats installed (pip install headstats).\n\n'
-        "The class rebuilds the pruned head counts from config.headstats_pruning before the weights load.\n"
-        '"""\n\n'
-        f"from transformers import {base.__name__}\n\n"
-        "from headstats.engine.prune import pruned_class\n\n"
-        f"{REMOTE_CLASS} = pruned_class({base.__name__})\n"
-    )
+    """The modeling file a saved pruned model carries for ``trust_remote_code=True``: the source of
+    :mod:`headstats.engine.pruned_model` (torch and transformers only), then a subclass of the
+    model's transformers class that cuts its attention to the config's recorded heads."""
+    from headstats.engine import pruned_model
+
+    base = base_class(model)
+    if not base.__module__.startswith("transformers."):
+        raise ValueError(
+            f"{base.__name__} comes from {base.__module__}, not transformers: headstats prune saves models whose "
+            "class transformers defines (its modeling file subclasses it)"
+        )
+    footer = f"""
+
+# -- The class transformers loads (config.json's auto_map), written by headstats prune ---------------
+
+from {base.__module__} import {base.__name__}  # noqa: E402
+
+
+class {REMOTE_CLASS}({base.__name__}):
+    \"\"\"{base.__name__} with the attention heads listed in config.headstats_pruning removed.\"\"\"
+
+    def __init__(self, config, *args, **kwargs):
+        super().__init__(config, *args, **kwargs)
+        shrink_to_config(self)
+"""
+    return inspect.getsource(pruned_model).rstrip("\n") + "\n" + footer
+
+
+SAVE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def write_weights(model: PreTrainedModel, folder: Path, dtype: str | None = None) -> None:
+    """``model.save_pretrained(folder)`` with the floating-point weights in ``dtype`` (float32,
+    bfloat16 or float16; None = as they are), leaving ``model`` itself as it is. Weights that share
+    storage (tied embeddings) stay one tensor."""
+    if dtype is None:
+        model.save_pretrained(folder)
+        return
+    target = SAVE_DTYPES[dtype]
+    converted: dict[tuple, torch.Tensor] = {}
+    state = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tuple(tensor.shape))
+        if key not in converted:
+            converted[key] = tensor.to(target) if tensor.is_floating_point() else tensor
+        state[name] = converted[key]
+    before = model.config.dtype
+    try:
+        model.save_pretrained(folder, state_dict=state)
+    finally:
+        model.config.dtype = before
+    # save_pretrained records the dtype of the model's parameters; from_pretrained's "auto" reads this one.
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "dtype": dtype}, indent=2, sort_keys=True) + "\n")
+
+
+def make_world_readable(folder: Path) -> None:
+    """Folders 0755 and files 0644 under ``folder`` (itself included): a pruned model is for others to load."""
+    folder.chmod(0o755)
+    for path in folder.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+def write_pruned_files(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase | None,
+    folder: Path,
+    record: dict,
+    dtype: str | None = None,
+) -> None:
+    """What a pruned folder holds, written into ``folder``: the weights (safetensors, in ``dtype``) and
+    config with an ``auto_map`` to the self-contained modeling file, the tokenizer, that file, and
+    ``pruning.json``; all world-readable."""
+    model.config.auto_map = {"AutoModelForCausalLM": f"{REMOTE_CODE_FILE[:-3]}.{REMOTE_CLASS}"}
+    write_weights(model, folder, dtype)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(folder)
+    (folder / REMOTE_CODE_FILE).write_text(remote_code(model))
+    write_json_atomic(record, folder / RECORD_FILE)
+    make_world_readable(folder)
 
 
 def save_pruned(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None, out: str | Path, record: dict
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase | None,
+    out: str | Path,
+    record: dict,
+    dtype: str | None = None,
 ) -> Path:
-    """Write the pruned ``model`` (safetensors + config), its tokenizer, the modeling file for
-    transformers' ``trust_remote_code`` and ``pruning.json`` to ``out``, all at once: the files are
-    written to a temporary folder next to ``out`` that replaces it when complete."""
+    """Write the pruned ``model`` (:func:`write_pruned_files`; weights in ``dtype``, None = as they
+    are) to ``out``, all at once: the files are written to a temporary folder next to ``out`` that
+    replaces it when complete."""
     out = Path(out).expanduser()
     if out.exists() and any(out.iterdir()) and not (out / RECORD_FILE).is_file():
         raise ValueError(f"{out} exists and holds other files (no {RECORD_FILE}); give a new or empty --out")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        model.config.auto_map = {"AutoModelForCausalLM": f"{REMOTE_CODE_FILE[:-3]}.{REMOTE_CLASS}"}
-        model.save_pretrained(tmp)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp)
-        (tmp / REMOTE_CODE_FILE).write_text(remote_code(model))
-        write_json_atomic(record, tmp / RECORD_FILE)
+        write_pruned_files(model, tokenizer, tmp, record, dtype)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -277,6 +386,7 @@ def pruning_record(
     params_before: int,
     source: str,
     certification: Certification | None = None,
+    unit: str = "head",
 ) -> dict:
     """What ``pruning.json`` holds: the removed heads, how they were chosen, and the size change."""
     import headstats
@@ -291,15 +401,17 @@ def pruning_record(
         "n_heads": layers * n_heads,
         "share": share,
         "score": score,
-        "selection": f"mean of {score} over the calibration sequences; the {'highest' if S.get_score(score).inactive_when == 'above' else 'lowest'} go",  # noqa: E501
+        "unit": unit,
+        "selection": selection_rule(score, unit),
         "calibration": calibration.identity,
         "certification": None if certification is None else certification_record(certification),
         "params_before": params_before,
         "params_after": count_parameters(model),
         "geometry": {"layers": layers, "heads": n_heads, "kv_heads": n_kv, "head_dim": head_dim},
-        "query_heads_per_layer": [len(p.q) - (p.placeholder is not None) for p in plans],
+        "query_heads_per_layer": [len(p.q) for p in plans],
         "kv_heads_per_layer": [len(p.kv) if p.removed else n_kv for p in plans],
-        "kept_for_shape": [[i, p.placeholder] for i, p in enumerate(plans) if p.placeholder is not None],
+        "kv_heads_removed": sum(n_kv - len(p.kv) for p in plans if p.removed),  # the KV cache's share: / layers x n_kv
+        "attention_free_layers": [i for i, p in enumerate(plans) if not p.q],
         "headstats_version": headstats.__version__,
     }
 
@@ -330,6 +442,7 @@ def run_prune(spec: PruneSpec) -> dict:
             progress=spec.progress,
             sample=spec.sample,
             data_dir=spec.data_dir,
+            unit=spec.unit,
         )
         share = certification.certified_share
         if share is None:
@@ -340,10 +453,10 @@ def run_prune(spec: PruneSpec) -> dict:
                 "--shares, more questions (--limit), or a larger --max-drop"
             )
     assert share is not None
-    heads = select_heads(means, score, share)
+    heads = select_heads(means, score, share, unit=spec.unit, group_size=kv_group_size(model))
     before = count_parameters(model)
     prune_heads(model, heads)
-    record = pruning_record(model, heads, score, share, calibration, before, name, certification)
+    record = pruning_record(model, heads, score, share, calibration, before, name, certification, spec.unit)
     record["calibration_means"] = [[int(r.layer), int(r.head), float(r.mean)] for r in means.itertuples()]
-    save_pruned(model, tokenizer, str(spec.out), record)
+    save_pruned(model, tokenizer, str(spec.out), record, spec.save_dtype)
     return record

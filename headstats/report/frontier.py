@@ -7,7 +7,10 @@ the measured prefill and decode speed-ups (pruned / unpruned tokens/s, side by s
 parameter ratios; and the roof, the share of FLOPs and bytes the removed heads carried. The largest
 certified share of a score is read as a fixed-sequence test over increasing shares (it stops at the
 first share not certified), per task and on both tasks at once; beside it the same reading
-adjusted for the report's family of sequences (Bonferroni over every planned model, score and task).
+adjusted for the report's family of sequences (Bonferroni over every planned model, score, unit and
+task). A point that removes whole KV groups is read as a selection rule of its own, named
+``<score>/kv-group`` where the score's name stands; its KV-cache saving is the main table's
+"KV saved" column (bytes per token of context, per sequence).
 """
 
 from __future__ import annotations
@@ -72,20 +75,21 @@ def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame,
                 continue
             info = json.loads(info_file.read_text())
             answers = pd.read_parquet(info_file.with_suffix(".parquet"))
+            rule = selection_name(info["score"], info.get("unit", "head"))
             extra = {
                 "n_removed": info["n_removed"],
                 "params_ratio": info["params_after"] / info["params_before"],
                 **info["roof"],
                 "eval_seconds": info["eval_seconds"],
             }
-            speed.extend(_speed_rows(info["speed"], model, info["score"], info["share"]))
+            speed.extend(_speed_rows(info["speed"], model, rule, info["share"]))
             for task, frame in answers.groupby("task"):
                 merged = base[base["task"] == task].merge(frame, on="question_id", suffixes=("_base", ""))
                 bound = drop_bound(merged["correct_base"].to_numpy(), merged["correct"].to_numpy())
                 rows.append(
                     {
                         "model": model,
-                        "score": info["score"],
+                        "score": rule,
                         "share": info["share"],
                         "task": task,
                         "n": bound.n,
@@ -99,6 +103,12 @@ def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame,
                     }
                 )
     return pd.DataFrame(rows), pd.DataFrame(speed), runs
+
+
+def selection_name(score: str, unit: str) -> str:
+    """The report's name of a selection rule: the score's id for query heads, ``<score>/kv-group`` for
+    whole KV groups."""
+    return score if unit == "head" else f"{score}/{unit}"
 
 
 def _speed_rows(rows: list[dict], model: str, score: str, share: float) -> list[dict]:
@@ -159,9 +169,9 @@ def certified_shares(
 
 
 def family_size(frontier: Frontier) -> int:
-    """The sequences a reader can pick the best of: every planned model x score x task."""
+    """The sequences a reader can pick the best of: every planned model x score x unit x task."""
     spec = frontier.prune
-    return len(frontier.model_names(all_models=True)) * len(spec.scores) * len(spec.tasks)
+    return len(frontier.model_names(all_models=True)) * len(spec.scores) * len(spec.units) * len(spec.tasks)
 
 
 def add_family_bounds(points: pd.DataFrame, family: int, confidence: float = CONFIDENCE) -> pd.DataFrame:
@@ -307,6 +317,8 @@ def _main_table(table: pd.DataFrame, certified: pd.DataFrame, spec: FrontierSpec
             row[f"decode x (b{batch})"] = at["decode_speedup"]
         first = group.iloc[0]
         row["KV cache"] = first["kv_ratio"]
+        if "kv_bytes_saved_per_token" in group:
+            row["KV saved (B/token)"] = first["kv_bytes_saved_per_token"]
         row["roof prefill x"] = 1 / (1 - first["prefill_flops_removed"])
         row[f"roof decode x (b{min(spec.speed_batches)})"] = 1 / (
             1 - first[f"decode_bytes_removed_b{min(spec.speed_batches)}"]
@@ -430,7 +442,7 @@ def _body(
         f"exceeds {100 * spec.max_drop:g} point ends the sequence, so the 5% level holds without adjustment "
         "for the number of shares; 'all' requires every task at once. A share of 0 means the first share "
         f"tested was not certified. Columns marked 'fw' read the bounds at one-sided "
-        f"{(1 - CONFIDENCE) / family:.2g} (Bonferroni over the {family} planned (model, score, task) "
+        f"{(1 - CONFIDENCE) / family:.2g} (Bonferroni over the {family} planned (model, score, unit, task) "
         "sequences): the share to quote when it is the best of several."
     )
     if certified.empty:
@@ -512,9 +524,10 @@ def _run_notes(writer: ReportWriter, table: pd.DataFrame, runs: dict, results: P
         "cache bytes after the prompt; roof prefill x: 1 / (1 - share of prefill FLOPs removed); roof "
         "decode x: 1 / (1 - share of decode-step bytes removed); drop [upper]: accuracy drop in points "
         "with its one-sided 95% Tango upper bound; upper_fw: that bound at the family-wise level (Bonferroni "
-        "over the planned (model, score, task) sequences); n_to_certify: the questions per task at which that bound "
-        "would reach the tolerated drop if the shares of lost and gained answers stayed as observed (for sizing a "
-        "rerun; inf where the observed drop already reaches it)."
+        "over the planned (model, score, unit, task) sequences); n_to_certify: the questions per task at which that "
+        "bound would reach the tolerated drop if the shares of lost and gained answers stayed as observed (for sizing "
+        "a rerun; inf where the observed drop already reaches it); KV saved: KV-cache bytes per token of context and "
+        "sequence that the removed KV heads held."
     )
     writer.heading("Run", 3)
     for model, info in runs.items():
