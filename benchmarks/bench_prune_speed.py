@@ -9,14 +9,13 @@ Speed needs no trained weights: every model is built with random weights from a 
 ``benchmarks/configs/`` (the embedded models' own configs, and the shapes of Llama-3.1-8B), so the
 script runs on a machine that holds no model files. The heads removed:
 
-- ``head``: for the embedded models, the share of heads ``headstats prune`` selects by ``ahon_ln``
-  (their per-head means over 64 Wikipedia passages, committed in ``results/prune-embedded/``); for
-  the others, a seeded random share of heads (the speed of a pruned model depends on how many heads
-  each layer keeps and how they fall into KV groups, not on which ones);
-- ``kv-group``: whole KV groups, the share of query heads rounded to whole groups; ranked by the mean
-  of their query heads' ``ahon_ln`` means where those exist, else seeded at random. Only this unit
-  shrinks the KV cache of a grouped-query model in general: a head unit removes a KV head only when
-  every query head of its group goes.
+- as ``headstats prune --unit head`` and ``--unit kv-group`` select them
+  (:func:`headstats.jobs.prune.select_heads`) from per-head means of ``ahon_ln``: for the embedded
+  models their means over 64 Wikipedia passages, committed in ``results/prune-embedded/``; for the
+  others seeded uniform draws (the speed of a pruned model depends on how many heads each layer keeps
+  and how they fall into KV groups, not on which ones). Only the kv-group unit shrinks the KV cache of
+  a grouped-query model in general: a head unit removes a KV head only when every query head of its
+  group goes.
 
 Each setting times the unpruned model (the reference), an identical copy (the control, whose
 interval should contain 1) and the pruned models in interleaved rounds
@@ -43,7 +42,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from headstats.engine.prune import geometry, prune_heads
 from headstats.engine.speed import Setting, inference_cost, phase_timer, random_prompts
-from headstats.jobs.prune import select_heads
+from headstats.jobs.prune import kv_group_size, select_heads
 from headstats.jobs.timing import paired_rounds
 
 HERE = Path(__file__).resolve().parent
@@ -63,39 +62,16 @@ def parse_settings(text: str, new_tokens: int) -> list[Setting]:
     return out
 
 
-def head_means(name: str, score: str) -> pd.DataFrame | None:
+def head_means(model, name: str, score: str, seed: int) -> pd.DataFrame:
+    """Per-head means of ``score``: the committed ones of an embedded model, else seeded uniform draws
+    (the speed of a pruned model depends on how many heads each layer keeps, not on which)."""
     path = Path(str(MEANS).format(name))
-    if not path.exists():
-        return None
-    means = pd.read_parquet(path)
-    return means[means["score"] == score][["layer", "head", "mean"]]
-
-
-def head_unit(model, name: str, score: str, share: float, seed: int) -> list[tuple[int, int]]:
-    means = head_means(name, score)
-    if means is not None:
-        return select_heads(means, score, share)
+    if path.exists():
+        means = pd.read_parquet(path)
+        return means[means["score"] == score][["layer", "head", "mean"]]
     layers, heads, _, _ = geometry(model)
-    every = [(layer, h) for layer in range(layers) for h in range(heads)]
-    chosen = np.random.default_rng(seed).choice(len(every), round(share * len(every)), replace=False)
-    return sorted(every[i] for i in chosen)
-
-
-def kv_group_unit(model, name: str, score: str, share: float, seed: int) -> list[tuple[int, int]]:
-    layers, heads, kv, _ = geometry(model)
-    size = heads // kv
-    groups = [(layer, g) for layer in range(layers) for g in range(kv)]
-    n = round(share * len(groups))
-    means = head_means(name, score)
-    if means is not None:  # ahon_ln: inactive when low, so the lowest group means go first
-        table = means.assign(group=means["head"] // size).groupby(["layer", "group"], as_index=False)["mean"].mean()
-        chosen = [
-            (int(r.layer), int(r.group)) for r in table.sort_values(["mean", "layer", "group"]).head(n).itertuples()
-        ]
-    else:
-        picked = np.random.default_rng(seed).choice(len(groups), n, replace=False)
-        chosen = [groups[i] for i in picked]
-    return sorted((layer, g * size + i) for layer, g in chosen for i in range(size))
+    grid = pd.MultiIndex.from_product([range(layers), range(heads)], names=["layer", "head"]).to_frame(index=False)
+    return grid.assign(mean=np.random.default_rng(seed).random(len(grid)))
 
 
 def build(name: str, dtype: torch.dtype, device: str, seed: int):
@@ -165,15 +141,14 @@ def main() -> None:
     (args.out / "machine.json").write_text(json.dumps({**info, "args": {k: str(v) for k, v in vars(args).items()}}))
     print(json.dumps(info), flush=True)
     rows, started = [], time.perf_counter()
-    units = {"head": head_unit, "kv-group": kv_group_unit}
     for name in args.models.split(","):
         if time.perf_counter() - started > args.budget_seconds:
             break
         model = build(name, dtype, args.device, args.seed)
         models = {"unpruned": model, "copy": copy.deepcopy(model)}
-        removed = {}
+        removed, means = {}, head_means(model, name, args.score, args.seed)
         for unit in args.units.split(","):
-            heads = units[unit](model, name, args.score, args.share, args.seed)
+            heads = select_heads(means, args.score, args.share, unit=unit, group_size=kv_group_size(model))
             pruned = copy.deepcopy(model)
             prune_heads(pruned, heads)
             models[f"{unit}"] = pruned
