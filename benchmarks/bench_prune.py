@@ -2,7 +2,7 @@
 memory, and the arithmetic roof of the removed heads.
 
     python benchmarks/bench_prune.py [--model smollm2-135m] [--score ahon_ln] [--share 0.3]
-        [--batches 1,8] [--prompt-length 128] [--new-tokens 32] [--repeats 5] [--dtype float32]
+        [--batches 1,8] [--prompt-length 128] [--new-tokens 32] [--max-seconds 120] [--dtype float32]
         [--calibration-limit 32] [--device cpu]
 
 The heads are selected as ``headstats prune`` selects them (the score's mean over a seeded sample of
@@ -10,8 +10,10 @@ the bundled Wikipedia passages) and removed from a copy of the model. Printed:
 
 - the equivalence check: max relative logit difference between the pruned model and the unpruned
   one with the same heads zeroed (``headstats.ablate_heads``), fp32;
-- per batch size: prefill tokens/s and decode tokens/s (KV cache, greedy) of both models, measured in
-  alternating turns (medians of ``--repeats``), their ratios, and the KV-cache bytes after prefill;
+- per batch size and phase (prefill of the prompt; cached decoding after it): the speed-up of the
+  pruned model and of an identical copy (the control) over the unpruned one, from paired interleaved
+  rounds until the 95% interval is within 1% or ``--max-seconds`` pass
+  (:func:`headstats.jobs.timing.paired_rounds`), and the KV-cache bytes after prefill;
 - peak memory: on CUDA the peak allocated bytes of each model's run; on CPU the peak resident set of
   a fresh process per model doing the same work (so neither model's allocations count for the other);
 - the roof: the share of per-token FLOPs (prefill) and of the bytes a decode step reads (weights +
@@ -39,9 +41,18 @@ import torch
 
 import headstats
 from headstats.engine.prune import count_parameters, prune_heads
-from headstats.engine.speed import COMPONENTS, inference_cost, time_breakdown, time_inference
+from headstats.engine.speed import (
+    COMPONENTS,
+    Setting,
+    inference_cost,
+    phase_timer,
+    random_prompts,
+    time_breakdown,
+    time_inference,
+)
 from headstats.io.models import machine_info
 from headstats.jobs.prune import calibration_set, head_means, select_heads
+from headstats.jobs.timing import paired_rounds
 
 
 def _equivalence(model, pruned, heads, tokenizer) -> float:
@@ -102,7 +113,8 @@ def main() -> None:
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--prompt-length", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of the time breakdown")
+    parser.add_argument("--max-seconds", type=float, default=120.0, help="paired timing per setting at most")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default=None)
     parser.add_argument("--calibration-limit", type=int, default=32)
@@ -141,14 +153,22 @@ def main() -> None:
         print(f"  {label:<44} {1 - a / b:6.1%} removed -> x{b / a:.3f}")
 
     rows = []
+    models = {"unpruned": model, "copy": copy.deepcopy(model), "pruned": pruned}
     for batch in (int(x) for x in args.batches.split(",")):
         res = time_inference({"unpruned": model, "pruned": pruned}, batch=batch, prompt_length=args.prompt_length,
-                             new_tokens=args.new_tokens, repeats=args.repeats)  # fmt: skip
+                             new_tokens=args.new_tokens, repeats=1)  # fmt: skip
         u, p = res
-        rows.extend(res)
-        print(f"\nbatch {batch} (prompt {args.prompt_length}, {args.new_tokens} new tokens, median of {args.repeats}):")
-        for key, label in (("prefill_tokens_per_s", "prefill tokens/s"), ("decode_tokens_per_s", "decode tokens/s")):
-            print(f"  {label:<18} unpruned {u[key]:10.1f}  pruned {p[key]:10.1f}  speed-up x{p[key] / u[key]:.3f}")
+        print(f"\nbatch {batch} (prompt {args.prompt_length}, {args.new_tokens} new tokens):")
+        for phase in ("prefill", "decode"):
+            setting = Setting(phase, batch, args.prompt_length, args.new_tokens)
+            ids = random_prompts(model, setting)
+            runs = {name: phase_timer(m, setting, ids) for name, m in models.items()}
+            timed = paired_rounds(runs, "unpruned", max_seconds=args.max_seconds)
+            rows.extend(timed.rows(setting=setting.name, batch=batch))
+            note = "" if timed.resolved else ", not resolved to 1%"
+            for name, up in timed.speedups.items():
+                print(f"  {setting.name:<26} {name:<7} x{up.speedup:.3f} [{up.low:.3f}, {up.high:.3f}] "
+                      f"({up.rounds} paired rounds{note})")  # fmt: skip
         print(f"  {'KV cache bytes':<18} unpruned {u['kv_cache_bytes']:10,}  pruned {p['kv_cache_bytes']:10,}  "
               f"ratio {p['kv_cache_bytes'] / u['kv_cache_bytes']:.3f}")  # fmt: skip
         if u["peak_cuda_bytes"]:
