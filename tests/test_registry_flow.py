@@ -12,10 +12,10 @@ import torch
 
 import headstats
 from headstats.engine.scores import SCORES, Ratio, Score, TokenRows, score_ids
-from headstats.io.synthetic import SyntheticModel, synthetic_part
 from headstats.report import plots
 from headstats.report.writer import build_report
 from headstats.stats import distances
+from headstats.testing.synthetic import SyntheticModel, synthetic_part
 
 try:
     from families import tiny_model
