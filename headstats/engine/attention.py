@@ -160,7 +160,7 @@ def attention_with_stats(
         for sid, score in stats.items():
             assert score.stat is not None and score.pool is not None
             if score.stat not in computed:
-                computed[score.stat] = score.stat(rows)
+                computed[score.stat] = token_stat(sid, score, rows)
             sums[sid] += S.pool_rows(computed[score.stat], score.pool, span, valid, first, last)
         del probs, logits, o, rows, computed
     raw = {}
@@ -168,6 +168,21 @@ def attention_with_stats(
     for sid, score in stats.items():
         raw[sid] = sums[sid] / count if score.pool == "mean" and not pool_sums else sums[sid]
     return out, raw, n_tokens
+
+
+def token_stat(score_id: str, score: S.Score, rows: S.TokenRows) -> torch.Tensor:
+    """``score``'s token statistic on ``rows``; a clear error when it reads the attention probabilities
+    the fused kernel did not materialise (a statistic that reads them only on some inputs, which
+    :func:`headstats.engine.scores.register` cannot see)."""
+    try:
+        return score.stat(rows)  # type: ignore[misc]
+    except (AttributeError, TypeError) as err:
+        if rows.probs is not None or "NoneType" not in str(err):
+            raise
+        raise ValueError(
+            f"score {score_id!r} read the attention probabilities (rows.probs or rows.logits), which were not "
+            f"computed: register it with needs_weights=True (Score({score_id!r}, ..., needs_weights=True))"
+        ) from err
 
 
 def rows_per_chunk(batch: int, heads: int, length: int, chunk_bytes: int) -> int:
@@ -394,7 +409,7 @@ def _chunked(probe: Any, arguments: dict) -> bool:
     return rows_per_chunk(b, probe.num_heads, kv, probe.chunk_bytes) < q
 
 
-def register() -> None:
+def register_attention() -> None:
     """Register headstats' attention and mask functions with transformers (idempotent)."""
     AttentionInterface.register(ATTN_IMPLEMENTATION, headstats_attention)
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _headstats_mask)
@@ -462,4 +477,4 @@ def hooked_module(model: PreTrainedModel) -> torch.nn.Module:
 
 # Registered on import: every headstats path that sets attn_implementation="headstats" imports this
 # module first, and a user's `attn_implementation=headstats.ATTN_IMPLEMENTATION` does too.
-register()
+register_attention()

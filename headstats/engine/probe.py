@@ -36,7 +36,7 @@ from headstats.engine.attention import (
     derive_scores,
     find_out_proj,
     hooked_module,
-    register,
+    register_attention,
 )
 
 ZeroingPolicy = Callable[[int, dict[str, torch.Tensor], torch.Tensor], torch.Tensor | None]
@@ -145,7 +145,7 @@ class Probe:
     def __enter__(self) -> Probe:
         if id(self.model) in _PROBED:
             raise RuntimeError("a headstats probe is already active on this model; leave it first")
-        register()
+        register_attention()
         self._previous_impl = self.model.config._attn_implementation
         if self._previous_impl != ATTN_IMPLEMENTATION:
             self.model.set_attn_implementation(ATTN_IMPLEMENTATION)

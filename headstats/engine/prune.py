@@ -40,7 +40,7 @@ import torch
 from transformers import PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
-from headstats.engine.attention import ATTN_IMPLEMENTATION, register
+from headstats.engine.attention import ATTN_IMPLEMENTATION, register_attention
 
 CONFIG_KEY = "headstats_pruning"
 
@@ -256,7 +256,7 @@ def restructure(model: PreTrainedModel, heads: Iterable[tuple[int, int]]) -> lis
     setattr(model.config, CONFIG_KEY, {"removed_heads": removed})
     if any(getattr(m, "headstats_heads", None) is not None for m in attention_modules(model)):
         # Uneven groups or cross-head norms need the gather of headstats' attention function.
-        register()
+        register_attention()
         if model.config._attn_implementation != ATTN_IMPLEMENTATION:
             model.set_attn_implementation(ATTN_IMPLEMENTATION)
     return plans
