@@ -426,7 +426,19 @@ FOREIGN_MODELS = {
     ),
     "nnsight": (
         "nnsight's {name} wraps a transformers model: pass the wrapped model to headstats (the PreTrainedModel "
-        "given to LanguageModel(...)); its zeroing and scores then apply inside {name}.trace(...) too"
+        "given to {name}(...)); its zeroing and scores then apply inside {name}.trace(...) too"
+    ),
+}
+
+# Libraries that replace a transformers model's own attention modules in place (TransformerLens 4's
+# TransformerBridge.boot_transformers(..., hf_model=model)), by the top-level package of the replacement.
+REPLACED_ATTENTION = {
+    "transformer_lens": (
+        "{path} of this {model} is TransformerLens' {name}: TransformerBridge.boot_transformers(..., hf_model=model) "
+        "replaced the model's attention modules with its own, which compute attention outside transformers' "
+        "AttentionInterface, so headstats can neither see nor zero heads there. Give headstats a copy that was not "
+        "booted (headstats.load_model(PATH) or AutoModelForCausalLM.from_pretrained(PATH)), or zero heads in the "
+        "bridge with hooks on blocks.L.attn.hook_z (docs/guides/transformerlens.md)"
     ),
 }
 
@@ -438,6 +450,22 @@ def foreign_model_message(model: object) -> str | None:
         if package in FOREIGN_MODELS:
             return FOREIGN_MODELS[package].format(name=type(model).__name__)
     return None
+
+
+def replaced_attention_message(model: torch.nn.Module) -> str | None:
+    """What to do instead, when a library has replaced modules inside ``model`` with its own; else None."""
+    replaced = [
+        (path, module)
+        for path, module in model.named_modules()
+        if (type(module).__module__ or "").partition(".")[0] in REPLACED_ATTENTION
+    ]
+    if not replaced:
+        return None
+    # Name an attention module when one was replaced (a bridge replaces embeddings and blocks too).
+    path, module = next(((p, m) for p, m in replaced if "Attention" in type(m).__name__), replaced[0])
+    package = type(module).__module__.partition(".")[0]
+    path = path.replace("._original_component", "")  # the bridge's own attribute, which the block forwards
+    return REPLACED_ATTENTION[package].format(path=path, model=type(model).__name__, name=type(module).__name__)
 
 
 def check_supported(model: torch.nn.Module) -> None:
@@ -455,6 +483,9 @@ def check_supported(model: torch.nn.Module) -> None:
             f"{type(model).__name__} does not use transformers' AttentionInterface, so headstats cannot see its "
             "attention heads; use a model whose modeling file calls ALL_ATTENTION_FUNCTIONS.get_interface"
         )
+    replaced = replaced_attention_message(model)
+    if replaced is not None:
+        raise UnsupportedModelError(replaced)
 
 
 def find_out_proj(module: torch.nn.Module) -> torch.nn.Module:
