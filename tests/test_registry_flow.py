@@ -220,3 +220,46 @@ def test_a_statistic_that_reads_probs_only_sometimes_gets_an_error_naming_the_fl
         "score 'u_sometimes' read the attention probabilities (rows.probs or rows.logits), which were not computed: "
         "register it with needs_weights=True (Score('u_sometimes', ..., needs_weights=True))"
     )
+
+
+def test_a_score_registered_later_never_locks_out_a_default_collection(registered, tmp_path: Path) -> None:
+    """``scores=None`` extends a partition with the scores it records; a new partition of the same
+    folder gets every registered score, the new one included."""
+    from headstats import Score, register_score
+
+    tokenizer = make_tokenizer(adds_bos=False)
+    path = tmp_path / "tiny"
+    model = tiny_model("llama")
+    model.resize_token_embeddings(len(tokenizer), mean_resizing=False)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    loaded, tok = headstats.load_model(str(path), device="cpu")
+    notes, other = tmp_path / "notes.txt", tmp_path / "other.txt"
+    notes.write_text("\n\n".join(TEXTS))
+    other.write_text("\n\n".join(reversed(TEXTS)))
+    results = tmp_path / "results"
+    results.mkdir()
+    before = headstats.collect_scores(loaded, tok, str(notes), results, limit=2, batch_size=2)
+    builtin = score_ids()
+
+    registered.append("u_maxw_late")
+    register_score(Score("u_maxw_late", "max weight", "above", stat=max_attention_weight, pool="mean"))
+    extended = headstats.collect_scores(loaded, tok, str(notes), results, limit=4, batch_size=2)
+    assert extended.partition == before.partition and (extended.n_samples, extended.n_new) == (4, 2)
+    fresh = headstats.collect_scores(loaded, tok, str(other), results, batch_size=2)
+
+    table = headstats.read_scores(results)
+    extended_rows = table[table["dataset"] == before.partition.name.partition("=")[2]]
+    assert extended_rows["sample_id"].nunique() == 4
+    assert extended_rows[list(builtin)].notna().all().all() and extended_rows["u_maxw_late"].isna().all()
+    fresh_rows = table[table["dataset"] == fresh.partition.name.partition("=")[2]]
+    values = fresh_rows["u_maxw_late"].to_numpy()
+    assert table["u_maxw_late"].dtype == np.float32 and len(values) > 0
+    assert ((values > 0) & (values <= 1 + 1e-6)).all()
+    # Asked for explicitly, the new score in the old partition is another run: refused, with the way out.
+    with pytest.raises(headstats.io.store.StoreError, match=r"other settings.*scores"):
+        headstats.collect_scores(loaded, tok, str(notes), results, scores=["u_maxw_late"], limit=4)
+    # A partition recording a score that is not registered cannot be extended by default: the error says so.
+    SCORES.pop("u_maxw_late")
+    with pytest.raises(ValueError, match=r"holds the score\(s\) u_maxw_late, which are not registered now"):
+        headstats.collect_scores(loaded, tok, str(other), results, batch_size=2)

@@ -28,7 +28,7 @@ from headstats.engine.zeroing import warn_tied_scores
 from headstats.io import store
 from headstats.io.assets import public_path
 from headstats.io.models import model_identity, model_slug
-from headstats.jobs.resume import check_key, jsonable, settings_key
+from headstats.jobs.resume import check_key, jsonable, recorded_key, settings_key
 from headstats.specs import CollectSpec
 
 log = logging.getLogger("headstats")
@@ -144,12 +144,13 @@ def plan_collection(
     scores of other settings."""
     from headstats.io.tasks import collection_source, resolve_format
 
-    ids = tuple(S.resolve(spec.scores))
     store.ensure_writable(out, create=False)
     source = collection_source(dataset, data_dir=spec.data_dir, text_column=spec.text_column)
     if len(source) == 0:
         raise ValueError(f"dataset {dataset!r} has no documents to score")
     identity = model_identity(model)
+    partition = store.table_dir(out, "scores", model_slug(identity["model"]), source.name)
+    ids = collected_scores(spec.scores, partition)
     max_length = _cap_max_length(model, spec.max_length)
     fmt = resolve_format(spec.prompt_format, tokenizer, model_name=identity["model"], model_type=identity["model_type"])
     param = next(model.parameters())
@@ -178,13 +179,40 @@ def plan_collection(
         options=jsonable(spec.kwargs()),
     )
     provenance = store.make_provenance(settings, **{**fmt.provenance(), **identity, **settings, **facts})
-    partition = store.table_dir(out, "scores", model_slug(identity["model"]), source.name)
     defaults = collect_key(CollectSpec(), **inputs)
     run = Collection(
         spec, source, ids, identity["model"], max_length, keys, wanted, partition, settings, defaults, provenance
     )
     run.check()  # before anything is created
     return run
+
+
+def collected_scores(scores: tuple[str, ...] | None, partition: Path) -> tuple[str, ...]:
+    """The score ids a collection computes: ``scores``; or, for None (every score), the scores recorded
+    in the partition it extends, so that a score registered since (in user code too) never locks an
+    existing collection out; every registered score for a new partition."""
+    if scores is not None or not store.has_data(partition):
+        return S.resolve(scores)
+    record = (store.read_provenance(partition) or {}).get("settings")
+    recorded = recorded_key(record, {}, RECORDED_NAMES).get("scores") if isinstance(record, dict) else None
+    if not isinstance(recorded, list):
+        return S.resolve(None)  # the resume check explains what the partition holds
+    missing = [sid for sid in recorded if sid not in S.SCORES]
+    if missing:
+        raise ValueError(
+            f"{str(partition)!r} holds the score(s) {', '.join(missing)}, which are not registered now: register "
+            "them (headstats.register_score) before extending it, or collect into another --out"
+        )
+    new = [sid for sid in S.SCORES if sid not in recorded]
+    if new:
+        log.info(
+            "%s holds %d scores; extending it with those (not %s, registered since: collect into another --out "
+            "for them)",
+            partition,
+            len(recorded),
+            ", ".join(new),
+        )
+    return tuple(recorded)
 
 
 def write_scores(run: Collection, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, done: set[int]) -> int:
