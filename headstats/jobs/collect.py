@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,17 @@ class Collection:
     def check(self) -> None:
         check_key(self.partition, self.settings, self.defaults, what="scores", renamed=RECORDED_NAMES)
 
+    def sequences(self, tokenizer: PreTrainedTokenizerBase) -> Iterator[tuple[int, list[int]]]:
+        """(sample id, token ids) of every document the collection scores, in file order: the one
+        source of its work, for the run and for the dry run."""
+        return self.source.iter_sequences(
+            tokenizer,
+            prompt_format=self.spec.prompt_format,
+            max_length=self.max_length,
+            model_name=self.model_name,
+            ids=self.wanted,
+        )
+
     def todo(self, done: set[int]) -> int:
         """Documents still to score."""
         if self.wanted is not None:
@@ -222,14 +234,7 @@ def write_scores(run: Collection, model: PreTrainedModel, tokenizer: PreTrainedT
     questions = {k[0]: (k[1], k[2]) for k in run.keys} if has_questions and run.keys is not None else None
     documents = source.documents() if has_questions else {}
     schema = store.score_schema(run.ids, question_keys=questions is not None, documents=bool(documents))
-    sequences = source.iter_sequences(
-        tokenizer,
-        prompt_format=spec.prompt_format,
-        max_length=run.max_length,
-        model_name=run.model_name,
-        ids=run.wanted,
-    )
-    pending = ((sample_id, tokens) for sample_id, tokens in sequences if sample_id not in done)
+    pending = ((sample_id, tokens) for sample_id, tokens in run.sequences(tokenizer) if sample_id not in done)
     writer = store.PartWriter(run.partition, schema, run.provenance, spec.rows_per_part, spec.part_seconds)
     desc = f"{run.model_name} on {source.name}"
     bar = tqdm(total=max(run.todo(done), 0), desc=desc, unit="seq", disable=not spec.progress)
