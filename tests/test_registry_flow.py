@@ -263,3 +263,21 @@ def test_a_score_registered_later_never_locks_out_a_default_collection(registere
     SCORES.pop("u_maxw_late")
     with pytest.raises(ValueError, match=r"holds the score\(s\) u_maxw_late, which are not registered now"):
         headstats.collect_scores(loaded, tok, str(other), results, batch_size=2)
+
+
+def test_register_means_one_thing_and_register_attention_is_the_attention_function(registered) -> None:
+    from transformers import AttentionInterface
+
+    registered.append("u_plain")
+    plain = Score("u_plain", "output norm", "below", stat=lambda rows: rows.output_norm, pool="mean")
+    score = headstats.register(plain)
+    assert SCORES["u_plain"] is score and headstats.register_score is headstats.scores.register
+    with pytest.raises(TypeError) as err:
+        headstats.register()
+    assert str(err.value) == (
+        "headstats.register(Score(...)) registers a score and needs one; to register headstats' attention function "
+        "with transformers call headstats.register_attention()"
+    )
+    AttentionInterface._global_mapping.pop(headstats.ATTN_IMPLEMENTATION, None)
+    headstats.register_attention()
+    assert headstats.ATTN_IMPLEMENTATION in AttentionInterface._global_mapping
