@@ -151,15 +151,11 @@ def test_needs_weights_is_inferred_from_what_the_statistic_reads(registered) -> 
         "awft",
         "entropy",
     ]
-    with pytest.raises(ValueError) as err:
-        headstats.register_score(
-            Score("u_bad", "x", "above", stat=max_attention_weight, pool="mean", needs_weights=False)
-        )
-    assert str(err.value) == (
-        "score 'u_bad' has needs_weights=False but its function reads rows.probs: drop needs_weights=False "
-        "(headstats infers it) or give needs_weights=True"
+    # A declared value is taken as declared (a wrong False is caught when the statistic runs: below).
+    declared = _register(
+        registered, Score("u_declared", "x", "above", stat=max_attention_weight, pool="mean", needs_weights=False)
     )
-    assert "u_bad" not in SCORES
+    assert declared.needs_weights is False
 
 
 def _independent_max_weight(model: torch.nn.Module, ids: list[int]) -> np.ndarray:
@@ -220,6 +216,10 @@ def test_a_statistic_that_reads_probs_only_sometimes_gets_an_error_naming_the_fl
         "score 'u_sometimes' read the attention probabilities (rows.probs or rows.logits), which were not computed: "
         "register it with needs_weights=True (Score('u_sometimes', ..., needs_weights=True))"
     )
+    wrong = Score("u_wrong", "declared wrong", "above", stat=max_attention_weight, pool="mean", needs_weights=False)
+    _register(registered, wrong)
+    with pytest.raises(ValueError, match=r"^score 'u_wrong' read the attention probabilities .*needs_weights=True"):
+        headstats.score_sequences(tiny_model("llama"), [[3, 5, 7]], scores=["u_wrong"])
 
 
 def test_a_score_registered_later_never_locks_out_a_default_collection(registered, tmp_path: Path) -> None:

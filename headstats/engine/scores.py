@@ -210,17 +210,12 @@ WEIGHT_FIELDS = frozenset({"probs", "logits", "log_normaliser"})
 
 
 def _needs_weights(score: Score) -> bool:
-    """Whether ``score`` reads the attention probabilities: as declared, or else what its token
-    statistic reads when called on a small input (a ratio or the random score reads none itself)."""
-    if score.stat is None:
+    """Whether ``score`` reads the attention probabilities: as declared, or else (None) what its token
+    statistic reads when called on a small input; a ratio or the random score reads none itself. The
+    built-in scores declare it, so that the registry loads without torch (the command line's lists)."""
+    if score.needs_weights is not None or score.stat is None:
         return bool(score.needs_weights)
-    read = _fields_read(score.stat)
-    if score.needs_weights is False and read & WEIGHT_FIELDS:
-        raise ValueError(
-            f"score {score.id!r} has needs_weights=False but its function reads rows.{min(read & WEIGHT_FIELDS)}: "
-            "drop needs_weights=False (headstats infers it) or give needs_weights=True"
-        )
-    return bool(score.needs_weights) or bool(read & WEIGHT_FIELDS)
+    return bool(_fields_read(score.stat) & WEIGHT_FIELDS)
 
 
 class _ReadRecorder(TokenRows):
@@ -266,6 +261,7 @@ def _raw_with_ln(
     bounds: tuple[float, float] = (0.0, math.inf),
     **kw: bool,
 ) -> None:
+    kw.setdefault("needs_weights", False)
     register(Score(id, name, inactive_when, stat=stat, pool=pool, description=description, bounds=bounds, **kw))
     register(
         Score(
@@ -326,6 +322,7 @@ register(
         "below",
         stat=output_norm,
         pool="last",
+        needs_weights=False,
         description="||O[T]||_2 at the last valid token T",
         bounds=(0.0, math.inf),
     )
