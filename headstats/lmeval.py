@@ -127,6 +127,8 @@ class HeadstatsLM(HFLM):
         device = kwargs.get("device")
         if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"--device {device}: no CUDA device is available here; use --device cpu")
+        if device is None and not torch.cuda.is_available() and "parallelize" not in kwargs:
+            kwargs["device"] = "cpu"  # HFLM's default is cuda, which a machine without CUDA cannot run
         try:
             super().__init__(pretrained=pretrained, **kwargs)
         except pickle.UnpicklingError as err:

@@ -589,3 +589,11 @@ def test_bundled_tasks_on_the_embedded_model_headstats_equals_hf(smollm2) -> Non
             "max |dll|",
             float(np.abs(np.concatenate(ours) - np.concatenate(hf)).max()),
         )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="without CUDA only: HFLM's default device is cuda")
+def test_without_cuda_the_model_runs_on_the_cpu_by_default(model_dir: Path) -> None:
+    """``HeadstatsLM(pretrained=...)`` in Python, as ``headstats lm-eval`` on the command line, needs no
+    ``device="cpu"`` on a machine without CUDA (HFLM's own default, cuda, cannot run there)."""
+    lm = HeadstatsLM(pretrained=str(model_dir))
+    assert str(lm.device) == "cpu" and next(lm.model.parameters()).device.type == "cpu"
