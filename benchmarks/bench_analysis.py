@@ -4,7 +4,7 @@
     python benchmarks/bench_analysis.py --rows 2000000        # a quick run
     python benchmarks/bench_analysis.py --variants ours,summary,pandas --depth-bins 5
 
-On a synthetic table (:mod:`headstats.io.synthetic`: 5 models of different shapes, all 16 score columns)
+On a synthetic table (:mod:`headstats.testing.synthetic`: 5 models of different shapes, all 16 score columns)
 it computes the W1 matrix of the 5 models for every score and the overlap (IoU) of ``awft`` and
 ``ahon_ln`` at 3 selection rates for every model, with
 
@@ -153,7 +153,7 @@ def main() -> None:
         child(args)
         return
 
-    from headstats.io.synthetic import write_synthetic_scores
+    from headstats.testing.synthetic import write_synthetic_scores
 
     if args.dir is None:
         args.dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"headstats-bench-table-{args.rows}"

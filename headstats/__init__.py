@@ -14,9 +14,9 @@ __version__ = "0.1.0"
 # that `import headstats.cli` and `headstats --help` do not pay for torch and transformers; the
 # first public name used imports them all, as an eager import would.
 _EXPORTS = {
-    "headstats.engine.attention": ("ATTN_IMPLEMENTATION", "UnsupportedModelError", "register"),
+    "headstats.engine.attention": ("ATTN_IMPLEMENTATION", "UnsupportedModelError", "register_attention"),
     "headstats.engine.probe": ("Probe",),
-    "headstats.engine.scores": ("SCORES", "get_score", "score_ids"),
+    "headstats.engine.scores": ("SCORES", "Ratio", "Score", "TokenRows", "get_score", "register_score", "score_ids"),
     "headstats.engine.scoring": ("score_sequences", "score_texts"),
     "headstats.engine.zeroing": ("ablate_heads",),
     "headstats.io.models": ("load_model",),
@@ -56,6 +56,18 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def register(score: object = None) -> object:
+    """Add a score to the registry: ``headstats.register(Score(...))`` is
+    :func:`headstats.register_score` (the attention function is registered by
+    :func:`headstats.register_attention`, which importing headstats' engine already does)."""
+    if score is None:
+        raise TypeError(
+            "headstats.register(Score(...)) registers a score and needs one; to register headstats' attention "
+            "function with transformers call headstats.register_attention()"
+        )
+    return __getattr__("register_score")(score)
+
+
 def connect(root: str) -> object:
     """A DuckDB connection with views ``scores`` and ``interventions`` over a results folder
     (:func:`headstats.io.sql.connect`; needs ``pip install 'headstats[sql]'``)."""
@@ -68,6 +80,9 @@ __all__ = [
     "ATTN_IMPLEMENTATION",
     "SCORES",
     "Probe",
+    "Ratio",
+    "Score",
+    "TokenRows",
     "UnsupportedModelError",
     "__version__",
     "ablate_heads",
@@ -79,6 +94,8 @@ __all__ = [
     "read_interventions",
     "read_scores",
     "register",
+    "register_attention",
+    "register_score",
     "run_sweep",
     "score_ids",
     "score_sequences",

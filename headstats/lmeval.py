@@ -28,7 +28,8 @@ Two things differ from HFLM's own loop, both needed for zeroing to mean what SPE
 
 Generation (``generate_until``) under zeroing is refused: zeroing is defined on whole sequences (a
 head's score pools over every token of the sequence), and a sequence being generated is not whole.
-The realised fraction of heads zeroed goes into lm-eval's results (``config.headstats``).
+The realised fraction of heads zeroed goes into lm-eval's results (``config.headstats``), and
+``headstats lm-eval`` prints it, with the threshold, as a row of lm-eval's results table.
 """
 
 from __future__ import annotations
@@ -126,6 +127,8 @@ class HeadstatsLM(HFLM):
         device = kwargs.get("device")
         if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"--device {device}: no CUDA device is available here; use --device cpu")
+        if device is None and not torch.cuda.is_available() and "parallelize" not in kwargs:
+            kwargs["device"] = "cpu"  # HFLM's default is cuda, which a machine without CUDA cannot run
         try:
             super().__init__(pretrained=pretrained, **kwargs)
         except pickle.UnpicklingError as err:
@@ -393,6 +396,7 @@ def run_lm_eval(argv: Sequence[str]) -> int:
     ``pretrained`` is the embedded :data:`DEFAULT_MODEL`) and the bundled tasks
     (:func:`task_manager`) before ``--include_path``. Returns lm-eval's exit status."""
     import lm_eval.tasks
+    import lm_eval.utils
     from lm_eval.__main__ import cli_evaluate
 
     argv = list(argv)
@@ -400,19 +404,59 @@ def run_lm_eval(argv: Sequence[str]) -> int:
         argv += ["--model", MODEL_NAME]  # lm-eval's default, hf, would fetch gpt2 from the Hub
     if "--tasks" in argv and "--device" not in argv and not torch.cuda.is_available():
         argv += ["--device", "cpu"]  # lm-eval's default is cuda:0, which HeadstatsLM refuses without CUDA
-    saved = sys.argv, lm_eval.tasks.TaskManager
+    argv = name_the_default_model(argv)
+    saved = sys.argv, lm_eval.tasks.TaskManager, lm_eval.utils.make_table
     sys.argv = ["lm-eval", *argv]
-    # lm-eval's command line looks this name up when it runs and passes its one --include_path;
-    # task_manager puts the bundled directory before it.
+    # lm-eval's command line looks these names up when it runs: it passes its one --include_path to
+    # TaskManager (task_manager puts the bundled directory before it) and prints make_table's table
+    # (results_table adds headstats' zeroing to it).
     lm_eval.tasks.TaskManager = task_manager
+    lm_eval.utils.make_table = results_table(saved[2])
     try:
         cli_evaluate()
     except SystemExit as done:
         code = done.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     finally:
-        sys.argv, lm_eval.tasks.TaskManager = saved
+        sys.argv, lm_eval.tasks.TaskManager, lm_eval.utils.make_table = saved
     return 0
+
+
+def name_the_default_model(argv: list[str]) -> list[str]:
+    """``argv`` with ``pretrained=`` :data:`DEFAULT_MODEL` in ``--model_args`` when the model is headstats'
+    and names none, so that lm-eval names the output folder after the model (else a random id)."""
+    model = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--model", "-M")), None)
+    if model != MODEL_NAME:
+        return argv
+    flags = [i for i, a in enumerate(argv[:-1]) if a in ("--model_args", "-a")]
+    if not flags:
+        return [*argv, "--model_args", f"pretrained={DEFAULT_MODEL}"]
+    i = flags[-1] + 1
+    value = argv[i].strip()
+    if value.startswith("{") or "pretrained=" in value:  # JSON model arguments, or a model named
+        return argv
+    named = f"{value},pretrained={DEFAULT_MODEL}" if value else f"pretrained={DEFAULT_MODEL}"
+    return [*argv[:i], named, *argv[i + 1 :]]
+
+
+def results_table(make_table: Any) -> Any:
+    """lm-eval's ``make_table`` that adds a row for headstats' zeroing (the score, the threshold, the
+    target and the realised fraction of heads zeroed: ``config.headstats`` of the results) to the
+    printed task table; the results themselves are unchanged."""
+
+    def table(result_dict: dict, column: str = "results", sort_results: bool = False) -> str:
+        info = result_dict.get("config", {}).get("headstats") or {}
+        if column != "results" or info.get("mode", "none") == "none":
+            return make_table(result_dict, column, sort_results)
+        what = info["score"] or f"heads {info['heads']}"
+        row = {"alias": f"headstats: {info['mode']} zeroing, {what}"}
+        for name in ("threshold", "target", "realised_fraction"):
+            if info.get(name) is not None:
+                row[f"{name},none"] = float(info[name])
+        shown = {**result_dict, column: {**result_dict[column], "headstats": row}}
+        return make_table(shown, column, sort_results)
+
+    return table
 
 
 if __name__ == "__main__":

@@ -79,7 +79,7 @@ def user_files(env: Env, folder: str) -> None:
 
 
 def report_command(env: Env, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from headstats.io.synthetic import write_synthetic_scores
+    from headstats.testing.synthetic import write_synthetic_scores
 
     write_synthetic_scores(env.tmp / "results", models=2, n_sequences=4, progress=False)
     user_files(env, "report")

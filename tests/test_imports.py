@@ -16,6 +16,8 @@ included. The modules outside the six layers get a place from what they import:
   ``io``: an adapter layer just above jobs, which only the cli loads.
 - ``headstats.pipeline`` (``headstats run``: a file's collection and sweeps, then its report) runs
   jobs and report in turn: the ``pipeline`` layer, above report, which the cli calls.
+- ``headstats.testing`` (synthetic tables for the tests and benchmarks) is not used by the package:
+  it may read any layer below it and none may import it, the ``testing`` layer just under the facade.
 - ``headstats`` (the package root: lazy re-exports and ``__version__``), ``headstats.__main__``
   (``python -m headstats``) and ``headstats.scores`` (the public alias of ``headstats.engine.scores``)
   are the facade: for users, above everything. Inside the package only ``__version__`` may be read
@@ -30,7 +32,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "headstats"
 
-LAYERS = ("base", "engine", "io", "stats", "specs", "jobs", "lmeval", "report", "pipeline", "cli", "facade")
+LAYERS = ("base", "engine", "io", "stats", "specs", "jobs", "lmeval", "report", "pipeline", "cli", "testing", "facade")
 LAYER_OF_PREFIX = {
     "headstats.names": "base",
     "headstats.options": "base",
@@ -44,6 +46,7 @@ LAYER_OF_PREFIX = {
     "headstats.report": "report",
     "headstats.pipeline": "pipeline",
     "headstats.cli": "cli",
+    "headstats.testing": "testing",
 }
 FACADE = ("headstats", "headstats.__main__", "headstats.scores")
 

@@ -257,7 +257,7 @@ def test_lm_eval_evaluator_reports_the_realised_fraction(model_dir: Path, local_
 
 
 def test_headstats_lm_eval_command_runs_lm_evals_cli(
-    model_dir: Path, local_task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    model_dir: Path, local_task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     import headstats.lmeval as lmeval
     from headstats.cli import main
@@ -287,7 +287,69 @@ def test_headstats_lm_eval_command_runs_lm_evals_cli(
     info = json.loads(written.read_text())["config"]["headstats"]
     assert info["mode"] == "static" and info["heads"] == "0:1;1:2"
     assert info["realised_fraction"] == pytest.approx(2 / (2 * 4))
+    assert written.parent.name.endswith(model_dir.name)  # the folder is named after the model
+    # The printed results table holds the zeroing and its realised fraction, beside the task's rows.
+    named = table_rows(capsys.readouterr().out)
+    assert named["realised_fraction"][0] == "headstats: static zeroing, heads 0:1;1:2"
+    assert float(named["realised_fraction"][1]) == 0.25
+    assert named["acc"][0] == "piqa_local"
     assert run_lm_eval(["--help"]) == 0  # lm-eval's own help and exit status
+
+
+def table_rows(printed: str) -> dict[str, tuple[str, str]]:
+    """metric -> (its task column, its value) of the Markdown table lines lm-eval printed."""
+    lines = [line for line in printed.splitlines() if line.startswith("|") and not line.startswith("|--")]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[1:]]
+    return {row[4]: (row[0], row[6]) for row in rows if len(row) > 6 and row[4]}
+
+
+def test_the_printed_table_shows_the_threshold_and_the_realised_fraction() -> None:
+    from lm_eval.utils import make_table
+
+    from headstats.lmeval import results_table
+
+    results = {
+        "results": {"piqa": {"alias": "piqa", "acc,none": 0.7, "acc_stderr,none": 0.15}},
+        "versions": {"piqa": 1},
+        "n-shot": {"piqa": 0},
+        "higher_is_better": {"piqa": {"acc": True}},
+        "config": {
+            "headstats": {
+                "mode": "dynamic",
+                "score": "ahon_ln",
+                "threshold": 0.641682,
+                "target": 0.1,
+                "heads": None,
+                "realised_fraction": 0.0872,
+            }
+        },
+    }
+    named = table_rows(results_table(make_table)(results))
+    assert named["realised_fraction"] == ("headstats: dynamic zeroing, ahon_ln", "0.0872")
+    assert named["threshold"] == ("", "0.6417") and named["target"] == ("", "0.1000")
+    assert named["acc"] == ("piqa", "0.7000")
+    plain = {**results, "config": {"headstats": {**results["config"]["headstats"], "mode": "none"}}}
+    assert results_table(make_table)(plain) == make_table(plain)  # nothing zeroed: lm-eval's own table
+    assert "headstats" not in results["results"]  # the results themselves are unchanged
+
+
+@pytest.mark.parametrize(
+    ("argv", "model_args"),
+    [
+        (["--model", "headstats", "--tasks", "piqa"], "pretrained=smollm2-135m"),
+        (
+            ["--model", "headstats", "--model_args", "score=ahon_ln,target=0.1"],
+            "score=ahon_ln,target=0.1,pretrained=smollm2-135m",
+        ),
+        (["--model", "headstats", "--model_args", "pretrained=/m,score=ahon_ln"], "pretrained=/m,score=ahon_ln"),
+        (["--model", "hf", "--model_args", "pretrained=gpt2"], "pretrained=gpt2"),
+    ],
+)
+def test_the_default_model_is_named_so_the_output_folder_is_too(argv: list[str], model_args: str) -> None:
+    from headstats.lmeval import name_the_default_model
+
+    named = name_the_default_model(argv)
+    assert named[named.index("--model_args") + 1] == model_args
 
 
 # -- the real tokenizer, model and data, through lm-eval's own task configs (integration) -----------
@@ -527,3 +589,11 @@ def test_bundled_tasks_on_the_embedded_model_headstats_equals_hf(smollm2) -> Non
             "max |dll|",
             float(np.abs(np.concatenate(ours) - np.concatenate(hf)).max()),
         )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="without CUDA only: HFLM's default device is cuda")
+def test_without_cuda_the_model_runs_on_the_cpu_by_default(model_dir: Path) -> None:
+    """``HeadstatsLM(pretrained=...)`` in Python, as ``headstats lm-eval`` on the command line, needs no
+    ``device="cpu"`` on a machine without CUDA (HFLM's own default, cuda, cannot run there)."""
+    lm = HeadstatsLM(pretrained=str(model_dir))
+    assert str(lm.device) == "cpu" and next(lm.model.parameters()).device.type == "cpu"

@@ -19,9 +19,9 @@ import scipy.stats
 
 from headstats.engine.scores import score_ids
 from headstats.io import store
-from headstats.io.synthetic import SyntheticModel, write_synthetic_scores
 from headstats.stats import distances, overlap
 from headstats.stats import large as outofcore
+from headstats.testing.synthetic import SyntheticModel, write_synthetic_scores
 
 SCORE_IDS = score_ids()
 

@@ -14,7 +14,7 @@ from families import attention_modules, tiny_model
 from transformers import AutoModelForCausalLM
 
 import headstats
-from headstats.engine.attention import UnsupportedModelError, register
+from headstats.engine.attention import UnsupportedModelError, register_attention
 from headstats.engine.prune import count_parameters, plan_layer, prune_heads
 from headstats.jobs.prune import save_pruned, select_heads
 
@@ -27,7 +27,7 @@ HEADS = [(0, 1), (1, 0), (1, 1), (2, 0), (2, 1), (2, 2), (2, 3)]
 
 @pytest.fixture(autouse=True)
 def _registered() -> None:
-    register()
+    register_attention()
 
 
 def _ids(seed: int = 0, batch: int = 2, length: int = 12) -> torch.Tensor:

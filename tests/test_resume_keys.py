@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from families import tiny_model
+from test_tasks import PIQA, build_data_dir
+from test_tasks import _save as save_rows
 
 from headstats.io import store
 from headstats.io.models import model_slug
@@ -196,3 +198,100 @@ def test_committed_study_results_match_their_resume_keys(analysis: str, monkeypa
             assert same_key(store.read_calibration(partition)["run_key"], key)
             checked += 1
     assert checked >= 3
+
+
+def test_every_collect_option_changes_the_plan_or_is_declared_runtime(tmp_path: Path, bos_tokenizer) -> None:
+    """The plan, not only the key: each option either changes what a collection computes (its score ids,
+    the token sequences it scores and their truncation, how they are batched), which the run and the dry
+    run both read from :class:`~headstats.jobs.collect.Collection`, or is declared ``runtime`` and changes
+    none of it. (A tokenizer that adds BOS, so that the prompt formats differ on plain text.)"""
+    tokenizer = bos_tokenizer
+    model = tiny_model("llama")
+    model.resize_token_embeddings(len(tokenizer))
+    model.headstats_name = "tiny"
+    # Enough documents that another seed draws another sample.
+    corpus = tmp_path / "corpus.jsonl"
+    rows = [{"text": f"document number {i} reads well.", "body": f"another text {i}."} for i in range(40)]
+    corpus.write_text("\n".join(json.dumps(r) for r in rows))
+    base = CollectSpec(limit=5, scores=("ahon", "awft"))
+
+    def plan(spec: CollectSpec, dataset: str = str(corpus)) -> tuple:
+        run = plan_collection(model, tokenizer, dataset, tmp_path / "out", spec)
+        sequences = tuple((key, tuple(ids)) for key, ids in run.sequences(tokenizer))
+        return run.ids, sequences, run.max_length, run.spec.padding_side, run.source.identity
+
+    kinds = {}
+    planned = plan(base)
+    for f in fields(CollectSpec):
+        if f.name == "data_dir":  # where a task's data comes from: a user file ignores it (a task below)
+            continue
+        others = [plan(other) for other in changed(base, f.name, [str(tmp_path)], plan)]
+        if f.metadata.get("runtime"):
+            assert all(p == planned for p in others), f"{f.name} is declared runtime but changes the plan"
+            kinds[f.name] = "runtime"
+        else:
+            # Some values may plan the same work (a prompt format that resolves to the tokenizer's own on
+            # this model); another value of the option must not.
+            assert any(p != planned for p in others), f"{f.name} is in the resume key but changes nothing planned"
+            kinds[f.name] = "plan"
+    first, second = build_data_dir(tmp_path / "data"), build_data_dir(tmp_path / "other_data")
+    rows = [{"goal": f"{g} Think.", "sol1": a, "sol2": b, "label": y} for g, a, b, y in PIQA]
+    save_rows(second, "piqa/plain_text/validation", rows)
+    on_piqa = [plan(CollectSpec(data_dir=str(path), limit=5), "piqa") for path in (first, second)]
+    assert on_piqa[0] != on_piqa[1]
+    kinds["data_dir"] = "plan"
+    assert set(kinds) == {f.name for f in fields(CollectSpec)}
+    assert kinds["batch_size"] == kinds["rows_per_part"] == "runtime" and kinds["seed"] == "plan"
+
+
+def test_every_sweep_option_changes_the_plan_or_is_declared_runtime(corpus: Path, tmp_path: Path, bos_tokenizer):
+    """The plan of a sweep (its point files, attention kernel, questions, the token sequences the model
+    reads, its calibration, the random draws' seed) changes with every option, except those declared
+    ``runtime``. MMLU, so that every option (subjects too) applies; a tokenizer that adds BOS, so that
+    the prompt formats differ."""
+    from headstats.io.tasks.base import question_fingerprint
+    from headstats.jobs.evaluate import model_sequences
+
+    tokenizer = bos_tokenizer
+    model = tiny_model("llama")
+    model.resize_token_embeddings(len(tokenizer))
+    model.headstats_name = "tiny"
+    first, second = build_data_dir(tmp_path / "data"), build_data_dir(tmp_path / "other_data")
+    save_rows(
+        second,
+        "hails/mmlu_no_train/alpha_topic/test",
+        [{"question": "What is one plus one?", "subject": "alpha_topic", "choices": ["1", "2", "3", "4"], "answer": 1}],
+    )
+    corpus.with_name("other.jsonl").write_text(corpus.read_text() + '\n{"text": "one more document."}')
+    paths = [str(second), str(corpus.with_name("other.jsonl"))]
+    base = SweepSpec(
+        scores=("ahon_ln", "random"), limit=4, exclude_limit=2, calibration=str(corpus), data_dir=str(first)
+    )
+
+    def plan(spec: SweepSpec) -> tuple:
+        if spec.data_dir is None:  # the embedded data: integration tests only (changed() skips the value)
+            raise ValueError("the embedded data")
+        swept = plan_sweep(model, "mmlu", out=tmp_path / "out", spec=spec)
+        questions = swept.task.questions
+        sequences = model_sequences(model, tokenizer, questions, spec.prompt_format)
+        return (
+            tuple(p.file_name for p in swept.points),
+            swept.materialise,
+            tuple(question_fingerprint(q) for q in questions),
+            tuple(tuple(s.input_ids) for s in sequences),
+            (swept.calibration_plan.source, swept.calibration_plan.limit),
+            spec.seed if any(s == "random" for s in swept.scores) else None,  # the random score's draws
+        )
+
+    kinds = {}
+    planned = plan(base)
+    for f in fields(SweepSpec):
+        others = [plan(other) for other in changed(base, f.name, paths, plan)]
+        if f.metadata.get("runtime"):
+            assert all(p == planned for p in others), f"{f.name} is declared runtime but changes the plan"
+            kinds[f.name] = "runtime"
+        else:
+            assert any(p != planned for p in others), f"{f.name} is in the resume key but changes nothing planned"
+            kinds[f.name] = "plan"
+    assert set(kinds) == {f.name for f in fields(SweepSpec)}
+    assert kinds["batch_size"] == kinds["progress"] == "runtime" and kinds["subjects"] == "plan"

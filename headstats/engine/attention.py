@@ -160,7 +160,7 @@ def attention_with_stats(
         for sid, score in stats.items():
             assert score.stat is not None and score.pool is not None
             if score.stat not in computed:
-                computed[score.stat] = score.stat(rows)
+                computed[score.stat] = token_stat(sid, score, rows)
             sums[sid] += S.pool_rows(computed[score.stat], score.pool, span, valid, first, last)
         del probs, logits, o, rows, computed
     raw = {}
@@ -168,6 +168,21 @@ def attention_with_stats(
     for sid, score in stats.items():
         raw[sid] = sums[sid] / count if score.pool == "mean" and not pool_sums else sums[sid]
     return out, raw, n_tokens
+
+
+def token_stat(score_id: str, score: S.Score, rows: S.TokenRows) -> torch.Tensor:
+    """``score``'s token statistic on ``rows``; a clear error when it reads the attention probabilities
+    the fused kernel did not materialise (a statistic that reads them only on some inputs, which
+    :func:`headstats.engine.scores.register` cannot see)."""
+    try:
+        return score.stat(rows)  # type: ignore[misc]
+    except (AttributeError, TypeError) as err:
+        if rows.probs is not None or "NoneType" not in str(err):
+            raise
+        raise ValueError(
+            f"score {score_id!r} read the attention probabilities (rows.probs or rows.logits), which were not "
+            f"computed: register it with needs_weights=True (Score({score_id!r}, ..., needs_weights=True))"
+        ) from err
 
 
 def rows_per_chunk(batch: int, heads: int, length: int, chunk_bytes: int) -> int:
@@ -397,7 +412,7 @@ def _chunked(probe: Any, arguments: dict) -> bool:
     return rows_per_chunk(b, probe.num_heads, kv, probe.chunk_bytes) < q
 
 
-def register() -> None:
+def register_attention() -> None:
     """Register headstats' attention and mask functions with transformers (idempotent)."""
     AttentionInterface.register(ATTN_IMPLEMENTATION, headstats_attention)
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _headstats_mask)
@@ -414,7 +429,19 @@ FOREIGN_MODELS = {
     ),
     "nnsight": (
         "nnsight's {name} wraps a transformers model: pass the wrapped model to headstats (the PreTrainedModel "
-        "given to LanguageModel(...)); its zeroing and scores then apply inside {name}.trace(...) too"
+        "given to {name}(...)); its zeroing and scores then apply inside {name}.trace(...) too"
+    ),
+}
+
+# Libraries that replace a transformers model's own attention modules in place (TransformerLens 4's
+# TransformerBridge.boot_transformers(..., hf_model=model)), by the top-level package of the replacement.
+REPLACED_ATTENTION = {
+    "transformer_lens": (
+        "{path} of this {model} is TransformerLens' {name}: TransformerBridge.boot_transformers(..., hf_model=model) "
+        "replaced the model's attention modules with its own, which compute attention outside transformers' "
+        "AttentionInterface, so headstats can neither see nor zero heads there. Give headstats a copy that was not "
+        "booted (headstats.load_model(PATH) or AutoModelForCausalLM.from_pretrained(PATH)), or zero heads in the "
+        "bridge with hooks on blocks.L.attn.hook_z (docs/guides/transformerlens.md)"
     ),
 }
 
@@ -426,6 +453,22 @@ def foreign_model_message(model: object) -> str | None:
         if package in FOREIGN_MODELS:
             return FOREIGN_MODELS[package].format(name=type(model).__name__)
     return None
+
+
+def replaced_attention_message(model: torch.nn.Module) -> str | None:
+    """What to do instead, when a library has replaced modules inside ``model`` with its own; else None."""
+    replaced = [
+        (path, module)
+        for path, module in model.named_modules()
+        if (type(module).__module__ or "").partition(".")[0] in REPLACED_ATTENTION
+    ]
+    if not replaced:
+        return None
+    # Name an attention module when one was replaced (a bridge replaces embeddings and blocks too).
+    path, module = next(((p, m) for p, m in replaced if "Attention" in type(m).__name__), replaced[0])
+    package = type(module).__module__.partition(".")[0]
+    path = path.replace("._original_component", "")  # the bridge's own attribute, which the block forwards
+    return REPLACED_ATTENTION[package].format(path=path, model=type(model).__name__, name=type(module).__name__)
 
 
 def check_supported(model: torch.nn.Module) -> None:
@@ -443,6 +486,9 @@ def check_supported(model: torch.nn.Module) -> None:
             f"{type(model).__name__} does not use transformers' AttentionInterface, so headstats cannot see its "
             "attention heads; use a model whose modeling file calls ALL_ATTENTION_FUNCTIONS.get_interface"
         )
+    replaced = replaced_attention_message(model)
+    if replaced is not None:
+        raise UnsupportedModelError(replaced)
 
 
 def find_out_proj(module: torch.nn.Module) -> torch.nn.Module:
@@ -465,4 +511,4 @@ def hooked_module(model: PreTrainedModel) -> torch.nn.Module:
 
 # Registered on import: every headstats path that sets attn_implementation="headstats" imports this
 # module first, and a user's `attn_implementation=headstats.ATTN_IMPLEMENTATION` does too.
-register()
+register_attention()

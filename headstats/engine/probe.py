@@ -39,7 +39,7 @@ from headstats.engine.attention import (
     derive_scores,
     find_out_proj,
     hooked_module,
-    register,
+    register_attention,
 )
 
 ZeroingPolicy = Callable[[int, dict[str, torch.Tensor], torch.Tensor], torch.Tensor | None]
@@ -136,6 +136,8 @@ class Probe:
         self.num_heads = int(getattr(config, "num_attention_heads", 1))
         self.last: ForwardRecord | None = None
         self.history: list[ForwardRecord] = []
+        # Forward passes of the model in which no attention layer reached headstats (each one raised).
+        self.passes_unseen = 0
         self._keys: torch.Tensor | None = None  # sample keys of the pass forward() is running
         self._mode: PassMode = "whole"  # and its kind (see _ForwardState.mode)
         self._prefix: PrefixStats | None = None
@@ -153,7 +155,7 @@ class Probe:
     def __enter__(self) -> Probe:
         if id(self.model) in _PROBED:
             raise RuntimeError("a headstats probe is already active on this model; leave it first")
-        register()
+        register_attention()
         self._previous_impl = self.model.config._attn_implementation
         if self._previous_impl != ATTN_IMPLEMENTATION:
             self.model.set_attn_implementation(ATTN_IMPLEMENTATION)
@@ -281,8 +283,15 @@ class Probe:
             ACTIVE.reset(self._token)
             self._token = None
         # No output: the forward pass raised (e.g. PrefixMismatch) and its error is what the caller sees.
-        if state is None or not state.layers or output is None:
+        if state is None or output is None:
             return
+        if not state.layers:
+            self.passes_unseen += 1
+            raise UnsupportedModelError(
+                f"{type(self.model).__name__} ran, but none of its {self.num_layers} attention layers called "
+                "headstats' attention function, so no head was scored or zeroed: something replaced the model's "
+                "attention modules or its attention implementation; give headstats the model as transformers loads it"
+            )
         if len(state.layers) != self.num_layers:
             raise UnsupportedModelError(
                 f"{type(self.model).__name__}: headstats saw {len(state.layers)} of {self.num_layers} attention "

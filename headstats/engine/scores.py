@@ -12,15 +12,16 @@ normalised score is defined as 0. Every raw score here is non-negative, so a zer
 means every numerator in the layer is 0 too (e.g. a one-token sequence has entropy 0 in every
 head); 0 keeps such heads at the "inactive" end for the "below" scores and is the raw value itself.
 
-Adding a score is adding one :func:`register` call (and, if it needs a new token statistic, one
-function taking a :class:`TokenRows`).
+Adding a score is adding one :func:`register` call (``headstats.register_score`` in user code), and,
+if it needs a new token statistic, one function taking a :class:`TokenRows`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
@@ -139,7 +140,9 @@ class Score:
     pool: Pool | None = None  # ... and how it is pooled over the valid tokens
     ratio: Ratio | None = None  # normalised scores: how they derive from raw ones
     needs_out_proj: bool = False
-    needs_weights: bool = False  # reads the (rows x keys) attention probabilities / logits
+    # Reads the (rows x keys) attention probabilities or logits. None (the default): :func:`register`
+    # finds out by calling the token statistic once on a small input and noting what it reads.
+    needs_weights: bool | None = None
     # Reads only the head's value vectors, which query heads sharing a KV head share (GQA): with one
     # KV head per layer the score is the same for every head of a layer (see zeroing.tied_within_layers).
     per_kv_head: bool = False
@@ -194,8 +197,58 @@ def register(score: Score) -> Score:
             # unknown dependency is refused when the score is used (raw_closure), not here.
             if dep in SCORES and SCORES[dep].ratio is not None:
                 raise ValueError(f"{score.id!r}: normalised scores derive from raw scores, not from {dep!r}")
+    score = replace(score, needs_weights=_needs_weights(score))
     SCORES[score.id] = score
     return score
+
+
+register_score = register  # the public name (``headstats.register_score``)
+
+
+# What a token statistic may read of a TokenRows that only the explicit kernel provides.
+WEIGHT_FIELDS = frozenset({"probs", "logits", "log_normaliser"})
+
+
+def _needs_weights(score: Score) -> bool:
+    """Whether ``score`` reads the attention probabilities: as declared, or else (None) what its token
+    statistic reads when called on a small input; a ratio or the random score reads none itself. The
+    built-in scores declare it, so that the registry loads without torch (the command line's lists)."""
+    if score.needs_weights is not None or score.stat is None:
+        return bool(score.needs_weights)
+    return bool(_fields_read(score.stat) & WEIGHT_FIELDS)
+
+
+class _ReadRecorder(TokenRows):
+    """A :class:`TokenRows` that notes the name of every field a token statistic reads."""
+
+    def __getattribute__(self, name: str) -> object:
+        if not name.startswith("_"):
+            object.__getattribute__(self, "_read").add(name)
+        return object.__getattribute__(self, name)
+
+
+def _fields_read(stat: TokenStat) -> set[str]:
+    """The :class:`TokenRows` fields ``stat`` reads on a 1-sequence, 2-head, 2-token input. A statistic
+    that fails there still reports what it read before failing; it fails again, with its own error, when
+    it scores a real model."""
+    import torch
+
+    b, h, c, d = 1, 2, 2, 2
+    logits = torch.zeros(b, h, c, c)
+    rows = _ReadRecorder(
+        probs=torch.softmax(logits, dim=-1),
+        logits=logits,
+        start=0,
+        kv_values=torch.ones(b, h, c, d),
+        group_size=1,
+        outputs=torch.ones(b, h, c, d),
+        first=torch.zeros(b, dtype=torch.long),
+        out_proj_gram=torch.eye(d).expand(h, d, d),
+    )
+    object.__setattr__(rows, "_read", set())
+    with contextlib.suppress(Exception):  # the statistic's own error surfaces when it scores a model
+        stat(rows)
+    return object.__getattribute__(rows, "_read")
 
 
 def _raw_with_ln(
@@ -208,6 +261,7 @@ def _raw_with_ln(
     bounds: tuple[float, float] = (0.0, math.inf),
     **kw: bool,
 ) -> None:
+    kw.setdefault("needs_weights", False)
     register(Score(id, name, inactive_when, stat=stat, pool=pool, description=description, bounds=bounds, **kw))
     register(
         Score(
@@ -268,6 +322,7 @@ register(
         "below",
         stat=output_norm,
         pool="last",
+        needs_weights=False,
         description="||O[T]||_2 at the last valid token T",
         bounds=(0.0, math.inf),
     )

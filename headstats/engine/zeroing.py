@@ -108,6 +108,11 @@ class Ablation:
         It can differ a lot from a calibrated target p, because a dynamic score is re-evaluated on
         the intervened model (zeroing early heads changes later scores)."""
         masks = self.zero_masks()
+        if masks.numel() == 0 and self.probe.passes_unseen:
+            raise ValueError(
+                f"the model ran {self.probe.passes_unseen} forward pass(es) inside ablate_heads(...), but none reached "
+                "headstats' attention function, so no head was zeroed (see the UnsupportedModelError each pass raised)"
+            )
         if masks.numel() == 0:
             raise ValueError("no forward pass ran inside ablate_heads(...), so nothing was zeroed or measured")
         return float(masks.float().mean())

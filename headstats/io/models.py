@@ -28,7 +28,7 @@ from transformers import (
 )
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
-from headstats.engine.attention import ATTN_IMPLEMENTATION, UnsupportedModelError, check_supported, register
+from headstats.engine.attention import ATTN_IMPLEMENTATION, UnsupportedModelError, check_supported, register_attention
 from headstats.engine.prune import CONFIG_KEY, pruned_class
 from headstats.io import assets
 from headstats.io.machine import usable_cores
@@ -250,7 +250,7 @@ def load_model(
     dtype; or float32 / bfloat16 / float16. ``device_map`` (accelerate, e.g. ``"auto"`` to spread a
     large model over the GPUs) replaces ``device``.
     """
-    register()
+    register_attention()
     if device_map is not None and device is not None:
         raise ValueError("give device= or device_map=, not both (device_map places every layer itself)")
     target = torch.device(device) if device is not None else default_device()

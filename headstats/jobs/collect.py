@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from headstats.engine.zeroing import warn_tied_scores
 from headstats.io import store
 from headstats.io.assets import public_path
 from headstats.io.models import model_identity, model_slug
-from headstats.jobs.resume import check_key, jsonable, settings_key
+from headstats.jobs.resume import check_key, jsonable, recorded_key, settings_key
 from headstats.specs import CollectSpec
 
 log = logging.getLogger("headstats")
@@ -128,6 +129,17 @@ class Collection:
     def check(self) -> None:
         check_key(self.partition, self.settings, self.defaults, what="scores", renamed=RECORDED_NAMES)
 
+    def sequences(self, tokenizer: PreTrainedTokenizerBase) -> Iterator[tuple[int, list[int]]]:
+        """(sample id, token ids) of every document the collection scores, in file order: the one
+        source of its work, for the run and for the dry run."""
+        return self.source.iter_sequences(
+            tokenizer,
+            prompt_format=self.spec.prompt_format,
+            max_length=self.max_length,
+            model_name=self.model_name,
+            ids=self.wanted,
+        )
+
     def todo(self, done: set[int]) -> int:
         """Documents still to score."""
         if self.wanted is not None:
@@ -144,12 +156,13 @@ def plan_collection(
     scores of other settings."""
     from headstats.io.tasks import collection_source, resolve_format
 
-    ids = tuple(S.resolve(spec.scores))
     store.ensure_writable(out, create=False)
     source = collection_source(dataset, data_dir=spec.data_dir, text_column=spec.text_column)
     if len(source) == 0:
         raise ValueError(f"dataset {dataset!r} has no documents to score")
     identity = model_identity(model)
+    partition = store.table_dir(out, "scores", model_slug(identity["model"]), source.name)
+    ids = collected_scores(spec.scores, partition)
     max_length = _cap_max_length(model, spec.max_length)
     fmt = resolve_format(spec.prompt_format, tokenizer, model_name=identity["model"], model_type=identity["model_type"])
     param = next(model.parameters())
@@ -178,13 +191,40 @@ def plan_collection(
         options=jsonable(spec.kwargs()),
     )
     provenance = store.make_provenance(settings, **{**fmt.provenance(), **identity, **settings, **facts})
-    partition = store.table_dir(out, "scores", model_slug(identity["model"]), source.name)
     defaults = collect_key(CollectSpec(), **inputs)
     run = Collection(
         spec, source, ids, identity["model"], max_length, keys, wanted, partition, settings, defaults, provenance
     )
     run.check()  # before anything is created
     return run
+
+
+def collected_scores(scores: tuple[str, ...] | None, partition: Path) -> tuple[str, ...]:
+    """The score ids a collection computes: ``scores``; or, for None (every score), the scores recorded
+    in the partition it extends, so that a score registered since (in user code too) never locks an
+    existing collection out; every registered score for a new partition."""
+    if scores is not None or not store.has_data(partition):
+        return S.resolve(scores)
+    record = (store.read_provenance(partition) or {}).get("settings")
+    recorded = recorded_key(record, {}, RECORDED_NAMES).get("scores") if isinstance(record, dict) else None
+    if not isinstance(recorded, list):
+        return S.resolve(None)  # the resume check explains what the partition holds
+    missing = [sid for sid in recorded if sid not in S.SCORES]
+    if missing:
+        raise ValueError(
+            f"{str(partition)!r} holds the score(s) {', '.join(missing)}, which are not registered now: register "
+            "them (headstats.register_score) before extending it, or collect into another --out"
+        )
+    new = [sid for sid in S.SCORES if sid not in recorded]
+    if new:
+        log.info(
+            "%s holds %d scores; extending it with those (not %s, registered since: collect into another --out "
+            "for them)",
+            partition,
+            len(recorded),
+            ", ".join(new),
+        )
+    return tuple(recorded)
 
 
 def write_scores(run: Collection, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, done: set[int]) -> int:
@@ -194,14 +234,7 @@ def write_scores(run: Collection, model: PreTrainedModel, tokenizer: PreTrainedT
     questions = {k[0]: (k[1], k[2]) for k in run.keys} if has_questions and run.keys is not None else None
     documents = source.documents() if has_questions else {}
     schema = store.score_schema(run.ids, question_keys=questions is not None, documents=bool(documents))
-    sequences = source.iter_sequences(
-        tokenizer,
-        prompt_format=spec.prompt_format,
-        max_length=run.max_length,
-        model_name=run.model_name,
-        ids=run.wanted,
-    )
-    pending = ((sample_id, tokens) for sample_id, tokens in sequences if sample_id not in done)
+    pending = ((sample_id, tokens) for sample_id, tokens in run.sequences(tokenizer) if sample_id not in done)
     writer = store.PartWriter(run.partition, schema, run.provenance, spec.rows_per_part, spec.part_seconds)
     desc = f"{run.model_name} on {source.name}"
     bar = tqdm(total=max(run.todo(done), 0), desc=desc, unit="seq", disable=not spec.progress)

@@ -332,37 +332,26 @@ def _task_unit(model, tokenizer, selected, batch_size: int, n_probe: int, rng: r
 
 
 def _collect_unit(analysis, name: str, model, tokenizer, dataset: str, n_probe: int, rng: random.Random) -> WorkUnit:
+    """A collection counted from its own plan (:func:`~headstats.jobs.collect.plan_collection`: the
+    sequences, score ids and truncation the run will use) and timed on a sample of its sequences."""
     from headstats.engine.scoring import score_sequences
-    from headstats.io.models import model_identity, model_slug
-    from headstats.io.tasks import collection_source
+    from headstats.jobs.collect import plan_collection
 
     collect = analysis.collect
-    source = collection_source(dataset, data_dir=collect.data_dir, text_column=collect.text_column)
-    identity = model_identity(model)
-    seqs = dict(
-        source.iter_sequences(
-            tokenizer,
-            prompt_format=collect.prompt_format,
-            limit=collect.limit,
-            sample=collect.sample,
-            seed=collect.seed,
-            max_length=collect.max_length,
-            model_name=identity["model"],
-        )
-    )
-    partition = store.table_dir(analysis.results, "scores", model_slug(identity["model"]), source.name)
-    done = store.stored_sample_ids(partition)
+    run = plan_collection(model, tokenizer, dataset, analysis.results, collect)
+    seqs = dict(run.sequences(tokenizer))
+    done = store.stored_sample_ids(run.partition)
     left = [s for k, s in seqs.items() if k not in done]
     sample = rng.sample(list(seqs.values()), min(n_probe, len(seqs)))
 
     def score(batch: Sequence) -> None:
-        score_sequences(model, batch, batch_size=collect.batch_size)
+        score_sequences(model, batch, batch_size=collect.batch_size, scores=run.ids, padding_side=collect.padding_side)
 
     speed = _probe(sample, score, padded_tokens(list(map(len, sample)), collect.batch_size))
     return WorkUnit(
         name,
         "collect",
-        source.name,
+        run.source.name,
         len(seqs),
         len(left),
         sum(map(len, left)),

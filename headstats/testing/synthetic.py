@@ -321,7 +321,7 @@ def _write_partition(partition: Path, model: SyntheticModel, settings: dict, per
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m headstats.io.synthetic OUT --rows N``: write a synthetic table from the shell."""
+    """``python -m headstats.testing.synthetic OUT --rows N``: write a synthetic table from the shell."""
     import argparse
 
     parser = argparse.ArgumentParser(description=write_synthetic_scores.__doc__)
