@@ -32,17 +32,18 @@ import pyarrow as pa
 
 from headstats.engine.prune import count_parameters, prune_heads
 from headstats.engine.speed import inference_cost, time_inference
-from headstats.io.store import partial_file, write_json_atomic, write_parquet_atomic
+from headstats.io.store import StoreError, partial_file, read_json, write_json_atomic, write_parquet_atomic
 from headstats.jobs.analysis import read_analysis_file, section_table, top_level_keys
 from headstats.jobs.checkpoint import PassCheckpoint
 from headstats.jobs.prune import head_means, select_heads, spec_calibration
 from headstats.options import SpecError, narrow
-from headstats.specs import FrontierSpec, LoadOptions, ModelsSection
+from headstats.specs import FrontierSpec, LoadOptions, ModelsSection, RunSpec
 
 logger = logging.getLogger("headstats")
 
 ANSWER_COLUMNS = ["task", "question_id", "correct", "gold_loglik", "pred"]
 PLACEMENT = ("device", "device_map")  # loading options left out of a frontier folder's settings
+DECISION = ("max_drop",)  # how the report reads the points, not what they are: left out of the settings
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,39 @@ def load_frontier(path: str | Path) -> Frontier:
     return Frontier(path, name, header.description, results, report, models, prune)
 
 
+def chosen_models(frontier: Frontier, run: RunSpec) -> list[str]:
+    """The models ``run`` asks of ``frontier``: its ``--models`` (each one the file lists), else the
+    file's models (and optional ones with ``--all-models``). ``--paths``, a confirmation's, is refused."""
+    if run.only_paths:
+        raise SpecError(
+            "paths",
+            f"chooses among a confirmation file's computation paths; {frontier.path} is a frontier file (it has none)",
+            label="--paths",
+        )
+    if not run.only_models:
+        return frontier.model_names(run.all_models)
+    known = frontier.model_names(all_models=True)
+    unknown = [m for m in run.only_models if m not in known]
+    if unknown:
+        raise SpecError(
+            "models",
+            f"{', '.join(unknown)} is not in {frontier.path} (it has {', '.join(known)}); add it to its [models] "
+            "names or optional",
+            label="--models",
+        )
+    return list(run.only_models)
+
+
+def read_record(path: Path) -> dict:
+    """A frontier record (``run.json``, a point's ``.json``, ``retime.json``), checked: damaged JSON or
+    anything but an object is refused with one line naming the file."""
+    fix = "delete it (and its point's .parquet) and run the frontier again to remake it"
+    data = read_json(path, fix)
+    if not isinstance(data, dict):
+        raise StoreError(f"{path} is damaged (a JSON object expected, not {type(data).__name__}); {fix}")
+    return data
+
+
 def point_name(score: str, share: float) -> str:
     return f"{score}-{share:.3f}"
 
@@ -107,15 +141,18 @@ def task_options(spec: FrontierSpec) -> dict:
 def _check_run(frontier: Frontier, root: Path, machine: dict) -> dict:
     # Where the model runs is not part of what the run is: the same folder is timed again on a GPU.
     load = {k: v for k, v in narrow(frontier.models, LoadOptions).settings().items() if k not in PLACEMENT}
-    settings = json.loads(json.dumps({"prune": frontier.prune.settings(), "load": load}))
+    prune = {k: v for k, v in frontier.prune.settings().items() if k not in DECISION}
+    settings = json.loads(json.dumps({"prune": prune, "load": load}))
     record = root / "run.json"
     if record.is_file():
-        saved = json.loads(record.read_text())
+        saved = read_record(record)
         # An option that is no longer recorded (e.g. the runtime-only Hub token) and was unset then
         # leaves the settings the same.
         saved["settings"] = {
             part: {
-                k: v for k, v in values.items() if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT
+                k: v
+                for k, v in values.items()
+                if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT and k not in DECISION
             }
             if isinstance(values, dict)
             else values
@@ -280,9 +317,9 @@ def retime_model(frontier: Frontier, name: str) -> Path:
     model, _ = load_model(name, **narrow(frontier.models, LoadOptions).kwargs())
     machine = machine_info(next(model.parameters()).device)
     _check_run(frontier, root, machine)
-    run_machine = json.loads((root / "run.json").read_text())["machine"]
+    run_machine = read_record(root / "run.json")["machine"]
     rounds = root / "retime.json"
-    current = json.loads(rounds.read_text()) if rounds.is_file() else {}
+    current = read_record(rounds) if rounds.is_file() else {}
     if current.get("ended") or current.get("machine") != machine:
         current = {"round": time.time(), "machine": machine}
         write_json_atomic(current, rounds)
@@ -290,7 +327,7 @@ def retime_model(frontier: Frontier, name: str) -> Path:
         path = points / f"{stem}.json"
         if not path.is_file():
             continue
-        record = json.loads(path.read_text())
+        record = read_record(path)
         timed = record.get("timed", {"machine": run_machine})
         if timed.get("round") == current["round"]:
             continue
@@ -315,8 +352,8 @@ def retime_left(frontier: Frontier, name: str) -> tuple[int, int, float | None]:
     points = model_root(frontier, name) / "points"
     finished = [p for p in (points / f"{s}.json" for s in planned_points(frontier.prune)) if p.is_file()]
     rounds = model_root(frontier, name) / "retime.json"
-    current = json.loads(rounds.read_text()) if rounds.is_file() else {}
-    stamps = [json.loads(p.read_text()).get("timed", {}).get("round") for p in finished]
+    current = read_record(rounds) if rounds.is_file() else {}
+    stamps = [read_record(p).get("timed", {}).get("round") for p in finished]
     if current and not current.get("ended"):
         return sum(stamp != current["round"] for stamp in stamps), len(finished), None
     seconds = None
