@@ -461,7 +461,7 @@ def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(
     spec = F.load_frontier(analysis)
     root = F.model_root(spec, str(model_dir))
     points = root / "points"
-    F._check_run(spec, root, {"cpu": "the run's"})
+    F.check_run_record(spec, root, {"cpu": "the run's"})
     run = json.loads((root / "run.json").read_text())
     run["settings"]["load"]["token"] = None  # what an older headstats recorded: an unset option it no longer records
     F.write_json_atomic(run, root / "run.json")

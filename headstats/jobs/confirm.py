@@ -247,11 +247,20 @@ def amendments(plan: ConfirmPlan) -> list[str] | None:
     if recorded is None:
         return None
     now, then = registration(plan)["keys"], recorded["keys"]
-    return [
+    out = [
         f"{key}: {json.dumps(then.get(key))} -> {json.dumps(now.get(key))}"
         for key in sorted(set(now) | set(then))
-        if now.get(key) != then.get(key)
+        if key != "claims" and now.get(key) != then.get(key)
     ]
+
+    def named(claims: object) -> list[str]:
+        entries = claims if isinstance(claims, list) else []
+        return [f"{c.get('model')} {c.get('score')}@{c.get('target')}" for c in entries if isinstance(c, dict)]
+
+    before, after = named(then.get("claims")), named(now.get("claims"))
+    out += [f"claim {c} withdrawn" for c in before if c not in after]
+    out += [f"claim {c} added" for c in after if c not in before]
+    return out
 
 
 def register(plan: ConfirmPlan) -> dict:

@@ -138,7 +138,9 @@ def task_options(spec: FrontierSpec) -> dict:
     return {"limit": spec.limit, "sample": spec.sample, "seed": spec.seed, "data_dir": spec.data_dir}
 
 
-def _check_run(frontier: Frontier, root: Path, machine: dict) -> dict:
+def check_run_record(frontier: Frontier, root: Path, machine: dict) -> dict:
+    """The settings of ``frontier``'s run in ``root`` (what changes its numbers), checked against
+    ``root/run.json`` when there is one (another run's folder is refused), else recorded there."""
     # Where the model runs is not part of what the run is: the same folder is timed again on a GPU.
     load = {k: v for k, v in narrow(frontier.models, LoadOptions).settings().items() if k not in PLACEMENT}
     prune = {k: v for k, v in frontier.prune.settings().items() if k not in DECISION}
@@ -237,7 +239,7 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
     spec = frontier.prune
     root = model_root(frontier, name)
     model, tokenizer = load_model(name, **narrow(frontier.models, LoadOptions).kwargs())
-    settings = _check_run(frontier, root, machine_info(next(model.parameters()).device))
+    settings = check_run_record(frontier, root, machine_info(next(model.parameters()).device))
     points = root / "points"
     means_path = root / "means.parquet"
     if means_path.is_file():
@@ -316,7 +318,7 @@ def retime_model(frontier: Frontier, name: str) -> Path:
         raise ValueError(f"{name} has no finished points under {points} to time again: run the frontier first")
     model, _ = load_model(name, **narrow(frontier.models, LoadOptions).kwargs())
     machine = machine_info(next(model.parameters()).device)
-    _check_run(frontier, root, machine)
+    check_run_record(frontier, root, machine)
     run_machine = read_record(root / "run.json")["machine"]
     rounds = root / "retime.json"
     current = read_record(rounds) if rounds.is_file() else {}

@@ -273,13 +273,19 @@ METRIC_WORDS = {
 }
 
 
+AMENDMENTS_SHOWN = 3  # changed keys the abstract names; the claims section lists every one
+
+
 def _registration_line(plan: ConfirmPlan, changed: list[str] | None, ran: bool) -> str:
     """The abstract's first words when the file's decision keys are not those its first pass recorded
     (an amendment after results), or when no record says what they were; empty otherwise."""
     record = f"`{(plan.results / REGISTRATION_FILE).as_posix()}`"
     if changed:
+        shown = "; ".join(changed[:AMENDMENTS_SHOWN])
+        if len(changed) > AMENDMENTS_SHOWN:
+            shown += f"; {len(changed) - AMENDMENTS_SHOWN} more under the claims"
         return (
-            f"**Amended after results, not pre-registered**: {'; '.join(changed)} (the first pass recorded the "
+            f"**Amended after results, not pre-registered**: {shown} (the first pass recorded the "
             f"others in {record}); the verdicts below use the amended rule. "
         )
     if changed is None and ran:
@@ -395,6 +401,11 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         "on the held-out questions' own scores, as the exploratory run calibrated on its own; a claim whose score "
         "reads the attention probabilities runs on the explicit kernel only."
     )
+    if changed:
+        writer.text(
+            f"Changed after the first pass recorded the keys in `{(plan.results / REGISTRATION_FILE).as_posix()}` "
+            f"(an amendment, not pre-registered): {'; '.join(changed)}."
+        )
     writer.table(claims.assign(paths=claims["paths"].map(", ".join)), "claims", floatfmt=".3g")
     bounds_at = writer.heading("Every claim on every path")
     writer.text(
