@@ -98,7 +98,7 @@ def _drop_points(value: float) -> None:
     if not low <= value <= high:
         raise ValueError(
             f"an accuracy drop is in points (1 = one point of accuracy), between {low:g} and {high:g}, not {value:g}"
-            + (f"; for {100 * value:g} points give {100 * value:g}" if value < low and value > 0 else "")
+            + (f"; for the fraction {value:g}, give {100 * value:g}" if 0 < value < low else "")
         )
 
 

@@ -66,7 +66,7 @@ REFUSED: list[tuple[str, Callable[[Path], list[str]], Callable[[Path], str]]] = 
         lambda t: [*PRUNE, "--certify", "piqa", "--max-drop", "0.02", "--out", str(t / "o")],
         lambda t: (
             "headstats: error: --max-drop: an accuracy drop is in points (1 = one point of accuracy), between "
-            "0.1 and 50, not 0.02; for 2 points give 2"
+            "0.1 and 50, not 0.02; for the fraction 0.02, give 2"
         ),
     ),
     (
@@ -624,3 +624,41 @@ def test_a_pass_killed_after_a_batch_save_resumes_like_one_never_stopped(tiny_ll
         pd.testing.assert_frame_equal(a, b)
     assert not list(resumed.glob(f"{store.PARTIAL_PREFIX}*"))
     assert np.isfinite(store.read_table(resumed / names[0]).to_pandas()["gold_loglik"]).all()
+
+
+# --- no local paths in what is written ----------------------------------------------------------------
+
+
+def test_a_report_of_results_outside_home_names_no_local_folder(tmp_path, capsys) -> None:
+    """Results and report in a folder outside the cache and home (``/data/...``; here the test's
+    temporary folder): the report names them ``<local>/<name>``, never by their absolute path; and
+    a user's index.html in its --out survives the command unchanged."""
+    from headstats.cli import main
+    from headstats.io.synthetic import write_synthetic_scores
+
+    assert not tmp_path.is_relative_to(Path.home())
+    write_synthetic_scores(tmp_path / "r", models=2, n_sequences=16, progress=False)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "index.html").write_text(USER)
+    assert main(["report", str(tmp_path / "r"), "--out", str(tmp_path / "mine")]) != 0
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"headstats: error: --out {tmp_path / 'mine'} holds 1 file(s) that headstats did not write (_manifest.json "
+        "does not list them) where it would write: index.html; move them away or give another --out"
+    )
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["index.html"]
+    assert (tmp_path / "mine" / "index.html").read_text() == USER
+    assert main(["report", str(tmp_path / "r"), "--out", str(tmp_path / "rep")]) == 0
+    for name in ("index.html", "summary.md"):
+        text = (tmp_path / "rep" / name).read_text()
+        assert str(tmp_path) not in text
+        assert "headstats report &lt;local&gt;/r --out &lt;local&gt;/rep" in text or (
+            "headstats report <local>/r --out <local>/rep" in text
+        )
+
+
+def test_a_folder_outside_home_is_recorded_by_its_name_alone() -> None:
+    from headstats.io.assets import portable_name
+
+    assert portable_name("/data/models/my-model") == "<local>/my-model"
+    assert portable_name("smollm2-135m") == "smollm2-135m" and portable_name("org/model") == "org/model"
+    assert portable_name(Path.home() / "models" / "m") == "~/models/m"

@@ -35,6 +35,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from headstats.engine import scores as S
 from headstats.engine.prune import CONFIG_KEY, count_parameters, geometry, layer_plans, prune_heads
 from headstats.io import store
+from headstats.io.assets import portable_name
 from headstats.io.store import write_json_atomic
 from headstats.options import narrow
 from headstats.specs import DEFAULT_PRUNE_SHARES, FrontierSpec, LoadOptions, PruneSpec
@@ -341,7 +342,7 @@ def pruning_record(
     entry = getattr(model.config, CONFIG_KEY)
     plans = layer_plans(model, [tuple(pair) for pair in entry["removed_heads"]])
     return {
-        "model": source,
+        "model": portable_name(source),
         "removed_heads": [list(pair) for pair in entry["removed_heads"]],
         "n_removed": len(heads),
         "n_heads": layers * n_heads,
@@ -364,11 +365,12 @@ def run_prune(spec: PruneSpec) -> dict:
     """Load the spec's model, rank its heads on the calibration set, remove the ``share`` (or the
     largest share certified on the ``certify`` task) and write the pruned model to ``out``.
     Returns the ``pruning.json`` record."""
-    from headstats.io.models import load_model
+    from headstats.io.models import load_model, model_identity
 
     name, score = spec.names[0], spec.scores[0]  # type: ignore[index]
     check_model_folder(spec.out)
     model, tokenizer = load_model(name, **narrow(spec, LoadOptions).kwargs())
+    revision = model_identity(model)["revision"]  # the unpruned weights, by content or Hub commit
     calibration = spec_calibration(spec, tokenizer, name)
     means = head_means(model, calibration, score, batch_size=spec.batch_size, seed=spec.seed, progress=spec.progress)
     certification, share = None, (spec.shares or (None,))[0]
@@ -401,6 +403,7 @@ def run_prune(spec: PruneSpec) -> dict:
     before = count_parameters(model)
     prune_heads(model, heads)
     record = pruning_record(model, heads, score, share, calibration, before, name, certification)
+    record["model_revision"] = revision
     record["calibration_means"] = [[int(r.layer), int(r.head), float(r.mean)] for r in means.itertuples()]
     save_pruned(model, tokenizer, str(spec.out), record)
     return record

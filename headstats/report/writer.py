@@ -36,7 +36,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.io import store
-from headstats.io.assets import cache_dir
+from headstats.io.assets import ELSEWHERE, cache_dir, portable_name
 from headstats.report import plots
 from headstats.report import sections as report_sections
 from headstats.report.freshness import INPUTS_KEY, report_inputs
@@ -67,8 +67,8 @@ def public_text(text: str, roots: list[tuple[str, str]] | None = None) -> str:
     return text
 
 
-def _public_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    roots = _local_roots()
+def _public_frame(frame: pd.DataFrame, roots: list[tuple[str, str]] | None = None) -> pd.DataFrame:
+    roots = _local_roots() if roots is None else roots
 
     def clean(value: object) -> object:
         return public_text(value, roots) if isinstance(value, str) else value
@@ -192,6 +192,19 @@ class ReportWriter:
         self._anchors: set[str] = {APPENDIX_ANCHOR, "contents", "abstract"}
         # What the build read (headstats.report.freshness.report_inputs), recorded in the manifest.
         self.inputs: dict | None = None
+        self._hidden: dict[str, str] = {}  # local folders outside the cache and home -> how the text names them
+
+    def hide(self, *paths: str | os.PathLike) -> None:
+        """Name each of ``paths`` (a model folder, the results folder) by :func:`portable_name` in
+        everything written, when it lies outside the cache and the home directory."""
+        for path in paths:
+            for variant in {os.fspath(path), str(Path(path).expanduser().absolute())}:
+                if Path(variant).is_absolute() and portable_name(variant).startswith(ELSEWHERE):
+                    self._hidden[variant.rstrip("/")] = portable_name(variant)
+
+    def roots(self) -> list[tuple[str, str]]:
+        """The local paths the text names otherwise, longest first (:func:`public_text`)."""
+        return sorted([*_local_roots(), *self._hidden.items()], key=lambda item: -len(item[0]))
 
     # --- the lead: what a reader with 30 seconds sees ---
 
@@ -228,7 +241,7 @@ class ReportWriter:
         """The report's main table under the headline figure, with a one-line ``legend`` and a link to
         the heading ``full_legend`` (its anchor) where the columns are explained in full; written as
         CSV like :meth:`table`."""
-        frame = _public_frame(frame)
+        frame = _public_frame(frame, self.roots())
         path = self._write_csv(frame, name, csv, False)
         more = f" [Full legend](#{full_legend})." if full_legend else ""
         self._lead["table"] = (
@@ -321,7 +334,7 @@ class ReportWriter:
         max_md_rows: int = MD_ROWS,
     ) -> Path:
         """Add a table (in a collapsed block titled ``collapsed`` if given) and write it as CSV."""
-        frame = _public_frame(frame)
+        frame = _public_frame(frame, self.roots())
         path = self._write_csv(frame, name, csv, index)
         block = self._table_html(frame, path, floatfmt, index)
         if collapsed:
@@ -370,7 +383,8 @@ class ReportWriter:
         if file is None:
             self._stream.md.append(f"<details><summary>{summary}</summary>\n\n```\n{body}\n```\n\n</details>")
             return
-        store.write_atomic(self.folder.path(file), lambda tmp: tmp.write_text(public_text(body), encoding="utf-8"))
+        text = public_text(body, self.roots())
+        store.write_atomic(self.folder.path(file), lambda tmp: tmp.write_text(text, encoding="utf-8"))
         self._stream.md.append(f"{summary}: [`{file}`]({file}).")
 
     # --- rendering ---
@@ -419,8 +433,9 @@ class ReportWriter:
         parts = [*(m for _, m in lead), md_nav, *self._body.md, *appendix_md]
         md = head + "\n\n".join(p for p in parts if p) + f"\n\n---\n{footer}\n"
         index = self.folder.path("index.html")
+        roots = self.roots()
         for path, text in ((index, page), (self.folder.path("summary.md"), md)):
-            store.write_atomic(path, lambda tmp, text=text: tmp.write_text(public_text(text), encoding="utf-8"))
+            store.write_atomic(path, lambda tmp, text=text: tmp.write_text(public_text(text, roots), encoding="utf-8"))
         self._remove_stale()
         return index
 
@@ -522,6 +537,7 @@ def build_report(
     writer = ReportWriter(
         out, spec.title or f"headstats report: {results.name}", dpi=spec.dpi, subtitle=models_line(context)
     )
+    writer.hide(results, out, *(ident for ident in context.models.values() if Path(ident).is_absolute()))
     kinds = [p.kind for p in context.partitions]
     title = f" --title {shlex.quote(spec.title)}" if spec.title else ""
     with writer.appendix():
