@@ -90,6 +90,18 @@ def _fraction(value: float) -> None:
         raise ValueError(f"target fraction {value:g} is outside [0, 1]: give a fraction (0.1 = 10% of heads)")
 
 
+DROP_POINTS = (0.1, 50.0)  # a tolerated accuracy drop, in points: below, a fraction given by mistake
+
+
+def _drop_points(value: float) -> None:
+    low, high = DROP_POINTS
+    if not low <= value <= high:
+        raise ValueError(
+            f"an accuracy drop is in points (1 = one point of accuracy), between {low:g} and {high:g}, not {value:g}"
+            + (f"; for the fraction {value:g}, give {100 * value:g}" if 0 < value < low else "")
+        )
+
+
 # --- the options ------------------------------------------------------------------------------------
 
 
@@ -286,12 +298,22 @@ class Results(Spec):
 
 
 @dataclass(frozen=True)
-class SummarySpec(Spec):
+class AccuracyMetric(Spec):
+    """Which per-question correctness an accuracy reads."""
+
+    metric: str = option(
+        "correct",
+        "accuracy column: correct (raw accuracy) or correct_norm (length-normalised)",
+        choices=METRICS,
+        noun="metric",
+    )
+
+
+@dataclass(frozen=True)
+class SummarySpec(AccuracyMetric):
     """Options of the summary of intervention results (``headstats summary``)."""
 
     WHAT: ClassVar[str] = "summary"
-
-    metric: str = option("correct", "accuracy column", choices=METRICS, noun="metric")
 
 
 @dataclass(frozen=True)
@@ -576,7 +598,7 @@ def _unit_interval(value: float) -> None:
 
 
 @dataclass(frozen=True)
-class ConfirmSection(AblateSection):
+class ConfirmSection(AblateSection, AccuracyMetric):
     """``[confirm]`` of a confirmation file (:mod:`headstats.jobs.confirm`): the held-out questions (a
     sweep's task and selection: ``task``, ``limit``, ``seed``, ``exclude_limit``, ...), the computation
     paths every claim runs on, and the rule that decides it. ``scores``, ``targets`` and
@@ -591,7 +613,7 @@ class ConfirmSection(AblateSection):
         noun="attention kernel",
     )
     dtypes: tuple[str, ...] = option(("float32", "bfloat16"), "model body dtypes every claim runs under")
-    drop: float = option(1.0, "tolerated drop in accuracy points", minimum=0)
+    drop: float = option(1.0, "tolerated drop in accuracy points", each=_drop_points)
     confidence: float = option(
         0.95, "one-sided confidence of the drop bound, family-wise over the claims (Bonferroni)", each=_unit_interval
     )
@@ -668,6 +690,8 @@ class Claim(ScoredZeroing):
     def check(self) -> None:
         if not self.model or not self.score:
             raise SpecError("model", "a claim needs a model and a score")
+        if not self.target > 0:
+            raise SpecError("target", "a claim's target must be above 0 (target 0 zeroes no head: it is the baseline)")
 
 
 FINETUNE_STAGES: tuple[str, ...] = ("sft", "dpo", "grpo")
@@ -729,7 +753,9 @@ class PruneShares(Spec):
         each=_fraction,
         metavar="FRACTIONS",
     )
-    max_drop: float = option(0.01, "largest certified accuracy drop (0.01 = 1 point)", minimum=0)
+    max_drop: float = option(
+        1.0, "largest certified accuracy drop, in points (1 = one point of accuracy)", each=_drop_points
+    )
 
 
 @dataclass(frozen=True)
@@ -803,6 +829,11 @@ class FrontierSpec(RunOptions, Calibrated, Truncated, PruneShares):
         noun="unit",
     )
 
+    def check(self) -> None:
+        super().check()
+        if not any(share > 0 for share in self.shares or ()):
+            raise SpecError("shares", "needs at least one share above 0 (0 is the unpruned baseline), e.g. [0.1, 0.2]")
+
 
 LISTABLE = ("scores", "tasks", "datasets", "models")
 LIST_ALL = "all"
@@ -835,6 +866,7 @@ __all__ = [
     "STAGES",
     "UNITS",
     "AblateSection",
+    "AccuracyMetric",
     "AnalysisHeader",
     "Calibrated",
     "Claim",

@@ -267,8 +267,16 @@ CASES = [
     Case("lm-eval: pickled .bin weights", pickled, loads=True, message="holds a pickle that is not plain tensors"),
     Case("lm-eval: --device cuda without CUDA", cuda_missing, message="no CUDA device is available here"),
     # messages
-    Case("--dataset ''", lambda env, mp: env.collect("", str(env.tmp / "out")), message="--dataset names no dataset"),
-    Case("--dataset ','", lambda env, mp: env.collect(",", str(env.tmp / "out")), message="--dataset names no dataset"),
+    Case(
+        "--dataset ''",
+        lambda env, mp: env.collect("", str(env.tmp / "out")),
+        message="argument --dataset: is empty: give at least one item",
+    ),
+    Case(
+        "--dataset ','",
+        lambda env, mp: env.collect(",", str(env.tmp / "out")),
+        message="argument --dataset: is empty: give at least one item",
+    ),
     Case("collect --out ''", lambda env, mp: env.collect(env.docs(), ""), message="--out is empty"),
     Case(
         "--seed -5",

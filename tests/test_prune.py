@@ -259,7 +259,7 @@ def test_certified_share_is_a_fixed_sequence_of_tango_bounds(model_dir, tmp_path
         "--shares",
         "0,0.25,0.5,1",
         "--max-drop",
-        "0.3",
+        "30",
         "--calibration-limit",
         "4",
         "--max-length",
@@ -275,7 +275,7 @@ def test_certified_share_is_a_fixed_sequence_of_tango_bounds(model_dir, tmp_path
     for point in points:
         bound = drop_bound_from_counts(point["lost"], point["gained"], 12)
         assert point["upper_bound"] == pytest.approx(bound.upper)
-        assert point["certified"] == (bound.upper <= 0.3)
+        assert point["certified"] == (100 * bound.upper <= 30)
     assert all(p["certified"] for p in points[:-1])  # testing stops at the first failure
     certified = [p["share"] for p in points if p["certified"]]
     assert record["share"] == max(certified)
@@ -461,7 +461,7 @@ def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(
     spec = F.load_frontier(analysis)
     root = F.model_root(spec, str(model_dir))
     points = root / "points"
-    F._check_run(spec, root, {"cpu": "the run's"})
+    F.check_run_record(spec, root, {"cpu": "the run's"})
     run = json.loads((root / "run.json").read_text())
     run["settings"]["load"]["token"] = None  # what an older headstats recorded: an unset option it no longer records
     F.write_json_atomic(run, root / "run.json")

@@ -116,13 +116,13 @@ def test_frontier_plans_both_units_and_resumes_folders_recorded_before_units(tmp
     # A run recorded before the option existed (no "units" key) ran query heads: it resumes with the
     # default, and refuses another unit list.
     root = F.model_root(plain, "m")
-    F._check_run(plain, root, {"cpu": "here"})
+    F.check_run_record(plain, root, {"cpu": "here"})
     run = json.loads((root / "run.json").read_text())
     del run["settings"]["prune"]["units"]
     F.write_json_atomic(run, root / "run.json")
-    F._check_run(plain, root, {"cpu": "here"})
+    F.check_run_record(plain, root, {"cpu": "here"})
     with pytest.raises(SpecError, match=r"holds a frontier run with other settings \(prune\)"):
-        F._check_run(both, root, {"cpu": "here"})
+        F.check_run_record(both, root, {"cpu": "here"})
 
 
 @pytest.mark.parametrize("name", ["prune_embedded.toml", "prune_certify.toml"])
@@ -135,7 +135,7 @@ def test_committed_frontier_results_stay_resumable(name: str) -> None:
         if not (root / "run.json").is_file():
             pytest.skip(f"{root} is not committed in this checkout")
         machine = json.loads((root / "run.json").read_text())["machine"]
-        F._check_run(frontier, root, machine)  # reads run.json only: raises if the settings differ
+        F.check_run_record(frontier, root, machine)  # reads run.json only: raises if the settings differ
 
 
 def test_prune_command_removes_whole_groups_and_saves_the_dtype(tmp_path) -> None:

@@ -487,7 +487,9 @@ def test_a_rebuilt_report_removes_only_what_its_previous_build_wrote(tmp_path: P
     # A manifest entry that points outside the folder is never followed.
     outside = tmp_path / "outside.txt"
     outside.write_text("not ours")
-    (out / "_manifest.json").write_text(json.dumps({"files": ["../outside.txt", str(outside), "tables/kept.csv"]}))
+    (out / "_manifest.json").write_text(
+        json.dumps({"files": ["../outside.txt", str(outside), "tables/kept.csv", "index.html", "summary.md"]})
+    )
     build([], [])
     assert outside.read_text() == "not ours" and not (out / "tables" / "kept.csv").exists()
     page = (out / "index.html").read_text()

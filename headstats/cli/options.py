@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import typing
 from collections.abc import Callable
 from dataclasses import MISSING, Field, fields
@@ -71,8 +72,23 @@ def _value_parser(hint: Any, split: bool = True) -> Any:
     if is_list(hint) and not split:
         return lambda text: (text,)
     if is_list(hint):
-        return lambda text: tuple(_parse_scalar(kind, item.strip()) for item in text.split(",") if item.strip())
+        return lambda text: tuple(_parse_scalar(kind, item) for item in list_items(text))
     return lambda text: _parse_scalar(kind, text)
+
+
+def list_items(text: str) -> list[str]:
+    """The comma-separated items of a list flag; refused when empty, when an item is empty
+    (``0.1,,0.2``), or when the whole text is an existing path holding a comma (it would be split)."""
+    items = [item.strip() for item in text.split(",")]
+    if not any(items):
+        raise argparse.ArgumentTypeError("is empty: give at least one item (items are separated by commas)")
+    if "," in text and os.path.exists(os.path.expanduser(text)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is a path holding a comma, and list items are separated by commas: give a path without one"
+        )
+    if not all(items):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty item: separate the items with single commas")
+    return items
 
 
 def add_spec(

@@ -74,13 +74,13 @@ def _frontier(args: argparse.Namespace) -> int:
     unpruned baseline first), time = every finished point timed again here, report = the report."""
     command = spec_from_args(args, FrontierRunSpec)
     from headstats.jobs.analysis import given_load
-    from headstats.jobs.frontier import load_frontier, retime_model, run_frontier
+    from headstats.jobs.frontier import chosen_models, load_frontier, retime_model, run_frontier
 
     frontier = load_frontier(command.analysis)
     frontier = replace(frontier, models=replace(frontier.models, **given_load(command)))  # --dtype, --device, ...
     if getattr(args, "quiet", False):  # --quiet: no progress bars, whatever the file says
         frontier = replace(frontier, prune=replace(frontier.prune, progress=False))
-    models = list(command.only_models) if command.only_models else frontier.model_names(command.all_models)
+    models = chosen_models(frontier, command)
     if command.dry_run:
         from headstats.jobs.dryrun import dry_run_frontier
 

@@ -99,6 +99,19 @@ def public_path(path: str | os.PathLike) -> str:
     return text
 
 
+ELSEWHERE = "<local>"  # stands for a folder outside the cache and home directory in what is recorded
+
+
+def portable_name(path: str | os.PathLike) -> str:
+    """A model name or folder as a record keeps it where no local path may appear (``pruning.json``,
+    a report's text): an embedded name or Hub id as given, a folder under the cache or home as
+    :func:`public_path` writes it, and a folder anywhere else by its name alone, ``<local>/<name>``
+    (the record's content hash identifies it)."""
+    text = public_path(path)
+    given = Path(text)
+    return f"{ELSEWHERE}/{given.name}" if given.is_absolute() else text
+
+
 def local_path(recorded: str | os.PathLike) -> Path:
     """The path on this machine of a path recorded by :func:`public_path`."""
     text = os.fspath(recorded)

@@ -266,6 +266,8 @@ def load_model(
     _check_architecture(name_or_path, config)
     if is_local(path):
         _check_shards(name_or_path, Path(path).expanduser())
+        if getattr(config, CONFIG_KEY, None):
+            _check_pruning_record(name_or_path, Path(path).expanduser())
     torch_dtype = "auto" if dtype == "auto" else resolve_dtype(dtype, target)
     tokenizer = _load_tokenizer(name_or_path, path, hub)
     placement = {} if device_map is None else {"device_map": device_map}
@@ -352,6 +354,29 @@ def _load_config(name: str, path: str, hub: dict) -> PretrainedConfig:
         raise ModelNotFoundError(f"{_not_found(name)} ({err.__class__.__name__}: {_first_line(err)})") from err
     except ValueError as err:  # an unknown model_type, or custom code that needs trust_remote_code
         raise ModelLoadError(f"{name}: config.json cannot be read by transformers ({_first_line(err)})") from err
+
+
+PRUNING_RECORD = "pruning.json"  # what headstats prune writes last: a pruned folder without it is unfinished
+
+
+def _check_pruning_record(name: str, folder: Path) -> None:
+    """Refuse a pruned model's folder whose ``pruning.json`` is missing or damaged: ``headstats prune``
+    moves it in last, so without it the folder may mix two saves."""
+    record = folder / PRUNING_RECORD
+    try:
+        data = json.loads(record.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        why = "has no pruning.json (a prune that did not finish writing it?)"
+    except (OSError, ValueError) as err:
+        why = f"has a damaged pruning.json ({_first_line(err)})"
+    else:
+        if isinstance(data, dict) and isinstance(data.get("removed_heads"), list):
+            return
+        why = "has a pruning.json without its removed_heads"
+    raise ModelLoadError(
+        f"{name} is a pruned model folder that {why}; a pruned model needs it whole: run headstats prune again "
+        f"with --out {name}"
+    )
 
 
 def _model_class(config: PretrainedConfig) -> type:

@@ -129,6 +129,8 @@ def read_analysis_file(
 ) -> tuple[Mapping[str, Any], AnalysisHeader]:
     """The TOML of the file at ``path`` and its checked top-level keys (``sections``: the tables the
     caller reads itself). Every error names the file."""
+    if path.is_dir():
+        raise ValueError(f"{what} {str(path)!r} is a folder: give a .toml file (see {example} for examples)")
     if not path.is_file():
         raise FileNotFoundError(f"{what} {str(path)!r} not found (see {example} for examples)")
     try:
@@ -137,7 +139,14 @@ def read_analysis_file(
         raise ValueError(f"{path}: not UTF-8 text (byte {err.start}); save the file as UTF-8") from None
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: not valid TOML ({err})") from err
+    for section, (kind, command) in FILE_KINDS.items():
+        if section in raw and section not in sections:
+            raise ValueError(f"{path} is a {kind} file (it has [{section}]): run it with {command} {path}")
     return raw, AnalysisHeader.from_toml(raw, f"{path}: top level", extra=sections)
+
+
+# The section that tells each kind of study file, and the command that runs it.
+FILE_KINDS = {"prune": ("pruning frontier", "headstats frontier"), "confirm": ("confirmation", "headstats run")}
 
 
 def top_level_keys(path: Path) -> set[str]:

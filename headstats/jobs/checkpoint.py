@@ -2,11 +2,11 @@
 
 A pass over a task is hundreds of batched forward passes. :class:`PassCheckpoint` keeps the batches a
 pass has finished in a hidden record beside the file the pass will write
-(:func:`headstats.io.store.partial_file`), saved at most every :data:`SAVE_EVERY` seconds and whenever
-the pass stops on an error. A pass run again with the same key takes those batches from the record
-and runs only the rest. Batches are formed exactly as before (the same sequences, batch size and
-padding), so a resumed pass gives the same numbers, bit for bit, as one that never stopped. The
-record goes once the pass's file is written.
+(:func:`headstats.io.store.partial_file`), saved at most every :data:`SAVE_EVERY` seconds
+(``$HEADSTATS_SAVE_EVERY``, default 60) and whenever the pass stops on an error. A pass run again
+with the same key takes those batches from the record and runs only the rest. Batches are formed
+exactly as before (the same sequences, batch size and padding), so a resumed pass gives the same
+numbers, bit for bit, as one that never stopped. The record goes once the pass's file is written.
 
 The record also keeps what the pass has cost so far (:class:`Spent`): wall and CPU seconds over every
 process that ran its batches (up to :data:`SAVE_EVERY` seconds of a stopped process are lost), and
@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -37,7 +38,27 @@ from headstats.io import store
 
 logger = logging.getLogger("headstats")
 
-SAVE_EVERY = 60.0  # seconds between saves of a pass's finished batches (and at an error)
+SAVE_EVERY_VARIABLE = "HEADSTATS_SAVE_EVERY"  # the environment variable that sets SAVE_EVERY (seconds)
+
+
+def save_interval(default: float = 60.0) -> float:
+    """Seconds between saves of a pass's finished batches: ``$HEADSTATS_SAVE_EVERY`` when set (0 saves
+    after every batch), else ``default``."""
+    text = os.environ.get(SAVE_EVERY_VARIABLE, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(
+            f"${SAVE_EVERY_VARIABLE}={text!r} is not a number of seconds; give e.g. 60, or unset it"
+        ) from None
+    if not value >= 0:
+        raise ValueError(f"${SAVE_EVERY_VARIABLE}={text!r} is negative; give 0 or more seconds, or unset it")
+    return value
+
+
+SAVE_EVERY = save_interval()  # seconds between saves of a pass's finished batches (and at an error)
 
 
 @dataclass

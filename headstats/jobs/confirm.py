@@ -32,6 +32,8 @@ kernel only (the fused kernel cannot compute it): its paths are the explicit one
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
@@ -209,6 +211,74 @@ def claims_table(plan: ConfirmPlan) -> pd.DataFrame:
             for c in plan.claims
         ]
     )
+
+
+REGISTRATION_FILE = "_registration.json"  # under the results folder: the keys as the first pass found them
+UNDECIDING = ("batch_size", "data_dir")  # [confirm] keys that change neither the questions nor the rule
+
+
+def registration(plan: ConfirmPlan) -> dict:
+    """Every key that decides a verdict: the claims (model, score, target), the held-out questions,
+    the paths, the tolerated ``drop``, the ``confidence`` and the ``metric``, with their hash."""
+    keys = {k: v for k, v in plan.section.settings().items() if k not in UNDECIDING and k not in FROM_CLAIMS}
+    keys["claims"] = [{"model": c.model, "score": c.score, "target": c.target} for c in plan.claims]
+    keys = json.loads(json.dumps(keys, sort_keys=True))
+    return {"keys": keys, "sha256": hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()}
+
+
+def recorded_registration(plan: ConfirmPlan) -> dict | None:
+    """The registration the first pass recorded under ``plan.results``, or None before any."""
+    path = plan.results / REGISTRATION_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise store.StoreError(f"{path} cannot be read ({err}): restore it from version control") from None
+    if not isinstance(data, dict) or not isinstance(data.get("keys"), dict):
+        raise store.StoreError(f"{path} holds no registration keys: restore it from version control")
+    return data
+
+
+def amendments(plan: ConfirmPlan) -> list[str] | None:
+    """The decision keys the file changed since its first pass (``drop: 1 -> 2``), empty when none;
+    None when no registration was recorded."""
+    recorded = recorded_registration(plan)
+    if recorded is None:
+        return None
+    now, then = registration(plan)["keys"], recorded["keys"]
+    out = [
+        f"{key}: {json.dumps(then.get(key))} -> {json.dumps(now.get(key))}"
+        for key in sorted(set(now) | set(then))
+        if key != "claims" and now.get(key) != then.get(key)
+    ]
+
+    def named(claims: object) -> list[str]:
+        entries = claims if isinstance(claims, list) else []
+        return [f"{c.get('model')} {c.get('score')}@{c.get('target')}" for c in entries if isinstance(c, dict)]
+
+    before, after = named(then.get("claims")), named(now.get("claims"))
+    out += [f"claim {c} withdrawn" for c in before if c not in after]
+    out += [f"claim {c} added" for c in after if c not in before]
+    return out
+
+
+def register(plan: ConfirmPlan) -> dict:
+    """Record the decision keys (:func:`registration`) under ``plan.results`` before the first pass;
+    a run of a file whose keys changed since is refused (it is another run: its own results folder)."""
+    changed = amendments(plan)
+    if changed:
+        raise SpecError(
+            "results",
+            f"{plan.path.as_posix()} changed since its first pass ({'; '.join(changed)}): a confirmation's "
+            f"claims and rule are fixed before it runs; restore them, or give the changed file its own results folder",
+            label="",
+        )
+    if changed is None:
+        record = {**registration(plan), "file": plan.path.as_posix()}
+        store.write_json_atomic(record, plan.results / REGISTRATION_FILE)
+        return record
+    return recorded_registration(plan) or {}
 
 
 def check_run(plan: ConfirmPlan, run: RunSpec) -> None:
@@ -421,6 +491,7 @@ def run_paths(plan: ConfirmPlan, run: RunSpec, *, progress: bool = True) -> None
 
     store.ensure_writable(plan.results)
     chosen = selected(plan, run)
+    register(plan)
     waiting = left_here(plan, run)
     left = [
         f"[{path.name}] {m}: {waiting[path.name, m]}"
@@ -451,9 +522,11 @@ def run_paths(plan: ConfirmPlan, run: RunSpec, *, progress: bool = True) -> None
 
 
 __all__ = [
+    "REGISTRATION_FILE",
     "ComputePath",
     "ConfirmPlan",
     "PathsLeftError",
+    "amendments",
     "check_run",
     "claims_table",
     "expand",
@@ -464,7 +537,10 @@ __all__ = [
     "load_confirmation",
     "path_run",
     "read_claims",
+    "recorded_registration",
     "refused_here",
+    "register",
+    "registration",
     "run_paths",
     "selected",
     "slow_bf16_warning",

@@ -33,12 +33,12 @@ import pyarrow as pa
 
 from headstats.engine.prune import count_parameters, prune_heads
 from headstats.engine.speed import inference_cost, time_inference
-from headstats.io.store import partial_file, write_json_atomic, write_parquet_atomic
+from headstats.io.store import StoreError, partial_file, read_json, write_json_atomic, write_parquet_atomic
 from headstats.jobs.analysis import read_analysis_file, section_table, top_level_keys
 from headstats.jobs.checkpoint import PassCheckpoint
 from headstats.jobs.prune import head_means, kv_group_size, select_heads, spec_calibration
 from headstats.options import SpecError, narrow
-from headstats.specs import FrontierSpec, LoadOptions, ModelsSection
+from headstats.specs import FrontierSpec, LoadOptions, ModelsSection, RunSpec
 
 logger = logging.getLogger("headstats")
 
@@ -47,6 +47,7 @@ PLACEMENT = ("device", "device_map")  # loading options left out of a frontier f
 # Options a frontier gained after runs were recorded, with the value those runs had: a run.json
 # without the key ran with it, and stays resumable.
 ADDED_SETTINGS = {"prune": {"units": ["head"]}}
+DECISION = ("max_drop",)  # how the report reads the points, not what they are: left out of the settings
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,39 @@ def load_frontier(path: str | Path) -> Frontier:
     return Frontier(path, name, header.description, results, report, models, prune)
 
 
+def chosen_models(frontier: Frontier, run: RunSpec) -> list[str]:
+    """The models ``run`` asks of ``frontier``: its ``--models`` (each one the file lists), else the
+    file's models (and optional ones with ``--all-models``). ``--paths``, a confirmation's, is refused."""
+    if run.only_paths:
+        raise SpecError(
+            "paths",
+            f"chooses among a confirmation file's computation paths; {frontier.path} is a frontier file (it has none)",
+            label="--paths",
+        )
+    if not run.only_models:
+        return frontier.model_names(run.all_models)
+    known = frontier.model_names(all_models=True)
+    unknown = [m for m in run.only_models if m not in known]
+    if unknown:
+        raise SpecError(
+            "models",
+            f"{', '.join(unknown)} is not in {frontier.path} (it has {', '.join(known)}); add it to its [models] "
+            "names or optional",
+            label="--models",
+        )
+    return list(run.only_models)
+
+
+def read_record(path: Path) -> dict:
+    """A frontier record (``run.json``, a point's ``.json``, ``retime.json``), checked: damaged JSON or
+    anything but an object is refused with one line naming the file."""
+    fix = "delete it (and its point's .parquet) and run the frontier again to remake it"
+    data = read_json(path, fix)
+    if not isinstance(data, dict):
+        raise StoreError(f"{path} is damaged (a JSON object expected, not {type(data).__name__}); {fix}")
+    return data
+
+
 def point_name(score: str, share: float, unit: str = "head") -> str:
     return f"{score}-{share:.3f}" if unit == "head" else f"{score}-{unit}-{share:.3f}"
 
@@ -109,20 +143,23 @@ def task_options(spec: FrontierSpec) -> dict:
     return {"limit": spec.limit, "sample": spec.sample, "seed": spec.seed, "data_dir": spec.data_dir}
 
 
-def _check_run(frontier: Frontier, root: Path, machine: dict) -> dict:
+def check_run_record(frontier: Frontier, root: Path, machine: dict) -> dict:
+    """The settings of ``frontier``'s run in ``root`` (what changes its numbers), checked against
+    ``root/run.json`` when there is one (another run's folder is refused), else recorded there."""
     # Where the model runs is not part of what the run is: the same folder is timed again on a GPU.
     load = {k: v for k, v in narrow(frontier.models, LoadOptions).settings().items() if k not in PLACEMENT}
-    settings = json.loads(json.dumps({"prune": frontier.prune.settings(), "load": load}))
+    prune = {k: v for k, v in frontier.prune.settings().items() if k not in DECISION}
+    settings = json.loads(json.dumps({"prune": prune, "load": load}))
     record = root / "run.json"
     if record.is_file():
-        saved = json.loads(record.read_text())
+        saved = read_record(record)
         # An option that is no longer recorded (e.g. the runtime-only Hub token) and was unset then
         # leaves the settings the same.
         saved["settings"] = {
             part: {
                 k: v
                 for k, v in {**ADDED_SETTINGS.get(part, {}), **values}.items()
-                if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT
+                if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT and k not in DECISION
             }
             if isinstance(values, dict)
             else values
@@ -209,7 +246,7 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
     spec = frontier.prune
     root = model_root(frontier, name)
     model, tokenizer = load_model(name, **narrow(frontier.models, LoadOptions).kwargs())
-    settings = _check_run(frontier, root, machine_info(next(model.parameters()).device))
+    settings = check_run_record(frontier, root, machine_info(next(model.parameters()).device))
     points = root / "points"
     means_path = root / "means.parquet"
     if means_path.is_file():
@@ -289,10 +326,10 @@ def retime_model(frontier: Frontier, name: str) -> Path:
         raise ValueError(f"{name} has no finished points under {points} to time again: run the frontier first")
     model, _ = load_model(name, **narrow(frontier.models, LoadOptions).kwargs())
     machine = machine_info(next(model.parameters()).device)
-    _check_run(frontier, root, machine)
-    run_machine = json.loads((root / "run.json").read_text())["machine"]
+    check_run_record(frontier, root, machine)
+    run_machine = read_record(root / "run.json")["machine"]
     rounds = root / "retime.json"
-    current = json.loads(rounds.read_text()) if rounds.is_file() else {}
+    current = read_record(rounds) if rounds.is_file() else {}
     if current.get("ended") or current.get("machine") != machine:
         current = {"round": time.time(), "machine": machine}
         write_json_atomic(current, rounds)
@@ -300,7 +337,7 @@ def retime_model(frontier: Frontier, name: str) -> Path:
         path = points / f"{stem}.json"
         if not path.is_file():
             continue
-        record = json.loads(path.read_text())
+        record = read_record(path)
         timed = record.get("timed", {"machine": run_machine})
         if timed.get("round") == current["round"]:
             continue
@@ -325,8 +362,8 @@ def retime_left(frontier: Frontier, name: str) -> tuple[int, int, float | None]:
     points = model_root(frontier, name) / "points"
     finished = [p for p in (points / f"{s}.json" for s in planned_points(frontier.prune)) if p.is_file()]
     rounds = model_root(frontier, name) / "retime.json"
-    current = json.loads(rounds.read_text()) if rounds.is_file() else {}
-    stamps = [json.loads(p.read_text()).get("timed", {}).get("round") for p in finished]
+    current = read_record(rounds) if rounds.is_file() else {}
+    stamps = [read_record(p).get("timed", {}).get("round") for p in finished]
     if current and not current.get("ended"):
         return sum(stamp != current["round"] for stamp in stamps), len(finished), None
     seconds = None

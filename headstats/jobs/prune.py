@@ -11,7 +11,7 @@ order.
 Certification (``certify=TASK``): the shares of ``shares`` are tested in increasing order on the
 task's questions (never seen by the selection, which reads only the calibration set); a share is
 certified when the one-sided 95% upper bound of the paired accuracy drop (Tango's score bound,
-:func:`headstats.stats.paired.drop_bound`) is at most ``max_drop``. Testing stops at the first share
+:func:`headstats.stats.paired.drop_bound`) is at most ``max_drop`` points. Testing stops at the first share
 that is not certified, so "the largest certified share" is a fixed-sequence test: the 5% level holds
 for the whole sequence without a multiplicity adjustment.
 """
@@ -23,9 +23,10 @@ import hashlib
 import inspect
 import json
 import logging
+import re
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +36,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from headstats.engine import scores as S
 from headstats.engine.prune import CONFIG_KEY, count_parameters, geometry, layer_plans, prune_heads
+from headstats.io import store
+from headstats.io.assets import portable_name
 from headstats.io.store import write_json_atomic
 from headstats.options import narrow
 from headstats.specs import DEFAULT_PRUNE_SHARES, UNITS, FrontierSpec, LoadOptions, PruneSpec
@@ -208,7 +211,7 @@ def certify(
     *,
     limit: int | None = None,
     seed: int = 0,
-    max_drop: float = 0.01,
+    max_drop: float = 1.0,
     batch_size: int = 8,
     progress: bool = False,
     sample: str = "random",
@@ -230,7 +233,7 @@ def certify(
         del clone
         merged = base.merge(frame, on=["question_id"], suffixes=("_base", "_pruned"))
         bound = drop_bound(merged["correct_base"].to_numpy(), merged["correct_pruned"].to_numpy())
-        ok = bound.upper <= max_drop
+        ok = bound.upper <= max_drop / 100  # max_drop in points, the bound a fraction
         result.points.append(
             {
                 "share": share,
@@ -346,22 +349,71 @@ def save_pruned(
     dtype: str | None = None,
 ) -> Path:
     """Write the pruned ``model`` (:func:`write_pruned_files`; weights in ``dtype``, None = as they
-    are) to ``out``, all at once: the files are written to a temporary folder next to ``out`` that
-    replaces it when complete."""
-    out = Path(out).expanduser()
-    if out.exists() and any(out.iterdir()) and not (out / RECORD_FILE).is_file():
-        raise ValueError(f"{out} exists and holds other files (no {RECORD_FILE}); give a new or empty --out")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        write_pruned_files(model, tokenizer, tmp, record, dtype)
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return out
+    are) to ``out``, all at once (:func:`replace_model_folder`)."""
+
+    return replace_model_folder(out, lambda folder: write_pruned_files(model, tokenizer, folder, record, dtype))
+
+
+def claim_model_folder(out: str | Path) -> store.OutputFolder:
+    """Claim ``out`` for a pruned model (:func:`headstats.io.store.claim_output_folder`): refused with
+    one line when it is a file, cannot be created, or holds the user's files where the model's go.
+    A folder with ``pruning.json`` and no manifest is an earlier prune's: its files may be replaced."""
+    return store.claim_output_folder(out, marker=RECORD_FILE)
+
+
+def check_model_folder(out: str | Path | None) -> None:
+    """Refuse, before any model work, an ``out`` a pruned model cannot be written to (a file, a folder
+    that cannot be made, the user's files where the model's go); creates nothing."""
+    path = Path(str(out)).expanduser()
+    if path.is_dir():
+        claim_model_folder(path)
+    elif path.exists():
+        raise store.OutputFolderError(f"--out {out} is a file, not a folder; give a new folder or one headstats wrote")
+    else:
+        store.ensure_writable(path, create=False)
+        parent = path.absolute().parent
+        while not parent.exists():
+            parent = parent.parent
+        try:  # a folder can be made there (a writable bit does not say so on /proc or a read-only mount)
+            Path(tempfile.mkdtemp(prefix=".headstats-probe-", dir=parent)).rmdir()
+        except OSError as err:
+            raise store.OutputFolderError(
+                f"--out {out} cannot be created ({err.strerror or err} in {parent}); give a folder you can write"
+            ) from None
+
+
+def replace_model_folder(out: str | Path, write: Callable[[Path], object]) -> Path:
+    """Replace the pruned model in ``out`` by what ``write`` writes into a folder: staged inside
+    ``out`` and moved in file by file with ``pruning.json`` last (:func:`headstats.io.store.replace_folder`).
+    Only the files an earlier prune wrote are replaced or removed; the user's own stay. A staging
+    folder that a killed run left, inside ``out`` or beside it, is removed first."""
+    folder = claim_model_folder(out)
+    clean_killed_copies(folder.root)
+    store.replace_folder(folder, write, last=RECORD_FILE)
+    return folder.root
+
+
+def clean_killed_copies(out: Path) -> list[Path]:
+    """Remove the hidden copies ``.<out name>.<8 characters>`` beside ``out`` that a prune killed
+    while saving left there (empty, or holding a config with ``headstats_pruning`` or a
+    ``pruning.json``); returns them. Anything else of that name is left alone."""
+    removed = []
+    pattern = re.compile(rf"\.{re.escape(out.name)}\.[A-Za-z0-9_]{{8}}")
+    for path in out.parent.iterdir():
+        if not pattern.fullmatch(path.name) or path.is_symlink() or not path.is_dir():
+            continue
+        config = path / "config.json"
+        ours = (
+            not any(path.iterdir())
+            or (path / RECORD_FILE).is_file()
+            or (config.is_file() and CONFIG_KEY in config.read_text(encoding="utf-8", errors="replace"))
+        )
+        if ours:
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    if removed:
+        logger.info("removed %d copy(ies) a killed prune left: %s", len(removed), ", ".join(p.name for p in removed))
+    return removed
 
 
 def certification_record(certification: Certification) -> dict:
@@ -370,6 +422,7 @@ def certification_record(certification: Certification) -> dict:
         "n_questions": certification.n_questions,
         "baseline_accuracy": certification.baseline_accuracy,
         "max_drop": certification.max_drop,
+        "max_drop_unit": "accuracy points",
         "bound": "one-sided 95% Tango score bound of the paired drop; shares tested in increasing order, stopping "
         "at the first one not certified (fixed-sequence test)",
         "points": certification.points,
@@ -395,7 +448,7 @@ def pruning_record(
     entry = getattr(model.config, CONFIG_KEY)
     plans = layer_plans(model, [tuple(pair) for pair in entry["removed_heads"]])
     return {
-        "model": source,
+        "model": portable_name(source),
         "removed_heads": [list(pair) for pair in entry["removed_heads"]],
         "n_removed": len(heads),
         "n_heads": layers * n_heads,
@@ -420,10 +473,12 @@ def run_prune(spec: PruneSpec) -> dict:
     """Load the spec's model, rank its heads on the calibration set, remove the ``share`` (or the
     largest share certified on the ``certify`` task) and write the pruned model to ``out``.
     Returns the ``pruning.json`` record."""
-    from headstats.io.models import load_model
+    from headstats.io.models import load_model, model_identity
 
     name, score = spec.names[0], spec.scores[0]  # type: ignore[index]
+    check_model_folder(spec.out)
     model, tokenizer = load_model(name, **narrow(spec, LoadOptions).kwargs())
+    revision = model_identity(model)["revision"]  # the unpruned weights, by content or Hub commit
     calibration = spec_calibration(spec, tokenizer, name)
     means = head_means(model, calibration, score, batch_size=spec.batch_size, seed=spec.seed, progress=spec.progress)
     certification, share = None, (spec.shares or (None,))[0]
@@ -449,14 +504,15 @@ def run_prune(spec: PruneSpec) -> dict:
             first = certification.points[0]
             raise ValueError(
                 f"no share is certified on {spec.certify}: at {first['share']:g} the drop's upper bound is "
-                f"{first['upper_bound']:.4f} > {spec.max_drop:g} ({certification.n_questions} questions); give smaller "
-                "--shares, more questions (--limit), or a larger --max-drop"
+                f"{100 * first['upper_bound']:.2f} points > {spec.max_drop:g} ({certification.n_questions} "
+                "questions); give smaller --shares, more questions (--limit), or a larger --max-drop"
             )
     assert share is not None
     heads = select_heads(means, score, share, unit=spec.unit, group_size=kv_group_size(model))
     before = count_parameters(model)
     prune_heads(model, heads)
     record = pruning_record(model, heads, score, share, calibration, before, name, certification, spec.unit)
+    record["model_revision"] = revision
     record["calibration_means"] = [[int(r.layer), int(r.head), float(r.mean)] for r in means.itertuples()]
     save_pruned(model, tokenizer, str(spec.out), record, spec.save_dtype)
     return record

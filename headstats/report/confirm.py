@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.io import store
-from headstats.jobs.confirm import ConfirmPlan, claims_table, left_to_run
+from headstats.jobs.confirm import REGISTRATION_FILE, ConfirmPlan, amendments, claims_table, left_to_run
 from headstats.report.freshness import report_inputs
 from headstats.report.sections.can_show import run_times as pass_times
 from headstats.report.sections.context import ABSTRACT_WORDS, Context, word_count
@@ -146,7 +146,7 @@ def _worst_lines(bounds: pd.DataFrame, verdicts: pd.DataFrame) -> str:
 
 def _what_it_can_show(writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, pd.DataFrame], claims) -> None:
     sec = plan.section
-    table = path_baselines(rows, claims, confidence=sec.confidence)
+    table = path_baselines(rows, claims, confidence=sec.confidence, metric=sec.metric)
     legend = writer.note(
         "Reading the table of what this run can show",
         "Per model and planned path: n_questions and n_clusters, the held-out questions and the source documents "
@@ -267,17 +267,76 @@ def _methods(
             writer.table(left, "left_to_run")
 
 
+METRIC_WORDS = {
+    "correct": "raw accuracy (an answer is right when its ending has the highest total log-likelihood)",
+    "correct_norm": "length-normalised accuracy (the highest log-likelihood per character of the ending)",
+}
+
+
+AMENDMENTS_SHOWN = 3  # changed keys the abstract names; the claims section lists every one
+
+
+def _registration_line(plan: ConfirmPlan, changed: list[str] | None, ran: bool) -> str:
+    """The abstract's first words when the file's decision keys are not those its first pass recorded
+    (an amendment after results), or when no record says what they were; empty otherwise."""
+    record = f"`{(plan.results / REGISTRATION_FILE).as_posix()}`"
+    if changed:
+        shown = "; ".join(changed[:AMENDMENTS_SHOWN])
+        if len(changed) > AMENDMENTS_SHOWN:
+            shown += f"; {len(changed) - AMENDMENTS_SHOWN} more under the claims"
+        return (
+            f"**Amended after results, not pre-registered**: {shown} (the first pass recorded the "
+            f"others in {record}); the verdicts below use the amended rule. "
+        )
+    if changed is None and ran:
+        return (
+            f"**No pre-registration record** ({record} is missing): the rule below is the file's current one, "
+            "which nothing shows predates the results. "
+        )
+    return ""
+
+
+def _post_hoc_metric(
+    writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, pd.DataFrame], claims: pd.DataFrame, decided: pd.DataFrame
+) -> None:
+    """The verdicts under the other accuracy (length-normalised for raw, raw for normalised): a
+    sensitivity analysis chosen after the results, labelled so, which changes no verdict."""
+    sec = plan.section
+    other = next(m for m in METRIC_WORDS if m != sec.metric)
+    if not rows or not all(other in frame.columns for frame in rows.values()):
+        return
+    bounds = claim_bounds(rows, claims, drop=sec.drop, confidence=sec.confidence, metric=other)
+    verdicts = claim_verdicts(bounds, [p.name for p in plan.paths], drop=sec.drop)
+    table = decided[["claim", "verdict", "worst_bound"]].merge(
+        verdicts[["claim", "verdict", "worst_bound"]], on="claim", suffixes=(f" {sec.metric}", f" {other}")
+    )
+    flipped = table[table[f"verdict {sec.metric}"] != table[f"verdict {other}"]]
+    writer.heading(f"Post hoc: the verdicts under {other}")
+    writer.text(
+        f"A sensitivity analysis chosen after the results, not part of the pre-registered rule: the same bounds "
+        f"and rule with {METRIC_WORDS[other]} in place of the decided {METRIC_WORDS[sec.metric]}. "
+        + (
+            f"It changes {len(flipped)} of {len(table)} verdicts ({', '.join(flipped['claim'])}); the decided "
+            "verdicts stand, and these say how much they depend on the choice of accuracy."
+            if len(flipped)
+            else f"It changes none of the {len(table)} verdicts."
+        )
+    )
+    writer.table(table, "post_hoc_metric", floatfmt=".3g")
+
+
 def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     """Write ``plan.report`` (index.html, summary.md, tables/*.csv); returns index.html."""
     sec = plan.section
     claims = claims_table(plan)
     rows = path_rows(plan)
-    bounds = claim_bounds(rows, claims, drop=sec.drop, confidence=sec.confidence)
+    bounds = claim_bounds(rows, claims, drop=sec.drop, confidence=sec.confidence, metric=sec.metric)
+    changed = amendments(plan)
     verdicts = claim_verdicts(bounds, [p.name for p in plan.paths], drop=sec.drop)
     times = run_times(plan)
     left = left_to_run(plan)
     k = len(claims)
-    writer = ReportWriter(store.ensure_writable(plan.report), plan.description or plan.name)
+    writer = ReportWriter(plan.report, plan.description or plan.name)
     counts = verdicts["verdict"].value_counts()
     ran = int(bounds["n_questions"].notna().sum())
     # No claim incomplete: what is left belongs to claims a path already failed (a confirmed one ran them all).
@@ -294,6 +353,9 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         f"A claim is confirmed when the one-sided upper bound of its paired drop is at most {sec.drop:g} point on "
         f"every path, at level {(1 - sec.confidence) / k:.3g} each (Bonferroni over the {k} claims)."
     )
+    answer = _registration_line(plan, changed, bool(rows)) + answer
+    if changed:
+        answer = answer.replace("stated before this run", "stated before this run and amended after it")
     worst = _worst_lines(bounds, verdicts)
     # Many claims: their bounds stay in the verdict table rather than overflow the abstract.
     fits = word_count(answer + worst) <= ABSTRACT_WORDS
@@ -330,14 +392,20 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         floatfmt=".3g",
     )
     _what_it_can_show(writer, plan, rows, claims)
-    writer.heading("The claims as stated before the run")
+    writer.heading("The claims as amended after the run" if changed else "The claims as stated before the run")
     writer.text(
-        f"From `{plan.path.as_posix()}`. Held-out questions: a seeded random sample (seed {sec.seed}) of "
+        f'From `{plan.path.as_posix()}`. Metric: {METRIC_WORDS[sec.metric]} (`metric = "{sec.metric}"`). '
+        f"Held-out questions: a seeded random sample (seed {sec.seed}) of "
         f"{sec.limit or 'all'} {sec.task} questions that share neither content nor source document with the "
         f"exploratory run's sample (limit {sec.exclude_limit}, seed {sec.exclude_seed}). Thresholds are calibrated "
         "on the held-out questions' own scores, as the exploratory run calibrated on its own; a claim whose score "
         "reads the attention probabilities runs on the explicit kernel only."
     )
+    if changed:
+        writer.text(
+            f"Changed after the first pass recorded the keys in `{(plan.results / REGISTRATION_FILE).as_posix()}` "
+            f"(an amendment, not pre-registered): {'; '.join(changed)}."
+        )
     writer.table(claims.assign(paths=claims["paths"].map(", ".join)), "claims", floatfmt=".3g")
     bounds_at = writer.heading("Every claim on every path")
     writer.text(
@@ -349,6 +417,7 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     )
     writer.table(bounds, "bounds", floatfmt=".3g")
     _paths_apart(writer, rows, claims, bounds, bounds_at)
+    _post_hoc_metric(writer, plan, rows, claims, verdicts)
     _methods(writer, plan, rows, times, left, decided)
     if plan.results.is_dir():
         writer.inputs = report_inputs(plan.results, plan.section.settings(), plan.path)

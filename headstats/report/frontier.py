@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from headstats.jobs.frontier import Frontier, pruned_points
+from headstats.jobs.frontier import Frontier, pruned_points, read_record
 from headstats.report.plots import score_style
 from headstats.report.writer import ReportWriter, anchor_slug
 from headstats.specs import FrontierSpec
@@ -51,8 +51,8 @@ def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame,
         if not base_file.is_file():
             continue
         base = pd.read_parquet(base_file)
-        base_info = json.loads((root / "points" / "baseline.json").read_text())
-        runs[model] = {"run": json.loads((root / "run.json").read_text()), "baseline": base_info}
+        base_info = read_record(root / "points" / "baseline.json")
+        runs[model] = {"run": read_record(root / "run.json"), "baseline": base_info}
         speed.extend(_speed_rows(base_info["speed"], model, "none", 0.0))
         for task, frame in base.groupby("task"):
             rows.append(
@@ -73,7 +73,7 @@ def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame,
         for info_file in sorted((root / "points").glob("*.json")):
             if info_file.stem == "baseline":
                 continue
-            info = json.loads(info_file.read_text())
+            info = read_record(info_file)
             answers = pd.read_parquet(info_file.with_suffix(".parquet"))
             rule = selection_name(info["score"], info.get("unit", "head"))
             extra = {
@@ -233,14 +233,14 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         raise ValueError(f"no finished frontier points under {str(frontier.results)!r}: run the frontier first")
     ratios = speedups(speed)
     points["n_to_certify"] = [  # once per (model, score, share, task), before the rows repeat per batch
-        questions_to_certify(r.lost, r.gained, r.n, spec.max_drop) if r.score != "none" else math.nan
+        questions_to_certify(r.lost, r.gained, r.n, spec.max_drop / 100) if r.score != "none" else math.nan
         for r in points.itertuples()
     ]
     family = family_size(frontier)
     points = add_family_bounds(points, family)
     table = points.merge(ratios, on=["model", "score", "share"], how="left")
-    certified = certified_shares(points, spec.max_drop, spec.shares).merge(
-        certified_shares(points, spec.max_drop, spec.shares, "upper_fw").rename(
+    certified = certified_shares(points, spec.max_drop / 100, spec.shares).merge(
+        certified_shares(points, spec.max_drop / 100, spec.shares, "upper_fw").rename(
             columns={"certified_share": "certified_share_fw"}
         ),
         on=["model", "score", "task"],
@@ -282,7 +282,7 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         legend=f"Per model, score and share: heads removed, measured speed-ups at batch "
         f"{'/'.join(map(str, spec.speed_batches))}, the roof (speed-up if time followed the removed "
         "FLOPs or bytes), and each task's drop with its 95% upper bound; certified = bound <= "
-        f"{100 * spec.max_drop:g} point.",
+        f"{spec.max_drop:g} point.",
         full_legend=anchor_slug(LEGEND),
     )
     _body(writer, table, certified, runs, spec, frontier.results, family)
@@ -379,7 +379,7 @@ def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: Fr
     both = certified[certified["task"] == "all"]
     adjusted = bool((certified["certified_share"] != certified["certified_share_fw"]).any())
     parts = [
-        f"Largest share of heads certified within {100 * spec.max_drop:g} point on every task (on one task "
+        f"Largest share of heads certified within {spec.max_drop:g} point on every task (on one task "
         f"alone{'; fw: family-wise' if adjusted else ''}):"
     ]
     for model, group in both.groupby("model"):
@@ -404,12 +404,12 @@ def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: Fr
             parts.append(line)
     sizes = table[table["score"] == "none"].groupby("task")["n"].min()
     cells = table[table["score"] != "none"].drop_duplicates(["model", "score", "share", "task"])
-    passed = cells["upper"] <= spec.max_drop
+    passed = cells["upper"] <= spec.max_drop / 100
     finite = np.isfinite(cells["n_to_certify"])
     # The range to size a rerun by: uncertified cells that lost no fewer answers than they gained (one
     # that gained more would "certify" within a few dozen questions at its lucky shares).
     reachable = cells.loc[~passed & finite & (cells["lost"] >= cells["gained"]), "n_to_certify"]
-    points = f"{100 * spec.max_drop:g} point"
+    points = f"{spec.max_drop:g} point"
     line = (
         "Questions per task: "
         + ", ".join(f"{t} {int(n):,}" for t, n in sizes.items())
@@ -439,7 +439,7 @@ def _body(
     writer.heading("Largest certified share per score", 2)
     writer.text(
         "Fixed-sequence reading: shares are tested in increasing order and the first one whose upper bound "
-        f"exceeds {100 * spec.max_drop:g} point ends the sequence, so the 5% level holds without adjustment "
+        f"exceeds {spec.max_drop:g} point ends the sequence, so the 5% level holds without adjustment "
         "for the number of shares; 'all' requires every task at once. A share of 0 means the first share "
         f"tested was not certified. Columns marked 'fw' read the bounds at one-sided "
         f"{(1 - CONFIDENCE) / family:.2g} (Bonferroni over the {family} planned (model, score, unit, task) "

@@ -29,7 +29,6 @@ from pathlib import Path
 import pandas as pd
 
 from headstats.engine.scores import get_score
-from headstats.io import store
 from headstats.report import plots
 from headstats.report.sections import add_curve_sections, write_provenance
 from headstats.report.writer import ReportWriter
@@ -153,10 +152,9 @@ def write_paper(out: str | Path, *, spec: PaperSpec | None = None, **options: ob
     """Write Table 2, the per-model tables and the figures under ``out``; returns ``out/index.html``.
     The options are :class:`headstats.specs.PaperSpec`'s (``spec``, or its fields by name)."""
     spec = PaperSpec.from_kwargs(options, base=spec)
-    out_dir = store.ensure_writable(out)
+    writer = ReportWriter(out, "The study's MMLU results, rebuilt from its published numbers", dpi=spec.dpi)
     points = paper_points()
     curves = paper_curves(points)
-    writer = ReportWriter(out_dir, "The study's MMLU results, rebuilt from its published numbers", dpi=spec.dpi)
     t2 = table2(curves)
     writer.abstract(paper_abstract(t2, curves))
     writer.headline(

@@ -24,20 +24,19 @@ import base64
 import contextlib
 import datetime as _dt
 import html
-import json
 import logging
 import os
 import re
 import shlex
 from collections.abc import Iterator, Sequence
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.io import store
-from headstats.io.assets import cache_dir
+from headstats.io.assets import ELSEWHERE, cache_dir, portable_name
 from headstats.report import plots
 from headstats.report import sections as report_sections
 from headstats.report.freshness import INPUTS_KEY, report_inputs
@@ -68,8 +67,8 @@ def public_text(text: str, roots: list[tuple[str, str]] | None = None) -> str:
     return text
 
 
-def _public_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    roots = _local_roots()
+def _public_frame(frame: pd.DataFrame, roots: list[tuple[str, str]] | None = None) -> pd.DataFrame:
+    roots = _local_roots() if roots is None else roots
 
     def clean(value: object) -> object:
         return public_text(value, roots) if isinstance(value, str) else value
@@ -87,7 +86,7 @@ def _public_frame(frame: pd.DataFrame) -> pd.DataFrame:
 
 APPENDIX_TITLE = "Methods and caveats"
 APPENDIX_ANCHOR = "methods-and-caveats"
-MANIFEST_FILE = "_manifest.json"  # the files a build wrote: the only ones the next build may remove
+MANIFEST_FILE = store.MANIFEST_FILE  # the files a build wrote: the only ones the next build may remove
 SVG_RATIO = 1.5  # embed a figure as SVG (crisp) unless its SVG is this many times its PNG's size
 MD_ROWS = 25  # rows of a table shown in summary.md; the CSV has them all
 
@@ -180,7 +179,8 @@ class ReportWriter:
     """
 
     def __init__(self, out: str | os.PathLike, title: str, *, dpi: int = 90, subtitle: str | None = None) -> None:
-        self.out = Path(out)
+        self.folder = store.claim_output_folder(out, expect=("index.html", "summary.md"))
+        self.out = self.folder.root
         self.title = title
         self.subtitle = subtitle  # under the title, e.g. the exact identity of every model
         self.dpi = dpi
@@ -190,9 +190,21 @@ class ReportWriter:
         self._collapsed = 0
         self._notes: dict[str, str] = {}  # note title -> its anchor
         self._anchors: set[str] = {APPENDIX_ANCHOR, "contents", "abstract"}
-        self._written: set[Path] = set()
         # What the build read (headstats.report.freshness.report_inputs), recorded in the manifest.
         self.inputs: dict | None = None
+        self._hidden: dict[str, str] = {}  # local folders outside the cache and home -> how the text names them
+
+    def hide(self, *paths: str | os.PathLike) -> None:
+        """Name each of ``paths`` (a model folder, the results folder) by :func:`portable_name` in
+        everything written, when it lies outside the cache and the home directory."""
+        for path in paths:
+            for variant in {os.fspath(path), str(Path(path).expanduser().absolute())}:
+                if Path(variant).is_absolute() and portable_name(variant).startswith(ELSEWHERE):
+                    self._hidden[variant.rstrip("/")] = portable_name(variant)
+
+    def roots(self) -> list[tuple[str, str]]:
+        """The local paths the text names otherwise, longest first (:func:`public_text`)."""
+        return sorted([*_local_roots(), *self._hidden.items()], key=lambda item: -len(item[0]))
 
     # --- the lead: what a reader with 30 seconds sees ---
 
@@ -229,7 +241,7 @@ class ReportWriter:
         """The report's main table under the headline figure, with a one-line ``legend`` and a link to
         the heading ``full_legend`` (its anchor) where the columns are explained in full; written as
         CSV like :meth:`table`."""
-        frame = _public_frame(frame)
+        frame = _public_frame(frame, self.roots())
         path = self._write_csv(frame, name, csv, False)
         more = f" [Full legend](#{full_legend})." if full_legend else ""
         self._lead["table"] = (
@@ -294,9 +306,8 @@ class ReportWriter:
         self._stream.md.append("\n\n".join(paragraphs))
 
     def _write_csv(self, frame: pd.DataFrame, name: str, csv: str | None, index: bool) -> Path:
-        path = store.write_atomic(self.out / (csv or f"tables/{name}.csv"), lambda tmp: frame.to_csv(tmp, index=index))
-        self._written.add(path)
-        return path
+        path = self.folder.path(csv or f"tables/{name}.csv")
+        return store.write_atomic(path, lambda tmp: frame.to_csv(tmp, index=index))
 
     def _table_html(self, frame: pd.DataFrame, path: Path, floatfmt: str, index: bool) -> str:
         # na_rep covers NaN only: a nullable count or flag (Int64, boolean) would print "<NA>".
@@ -323,7 +334,7 @@ class ReportWriter:
         max_md_rows: int = MD_ROWS,
     ) -> Path:
         """Add a table (in a collapsed block titled ``collapsed`` if given) and write it as CSV."""
-        frame = _public_frame(frame)
+        frame = _public_frame(frame, self.roots())
         path = self._write_csv(frame, name, csv, index)
         block = self._table_html(frame, path, floatfmt, index)
         if collapsed:
@@ -343,8 +354,9 @@ class ReportWriter:
         return path
 
     def _figure_blocks(self, fig: Figure, name: str, caption: str, css_class: str = "") -> tuple[str, str]:
+        for fmt in ("png", "svg"):
+            self.folder.path(f"figures/{name}.{fmt}")
         paths = plots.save_figure(fig, self.out / "figures", name, dpi=self.dpi)
-        self._written.update(paths.values())
         svg, png = paths["svg"].read_bytes(), paths["png"].read_bytes()
         kind, data = ("svg+xml", svg) if len(svg) <= SVG_RATIO * len(png) else ("png", png)
         encoded = base64.b64encode(data).decode("ascii")
@@ -371,8 +383,8 @@ class ReportWriter:
         if file is None:
             self._stream.md.append(f"<details><summary>{summary}</summary>\n\n```\n{body}\n```\n\n</details>")
             return
-        path = store.write_atomic(self.out / file, lambda tmp: tmp.write_text(public_text(body), encoding="utf-8"))
-        self._written.add(path)
+        text = public_text(body, self.roots())
+        store.write_atomic(self.folder.path(file), lambda tmp: tmp.write_text(text, encoding="utf-8"))
         self._stream.md.append(f"{summary}: [`{file}`]({file}).")
 
     # --- rendering ---
@@ -420,9 +432,10 @@ class ReportWriter:
         head = f"# {self.title}\n\n" + (f"{self.subtitle}\n\n" if self.subtitle else "")
         parts = [*(m for _, m in lead), md_nav, *self._body.md, *appendix_md]
         md = head + "\n\n".join(p for p in parts if p) + f"\n\n---\n{footer}\n"
-        index = self.out / "index.html"
-        for path, text in ((index, page), (self.out / "summary.md", md)):
-            store.write_atomic(path, lambda tmp, text=text: tmp.write_text(public_text(text), encoding="utf-8"))
+        index = self.folder.path("index.html")
+        roots = self.roots()
+        for path, text in ((index, page), (self.folder.path("summary.md"), md)):
+            store.write_atomic(path, lambda tmp, text=text: tmp.write_text(public_text(text, roots), encoding="utf-8"))
         self._remove_stale()
         return index
 
@@ -430,26 +443,10 @@ class ReportWriter:
         """Write this build's manifest, and remove the files the previous build listed in its manifest
         that this one did not write (a section renamed, a table no longer produced). Nothing else in
         ``out`` is touched: files no headstats build wrote stay, with one warning naming them."""
-        written = {p.relative_to(self.out).as_posix() for p in self._written}
-        written |= {"index.html", "summary.md"}
-        previous = read_manifest(self.out)
-        stale = sorted(rel for rel in previous - written if (self.out / rel).is_file())
-        for rel in stale:
-            (self.out / rel).unlink()
-        manifest: dict[str, object] = {"written_by": "headstats", "files": sorted(written)}
-        if self.inputs is not None:
-            manifest[INPUTS_KEY] = self.inputs
-        store.write_json_atomic(manifest, self.out / MANIFEST_FILE)
+        stale = self.folder.finish({INPUTS_KEY: self.inputs} if self.inputs is not None else None)
         if stale:
             logger.info("removed %d file(s) of the previous build: %s", len(stale), ", ".join(stale))
-        foreign = sorted(
-            p.relative_to(self.out).as_posix()
-            for p in self.out.rglob("*")
-            if p.is_file()
-            and not any(part.startswith(".") for part in p.relative_to(self.out).parts)
-            and p.name != MANIFEST_FILE
-            and p.relative_to(self.out).as_posix() not in written | previous
-        )
+        foreign = self.folder.foreign()
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             logger.warning(
@@ -464,24 +461,7 @@ class ReportWriter:
 def read_manifest(out: Path) -> set[str]:
     """The files (relative paths) the previous build in ``out`` wrote, from its manifest; empty when
     there is none or it cannot be read. Entries that would leave ``out`` are ignored."""
-    path = out / MANIFEST_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return set()
-    files = data.get("files") if isinstance(data, dict) else None
-    if not isinstance(files, list):
-        return set()
-    return {
-        rel
-        for rel in files
-        if isinstance(rel, str)
-        and rel
-        and "\0" not in rel
-        and not PurePosixPath(rel).is_absolute()
-        and ".." not in PurePosixPath(rel).parts
-        and rel != MANIFEST_FILE
-    }
+    return store.outdir.read_manifest(Path(out))[0]
 
 
 # --- a report: the list of sections over one results folder ---------------------------------------
@@ -554,10 +534,10 @@ def build_report(
             ".../model=<slug>/task=<name>/*.parquet (headstats ablate)"
         )
     check_report_inputs(spec, results, context)
-    out_dir = store.ensure_writable(out)
     writer = ReportWriter(
-        out_dir, spec.title or f"headstats report: {results.name}", dpi=spec.dpi, subtitle=models_line(context)
+        out, spec.title or f"headstats report: {results.name}", dpi=spec.dpi, subtitle=models_line(context)
     )
+    writer.hide(results, out, *(ident for ident in context.models.values() if Path(ident).is_absolute()))
     kinds = [p.kind for p in context.partitions]
     title = f" --title {shlex.quote(spec.title)}" if spec.title else ""
     with writer.appendix():

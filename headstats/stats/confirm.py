@@ -70,7 +70,12 @@ def claim_name(model: str, task: str, score: str, target: float) -> str:
 
 
 def claim_bounds(
-    rows: Mapping[str, pd.DataFrame], claims: pd.DataFrame, *, drop: float = 1.0, confidence: float = 0.95
+    rows: Mapping[str, pd.DataFrame],
+    claims: pd.DataFrame,
+    *,
+    drop: float = 1.0,
+    confidence: float = 0.95,
+    metric: str = "correct",
 ) -> pd.DataFrame:
     """One row per (claim, planned path): the held-out questions paired with the path's baseline, the
     realised % of heads zeroed, the changed answers, the design effect and the one-sided upper bound
@@ -78,7 +83,8 @@ def claim_bounds(
     most ``drop``. ``rows``: path name -> per-question rows of that path; ``claims``: the columns
     :data:`CLAIM_COLUMNS` (``paths``: the path names the claim was planned on; ``model`` the results'
     slug). A planned path without the claim's point or baseline gives empty counts and an empty
-    ``certified`` (not run is neither certified nor refuted)."""
+    ``certified`` (not run is neither certified nor refuted). ``metric``: the per-question column of
+    correctness read (``correct``: raw accuracy; ``correct_norm``: length-normalised)."""
     missing = [c for c in CLAIM_COLUMNS if c not in claims.columns]
     if missing:
         raise ValueError(f"claims lack the column(s) {', '.join(missing)}")
@@ -87,7 +93,7 @@ def claim_bounds(
     if claims.empty:
         raise ValueError("no claims to test")
     level = (1.0 - confidence) / len(claims)
-    prepared = {path: S.prepare_rows(frame, "correct") for path, frame in rows.items() if len(frame)}
+    prepared = {path: S.prepare_rows(frame, metric) for path, frame in rows.items() if len(frame)}
     out = []
     for claim in claims.itertuples(index=False):
         name = claim_name(claim.model, claim.task, claim.score, claim.target)
@@ -138,14 +144,16 @@ def _one_path(name: str, path: str, frame: pd.DataFrame | None, claim, level: fl
     return row
 
 
-def path_baselines(rows: Mapping[str, pd.DataFrame], claims: pd.DataFrame, *, confidence: float = 0.95) -> pd.DataFrame:
+def path_baselines(
+    rows: Mapping[str, pd.DataFrame], claims: pd.DataFrame, *, confidence: float = 0.95, metric: str = "correct"
+) -> pd.DataFrame:
     """What the run can show, before any claim: one row per (model, task, planned path) of the claims,
     with the held-out questions and their clusters, the unzeroed model's accuracy (%) with its 95%
     Wilson interval (questions taken as independent), chance (%), and the ``floor``: the one-sided
     upper bound of the drop (points, at the claims' level ``(1 - confidence) / len(claims)``) when no
     answer changes, the least any claim on that path can show. A path not run leaves its row empty."""
     level = (1.0 - confidence) / len(claims)
-    prepared = {path: S.prepare_rows(frame, "correct") for path, frame in rows.items() if len(frame)}
+    prepared = {path: S.prepare_rows(frame, metric) for path, frame in rows.items() if len(frame)}
     out = []
     for (model, task), group in claims.groupby(["model", "task"], sort=False):
         for path in dict.fromkeys(p for paths in group["paths"] for p in paths):

@@ -7,6 +7,8 @@
 - :mod:`~headstats.io.store.lock`: one writer per partition (:func:`writer_lock`).
 - :mod:`~headstats.io.store.read`: one partition's files and records, checked as they are read, and
   the resume check (:func:`check_resume`).
+- :mod:`~headstats.io.store.outdir`: output folders (``--out``): headstats writes only the files its
+  manifest lists and never through a link (:func:`claim_output_folder`, :func:`replace_folder`).
 - :mod:`~headstats.io.store.tables`: finding the tables under a root and reading them together
   (:func:`read_scores`, :func:`read_interventions`, :func:`open_dataset`).
 
@@ -46,6 +48,13 @@ from headstats.io.store.layout import (
     table_dir,
 )
 from headstats.io.store.lock import clean_temporaries, writer_lock
+from headstats.io.store.outdir import (
+    MANIFEST_FILE,
+    OutputFolder,
+    OutputFolderError,
+    claim_output_folder,
+    replace_folder,
+)
 from headstats.io.store.read import (
     check_resume,
     check_schema_versions,
@@ -92,6 +101,7 @@ __all__ = [
     "HOLDER_FILE",
     "KIND_OF_KEY",
     "LOCK_FILE",
+    "MANIFEST_FILE",
     "MODEL_KEY",
     "PARTIAL_PREFIX",
     "PARTITION_KEYS",
@@ -105,12 +115,15 @@ __all__ = [
     "SCORE_KEY_TYPES",
     "WRITE_OPTIONS",
     "Kind",
+    "OutputFolder",
+    "OutputFolderError",
     "PartWriter",
     "Partition",
     "PartitionBusy",
     "StoreError",
     "check_resume",
     "check_schema_versions",
+    "claim_output_folder",
     "clean_temporaries",
     "damaged",
     "data_files",
@@ -137,6 +150,7 @@ __all__ = [
     "read_provenance",
     "read_scores",
     "read_table",
+    "replace_folder",
     "scan_provenance",
     "score_schema",
     "stored_sample_ids",

@@ -8,6 +8,7 @@ is read, and a (sample_id, layer, head) row stored twice in one score table is r
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ import pyarrow.parquet as pq
 from headstats.io.store.layout import (
     MODEL_KEY,
     PARTITION_KEYS,
+    PROVENANCE_KEY,
     READ_FORMAT,
     Kind,
     Partition,
@@ -102,7 +104,42 @@ def footer_schema(files: Sequence[Path], kind: Kind) -> pa.Schema:
         footers = [pq.read_schema(f) for f in files]
     except (pa.ArrowException, OSError) as err:
         raise damage_in(files, err) from err
+    check_identity(files, footers)
     return pa.unify_schemas([*footers, partitioning(kind).schema]).remove_metadata()
+
+
+def _settings_of(footer: pa.Schema) -> dict | None:
+    meta = footer.metadata or {}
+    try:
+        record = json.loads(meta[PROVENANCE_KEY]) if PROVENANCE_KEY in meta else None
+    except ValueError:
+        return None
+    settings = record.get("settings") if isinstance(record, dict) else None
+    return settings if isinstance(settings, dict) else None
+
+
+def check_identity(files: Sequence[Path], footers: Sequence[pa.Schema]) -> None:
+    """Refuse a partition's data file whose recorded settings (model, weights' hash, dtype, questions,
+    ...) differ from its folder's (``_provenance.json``, else its first file's): a file copied in from
+    another results folder would be read as this one's. Keys only one of them records are not compared."""
+    folder = files[0].parent if files else None
+    if folder is None:
+        return
+    reference = read_provenance(folder)
+    expected = reference.get("settings") if isinstance(reference, dict) else None
+    if not isinstance(expected, dict):
+        return
+    for path, footer in zip(files, footers, strict=True):
+        settings = _settings_of(footer)
+        if settings is None:
+            continue
+        differ = [k for k in settings if k in expected and settings[k] != expected[k]]
+        if differ:
+            detail = "; ".join(f"{k}: {settings[k]!r} there, {expected[k]!r} in the folder" for k in differ[:3])
+            raise StoreError(
+                f"{path} records another run than its folder's ({detail}): it belongs to another results folder; "
+                "move it back there"
+            )
 
 
 def damage_in(files: Sequence[Path], err: BaseException) -> StoreError:

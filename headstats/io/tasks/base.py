@@ -255,6 +255,11 @@ def load_task(
             break
         questions.append(question)
     if exclude_limit is not None:
+        if exclude_limit >= len(questions):
+            raise ValueError(
+                f"exclude_limit (--exclude-limit) {exclude_limit} holds out every one of the {len(questions)} "
+                f"questions of {task.name!r}: give fewer than {len(questions)}"
+            )
         questions = held_out(questions, exclude_limit, exclude_seed)
         if sample == "first" and limit is not None:
             questions = questions[:limit]

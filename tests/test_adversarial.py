@@ -1,0 +1,665 @@
+"""What a careless or unlucky user does to the newest features, and what headstats answers: nothing of
+theirs lost, nothing silently wrong, one line that names the file or option and what to do.
+
+Each table holds one kind of case; every case asserts the exact message, or that the user's files are
+unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from headstats.io import store
+from headstats.io.store import OutputFolderError
+
+ROOT = Path(__file__).resolve().parents[1]
+USER = "the user's own\n"
+
+
+def cli_error(capsys, args: list[str]) -> str:
+    """The one line a refused command prints (its exit status is not 0)."""
+    from headstats.cli import main
+
+    assert main(args) != 0
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines, "a refusal says why"
+    return lines[-1]
+
+
+# --- refused before any work: options, ranges, selections, files of the wrong kind ----------------
+
+
+def _frontier_file(tmp: Path, shares: str) -> str:
+    path = tmp / "frontier.toml"
+    path.write_text(f'results = "r"\nreport = "rep"\n[models]\nnames = ["smollm2-135m"]\n[prune]\nshares = {shares}\n')
+    return str(path)
+
+
+def _confirm_copy(tmp: Path, old: str, new: str) -> str:
+    text = (ROOT / "analyses" / "confirm.toml").read_text()
+    assert old in text
+    path = tmp / "confirm.toml"
+    path.write_text(text.replace(old, new, 1))
+    return str(path)
+
+
+def _comma_folder(tmp: Path) -> str:
+    (tmp / "a,b").mkdir()
+    return str(tmp / "a,b")
+
+
+PRUNE = ["prune", "--model", "smollm2-135m"]
+REFUSED: list[tuple[str, Callable[[Path], list[str]], Callable[[Path], str]]] = [
+    (
+        "max-drop given as a fraction",
+        lambda t: [*PRUNE, "--certify", "piqa", "--max-drop", "0.02", "--out", str(t / "o")],
+        lambda t: (
+            "headstats: error: --max-drop: an accuracy drop is in points (1 = one point of accuracy), between "
+            "0.1 and 50, not 0.02; for the fraction 0.02, give 2"
+        ),
+    ),
+    (
+        "max-drop beyond any sensible drop",
+        lambda t: [*PRUNE, "--certify", "piqa", "--max-drop", "200", "--out", str(t / "o")],
+        lambda t: (
+            "headstats: error: --max-drop: an accuracy drop is in points (1 = one point of accuracy), between "
+            "0.1 and 50, not 200"
+        ),
+    ),
+    (
+        "prune --out an existing file",
+        lambda t: [*PRUNE, "--shares", "0.1", "--out", str(t / "afile")],
+        lambda t: (
+            f"headstats: error: --out {t / 'afile'} is a file, not a folder; give a new folder or one headstats wrote"
+        ),
+    ),
+    (
+        "an empty item in a list",
+        lambda t: ["ablate", "--model", "smollm2-135m", "--task", "piqa", "--targets", "0.1,,0.2", "--out", str(t)],
+        lambda t: (
+            "headstats: error: headstats ablate: argument --targets: '0.1,,0.2' has an empty item: separate "
+            "the items with single commas (see headstats ablate --help)"
+        ),
+    ),
+    (
+        "an empty selection of paths",
+        lambda t: ["run", str(ROOT / "analyses" / "confirm.toml"), "--paths", ""],
+        lambda t: (
+            "headstats: error: headstats run: argument --paths: is empty: give at least one item (items are "
+            "separated by commas) (see headstats run --help)"
+        ),
+    ),
+    (
+        "a comma inside a model path",
+        lambda t: ["collect", "--model", _comma_folder(t), "--datasets", "wikipedia", "--out", str(t / "o")],
+        lambda t: (
+            f"headstats: error: headstats collect: argument --model: '{t / 'a,b'}' is a path holding a comma, "
+            "and list items are separated by commas: give a path without one (see headstats collect --help)"
+        ),
+    ),
+    (
+        "run a folder",
+        lambda t: ["run", str(t)],
+        lambda t: (
+            f"headstats: error: analysis file '{t}' is a folder: give a .toml file (see analyses/*.toml for examples)"
+        ),
+    ),
+    (
+        "run a frontier file",
+        lambda t: ["run", str(ROOT / "analyses" / "prune_embedded.toml")],
+        lambda t: (
+            f"headstats: error: {ROOT / 'analyses' / 'prune_embedded.toml'} is a pruning frontier file (it "
+            f"has [prune]): run it with headstats frontier {ROOT / 'analyses' / 'prune_embedded.toml'}"
+        ),
+    ),
+    (
+        "frontier on a confirmation file",
+        lambda t: ["frontier", str(ROOT / "analyses" / "confirm.toml")],
+        lambda t: (
+            f"headstats: error: {ROOT / 'analyses' / 'confirm.toml'} is a confirmation file (it has "
+            f"[confirm]): run it with headstats run {ROOT / 'analyses' / 'confirm.toml'}"
+        ),
+    ),
+    (
+        "frontier --models outside the file's list",
+        lambda t: ["frontier", str(ROOT / "analyses" / "prune_embedded.toml"), "--models", "qwen", "--dry-run"],
+        lambda t: (
+            f"headstats: error: --models: qwen is not in {ROOT / 'analyses' / 'prune_embedded.toml'} (it has "
+            "smollm2-135m, gemma3-270m); add it to its [models] names or optional"
+        ),
+    ),
+    (
+        "frontier --paths, which it has none of",
+        lambda t: ["frontier", str(ROOT / "analyses" / "prune_embedded.toml"), "--paths", "explicit-float32"],
+        lambda t: (
+            "headstats: error: --paths: chooses among a confirmation file's computation paths; "
+            f"{ROOT / 'analyses' / 'prune_embedded.toml'} is a frontier file (it has none)"
+        ),
+    ),
+    (
+        "a frontier file with no shares",
+        lambda t: ["frontier", _frontier_file(t, "[]"), "--dry-run"],
+        lambda t: (
+            f"headstats: error: {t / 'frontier.toml'}: [prune] shares: needs at least one share above 0 (0 is "
+            "the unpruned baseline), e.g. [0.1, 0.2]"
+        ),
+    ),
+    (
+        "a frontier file with the baseline share only",
+        lambda t: ["frontier", _frontier_file(t, "[0.0]"), "--dry-run"],
+        lambda t: (
+            f"headstats: error: {t / 'frontier.toml'}: [prune] shares: needs at least one share above 0 (0 is "
+            "the unpruned baseline), e.g. [0.1, 0.2]"
+        ),
+    ),
+    (
+        "a confirmation's drop beyond any sensible drop",
+        lambda t: ["run", _confirm_copy(t, "drop = 1.0", "drop = 60.0"), "--dry-run"],
+        lambda t: (
+            f"headstats: error: {t / 'confirm.toml'}: [confirm] drop: an accuracy drop is in points (1 = one "
+            "point of accuracy), between 0.1 and 50, not 60"
+        ),
+    ),
+    (
+        "a claim at target 0",
+        lambda t: ["run", _confirm_copy(t, "target = 0.02", "target = 0"), "--dry-run"],
+        lambda t: (
+            f"headstats: error: {t / 'confirm.toml'}: [[claims]] #4 target: a claim's target must be above 0 "
+            "(target 0 zeroes no head: it is the baseline)"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED])
+def test_refused_with_one_line(args, message, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text(USER)
+    assert cli_error(capsys, args(tmp_path)) == message(tmp_path)
+    assert (tmp_path / "afile").read_text() == USER
+    assert not (tmp_path / "o").exists()  # nothing made for a refused command
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")
+def test_an_out_that_cannot_be_created_says_so(tmp_path, capsys) -> None:
+    from headstats.jobs.prune import check_model_folder
+
+    with pytest.raises(OutputFolderError) as err:
+        check_model_folder("/proc/headstats-test/x")
+    assert str(err.value).startswith("--out /proc/headstats-test/x cannot be created (")
+    assert str(err.value).endswith("); give a folder you can write")
+
+
+def test_an_exclude_limit_beyond_the_task_names_the_option(data_dir) -> None:
+    from headstats.io.tasks import load_task
+
+    n = len(load_task("piqa", data_dir=str(data_dir)))
+    with pytest.raises(ValueError) as err:
+        load_task("piqa", exclude_limit=100000, data_dir=str(data_dir))
+    assert str(err.value) == (
+        f"exclude_limit (--exclude-limit) 100000 holds out every one of the {n} questions of 'piqa': "
+        f"give fewer than {n}"
+    )
+
+
+# --- output folders: headstats writes only what its manifest lists, never through a link -----------
+
+
+def _report(out: Path, tables: tuple[str, ...] = ("kept",)) -> Path:
+    from headstats.report.writer import ReportWriter
+
+    writer = ReportWriter(out, "t", dpi=20)
+    for name in tables:
+        writer.table(pd.DataFrame({"a": [1]}), name)
+    return writer.write()
+
+
+def _figure_report(out: Path) -> Path:
+    from matplotlib.figure import Figure
+
+    from headstats.report.writer import ReportWriter
+
+    writer = ReportWriter(out, "t", dpi=20)
+    fig = Figure()
+    fig.subplots().plot([0, 1])
+    writer.figure(fig, "curve", "a curve")
+    return writer.write()
+
+
+def _user_index(out: Path) -> list[Path]:
+    out.mkdir()
+    (out / "index.html").write_text(USER)
+    return [out / "index.html"]
+
+
+def _user_table_beside_a_build(out: Path) -> list[Path]:
+    _report(out, ())  # a build that wrote no table
+    (out / "tables").mkdir()
+    (out / "tables" / "kept.csv").write_text(USER)
+    return [out / "tables" / "kept.csv"]
+
+
+def _linked_figures(out: Path) -> list[Path]:
+    mine = out.parent / "my-figures"
+    mine.mkdir()
+    (mine / "curve.png").write_text(USER)
+    out.mkdir()
+    (out / "figures").symlink_to(mine, target_is_directory=True)
+    return [mine / "curve.png"]
+
+
+def _linked_figures_after_a_build(out: Path) -> list[Path]:
+    _figure_report(out)
+    shutil.rmtree(out / "figures")
+    return _linked_figures_beside(out)
+
+
+def _linked_figures_beside(out: Path) -> list[Path]:
+    mine = out.parent / "my-figures"
+    mine.mkdir()
+    (mine / "curve.png").write_text(USER)
+    (out / "figures").symlink_to(mine, target_is_directory=True)
+    return [mine / "curve.png"]
+
+
+FOLDERS: list[tuple[str, Callable[[Path], list[Path]], Callable[[Path], object], Callable[[Path], str]]] = [
+    (
+        "a report over the user's index.html",
+        _user_index,
+        _report,
+        lambda out: (
+            f"--out {out} holds 1 file(s) that headstats did not write (_manifest.json does not list them) "
+            "where it would write: index.html; move them away or give another --out"
+        ),
+    ),
+    (
+        "a report over the user's table of the same name",
+        _user_table_beside_a_build,
+        _report,
+        lambda out: (
+            f"--out {out} holds 1 file(s) that headstats did not write (_manifest.json does not list them) "
+            "where it would write: tables/kept.csv; move them away or give another --out"
+        ),
+    ),
+    (
+        "a report whose figures/ is a link to the user's folder",
+        _linked_figures,
+        _figure_report,
+        lambda out: (
+            f"--out {out}: figures is a link; headstats does not write through links: remove the link or "
+            "give another --out"
+        ),
+    ),
+    (
+        "a rebuilt report whose figures/ became a link",
+        _linked_figures_after_a_build,
+        _figure_report,
+        lambda out: (
+            f"--out {out}: figures is a link; headstats does not write through links: remove the link or "
+            "give another --out"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("setup", "build", "message"), [c[1:] for c in FOLDERS], ids=[c[0] for c in FOLDERS])
+def test_an_output_folder_never_loses_the_users_files(setup, build, message, tmp_path) -> None:
+    out = tmp_path / "out"
+    users = setup(out)
+    with pytest.raises(OutputFolderError) as err:
+        build(out)
+    assert str(err.value) == message(out)
+    assert all(p.read_text() == USER for p in users)
+
+
+def test_a_report_rebuilt_beside_the_users_files_keeps_them(tmp_path) -> None:
+    out = tmp_path / "out"
+    _report(out, ("kept", "old"))
+    (out / "notes.md").write_text(USER)
+    (out / "tables" / "mine.csv").write_text(USER)
+    _report(out, ("kept",))  # "old" is no longer produced: removed, being headstats' own
+    assert (out / "notes.md").read_text() == USER and (out / "tables" / "mine.csv").read_text() == USER
+    assert not (out / "tables" / "old.csv").exists() and (out / "tables" / "kept.csv").is_file()
+
+
+# --- prune's --out: replaced in place, the user's files kept, nothing hidden left after a kill -----
+
+
+def _pruned(heads: list[tuple[int, int]]):
+    from families import tiny_model
+
+    from headstats.engine.prune import prune_heads
+
+    model = tiny_model("llama", attn="headstats")
+    prune_heads(model, heads)
+    return model
+
+
+def _save(out: Path, heads: list[tuple[int, int]]) -> Path:
+    from headstats.jobs.prune import save_pruned
+
+    return save_pruned(_pruned(heads), None, out, {"removed_heads": [list(h) for h in heads]})
+
+
+def test_a_second_prune_replaces_its_own_files_and_keeps_the_users(tmp_path) -> None:
+    out = tmp_path / "o"
+    _save(out, [(0, 1)])
+    first = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    (out / "README-mine.md").write_text(USER)
+    (out / "eval").mkdir()
+    (out / "eval" / "results.json").write_text(USER)
+    _save(out, [(1, 0), (2, 3)])
+    assert (out / "README-mine.md").read_text() == USER and (out / "eval" / "results.json").read_text() == USER
+    assert json.loads((out / "pruning.json").read_text())["removed_heads"] == [[1, 0], [2, 3]]
+    manifest = json.loads((out / "_manifest.json").read_text())["files"]
+    assert sorted([*manifest, "_manifest.json"]) == first
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no staging folder left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]  # and no hidden copy beside it
+
+
+def test_a_prune_over_an_earlier_one_without_a_manifest_keeps_the_users_files(tmp_path) -> None:
+    out = tmp_path / "o"
+    _save(out, [(0, 1)])
+    (out / "_manifest.json").unlink()  # what an earlier headstats left: pruning.json, no manifest
+    (out / "README-mine.md").write_text(USER)
+    _save(out, [(1, 1)])
+    assert (out / "README-mine.md").read_text() == USER
+    assert json.loads((out / "pruning.json").read_text())["removed_heads"] == [[1, 1]]
+
+
+def test_a_prune_over_the_users_model_folder_is_refused(tmp_path) -> None:
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "config.json").write_text(USER)
+    with pytest.raises(OutputFolderError) as err:
+        _save(out, [(0, 1)])
+    assert str(err.value) == (
+        f"--out {out} holds 1 file(s) that headstats did not write (_manifest.json does not list them) where it "
+        "would write: config.json; move them away or give another --out"
+    )
+    assert (out / "config.json").read_text() == USER
+    assert sorted(p.name for p in out.iterdir()) == ["config.json"]
+
+
+def test_what_a_killed_prune_left_is_removed_by_the_next_one(tmp_path) -> None:
+    out = tmp_path / "o"
+    _save(out, [(0, 1)])
+    staged = out / ".headstats-staging-0123"  # killed while staging inside --out
+    staged.mkdir()
+    (staged / "model.safetensors").write_bytes(b"half")
+    legacy = tmp_path / ".o.ab12cd34"  # an earlier headstats' copy beside --out, killed while saving
+    legacy.mkdir()
+    (legacy / "config.json").write_text('{"headstats_pruning": {"removed_heads": []}}')
+    theirs = tmp_path / ".o.keepmine"  # the user's, of a similar name: not ours
+    theirs.mkdir()
+    (theirs / "notes.txt").write_text(USER)
+    _save(out, [(2, 2)])
+    assert not staged.exists() and not legacy.exists()
+    assert (theirs / "notes.txt").read_text() == USER
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        (lambda p: p.unlink(), "has no pruning.json (a prune that did not finish writing it?)"),
+        (lambda p: p.write_text("{not json"), "has a damaged pruning.json (Expecting property name enclosed in "),
+        (lambda p: p.write_text("[]"), "has a pruning.json without its removed_heads"),
+    ],
+    ids=["missing", "damaged", "not a record"],
+)
+def test_a_pruned_folder_without_its_record_says_what_it_needs(damage, why, tmp_path) -> None:
+    import headstats
+    from headstats.io.models import ModelLoadError
+
+    out = _save(tmp_path / "o", [(0, 1)])
+    damage(out / "pruning.json")
+    with pytest.raises(ModelLoadError) as err:
+        headstats.load_model(str(out), device="cpu")
+    message = str(err.value)
+    assert message.startswith(f"{out} is a pruned model folder that {why}")
+    assert message.endswith(f"; a pruned model needs it whole: run headstats prune again with --out {out}")
+
+
+# --- results identify themselves; damaged records are named ------------------------------------------
+
+
+def test_a_point_file_copied_from_another_models_folder_is_refused(tmp_path) -> None:
+    src = ROOT / "results" / "confirm" / "explicit-float32"
+    partition = tmp_path / "model=smollm2-135m" / "task=hellaswag"
+    shutil.copytree(src / "model=smollm2-135m" / "task=hellaswag", partition)
+    assert len(store.read_interventions(tmp_path, columns=["question_id"])) == 7 * 3000
+    stray = src / "model=gemma3-270m" / "task=hellaswag" / "point-ahon_ln-0.02.parquet"
+    shutil.copy(stray, partition / stray.name)
+    with pytest.raises(store.StoreError) as err:
+        store.read_interventions(tmp_path)
+    assert str(err.value) == (
+        f"{partition / stray.name} records another run than its folder's (model: 'gemma3-270m' there, "
+        "'smollm2-135m' in the folder; revision: 'sha256:5969895578967a30' there, 'sha256:37469e03d78203f9' in the "
+        "folder): it belongs to another results folder; move it back there"
+    )
+
+
+def _frontier_results(tmp: Path) -> Path:
+    shutil.copytree(ROOT / "results" / "prune-embedded", tmp / "r")
+    return tmp / "r" / "model=smollm2-135m"
+
+
+RECORDS: list[tuple[str, str, str, str]] = [
+    ("run.json holding a list", "run.json", "[]", "a JSON object expected, not list"),
+    ("a damaged point record", "points/baseline.json", "{", "not valid JSON: "),
+]
+
+
+@pytest.mark.parametrize(("name", "content", "why"), [c[1:] for c in RECORDS], ids=[c[0] for c in RECORDS])
+def test_a_damaged_frontier_record_is_named(name, content, why, tmp_path) -> None:
+    from headstats.report.frontier import read_points
+
+    root = _frontier_results(tmp_path)
+    (root / name).write_text(content)
+    with pytest.raises(store.StoreError) as err:
+        read_points(tmp_path / "r")
+    message = str(err.value)
+    assert message.startswith(f"{root / name} is damaged ({why}")
+    assert message.endswith("; delete it (and its point's .parquet) and run the frontier again to remake it")
+
+
+@pytest.mark.parametrize("name", ["prune_embedded", "prune_certify"])
+def test_the_committed_frontiers_still_resume_in_points(name: str) -> None:
+    """Drops are in points now (``max_drop = 1.0``); the committed folders recorded 0.01, a fraction,
+    which decides nothing a point holds: they resume as they are."""
+    from headstats.jobs import frontier as F
+
+    frontier = F.load_frontier(ROOT / "analyses" / f"{name}.toml")
+    assert frontier.prune.max_drop == 1.0
+    for model in frontier.model_names(all_models=True):
+        root = F.model_root(frontier, model)
+        if (root / "run.json").is_file():
+            before = (root / "run.json").read_bytes()
+            F.check_run_record(frontier, root, {"cpu": "any"})
+            assert (root / "run.json").read_bytes() == before
+
+
+# --- pre-registration holds ---------------------------------------------------------------------------
+
+
+def _confirmation(tmp: Path, edit: tuple[str, str] | None = None) -> Path:
+    text = (ROOT / "analyses" / "confirm.toml").read_text()
+    if edit is not None:
+        assert edit[0] in text
+        text = text.replace(*edit, 1)
+    text = text.replace('results = "results/confirm"', f'results = "{tmp / "results"}"')
+    text = text.replace('report = "reports/confirm"', f'report = "{tmp / "report"}"')
+    shutil.copytree(ROOT / "results" / "confirm", tmp / "results", dirs_exist_ok=True)
+    path = tmp / "confirm.toml"
+    path.write_text(text)
+    return path
+
+
+def _abstract(report: Path) -> str:
+    md = (report / "summary.md").read_text()
+    return md.split("\n\n")[1]
+
+
+AMENDED = [
+    ("drop", ("drop = 1.0", "drop = 2.0"), "drop: 1.0 -> 2.0"),
+    ("confidence", ("confidence = 0.95", "confidence = 0.8"), "confidence: 0.95 -> 0.8"),
+    (
+        "a claim's target",
+        ("target = 0.02", "target = 0.03"),
+        "claim gemma3-270m ahon_ln@0.02 withdrawn; claim gemma3-270m ahon_ln@0.03 added",
+    ),
+    ("the metric", ('task = "hellaswag"', 'task = "hellaswag"\nmetric = "correct_norm"'), 'metric: "correct" -> '),
+]
+
+
+@pytest.mark.parametrize(("edit", "said"), [c[1:] for c in AMENDED], ids=[c[0] for c in AMENDED])
+def test_a_confirmation_edited_after_its_results_is_an_amendment(edit, said, tmp_path) -> None:
+    from headstats.jobs.confirm import load_confirmation, register
+    from headstats.options import SpecError
+    from headstats.report.confirm import write_confirmation
+
+    plan = load_confirmation(_confirmation(tmp_path, edit))
+    abstract = _abstract(Path(write_confirmation(plan)).parent)
+    assert abstract.startswith("**Amended after results, not pre-registered**: ") and said in abstract
+    assert "stated before this run and amended after it" in abstract
+    assert "## The claims as amended after the run" in (plan.report / "summary.md").read_text()
+    with pytest.raises(SpecError) as err:  # and no pass runs under the changed file
+        register(plan)
+    assert str(err.value).startswith(f"{plan.path.as_posix()} changed since its first pass (")
+    assert str(err.value).endswith(
+        "): a confirmation's claims and rule are fixed before it runs; restore them, or give the changed file its "
+        "own results folder"
+    )
+
+
+def test_an_unchanged_confirmation_is_pre_registered_and_one_without_a_record_says_so(tmp_path) -> None:
+    from headstats.jobs.confirm import REGISTRATION_FILE, load_confirmation, register
+    from headstats.report.confirm import write_confirmation
+
+    plan = load_confirmation(_confirmation(tmp_path))
+    register(plan)  # the same keys: nothing changes
+    abstract = _abstract(Path(write_confirmation(plan)).parent)
+    assert abstract.startswith("Do the exploratory study's certified zeroing shares hold")
+    assert "## The claims as stated before the run" in (plan.report / "summary.md").read_text()
+    (plan.results / REGISTRATION_FILE).unlink()
+    abstract = _abstract(Path(write_confirmation(plan)).parent)
+    assert abstract.startswith(
+        f"**No pre-registration record** (`{(plan.results / REGISTRATION_FILE).as_posix()}` is missing): the rule "
+        "below is the file's current one, which nothing shows predates the results. "
+    )
+
+
+def test_the_committed_confirmation_records_what_it_decided_on() -> None:
+    from headstats.jobs.confirm import amendments, load_confirmation, registration
+
+    plan = load_confirmation(ROOT / "analyses" / "confirm.toml")
+    assert amendments(plan) == []
+    keys = registration(plan)["keys"]
+    assert keys["metric"] == "correct" and keys["drop"] == 1.0 and keys["confidence"] == 0.95
+    assert [c["target"] for c in keys["claims"]] == [0.05, 0.05, 0.05, 0.02]
+
+
+# --- a pass killed after a batch save resumes to the numbers of one never stopped --------------------
+
+CHILD = """
+import sys, time, torch
+import headstats
+from headstats.jobs.sweep import run_sweep
+
+model, tokenizer = headstats.load_model(sys.argv[1], device="cpu", dtype="float32")
+# Slow enough for the parent to kill it part way: a real process, killed by SIGKILL.
+model.register_forward_pre_hook(lambda module, args: time.sleep(0.15))
+run_sweep(model, tokenizer=tokenizer, out=sys.argv[2], task="hellaswag", scores="ahon_ln", targets=[0.3], limit=6,
+          batch_size=4, progress=False)
+"""
+
+
+@pytest.mark.integration  # the bundled HellaSwag questions and the SmolLM2 tokenizer
+def test_a_pass_killed_after_a_batch_save_resumes_like_one_never_stopped(tiny_llama_dir, tmp_path) -> None:
+    import headstats
+    from headstats.jobs.checkpoint import SAVE_EVERY_VARIABLE
+    from headstats.jobs.sweep import run_sweep
+
+    sweep = dict(task="hellaswag", scores="ahon_ln", targets=[0.3], limit=6, batch_size=4, progress=False)
+    env = {**os.environ, SAVE_EVERY_VARIABLE: "0", "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "killed"
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tiny_llama_dir), str(out)], env=env)
+    try:
+        deadline = time.time() + 300
+        saved = []
+        while not saved and time.time() < deadline and child.poll() is None:
+            saved = [p for p in out.rglob(f"{store.PARTIAL_PREFIX}*.npz") if store.partial_sequences(p) > 0]
+            time.sleep(0.02)
+        assert saved, "the pass saved a batch before it could be killed"
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    partition = saved[0].parent
+    assert child.returncode == -signal.SIGKILL
+    assert store.partial_sequences(saved[0]) > 0
+    finished_name = saved[0].name.removeprefix(store.PARTIAL_PREFIX).replace(".npz", ".parquet")
+    assert not (partition / finished_name).exists()  # killed inside the pass, after its save
+
+    model, tokenizer = headstats.load_model(str(tiny_llama_dir), device="cpu", dtype="float32")
+    resumed = run_sweep(model, tokenizer=tokenizer, out=out, **sweep)
+    reference = run_sweep(model, tokenizer=tokenizer, out=tmp_path / "whole", **sweep)
+    names = sorted(p.name for p in reference.glob("*.parquet"))
+    assert names == sorted(p.name for p in resumed.glob("*.parquet")) and finished_name in names
+    for name in names:
+        a = store.read_table(resumed / name).to_pandas()
+        b = store.read_table(reference / name).to_pandas()
+        pd.testing.assert_frame_equal(a, b)
+    assert not list(resumed.glob(f"{store.PARTIAL_PREFIX}*"))
+    assert np.isfinite(store.read_table(resumed / names[0]).to_pandas()["gold_loglik"]).all()
+
+
+# --- no local paths in what is written ----------------------------------------------------------------
+
+
+def test_a_report_of_results_outside_home_names_no_local_folder(tmp_path, capsys) -> None:
+    """Results and report in a folder outside the cache and home (``/data/...``; here the test's
+    temporary folder): the report names them ``<local>/<name>``, never by their absolute path; and
+    a user's index.html in its --out survives the command unchanged."""
+    from headstats.testing.synthetic import write_synthetic_scores
+
+    from headstats.cli import main
+
+    assert not tmp_path.is_relative_to(Path.home())
+    write_synthetic_scores(tmp_path / "r", models=2, n_sequences=16, progress=False)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "index.html").write_text(USER)
+    assert main(["report", str(tmp_path / "r"), "--out", str(tmp_path / "mine")]) != 0
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"headstats: error: --out {tmp_path / 'mine'} holds 1 file(s) that headstats did not write (_manifest.json "
+        "does not list them) where it would write: index.html; move them away or give another --out"
+    )
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["index.html"]
+    assert (tmp_path / "mine" / "index.html").read_text() == USER
+    assert main(["report", str(tmp_path / "r"), "--out", str(tmp_path / "rep")]) == 0
+    for name in ("index.html", "summary.md"):
+        text = (tmp_path / "rep" / name).read_text()
+        assert str(tmp_path) not in text
+        assert "headstats report &lt;local&gt;/r --out &lt;local&gt;/rep" in text or (
+            "headstats report <local>/r --out <local>/rep" in text
+        )
+
+
+def test_a_folder_outside_home_is_recorded_by_its_name_alone() -> None:
+    from headstats.io.assets import portable_name
+
+    assert portable_name("/data/models/my-model") == "<local>/my-model"
+    assert portable_name("smollm2-135m") == "smollm2-135m" and portable_name("org/model") == "org/model"
+    assert portable_name(Path.home() / "models" / "m") == "~/models/m"
