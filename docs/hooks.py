@@ -4,6 +4,7 @@
   page becomes one section per command, rendered from the argparse parser that
   :mod:`headstats.cli.options` derives from the option declarations (:mod:`headstats.specs`), so the
   page lists exactly the flags, allowed names and defaults the command line accepts.
+- Docstrings cross-reference in Sphinx roles (``:func:`name```); the API reference shows the name alone.
 - The committed reports (``reports/``) are published with the site under ``reports/``, so that the
   findings pages link to them.
 """
@@ -11,11 +12,13 @@
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 
 MARKER = "<!-- headstats:cli-reference -->"
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
+SPHINX_ROLE = re.compile(r":(?:func|class|mod|meth|data|attr|exc|obj):(<code>)~?")
 
 
 def _cell(text: str) -> str:
@@ -101,6 +104,10 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if MARKER in markdown:
         return markdown.replace(MARKER, cli_reference())
     return markdown
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    return SPHINX_ROLE.sub(r"\1", html)
 
 
 def on_files(files, config):

@@ -124,6 +124,8 @@ class HeadstatsLM(HFLM):
         if isinstance(pretrained, str) and pretrained in assets.EMBEDDED_MODELS:
             pretrained = str(assets.embedded_model(pretrained))
         device = kwargs.get("device")
+        if device is None and not torch.cuda.is_available():
+            kwargs["device"] = "cpu"  # HFLM's default is cuda:0
         if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"--device {device}: no CUDA device is available here; use --device cpu")
         try:

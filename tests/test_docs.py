@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
 EMBEDDED = re.compile(r"smollm2-135m|gemma3-270m")
+CITATION = re.compile(r"docs/((?:[\w-]+/)*[\w-]+\.md)(?:#([\w-]+))?")
 MOST_NOTEST = 5  # blocks that may be shown without running (a model folder the page cannot make, ...)
 
 
@@ -152,3 +153,11 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "statistics" / "index.html").read_text().count('id="certified"') == 1
     assert "--calibration-limit" in (tmp_path / "site" / "cli" / "index.html").read_text()
     assert (tmp_path / "site" / "reports" / "confirm" / "index.html").exists()  # the findings' links resolve
+    # Every docs page the package, the tests and the README cite exists, with the anchor cited.
+    sources = [ROOT / "README.md", *(ROOT / "headstats").rglob("*.py"), *(ROOT / "tests").glob("*.py")]
+    cited = {m for f in sources for m in CITATION.findall(f.read_text())}
+    assert len(cited) >= 10
+    for page, anchor in sorted(cited):
+        built = tmp_path / "site" / re.sub(r"(^|/)index\.md$|\.md$", r"\1", page) / "index.html"
+        assert built.exists(), f"docs/{page} is cited but not built"
+        assert not anchor or f'id="{anchor}"' in built.read_text(), f"docs/{page}#{anchor} is cited but has no anchor"
