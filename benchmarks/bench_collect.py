@@ -28,7 +28,7 @@ from headstats.io.tasks import collection_source
 
 def by_hand_scores(model: torch.nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
     """What a user would write without headstats: eager attention weights + hooks, then the
-    formulas of SPEC §2 with explicit padding masks. Returns (B, L, H) per score."""
+    formulas of docs/concepts.md#scores with explicit padding masks. Returns (B, L, H) per score."""
     config = model.config
     heads, kv = config.num_attention_heads, config.num_key_value_heads
     d = config.hidden_size // heads

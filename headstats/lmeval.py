@@ -17,7 +17,7 @@ Importing this module registers :class:`HeadstatsLM` with lm-eval as the model `
 - ``heads="3:1;7:4"``: static zeroing of those (layer, head) pairs for every input;
 - ``seed``: the random score's seed.
 
-Two things differ from HFLM's own loop, both needed for zeroing to mean what SPEC §3 says:
+Two things differ from HFLM's own loop, both needed for zeroing to mean what docs/concepts.md#zeroing says:
 
 - every forward pass gets the 2-D attention mask (HFLM's ``_model_call`` passes none), so a head's
   score, and the decision to zero it, never depends on the padding of its batch: a padded batch
@@ -125,6 +125,8 @@ class HeadstatsLM(HFLM):
         if isinstance(pretrained, str) and pretrained in assets.EMBEDDED_MODELS:
             pretrained = str(assets.embedded_model(pretrained))
         device = kwargs.get("device")
+        if device is None and not torch.cuda.is_available():
+            kwargs["device"] = "cpu"  # HFLM's default is cuda:0
         if device is not None and str(device).startswith("cuda") and not torch.cuda.is_available():
             raise ValueError(f"--device {device}: no CUDA device is available here; use --device cpu")
         if device is None and not torch.cuda.is_available() and "parallelize" not in kwargs:

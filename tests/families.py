@@ -211,7 +211,7 @@ def _falcon_v(attn: torch.nn.Module, fused: torch.Tensor) -> torch.Tensor:
 
 
 def reference_scores(model: torch.nn.Module, ids: list[int]) -> dict[str, torch.Tensor]:
-    """Every non-random score id of SPEC §2, (L, H), by the formulas written out literally."""
+    """Every non-random score id of docs/concepts.md#scores, (L, H), by the formulas written out literally."""
     heads, _, d = _geometry(model)
     per_layer: dict[str, list[torch.Tensor]] = {}
     for layer in eager_internals(model, ids):
@@ -235,6 +235,6 @@ def reference_scores(model: torch.nn.Module, ids: list[int]) -> dict[str, torch.
 
 
 def _ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
-    """SPEC leaves 0/0 to headstats, which defines it as 0 (all raw scores are non-negative)."""
+    """The score definitions leave 0/0 to headstats, which defines it as 0 (all raw scores are non-negative)."""
     den = torch.as_tensor(den).expand_as(num)
     return torch.where(den == 0, torch.zeros_like(num), num / torch.where(den == 0, 1.0, den))

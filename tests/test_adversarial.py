@@ -633,9 +633,8 @@ def test_a_report_of_results_outside_home_names_no_local_folder(tmp_path, capsys
     """Results and report in a folder outside the cache and home (``/data/...``; here the test's
     temporary folder): the report names them ``<local>/<name>``, never by their absolute path; and
     a user's index.html in its --out survives the command unchanged."""
-    from headstats.testing.synthetic import write_synthetic_scores
-
     from headstats.cli import main
+    from headstats.testing.synthetic import write_synthetic_scores
 
     assert not tmp_path.is_relative_to(Path.home())
     write_synthetic_scores(tmp_path / "r", models=2, n_sequences=16, progress=False)

@@ -1,4 +1,4 @@
-"""Cluster-aware uncertainty (SPEC §3, issue 10): intervals, tests and noise floors resample clusters,
+"""Cluster-aware uncertainty (docs/statistics.md#uncertainty): intervals, tests and noise floors resample clusters,
 say which, use >= 200 splits, correct split-half correlations to full length and Holm-adjust p-values."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Collection: streamed, resumable Parquet score tables (SPEC §6) and the `headstats collect` command."""
+"""Collection: streamed, resumable Parquet score tables (docs/design.md#table-layout), `headstats collect`."""
 
 from __future__ import annotations
 

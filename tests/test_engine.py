@@ -1,4 +1,4 @@
-"""The score engine against SPEC §2: every score id on every family, padding, GQA, equivalence."""
+"""The score engine against docs/concepts.md#scores: every score id on every family, padding, GQA, equivalence."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Interventions against SPEC §3: zeroing policies, calibration, sweeps, curve summaries."""
+"""Interventions against docs/concepts.md#zeroing: zeroing policies, calibration, sweeps, curve summaries."""
 
 from __future__ import annotations
 
@@ -345,8 +345,9 @@ def test_within_one_point_and_areas_on_hand_made_curves() -> None:
     assert c.crosses and c.value == pytest.approx(10 + 10 / 3)
     assert C.normalised_auc(x, y) == pytest.approx((497.5 + 487.5 + 475) / 30)
     assert C.grid_auc(x, y, 20) == pytest.approx((497.5 + 487.5) / 20)
-    # Goes back up: the first drop counts and the curve is flagged non-monotone (SPEC §3, default
-    # reading); the study's reading takes the *last* crossing. The order of the points does not matter.
+    # Goes back up: the first drop counts and the curve is flagged non-monotone (the default reading,
+    # docs/statistics.md#within-one-point); the study's reading takes the *last* crossing. The order of
+    # the points does not matter.
     c = C.within_one_point([20, 0, 30, 10], [50, 50, 48.5, 48], 50)
     assert c == C.Crossing(5.0, True, censored=False, non_monotone=True)
     c = C.within_one_point([20, 0, 30, 10], [50, 50, 48.5, 48], 50, reading="study")

@@ -185,6 +185,13 @@ def test_bad_model_args_are_clear_errors(model, tokenizer, kwargs: dict, message
         HeadstatsLM(pretrained=model, tokenizer=tokenizer, **kwargs)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="HFLM's own default (cuda:0) is right where CUDA is")
+def test_a_model_folder_without_a_device_loads_on_the_cpu_where_no_cuda_is(tmp_path: Path, tokenizer) -> None:
+    tiny_decoder("llama", len(tokenizer)).save_pretrained(tmp_path / "tiny")
+    lm = HeadstatsLM(pretrained=str(tmp_path / "tiny"), tokenizer=tokenizer, batch_size=2)
+    assert lm.device.type == "cpu" and next(lm.model.parameters()).device.type == "cpu"
+
+
 def test_heads_are_read_from_text_or_pairs() -> None:
     assert head_pairs("3:1;7:4") == [(3, 1), (7, 4)]
     assert head_pairs(" 3:1 ; ") == [(3, 1)]

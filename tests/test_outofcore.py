@@ -1,4 +1,5 @@
-"""Out-of-core statistics equal their in-memory definitions; synthetic tables keep the SPEC §6 contract.
+"""Out-of-core statistics equal their in-memory definitions; synthetic tables keep
+docs/design.md#table-layout.
 
 The reference for every distance is ``scipy.stats.wasserstein_distance`` on the same rows read with
 pandas, and the in-memory modules (:mod:`headstats.stats.distances`, :mod:`headstats.stats.overlap`)

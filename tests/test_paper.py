@@ -39,7 +39,7 @@ def test_published_points_have_the_intervention_summary_layout(points: pd.DataFr
         assert (steps < 0).all() if score in ("awft", "awft_ln") else (steps > 0).all()
     base = points[points["score"] == "baseline"].set_index("model")["accuracy"]
     random0 = curves_only[(curves_only["score"] == "random") & (curves_only["target"] == 0)].set_index("model")
-    assert base.to_dict() == random0["accuracy"].to_dict()  # SPEC §7: baseline = Random's p = 0 point
+    assert base.to_dict() == random0["accuracy"].to_dict()  # docs/design.md#paper-data: baseline = Random's p = 0 point
 
 
 def test_within_one_point_by_hand_for_two_models(curves: pd.DataFrame) -> None:

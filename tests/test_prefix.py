@@ -255,7 +255,7 @@ def test_a_user_call_with_a_cache_is_still_refused(model) -> None:
 
 
 def test_bf16_model_gives_fp32_scores_and_prefix_reuse_stays_close(tokenizer, mmlu, prefix_calls) -> None:
-    """A bf16 model body still computes softmax and every score in fp32 (SPEC §2)."""
+    """A bf16 model body still computes softmax and every score in fp32 (docs/concepts.md#scores)."""
     model = family_model("llama", len(tokenizer), torch.bfloat16)
     sequences = contexts(mmlu, tokenizer)
     with Probe(model, S.score_ids()) as probe, torch.inference_mode():

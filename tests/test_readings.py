@@ -1,4 +1,4 @@
-"""Curve readings and certification (SPEC §3, issue 10): first drop with a non-monotone flag,
+"""Curve readings and certification (docs/statistics.md#within-one-point): first drop with a non-monotone flag,
 censored curves as lower bounds, the study's reading for the paper only, and a certification
 bound that needs data."""
 

@@ -116,21 +116,21 @@ def test_a_join_of_answers_and_prompt_scores_gives_what_pandas_gives(results: Pa
     assert frame["ahon_ln"].std() > 0  # the prompts' means differ: a join to the wrong prompt would show
 
 
-# -- the README's queries ------------------------------------------------------------------------------
+# -- the documentation's queries -----------------------------------------------------------------------
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+GUIDE = Path(__file__).resolve().parents[1] / "docs" / "guides" / "tables.md"
 
 
-def readme_queries() -> list[str]:
-    """The SQL of the README's "Query results with SQL" example, in order."""
-    text = README.read_text()
+def guide_queries() -> list[str]:
+    """The SQL of the guide's "Query results with SQL" example, in order."""
+    text = GUIDE.read_text()
     section = text[text.index("## Query results with SQL") :]
     section = section[: section.index("\n## ", 1)]
     return re.findall(r'con\.sql\("""(.*?)"""\)', section, flags=re.S)
 
 
-def test_the_readmes_queries_give_what_pandas_gives_and_say_something(results: Path) -> None:
-    per_layer, lowest, per_point, joined = (connect(results).sql(q).df() for q in readme_queries())
+def test_the_guides_queries_give_what_pandas_gives_and_say_something(results: Path) -> None:
+    per_layer, lowest, per_point, joined = (connect(results).sql(q).df() for q in guide_queries())
     scores, rows = headstats.read_scores(results), headstats.read_interventions(results)
 
     expected = scores.groupby(["model", "dataset", "layer"]).agg(

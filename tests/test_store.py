@@ -1,4 +1,4 @@
-"""The results layout (SPEC §6) and its one owner, headstats.io.store: atomic checksummed writes,
+"""The results layout (docs/design.md#table-layout) and its one owner, headstats.io.store: atomic checksummed writes,
 one writer per partition, resume checks, damage detection, reading without duplicates."""
 
 from __future__ import annotations

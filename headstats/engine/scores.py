@@ -1,4 +1,4 @@
-"""The score functions of SPEC §2: one registry, pure tensor math.
+"""The score functions of docs/concepts.md#scores: one registry, pure tensor math.
 
 A raw score is a *token statistic* (a number per query token of one head, computed from that
 token's attention row, value vector or head output) pooled over the valid tokens of the sequence
@@ -377,7 +377,7 @@ register(
 
 def score_ids() -> tuple[str, ...]:
     """Every registered score id, in registration order: the column order of every table (the
-    built-in scores are registered in the order of SPEC §2; a user's scores follow)."""
+    built-in scores are registered in the order of docs/concepts.md#scores; a user's scores follow)."""
     return tuple(SCORES)
 
 
@@ -455,7 +455,7 @@ def check_threshold(score_id: str, threshold: float) -> float:
 
 
 def is_inactive(score_id: str, values: torch.Tensor, threshold: float) -> torch.Tensor:
-    """Boolean mask of heads a score calls inactive at ``threshold`` (strict inequality, SPEC §2)."""
+    """Boolean mask of heads a score calls inactive at ``threshold`` (strict inequality, docs/concepts.md#scores)."""
     if get_score(score_id).inactive_when == "above":
         return values > threshold
     return values < threshold

@@ -24,7 +24,7 @@ KEY_COLUMNS = ("sample_id", "layer", "head", "kv_head", "n_tokens")
 def record_to_table(
     record: ForwardRecord, sample_ids: Sequence[int], score_ids: Sequence[str], kv_group: int
 ) -> pa.Table:
-    """One forward's scores as rows of (sample, layer, head), the layout of SPEC §6."""
+    """One forward's scores as rows of (sample, layer, head), the layout of docs/design.md#table-layout."""
     first = record.scores[score_ids[0]]
     b, n_layers, n_heads = first.shape
     per_sample = n_layers * n_heads

@@ -1,4 +1,4 @@
-"""Zeroing heads inside the forward pass: dynamic, static and random policies (SPEC §3).
+"""Zeroing heads inside the forward pass: dynamic, static and random policies (docs/concepts.md#zeroing).
 
 All three are policies of one :class:`~headstats.engine.probe.Probe`: the attention function asks the
 policy, in every layer, which heads to zero, and sets those heads' outputs O to 0 at all positions

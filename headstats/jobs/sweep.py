@@ -2,7 +2,8 @@
 
 Runs what :func:`~headstats.jobs.sweep_plan.plan_sweep` left to do: for each pending point, calibrate
 the score's threshold for p, zero heads under that threshold (:func:`ablate_heads`) and evaluate
-every question. Each point is one Parquet file of per-question rows (SPEC §6), written atomically, so
+every question. Each point is one Parquet file of per-question rows (docs/design.md#table-layout),
+written atomically, so
 a sweep resumes point by point: a finished point is skipped, an interrupted one left nothing behind.
 Points run coarse to fine in their targets, every score at each level, so a stopped sweep has every
 curve on a coarser grid. Each point file records its pass's wall and CPU time, when it finished, and
@@ -438,7 +439,7 @@ class Runner:
 
 
 def to_rows(frame: pd.DataFrame, point: Point, threshold: float, n_heads: int) -> pd.DataFrame:
-    """The evaluator's per-question frame as intervention rows (SPEC §6, :data:`ROW_COLUMNS`).
+    """The evaluator's per-question frame as intervention rows (docs/design.md#table-layout, :data:`ROW_COLUMNS`).
 
     ``subject`` stays null for tasks without subjects, ``correct_norm`` null where the task does not
     report it; ``n_zeroed`` is float64 because a question scored in several sequences (one per

@@ -1,7 +1,7 @@
 """A sweep's plan: its points, its resume key and what its results folder already holds.
 
 One sweep is the baseline (the un-intervened model) plus one *point* per (score, target fraction p),
-each one Parquet file under ``OUT/model=<slug>/task=<task>/`` (SPEC §6). :func:`plan_sweep` checks
+each one Parquet file under ``OUT/model=<slug>/task=<task>/`` (docs/design.md#table-layout). :func:`plan_sweep` checks
 every input (task, options, output folder, calibration data) before any model loads and returns a
 :class:`SweepPlan`, which says which points are done: a point counts when its whole file was computed
 on the path this sweep runs (one attention kernel, :attr:`SweepPlan.materialise`, on whole

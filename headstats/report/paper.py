@@ -39,7 +39,7 @@ from headstats.stats.summary import BASELINE, CURVE_QUESTION_COLUMNS, POINT_COLU
 DATA_FILE = "paper_mmlu_curves.json"
 TASK = "mmlu"
 
-# Class names of the study's code -> headstats score ids (SPEC §7).
+# Class names of the study's code -> headstats score ids (docs/design.md#paper-data).
 PAPER_SCORE_IDS: dict[str, str] = {
     "Random": "random",
     "Dormant": "awft",

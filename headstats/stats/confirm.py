@@ -1,5 +1,5 @@
-"""Verdicts of a pre-registered confirmatory run (SPEC §3: "a confirmatory claim is stated before its
-run and tested on questions its choice never saw").
+"""Verdicts of a pre-registered confirmatory run (docs/statistics.md#confirmation-verdicts): a
+confirmatory claim is stated before its run and tested on questions its choice never saw.
 
 A claim says: zeroing the heads ``score`` calls inactive at ``target`` (threshold calibrated as the
 sweep calibrates it) costs ``model`` at most ``drop`` accuracy points on ``task``. It is tested on

@@ -1,4 +1,5 @@
-"""Accuracy-vs-%-heads-zeroed curves: the "within 1 point" readings and curve areas (SPEC §3).
+"""Accuracy-vs-%-heads-zeroed curves: the "within 1 point" readings and curve areas
+(docs/statistics.md#within-one-point).
 
 A curve is a set of points (realised % of heads zeroed, accuracy %), read as the piecewise-linear
 curve through them sorted by realised %. Functions take plain sequences so they serve the

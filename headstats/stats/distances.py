@@ -1,11 +1,12 @@
 """Wasserstein-1 distances between models' score distributions, with cluster-level uncertainty.
 
-The question (SPEC §1): does fine-tuning or scale change how a score is distributed over the
+The question (docs/statistics.md#comparison-verdicts): does fine-tuning or scale change how a score
+is distributed over the
 (sequence, layer, head) triples of a model? The distance is W1 between the two pooled score
 distributions, overall and per *relative depth* (layers binned by ``layer / (L - 1)``, so a 16-layer
 and a 36-layer model compare bin by bin).
 
-**The unit of sampling is the cluster**, not the row (SPEC §3). The rows of one sequence (every
+**The unit of sampling is the cluster**, not the row (docs/statistics.md#uncertainty). The rows of one sequence (every
 layer and head) are strongly dependent: they all saw the same text. Sequences can be dependent
 too: MMLU prompts of one subject share their 5-shot prefix, passages cut from one document share
 its text. Treating dependent units as independent makes intervals far too narrow, tests reject far
@@ -92,7 +93,7 @@ __all__ = [
 
 Design = Literal["auto", "paired", "unpaired"]
 ALL_DEPTHS = "all"
-DEFAULT_SPLITS = 200  # random halvings behind a noise floor (SPEC §3: at least 200)
+DEFAULT_SPLITS = 200  # random halvings behind a noise floor (docs/statistics.md#noise-floor: at least 200)
 _BATCH_ELEMENTS = 1 << 22  # rows x replicates per vectorised batch: bounded temporaries
 
 

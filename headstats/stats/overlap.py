@@ -65,7 +65,7 @@ def missed_share(found: ArrayLike | set, other: ArrayLike | set) -> float:
 
 def select(values: np.ndarray, score_id: str, rate: float) -> np.ndarray:
     """The rows a score would zero at target fraction ``rate``, thresholded at its own quantile of
-    ``values`` (the calibration rule of SPEC §3, strict inequality in the score's direction)."""
+    ``values`` (the calibration rule of docs/concepts.md#zeroing, strict inequality in the score's direction)."""
     score = get_score(score_id)
     frame = pd.DataFrame({score.id: np.asarray(values, dtype=np.float64)})
     # random's threshold is p itself (u ~ U(0,1) below p), not a quantile of the stored draws

@@ -1,4 +1,4 @@
-"""Statistics of per-question results: accuracy intervals and paired comparisons (SPEC §3, §6).
+"""Statistics of per-question results: accuracy intervals and paired comparisons (docs/statistics.md).
 
 An intervention and its baseline answer the *same* questions, so their difference is judged
 question by question: a question answered correctly by both (or by neither) says nothing about the
@@ -11,7 +11,7 @@ difference. That pairing is why intervention results are stored per question.
 - :func:`paired_bootstrap`: a percentile bootstrap interval of the mean paired difference,
   resampling questions, or whole clusters of questions (MMLU subjects share their few-shot prefix).
 - :func:`drop_bound`: one-sided bounds of the paired accuracy *drop* (baseline - intervened) from
-  Tango's score interval, the basis of "certified within 1 point" (SPEC §3). A bootstrap of a pair
+  Tango's score interval, the basis of "certified within 1 point" (docs/statistics.md#certified). A bootstrap of a pair
   of identical answer vectors is exactly [0, 0] and would certify a drop of 0 from 5 questions; the
   score interval stays honest when few or no answers changed: with no changed answer among n
   questions its upper bound is z² / (n + z²) (11.9% for n = 20, 0.054% for n = 5,000). With

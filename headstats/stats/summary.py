@@ -1,4 +1,5 @@
-"""Summaries of intervention results: one row per sweep point, one row per accuracy curve (SPEC §3).
+"""Summaries of intervention results: one row per sweep point, one row per accuracy curve
+(docs/statistics.md#within-one-point).
 
 Input: per-question rows as :func:`headstats.read_interventions` returns them (columns ``model,
 task, subject, question_id, score, target, threshold, correct, n_zeroed, n_heads, ...``; the
@@ -145,9 +146,9 @@ def chance_percent(rows: pd.DataFrame) -> float:
 
 
 def prepare_rows(df: pd.DataFrame, metric: str) -> pd.DataFrame:
-    """Per-question intervention rows checked (the SPEC §6 columns, 0/1 ``metric``, no question twice
-    in a point) and normalised (empty subjects as "", the baseline at target 0), with ``_ok`` the
-    metric as booleans."""
+    """Per-question intervention rows checked (the columns of docs/design.md#table-layout, 0/1
+    ``metric``, no question twice in a point) and normalised (empty subjects as "", the baseline at
+    target 0), with ``_ok`` the metric as booleans."""
     if not isinstance(df, pd.DataFrame) or len(df) == 0:
         raise ValueError(
             "no intervention rows to summarise: run `headstats ablate` and read them with read_interventions"
@@ -155,7 +156,7 @@ def prepare_rows(df: pd.DataFrame, metric: str) -> pd.DataFrame:
     required = {"score", "target", "question_id", "n_zeroed", "n_heads", metric}
     missing = sorted(required - set(df.columns))
     if missing:
-        raise ValueError(f"intervention rows lack the column(s) {', '.join(missing)} (SPEC §6 layout expected)")
+        raise ValueError(f"intervention rows lack the column(s) {', '.join(missing)} (see docs/design.md#table-layout)")
     frame = df.copy()
     for col in (*GROUP, "subject"):
         if col not in frame.columns:

@@ -1,4 +1,4 @@
-"""Thresholds for target fractions of zeroed heads (SPEC §3).
+"""Thresholds for target fractions of zeroed heads (docs/concepts.md#zeroing).
 
 A score's threshold for a target fraction p is a quantile of that score pooled over every
 (sequence, layer, head) row of the un-intervened model's score table on a calibration dataset:

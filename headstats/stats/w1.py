@@ -1,4 +1,4 @@
-"""Every Wasserstein-1 kernel of headstats, on numpy arrays (SPEC §1: distances between models).
+"""Every Wasserstein-1 kernel of headstats, on numpy arrays (docs/statistics.md#w1: distances between models).
 
 Two formulations of the same integral, each where it is cheapest:
 

@@ -1,4 +1,4 @@
-"""Synthetic score tables in the layout of SPEC §6, for testing and benchmarking analysis at scale.
+"""Synthetic score tables in the layout of docs/design.md#table-layout, for testing and benchmarking analysis at scale.
 
 Collecting a 50M-row table from real models takes GPU-hours; code that analyses such tables needs
 them to show it stays within time and memory. :func:`write_synthetic_scores` writes a table with

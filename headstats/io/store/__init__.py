@@ -1,4 +1,4 @@
-"""The results layout of SPEC §6, and its only owner: writing, finding, reading, resume checks.
+"""The results layout of docs/design.md#table-layout, and its only owner: writing, finding, reading, resume checks.
 
 - :mod:`~headstats.io.store.layout`: where each table and record lives and what its files hold
   (partition keys, file names, the score schema, the Parquet options).

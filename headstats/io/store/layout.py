@@ -1,4 +1,4 @@
-"""The results layout of SPEC §6: where each table and record lives, and what its files hold.
+"""The results layout of docs/design.md#table-layout: where each table and record lives, and what its files hold.
 
 Score tables live in ``ROOT/model=<slug>/dataset=<name>/part-*.parquet``; intervention results in
 ``ROOT/model=<slug>/task=<name>/*.parquet`` (one file per sweep point, named by

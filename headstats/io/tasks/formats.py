@@ -1,7 +1,7 @@
 """Prompt formats: whether a BOS token comes first and whether the chat template is applied.
 
-What the first token is changes what ``awft`` and ``ftvvn`` measure (SPEC §2), so the choice is
-explicit and recorded with every table. Formats:
+What the first token is changes what ``awft`` and ``ftvvn`` measure
+(docs/concepts.md#padding-and-the-first-token), so the choice is explicit and recorded with every table. Formats:
 
 ``tokenizer`` (default)
     The tokenizer's own special-token behaviour, as lm-evaluation-harness does today without a chat

@@ -1,6 +1,6 @@
 """Build a fine-tuning chain from a base model: SFT -> DPO -> GRPO with TRL, checkpointed along the way.
 
-This is how the study's comparison (base vs its fine-tuned versions, SPEC §1) runs on weights a user
+This is how the study's comparison (base vs its fine-tuned versions, docs/guides/compare.md) runs on weights a user
 has: OLMo-2's post-training recipe in miniature. Supervised fine-tuning on question -> answer pairs
 (TriviaQA, Natural Questions, SciQ), preference tuning with DPO on gold vs wrong answers, and
 reinforcement learning with a verifiable reward (GRPO). The material and its train / held-out split
