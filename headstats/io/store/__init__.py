@@ -72,6 +72,7 @@ from headstats.io.store.tables import (
 from headstats.io.store.write import (
     PROVENANCE_PACKAGES,
     PartWriter,
+    code_commit,
     ensure_writable,
     make_provenance,
     mark_done,
@@ -112,6 +113,7 @@ __all__ = [
     "check_resume",
     "check_schema_versions",
     "clean_temporaries",
+    "code_commit",
     "damaged",
     "data_files",
     "duplicate_samples",
