@@ -737,6 +737,53 @@ class FinetuneSpec(Seeded, Staged, Output):
             )
 
 
+def _stage_end(value: str) -> None:
+    stage, _, step = str(value).partition("@")
+    if stage not in FINETUNE_STAGES or not step.isdigit():
+        raise ValueError(f"a stage end is STAGE@STEP with STAGE one of {', '.join(FINETUNE_STAGES)}, not {value!r}")
+
+
+HOLM_FAMILIES: tuple[str, ...] = ("stage_end", "all")
+
+
+@dataclass(frozen=True)
+class FinetuneDesign(Spec):
+    """``[design]`` of an analysis file: the pre-registered decision of a fine-tuning comparison with
+    seeds as the unit (the file's comment block gives the reasons). Checked when the file loads, so a
+    misspelt key fails before any work; the report that decides reads it."""
+
+    WHAT: ClassVar[str] = "design"
+
+    recipe_hash: str = option(
+        "", "the hash, without the seed, of the recipe every chain trains with (in its directory's name)", cli=False
+    )
+    chains: str = option("", "the folder the chains are built in", cli=False)
+    seeds: tuple[int, ...] = option((), "the training seeds, one chain each", cli=False)
+    stage_ends: tuple[str, ...] = option((), "the checkpoints compared with the base, as STAGE@STEP", each=_stage_end)
+    texts: int = option(128, "texts per dataset", minimum=1, cli=False)
+    margin: float | None = option(None, "equivalence margin, in W1 over the base's IQR", minimum=0, cli=False)
+    alpha: float = option(0.05, "family-wise level of the moved tests; level of each equivalence test", cli=False)
+    family: str = option(
+        "stage_end",
+        "Holm family of the moved tests: the cells of one stage end, or every cell",
+        choices=HOLM_FAMILIES,
+        noun="Holm family",
+        cli=False,
+    )
+    min_seeds: int = option(6, "fewest seeds that learned which still decide a stage end", minimum=2, cli=False)
+    power_moved: float | None = option(None, "simulated power of the moved test at the margin", cli=False)
+    power_equivalent: float | None = option(None, "simulated power of the equivalence test at no movement", cli=False)
+    cpu_hours: float | None = option(None, "planned CPU hours (training and scoring)", minimum=0, cli=False)
+
+    def check(self) -> None:
+        if self.margin is None:
+            raise SpecError("margin", "no margin given: state it in W1 over the base's IQR, before the data")
+        if not 0 < self.alpha < 1:
+            raise SpecError("alpha", f"must lie strictly between 0 and 1, not {self.alpha}")
+        if len(self.seeds) < self.min_seeds:
+            raise SpecError("seeds", f"lists {len(self.seeds)} seeds, fewer than min_seeds = {self.min_seeds}")
+
+
 DEFAULT_PRUNE_SHARES = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
 # What a prune removes: query heads, or whole KV groups (all query heads sharing a KV head, so the KV
 # cache shrinks; one head in a multi-head model).
@@ -873,6 +920,7 @@ __all__ = [
     "CollectSection",
     "CollectSpec",
     "ConfirmSection",
+    "FinetuneDesign",
     "FrontierSpec",
     "ListSpec",
     "LoadOptions",

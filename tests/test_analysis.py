@@ -47,6 +47,10 @@ def test_the_embedded_analysis_runs_the_real_embedded_model_on_bundled_data() ->
         ('[models]\nnames = ["m"]\n[[ablate]]\ntask = "mmlu"\nscores = ["bogus"]\n', "unknown score id"),
         ('[models]\nnames = ["m"]\n[collect]\ndatasets = ["no-such.jsonl"]\n', "no-such.jsonl"),
         ("[models\n", "not valid TOML"),
+        ('[models]\nnames = ["m"]\n[design]\nmargn = 0.1\n', r"\[design\].*unknown key.*margn"),
+        ('[models]\nnames = ["m"]\n[design]\nseeds = [0, 1]\nmin_seeds = 2\n', "no margin given"),
+        ('[models]\nnames = ["m"]\n[design]\nmargin = 0.1\nseeds = [0, 1]\n', "fewer than min_seeds = 6"),
+        ('[models]\nnames = ["m"]\n[design]\nmargin = 0.1\nstage_ends = ["sft-40"]\n', "STAGE@STEP"),
     ],
 )
 def test_bad_analysis_files_are_refused_before_any_work(tmp_path: Path, text: str, message: str) -> None:
@@ -54,6 +58,25 @@ def test_bad_analysis_files_are_refused_before_any_work(tmp_path: Path, text: st
     path.write_text(text)
     with pytest.raises((ValueError, FileNotFoundError), match=message):
         load_analysis(path)
+
+
+def test_the_fine_tuning_confirmation_reads_its_design_and_dry_runs_before_its_chains_exist(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The pre-registered design loads with every key checked, and a dry run names the checkpoints not
+    trained yet instead of failing on the first (the file's chains moved to an empty folder here)."""
+    spec = load_analysis(ANALYSES / "finetuning_confirm.toml")
+    design = spec.design
+    assert design is not None and len(design.seeds) == 12 and design.margin == 0.12
+    assert design.stage_ends == ("sft@40", "dpo@30", "grpo@40") and spec.collect.limit == design.texts
+    chains = [m for m in spec.models if m.startswith(f"{design.chains}/gemma3-270m-{design.recipe_hash}-seed-")]
+    assert len(chains) == len(spec.models) == 1 + 3 * len(design.seeds)
+    assert load_analysis(ANALYSES / "embedded.toml").design is None
+    moved = tmp_path / "finetuning_confirm.toml"
+    moved.write_text((ANALYSES / "finetuning_confirm.toml").read_text().replace(design.chains, str(tmp_path)))
+    assert main(["run", "--dry-run", str(moved), "--stages", "collect"]) == 0
+    out = capsys.readouterr().out
+    assert f"{len(spec.models)} model folder(s) not written yet" in out and "(nothing to run)" in out
 
 
 def test_missing_analysis_file_is_a_clear_cli_error(capsys: pytest.CaptureFixture) -> None:

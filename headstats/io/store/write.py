@@ -81,6 +81,24 @@ def package_versions(dists: Sequence[str] = PROVENANCE_PACKAGES, missing: str | 
     return versions
 
 
+def code_commit() -> dict[str, object]:
+    """The git commit of the headstats code that runs (``commit``, 40 hex digits) and whether the
+    package's tracked files differ from it (``modified``); ``{"commit": ""}`` outside a git checkout."""
+    import subprocess
+
+    package = Path(__file__).resolve().parents[2]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=package, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        modified = bool(git("status", "--porcelain", "--untracked-files=no", "--", "."))
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": ""}
+    return {"commit": commit, "modified": modified}
+
+
 def make_provenance(settings: Mapping[str, object] | None = None, **fields: object) -> dict[str, object]:
     """Provenance common to every table: schema version, package versions, date, plus ``fields``.
 

@@ -49,6 +49,7 @@ def finetune(
     root = layout.chain_dir(spec.base, spec.out, recipe)
     root.mkdir(parents=True, exist_ok=True)
     record = chain_record(root, spec.base, recipe)
+    store.write_json_atomic(record, root / RECIPE_FILE)
     chain = Chain(root, spec.base, recipe, [save_base(root, spec.base, recipe)], layout.read_json(root / METRICS_FILE))
     start = spec.base
     for name in spec.stages:
@@ -67,6 +68,7 @@ def chain_record(root, base: str, recipe: Recipe) -> dict:
     return {
         "recipe": recipe.to_dict(),
         "hash": recipe.digest(identity),
+        "recipe_hash": recipe.recipe_digest(identity),
         "base": base,
         "base_identity": identity,
         "chain": list(STAGES),
@@ -89,7 +91,8 @@ def save_base(root, base: str, recipe: Recipe) -> Checkpoint:
     path = root / "base"
     if not layout.is_complete(path):
         model, tokenizer = training.load_for_training(base, recipe.chat_template)
-        layout.write_checkpoint(model, tokenizer, path, {"stage": "base", "step": 0, "steps": 0, "source": base})
+        info = {"stage": "base", "step": 0, "steps": 0, "source": base, **layout.provenance(root)}
+        layout.write_checkpoint(model, tokenizer, path, info)
     return Checkpoint("base", 0, 0, path)
 
 
@@ -103,6 +106,7 @@ def stage_data(name: str, recipe: Recipe) -> fd.StageData:
         data_dir=recipe.data_dir,
         sources=recipe.grpo_sources if name == "grpo" else None,
         rejected=recipe.dpo_rejected,
+        evidence_seed=recipe.evidence_seed,
     )
 
 

@@ -1,16 +1,19 @@
 """Where a fine-tuning chain lives on disk, and its checkpoints.
 
-One directory per recipe and base model, named by their hash::
+One directory per recipe, seed and base model, named by the hash of the recipe (its seed left out, so
+the seed replicates of a recipe share it) and the base, and by the seed::
 
-    OUT/<base>-<hash>/recipe.json        the recipe with its provenance (data splits, versions, trainer)
-    OUT/<base>-<hash>/metrics.json       learning evidence per stage and checkpoint, run times
-    OUT/<base>-<hash>/base/              the base model, saved with the chain's chat template
-    OUT/<base>-<hash>/sft/step-00012/    a checkpoint: save_pretrained model + tokenizer (with the chat
-    ...                                  template); ``headstats.load_model(path)`` reads it
-    OUT/<base>-<hash>/dpo/..., grpo/...
+    OUT/<base>-<hash>-seed-<N>/recipe.json      the recipe with its provenance (data splits, versions, trainer)
+    OUT/<base>-<hash>-seed-<N>/metrics.json     learning evidence per stage and checkpoint, run times
+    OUT/<base>-<hash>-seed-<N>/base/            the base model, saved with the chain's chat template
+    OUT/<base>-<hash>-seed-<N>/sft/step-00012/  a checkpoint: save_pretrained model + tokenizer (with the
+    ...                                         chat template); ``headstats.load_model(path)`` reads it
+    OUT/<base>-<hash>-seed-<N>/dpo/..., grpo/...
 
+A chain built when the directory was ``OUT/<base>-<hash of the recipe with its seed>`` is found there.
 A checkpoint is written to a temporary sibling directory and renamed into place, with its
-``HEADSTATS_CHECKPOINT.json`` inside: a checkpoint that exists is complete and is never written again.
+``HEADSTATS_CHECKPOINT.json`` inside (stage, step, chain, the recipe's hash, the seed and the code's
+git commit): a checkpoint that exists is complete and is never written again.
 """
 
 from __future__ import annotations
@@ -78,10 +81,28 @@ def base_identity(base: str) -> str:
 
 
 def chain_dir(base: str, out: str | os.PathLike, recipe: Recipe) -> Path:
-    """The directory of the chain ``recipe`` builds from ``base`` under ``out``."""
+    """The directory of the chain ``recipe`` builds from ``base`` under ``out``: ``<base>-<hash>-seed-<N>``,
+    or the directory an earlier version named by the hash of the recipe with its seed, where one exists
+    (so a chain built then is found and resumed)."""
     from headstats.io.models import model_slug
 
-    return Path(out).expanduser() / f"{model_slug(base)}-{recipe.digest(base_identity(base))}"
+    identity, out = base_identity(base), Path(out).expanduser()
+    earlier = out / f"{model_slug(base)}-{recipe.digest(identity)}"
+    if earlier.is_dir():
+        return earlier
+    return out / f"{model_slug(base)}-{recipe.recipe_digest(identity)}-seed-{recipe.seed}"
+
+
+def provenance(root: Path) -> dict:
+    """What every checkpoint of the chain at ``root`` records besides its stage and step: the chain, the
+    recipe's hash (without the seed), the seed and the git commit of the code that trains."""
+    record = read_json(root / RECIPE_FILE)
+    return {
+        "chain": root.name,
+        "recipe_hash": record.get("recipe_hash", ""),
+        "seed": record.get("recipe", {}).get("seed"),
+        "code": store.code_commit(),
+    }
 
 
 def checkpoint_path(root: Path, stage: str, step: int) -> Path:

@@ -93,6 +93,13 @@ class Recipe(Spec):
         "material and is measured on the same held-out examples",
     )
     eval_fraction: float = option(0.25, "share of every dataset held out (by a hash of the prompt text)")
+    evidence_seed: int | None = option(
+        None,
+        "seed of the learning-evidence split: None measures learning on the held-out part (on which the "
+        "built-in recipes were tuned); a seed sets that part aside and measures learning on an eval_fraction "
+        "of the train part drawn by the prompt's hash under this seed, which no recipe was tuned on "
+        "(finetune_data.evidence_part_of)",
+    )
     hellaswag_rows: int = option(4000, "DPO uses this fixed leading part of HellaSwag's validation set", minimum=1)
     checkpoints: tuple[float, ...] = option((0.25, 0.5, 1.0), "fractions of each stage's steps", each=_fraction)
     chat_template: str = option(fd.GEMMA_CHAT_TEMPLATE, "the chat template every stage and checkpoint uses")
@@ -149,6 +156,8 @@ class Recipe(Spec):
     def to_dict(self) -> dict:
         """The recipe as ``recipe.json`` records it (plain JSON types, with the format's version)."""
         data = dataclasses.asdict(self)
+        if data["evidence_seed"] is None:  # the recipes written before the option keep their hashes
+            del data["evidence_seed"]
         return {
             "version": RECIPE_VERSION,
             **data,
@@ -169,9 +178,18 @@ class Recipe(Spec):
         return cls.from_dict(json.loads(text))
 
     def digest(self, base: str = "") -> str:
-        """Hash of the recipe and the base model's identity (12 hex digits)."""
-        payload = json.dumps({"recipe": self.to_dict(), "base": base}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+        """Hash of the recipe, its seed included, and the base model's identity (12 hex digits): the name
+        of a chain built before its directory named the seed (:func:`headstats.jobs.finetune.layout.chain_dir`)."""
+        return _hash({"recipe": self.to_dict(), "base": base})
+
+    def recipe_digest(self, base: str = "") -> str:
+        """Hash of the recipe without its seed and the base model's identity (12 hex digits): the seed
+        replicates of one recipe share it."""
+        return _hash({"recipe": {k: v for k, v in self.to_dict().items() if k != "seed"}, "base": base})
+
+
+def _hash(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def scaled(stage: StageRecipe, scale: float, grouped: bool = False) -> StageRecipe:
