@@ -56,6 +56,14 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def compare(models: list[str] | tuple[str, ...], *, out: str, **options: object) -> object:
+    """Compare ``models[0]`` with the other models on the same texts and write the report to ``out``
+    (:func:`headstats.pipeline.compare`; the options are :class:`headstats.specs.CompareSpec`'s)."""
+    from headstats.pipeline import compare as _compare
+
+    return _compare(models, out=out, **options)
+
+
 def connect(root: str) -> object:
     """A DuckDB connection with views ``scores`` and ``interventions`` over a results folder
     (:func:`headstats.io.sql.connect`; needs ``pip install 'headstats[sql]'``)."""
@@ -72,6 +80,7 @@ __all__ = [
     "__version__",
     "ablate_heads",
     "collect_scores",
+    "compare",
     "connect",
     "get_score",
     "load_model",

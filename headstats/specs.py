@@ -802,6 +802,62 @@ class ListSpec(Spec):
     )
 
 
+def _format_change(value: str) -> None:
+    if value != "auto" and value not in _prompt_formats():
+        raise ValueError(f"unknown prompt format {value!r}: choose auto or one of {', '.join(_prompt_formats())}")
+
+
+@dataclass(frozen=True)
+class CompareSpec(CollectSpec, LoadOptions, Figures, Output):
+    """Options of :func:`headstats.jobs.compare.compare` (``headstats compare``, a ``[compare]`` study
+    file): the models (the reference first), what is collected (:class:`CollectSpec`, how models load
+    (:class:`LoadOptions`), the report folder (``out``) and how the comparison decides."""
+
+    WHAT: ClassVar[str] = "comparison"
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {"limit": 128, "dpi": 90}
+
+    models: tuple[str, ...] = option(
+        (), "the reference model, then the models compared with it (embedded names, folders or Hub ids)", cli=False
+    )
+    data: tuple[str, ...] = option(
+        ("wikipedia",),
+        "comma-separated datasets: built-in ones or .jsonl/.parquet/.txt files",
+        choices=_datasets,
+        strict=False,
+        metavar="NAMES",
+    )
+    margin: float | None = option(
+        None,
+        "equivalence margin in W1/IQR units, for every dataset and score (default: the distance the reference "
+        "moves under a prompt-format change on the same texts, per dataset and score)",
+        minimum=0,
+    )
+    format_change: str = option(
+        "auto",
+        "the other prompt format of the margin's yardstick: auto = chat when the reference has a chat template "
+        "(plain when the comparison already uses chat), else plain (or bos when the comparison uses plain)",
+        each=_format_change,
+    )
+    rate: float = option(
+        0.1, "share of heads a score selects as inactive for the overlap of inactive sets", each=_fraction
+    )
+    alpha: float = option(0.05, "level of each one-sided equivalence test and family-wise level of the head test")
+    n_resamples: int = option(1000, "bootstrap resamples of texts behind every interval", minimum=1)
+    head_permutations: int = option(9999, "sign flips of the per-head max-T test", minimum=1)
+    scores_dir: str | None = option(None, "where the score tables go (default: OUT/results)")
+
+    def check(self) -> None:
+        super().check()
+        if not 0 < self.alpha < 0.5:
+            raise SpecError("alpha", f"{{key}} must lie strictly between 0 and 0.5, not {self.alpha}")
+        if not 0 < self.rate < 1:
+            raise SpecError("rate", f"{{key}} must lie strictly between 0 and 1, not {self.rate}")
+        if self.margin is not None and self.margin <= 0:
+            raise SpecError("margin", "{key} must be a positive distance in W1/IQR units")
+        if self.models and len(self.models) < 2:
+            raise SpecError("models", "a comparison needs a reference and at least one other model")
+
+
 __all__ = [
     "ATTENTION_KERNELS",
     "DEFAULT_CALIBRATION_LIMIT",
@@ -818,6 +874,7 @@ __all__ = [
     "Claim",
     "CollectSection",
     "CollectSpec",
+    "CompareSpec",
     "ConfirmSection",
     "FrontierSpec",
     "ListSpec",
