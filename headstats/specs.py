@@ -817,7 +817,10 @@ class CompareSpec(CollectSpec, LoadOptions, Figures, Output):
     DEFAULTS: ClassVar[Mapping[str, Any]] = {"limit": 128, "dpi": 90}
 
     models: tuple[str, ...] = option(
-        (), "the reference model, then the models compared with it (embedded names, folders or Hub ids)", cli=False
+        (),
+        "the reference model, then the models compared with it (embedded names, folders or Hub ids; NAME@bfloat16 "
+        "is a model in another dtype than --dtype, e.g. the reference itself as a numerical-noise yardstick)",
+        cli=False,
     )
     data: tuple[str, ...] = option(
         ("wikipedia",),

@@ -214,3 +214,29 @@ def test_equivalence_is_declared_at_most_alpha_plus_monte_carlo_error_at_the_mar
         )
         equivalent += equivalence(low, high, margin) == EQUIVALENT
     assert equivalent / reps <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / reps)
+
+
+def test_a_compare_study_file_runs_under_headstats_run(folders: dict[str, Path], report: Path, tmp_path: Path) -> None:
+    study = tmp_path / "mine.toml"
+    study.write_text(
+        'description = "Base against its copy"\n'
+        f'results = "{report / "results"}"\n'
+        f'report = "{tmp_path / "report"}"\n'
+        "[compare]\n"
+        f'models = ["{folders["base"]}", "{folders["copy"]}"]\n'
+        f'data = ["{folders["corpus"]}"]\n'
+        'device = "cpu"\nn_resamples = 50\nhead_permutations = 99\n'
+    )
+    assert main(["run", str(study), "-q"]) == 0
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert summary.startswith("# Base against its copy") and "**copy vs base**" in summary
+    study.write_text(study.read_text() + "n_boot = 5\n")
+    assert main(["run", str(study), "-q"]) == 2  # an unknown key is refused before any work
+
+
+def test_a_dtype_suffix_names_a_model_in_another_dtype() -> None:
+    from headstats.jobs.compare import split_dtype
+
+    assert split_dtype("smollm2-135m@bfloat16") == ("smollm2-135m", "bfloat16")
+    assert split_dtype("org/model@v2") == ("org/model@v2", None)  # not a dtype: part of the name
+    assert split_dtype("smollm2-135m") == ("smollm2-135m", None)

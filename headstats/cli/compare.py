@@ -21,7 +21,12 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
             "the same texts); per head when the architectures match. Writes OUT/index.html and OUT/summary.md."
         ),
     )
-    parser.add_argument("models", nargs="+", metavar="MODEL", help="the reference, then the models compared with it")
+    parser.add_argument(
+        "models",
+        nargs="+",
+        metavar="MODEL",
+        help="the reference, then the models compared with it (NAME@bfloat16: a model in another dtype)",
+    )
     add_spec(parser, CompareSpec, required=("out",))
     parser.set_defaults(func=_main)
 

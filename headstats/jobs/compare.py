@@ -128,6 +128,16 @@ def auto_format_change(spec: CompareSpec, tokenizer) -> str:
     return "plain" if has_bos or tokenizer.bos_token_id is None else "bos"
 
 
+DTYPE_SUFFIXES = ("float32", "bfloat16", "float16")
+
+
+def split_dtype(name: str) -> tuple[str, str | None]:
+    """``"smollm2-135m@bfloat16"`` -> (``"smollm2-135m"``, ``"bfloat16"``): a model compared with itself
+    in another dtype (the numerical-noise yardstick); a name without such a suffix is itself."""
+    base, sep, suffix = name.rpartition("@")
+    return (base, suffix) if sep and base and suffix in DTYPE_SUFFIXES else (name, None)
+
+
 def collect_all(spec: CompareSpec) -> tuple[dict[str, str], list[str], str]:
     """Collect every model on every dataset (resuming what is there) and the reference under the
     format change; returns (user name -> model slug, dataset partition names, the format change)."""
@@ -140,7 +150,7 @@ def collect_all(spec: CompareSpec) -> tuple[dict[str, str], list[str], str]:
     root = _results_root(spec)
     store.ensure_writable(root)
     for name in spec.models:  # an unknown model or dataset fails before any model loads
-        resolve_model_path(name)
+        resolve_model_path(split_dtype(name)[0])
     for name in spec.data:
         collection_source(name, data_dir=spec.data_dir, text_column=spec.text_column)
     collect, load = narrow(spec, CollectSpec), narrow(spec, LoadOptions)
@@ -148,7 +158,10 @@ def collect_all(spec: CompareSpec) -> tuple[dict[str, str], list[str], str]:
     datasets: list[str] = []
     change = spec.format_change
     for i, name in enumerate(spec.models):
-        model, tokenizer = load_model(name, **load.kwargs())
+        base, dtype = split_dtype(name)
+        model, tokenizer = load_model(base, **{**load.kwargs(), **({"dtype": dtype} if dtype else {})})
+        if dtype:  # its own tables: the name (and so the slug) says the dtype
+            model.headstats_name = name
         for dataset in spec.data:
             done = collect_scores(model, tokenizer, dataset, root / COMPARED, spec=collect)
             slugs[name] = _partition_value(done.partition.parent)
