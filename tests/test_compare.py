@@ -106,7 +106,7 @@ def report(folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -
 def test_an_identical_copy_moves_nothing_and_is_equivalent_everywhere(report: Path) -> None:
     table = pd.read_csv(report / "tables" / "distances.csv")
     copy = table[table["model_b"] == "copy"]
-    assert len(copy) > 5 and (copy["w1"] < 1e-12).all()  # W1 of equal samples, to summation round-off
+    assert len(copy) > 5 and (copy["w1"] == 0).all() and (copy["p_value"] == 1).all()
     assert (copy["verdict"] == EQUIVALENT).all() and not copy["moved"].any()
     heads = pd.read_csv(report / "tables" / "head_tests.csv")
     assert not heads.loc[heads["model_b"] == "copy", "moved"].any()

@@ -54,6 +54,10 @@ from headstats.stats.distances import (
 from headstats.stats.movement import head_movement, head_shift_test, most_inactive
 from headstats.stats.overlap import jaccard
 
+# A W1 below this share of the reference's IQR is the round-off of summing the rows' weights in another
+# order (1e-18 between two identical tables): it is 0, and its permutation p-value 1, not a draw among
+# permutations of other round-off.
+ROUNDOFF = 1e-9
 FAMILY_ALPHA = 0.01  # the Holm-adjusted level the permutation count lets the whole family reach
 MOVED = "moved beyond the margin"
 EQUIVALENT = "equivalent within the margin"
@@ -169,6 +173,11 @@ def yardstick_distances(
             design="paired",
             seed=seed + 7919 * di,
         )
+        scale = table["iqr_a"].where(table["iqr_a"] > 0, 1.0).fillna(1.0)
+        nil = table["w1"] <= ROUNDOFF * scale
+        table.loc[nil, "w1"] = 0.0
+        table.loc[nil, "w1_iqr"] = table.loc[nil, "w1_iqr"].where(table.loc[nil, "w1_iqr"].isna(), 0.0)
+        table.loc[nil & table["p_value"].notna(), "p_value"] = 1.0
         a, b = model_rows(here, model_a), model_rows(here, model_b)
         bounds = [
             w1_bounds(a, b, sid, alpha=alpha, n_boot=n_boot, seed=seed + 7919 * di + si)
