@@ -240,3 +240,18 @@ def test_a_dtype_suffix_names_a_model_in_another_dtype() -> None:
     assert split_dtype("smollm2-135m@bfloat16") == ("smollm2-135m", "bfloat16")
     assert split_dtype("org/model@v2") == ("org/model@v2", None)  # not a dtype: part of the name
     assert split_dtype("smollm2-135m") == ("smollm2-135m", None)
+
+
+def test_the_committed_comparison_is_built_from_its_file_and_results() -> None:
+    from headstats.jobs.compare import is_comparison, load_comparison
+    from headstats.report.freshness import check_report, recorded_inputs
+
+    root = Path(__file__).resolve().parents[1]
+    path = root / "analyses" / "compare_embedded.toml"
+    assert is_comparison(path)
+    spec, _, report = load_comparison(path)
+    assert (root / report).is_dir() and (root / spec.scores_dir / COMPARED).is_dir()
+    assert check_report(root / report, root=root) == []
+    assert recorded_inputs(root / report)["analysis"] == "analyses/compare_embedded.toml"
+    moved = pd.read_csv(root / report / "tables" / "moved_heads.csv")
+    assert {"layer", "head"} <= set(moved.columns)
