@@ -24,6 +24,7 @@ from headstats.stats.compare import (
     w1_bounds,
 )
 from headstats.stats.distances import holm_floor
+from headstats.stats.movement import head_shift_test
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -108,8 +109,7 @@ def test_an_identical_copy_moves_nothing_and_is_equivalent_everywhere(report: Pa
     copy = table[table["model_b"] == "copy"]
     assert len(copy) > 5 and (copy["w1"] == 0).all() and (copy["p_value"] == 1).all()
     assert (copy["verdict"] == EQUIVALENT).all() and not copy["moved"].any()
-    heads = pd.read_csv(report / "tables" / "head_tests.csv")
-    assert not heads.loc[heads["model_b"] == "copy", "moved"].any()
+    assert not pd.read_csv(report / "tables" / "heads_by_score.csv").query("model_b == 'copy'")["n_moved"].any()
     summary = (report / "summary.md").read_text()
     assert "**copy vs base**: [equivalent](#verdicts) within the [format-change margin](#the-margin) on" in summary
     assert "no head [moved](#which-heads-moved)" in summary
@@ -119,12 +119,19 @@ def test_a_head_with_scaled_queries_is_found_and_no_other_head_of_its_layer(repo
     moved = pd.read_csv(report / "tables" / "moved_heads.csv")
     scaled = moved[moved["model_b"] == "scaled"]
     assert list(zip(scaled["layer"], scaled["head"], strict=True)) == [(LAYER, HEAD)]
-    heads = pd.read_csv(report / "tables" / "head_tests.csv")
-    local = heads[(heads["model_b"] == "scaled") & heads["head_local"]]
-    same_layer = local[(local["layer"] == LAYER) & (local["head"] != HEAD)]
-    assert not same_layer["moved"].any() and (same_layer["mean_diff"] == 0).all()
-    assert local[(local["layer"] == LAYER) & (local["head"] == HEAD)]["moved"].any()
     assert f"L{LAYER} H{HEAD}" in (report / "summary.md").read_text()
+    # the per-head test itself, on every score that reads one head: only that head of the layer moves
+    scores = headstats.read_scores(report / "results" / COMPARED)
+    for sid in ("awft", "entropy", "ahon", "fhon", "lthon_hn"):
+        test = head_shift_test(scores, "base", "scaled", sid, n_perm=999)
+        layer = test[test["layer"] == LAYER].set_index("head")
+        assert not layer.drop(index=HEAD)["moved"].any() and (layer.drop(index=HEAD)["mean_diff"] == 0).all()
+        assert not test[test["layer"] != LAYER]["moved"].any()
+    assert (
+        head_shift_test(scores, "base", "scaled", "entropy", n_perm=999)
+        .set_index(["layer", "head"])
+        .loc[(LAYER, HEAD), "moved"]
+    )
 
 
 def test_the_permutation_count_lets_holm_reach_one_percent(report: Path) -> None:

@@ -168,7 +168,8 @@ def _write_heads(writer: ReportWriter, result: Comparison) -> None:
         "scores); a layer-normalised score divides by its layer's mean, so one moved head moves all heads of its "
         "layer there. Effect `d_z`: the mean paired difference in standard deviations of the texts' differences."
     )
-    writer.table(moved, "moved_heads", floatfmt=".3g")
+    many = len(moved) > 20
+    writer.table(moved, "moved_heads", floatfmt=".3g", collapsed=f"The {len(moved)} moved heads" if many else None)
     summary = result.head_summary.copy()
     summary["jaccard [95% CI]"] = [
         _interval(*v) for v in zip(summary["jaccard"], summary["jaccard_low"], summary["jaccard_high"], strict=False)
@@ -193,7 +194,6 @@ def _write_heads(writer: ReportWriter, result: Comparison) -> None:
         "resampling texts."
     )
     writer.table(shown, "heads_by_score", collapsed="Per dataset and score: moved heads, rank correlation, overlap")
-    writer.table(result.heads, "head_tests", collapsed="Every head's test")
 
 
 def _write_methods(writer: ReportWriter, result: Comparison, out: Path) -> None:
