@@ -858,7 +858,10 @@ class CompareSpec(CollectSpec, LoadOptions, Figures, Output):
         if self.margin is not None and self.margin <= 0:
             raise SpecError("margin", "{key} must be a positive distance in W1/IQR units")
         if self.models and len(self.models) < 2:
-            raise SpecError("models", "a comparison needs a reference and at least one other model")
+            raise SpecError(
+                "models",
+                "{key} needs a reference and at least one other model, e.g. models = [reference, other]",
+            )
 
 
 __all__ = [

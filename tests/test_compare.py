@@ -262,3 +262,14 @@ def test_the_committed_comparison_is_built_from_its_file_and_results() -> None:
     assert recorded_inputs(root / report)["analysis"] == "analyses/compare_embedded.toml"
     moved = pd.read_csv(root / report / "tables" / "moved_heads.csv")
     assert {"layer", "head"} <= set(moved.columns)
+
+
+def test_a_comparison_needs_two_models_and_says_so(tmp_path: Path, capsys) -> None:
+    assert main(["compare", "smollm2-135m", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == "headstats: error: headstats compare needs a reference and at least one other model: REFERENCE OTHER ..."
+    )
+    assert main(["compare", "a", "b", "--out", str(tmp_path / "out"), "--alpha", "0.7"]) == 2
+    assert "--alpha must lie strictly between 0 and 0.5, not 0.7" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before anything is written

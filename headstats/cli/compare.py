@@ -32,9 +32,9 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    spec = spec_from_args(args, CompareSpec, models=tuple(args.models))  # every option checked before loading
-    if len(spec.models) < 2:
+    if len(args.models) < 2:
         raise ValueError("headstats compare needs a reference and at least one other model: REFERENCE OTHER ...")
+    spec = spec_from_args(args, CompareSpec, models=tuple(args.models))  # every option checked before loading
     from headstats.pipeline import compare
 
     index = compare(spec.models, out=str(spec.out), spec=spec)
