@@ -54,30 +54,10 @@ class Comparison:
 
     @property
     def moved_heads(self) -> pd.DataFrame:
-        """The heads that moved on at least one head-local score: one row per (other, layer, head) with
-        the largest effect in SD units of the unit differences (``d_z``) and the scores and datasets."""
-        if self.heads.empty:
-            return pd.DataFrame(columns=["model_b", "layer", "head", "d_z", "shift_iqr", "scores", "datasets"])
-        moved = self.heads[self.heads["moved"] & self.heads["head_local"]].copy()
-        moved["abs_d"] = moved["d_z"].abs()
-        rows = []
-        for (other, layer, head), group in moved.groupby(["model_b", "layer", "head"], sort=True):
-            top = group.sort_values("abs_d", ascending=False).iloc[0]
-            rows.append(
-                {
-                    "model_b": other,
-                    "layer": int(layer),
-                    "head": int(head),
-                    "d_z": float(top["d_z"]),
-                    "shift_iqr": float(top["shift_iqr"]),
-                    "strongest_on": f"{top['score']} ({top['dataset']})",
-                    "scores": ", ".join(sorted(set(group["score"]))),
-                    "datasets": ", ".join(sorted(set(group["dataset"]))),
-                }
-            )
-        return pd.DataFrame(
-            rows, columns=["model_b", "layer", "head", "d_z", "shift_iqr", "strongest_on", "scores", "datasets"]
-        )
+        """The heads that moved on at least one head-local score (:func:`~headstats.stats.compare.moved_heads`)."""
+        from headstats.stats.compare import moved_heads
+
+        return moved_heads(self.heads)
 
 
 def is_comparison(path: str | os.PathLike) -> bool:

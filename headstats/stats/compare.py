@@ -75,6 +75,7 @@ __all__ = [
     "head_local",
     "inactive_overlap",
     "left_out_scores",
+    "moved_heads",
     "permutation_count",
     "texts_to_decide",
     "w1_bounds",
@@ -408,3 +409,32 @@ def head_changes(
                 }
             )
     return pd.DataFrame(summary), pd.concat(heads, ignore_index=True)
+
+
+MOVED_COLUMNS = ["model_b", "layer", "head", "d_z", "shift_iqr", "strongest_on", "scores", "datasets"]
+
+
+def moved_heads(heads: pd.DataFrame) -> pd.DataFrame:
+    """From :func:`head_changes`' per-head rows: the heads that moved on at least one head-local score,
+    one row per (compared model, layer, head) with the largest effect (``d_z``, in standard deviations of
+    the texts' differences, and ``shift_iqr``), the score and dataset where it is largest
+    (``strongest_on``), and every score and dataset it moved on."""
+    if heads.empty:
+        return pd.DataFrame(columns=MOVED_COLUMNS)
+    moved = heads[heads["moved"] & heads["head_local"]].assign(abs_d=lambda f: f["d_z"].abs())
+    rows = []
+    for (other, layer, head), group in moved.groupby(["model_b", "layer", "head"], sort=True):
+        top = group.sort_values("abs_d", ascending=False).iloc[0]
+        rows.append(
+            {
+                "model_b": other,
+                "layer": int(layer),
+                "head": int(head),
+                "d_z": float(top["d_z"]),
+                "shift_iqr": float(top["shift_iqr"]),
+                "strongest_on": f"{top['score']} ({top['dataset']})",
+                "scores": ", ".join(sorted(set(group["score"]))),
+                "datasets": ", ".join(sorted(set(group["dataset"]))),
+            }
+        )
+    return pd.DataFrame(rows, columns=MOVED_COLUMNS)
