@@ -68,6 +68,14 @@ def register(score: object = None) -> object:
     return __getattr__("register_score")(score)
 
 
+def compare(models: list[str] | tuple[str, ...], *, out: str, **options: object) -> object:
+    """Compare ``models[0]`` with the other models on the same texts and write the report to ``out``
+    (:func:`headstats.pipeline.compare`; the options are :class:`headstats.specs.CompareSpec`'s)."""
+    from headstats.pipeline import compare as _compare
+
+    return _compare(models, out=out, **options)
+
+
 def connect(root: str) -> object:
     """A DuckDB connection with views ``scores`` and ``interventions`` over a results folder
     (:func:`headstats.io.sql.connect`; needs ``pip install 'headstats[sql]'``)."""
@@ -87,6 +95,7 @@ __all__ = [
     "__version__",
     "ablate_heads",
     "collect_scores",
+    "compare",
     "connect",
     "get_score",
     "load_model",

@@ -19,7 +19,7 @@ from headstats.jobs.analysis import AnalysisSpec, load_analysis, merged_load, ne
 from headstats.jobs.confirm import ConfirmPlan, PathsLeftError, check_run, run_paths
 from headstats.report.confirm import write_confirmation
 from headstats.report.writer import build_report
-from headstats.specs import Resources, RunSpec
+from headstats.specs import CompareSpec, Resources, RunSpec
 
 logger = logging.getLogger("headstats")
 
@@ -80,4 +80,41 @@ def run_confirmation(
     return index
 
 
-__all__ = ["report_analysis", "run_analysis", "run_confirmation"]
+def compare(
+    models: list[str] | tuple[str, ...],
+    *,
+    out: str | os.PathLike,
+    spec: CompareSpec | None = None,
+    analysis: str | os.PathLike | None = None,
+    title: str | None = None,
+    **options: object,
+) -> Path:
+    """Compare ``models[0]`` (the reference) with every other model of ``models`` on the same texts and
+    write an answer-first report to ``out``; returns ``out/index.html``. The options are
+    :class:`~headstats.specs.CompareSpec`'s (``spec``, or its fields by name: ``datasets``, ``limit``,
+    ``margin``, ``scores``, ``dtype``, ...); the score tables go to ``results`` (default
+    ``out/results``), and a rerun collects only what is missing (:mod:`headstats.jobs.compare`)."""
+    from headstats.jobs.compare import run_comparison
+    from headstats.report.compare import write_comparison
+
+    spec = CompareSpec.from_kwargs({**options, "models": tuple(models), "out": os.fspath(out)}, base=spec)
+    result = run_comparison(spec)
+    logger.info("collection %.0f s, statistics %.0f s", result.timings["collect_s"], result.timings["statistics_s"])
+    return write_comparison(result, Path(out), analysis=None if analysis is None else os.fspath(analysis), title=title)
+
+
+def run_comparison_file(path: str | os.PathLike, run: RunSpec | None = None, **options: object) -> Path:
+    """``headstats run`` of a comparison file (a ``[compare]`` table): the comparison, its report in the
+    file's report folder. ``run`` may override the loading options (dtype, device)."""
+    from headstats.jobs.compare import load_comparison
+
+    run = RunSpec.from_kwargs(options, base=run)
+    if run.dry_run:
+        raise ValueError(f"--dry-run does not size a comparison file yet: run headstats run {path} to compare")
+    spec, header, report = load_comparison(path)
+    overrides = {k: getattr(run, k) for k in ("dtype", "device") if getattr(run, k) is not None}
+    spec = replace(spec, **overrides)
+    return compare(spec.models, out=report, spec=spec, analysis=path, title=header.description or None)
+
+
+__all__ = ["compare", "report_analysis", "run_analysis", "run_comparison_file", "run_confirmation"]

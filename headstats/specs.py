@@ -747,7 +747,21 @@ HOLM_FAMILIES: tuple[str, ...] = ("stage_end", "all")
 
 
 @dataclass(frozen=True)
-class FinetuneDesign(Spec):
+class Equivalence(Spec):
+    """How a comparison of score distributions decides equivalence: the margin in the distance's units
+    (W1 over the reference's interquartile range) and the level of each one-sided test."""
+
+    margin: float | None = option(
+        None,
+        "equivalence margin in W1/IQR units, for every dataset and score (none given: a comparison measures it, "
+        "the distance the reference moves under a prompt-format change on the same texts)",
+        minimum=0,
+    )
+    alpha: float = option(0.05, "level of each one-sided equivalence test and family-wise level of the moved tests")
+
+
+@dataclass(frozen=True)
+class FinetuneDesign(Equivalence):
     """``[design]`` of an analysis file: the pre-registered decision of a fine-tuning comparison with
     seeds as the unit (the file's comment block gives the reasons). Checked when the file loads, so a
     misspelt key fails before any work; the report that decides reads it."""
@@ -761,8 +775,6 @@ class FinetuneDesign(Spec):
     seeds: tuple[int, ...] = option((), "the training seeds, one chain each", cli=False)
     stage_ends: tuple[str, ...] = option((), "the checkpoints compared with the base, as STAGE@STEP", each=_stage_end)
     texts: int = option(128, "texts per dataset", minimum=1, cli=False)
-    margin: float | None = option(None, "equivalence margin, in W1 over the base's IQR", minimum=0, cli=False)
-    alpha: float = option(0.05, "family-wise level of the moved tests; level of each equivalence test", cli=False)
     family: str = option(
         "stage_end",
         "Holm family of the moved tests: the cells of one stage end, or every cell",
@@ -900,6 +912,61 @@ class ListSpec(Spec):
     )
 
 
+def _format_change(value: str) -> None:
+    if value != "auto" and value not in _prompt_formats():
+        raise ValueError(f"unknown prompt format {value!r}: choose auto or one of {', '.join(_prompt_formats())}")
+
+
+@dataclass(frozen=True)
+class CompareSpec(CollectSpec, LoadOptions, Figures, Output, Equivalence):
+    """Options of :func:`headstats.jobs.compare.compare` (``headstats compare``, a ``[compare]`` study
+    file): the models (the reference first), what is collected (:class:`CollectSpec`, how models load
+    (:class:`LoadOptions`), the report folder (``out``) and how the comparison decides."""
+
+    WHAT: ClassVar[str] = "comparison"
+    DEFAULTS: ClassVar[Mapping[str, Any]] = {"limit": 128, "dpi": 90}
+
+    models: tuple[str, ...] = option(
+        (),
+        "the reference model, then the models compared with it (embedded names, folders or Hub ids; NAME@bfloat16 "
+        "is a model in another dtype than --dtype, e.g. the reference itself as a numerical-noise yardstick)",
+        cli=False,
+    )
+    data: tuple[str, ...] = option(
+        ("wikipedia",),
+        "comma-separated datasets: built-in ones or .jsonl/.parquet/.txt files",
+        choices=_datasets,
+        strict=False,
+        metavar="NAMES",
+    )
+    format_change: str = option(
+        "auto",
+        "the other prompt format of the margin's yardstick: auto = chat when the reference has a chat template "
+        "(plain when the comparison already uses chat), else plain (or bos when the comparison uses plain)",
+        each=_format_change,
+    )
+    rate: float = option(
+        0.1, "share of heads a score selects as inactive for the overlap of inactive sets", each=_fraction
+    )
+    n_resamples: int = option(1000, "bootstrap resamples of texts behind every interval", minimum=1)
+    head_permutations: int = option(9999, "sign flips of the per-head max-T test", minimum=1)
+    scores_dir: str | None = option(None, "where the score tables go (default: OUT/results)")
+
+    def check(self) -> None:
+        super().check()
+        if not 0 < self.alpha < 0.5:
+            raise SpecError("alpha", f"{{key}} must lie strictly between 0 and 0.5, not {self.alpha}")
+        if not 0 < self.rate < 1:
+            raise SpecError("rate", f"{{key}} must lie strictly between 0 and 1, not {self.rate}")
+        if self.margin is not None and self.margin <= 0:
+            raise SpecError("margin", "{key} must be a positive distance in W1/IQR units")
+        if self.models and len(self.models) < 2:
+            raise SpecError(
+                "models",
+                "{key} needs a reference and at least one other model, e.g. models = [reference, other]",
+            )
+
+
 __all__ = [
     "ATTENTION_KERNELS",
     "DEFAULT_CALIBRATION_LIMIT",
@@ -919,7 +986,9 @@ __all__ = [
     "Claim",
     "CollectSection",
     "CollectSpec",
+    "CompareSpec",
     "ConfirmSection",
+    "Equivalence",
     "FinetuneDesign",
     "FrontierSpec",
     "ListSpec",

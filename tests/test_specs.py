@@ -183,6 +183,7 @@ def test_analysis_files_are_checked_key_by_key(tmp_path: Path, text: str, messag
 
 
 def test_the_shipped_analyses_use_only_declared_keys() -> None:
+    from headstats.jobs.compare import is_comparison, load_comparison
     from headstats.jobs.confirm import is_confirmation, load_confirmation
     from headstats.jobs.frontier import is_frontier, load_frontier
 
@@ -192,6 +193,9 @@ def test_the_shipped_analyses_use_only_declared_keys() -> None:
             continue
         if is_frontier(path):  # a pruning frontier: [models] and [prune]
             assert load_frontier(path).prune.scores, path
+            continue
+        if is_comparison(path):  # headstats compare: [compare]
+            assert len(load_comparison(path)[0].models) >= 2, path
             continue
         spec = load_analysis(path)
         assert spec.report_options.n_boot >= 1 and all(a.task for a in spec.ablate), path

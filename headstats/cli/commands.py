@@ -284,11 +284,16 @@ def add_run(sub: Subparsers) -> None:
 
 
 def run_run(args: argparse.Namespace) -> int:
+    from headstats.jobs.compare import is_comparison
     from headstats.jobs.confirm import is_confirmation
 
     run = spec_from_args(args, RunSpec)
     progress = not getattr(args, "quiet", False)
-    if is_confirmation(Path(run.analysis)):
+    if is_comparison(Path(run.analysis)):
+        from headstats.pipeline import run_comparison_file
+
+        index = run_comparison_file(run.analysis, run)
+    elif is_confirmation(Path(run.analysis)):
         try:
             grid = "--launcher" if spec_from_args(args, Resources).launcher is not None else None
         except SpecError as err:  # a job's setting without a launcher: answered as a launcher would be

@@ -1,0 +1,268 @@
+"""``headstats compare``: a reference model against other models on the same texts, answer first.
+
+One comparison is three steps, each done by the module that owns it:
+
+1. **collect** what is missing (:func:`headstats.jobs.collect.collect_scores`, resumable): every model
+   on every dataset into ``RESULTS/compared/``, and the reference once more under another prompt format
+   into ``RESULTS/format-change/`` (the margin's yardstick, on the same texts);
+2. **compare** (:mod:`headstats.stats.compare`): per (other model, dataset, score) the distance, the
+   movement test, the equivalence verdict; per head when the architectures match;
+3. **report** (:func:`headstats.report.compare.write_comparison`): an answer-first report in ``OUT``
+   (:func:`headstats.pipeline.compare` runs the three).
+
+A study file with a ``[compare]`` table (the options of :class:`~headstats.specs.CompareSpec`, with
+``models = [reference, other, ...]``) runs the same steps under ``headstats run FILE``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pandas as pd
+
+from headstats.io import store
+from headstats.options import narrow
+from headstats.specs import AnalysisHeader, CollectSpec, CompareSpec, LoadOptions
+
+log = logging.getLogger("headstats")
+
+COMPARED = "compared"  # RESULTS/compared/: every model under the compared prompt format
+FORMAT_CHANGE = "format-change"  # RESULTS/format-change/: the reference under the other format
+
+
+@dataclass
+class Comparison:
+    """A finished comparison: what the report renders (every table is a statistic's output)."""
+
+    spec: CompareSpec
+    reference: str  # the reference's model slug (the ``model`` column of the score tables)
+    others: list[str]  # the other models' slugs, in the order given
+    names: dict[str, str]  # slug -> the name the user gave
+    datasets: list[str]
+    format_change: str  # the yardstick's other prompt format
+    distances: pd.DataFrame  # compare_distributions
+    yardstick: pd.DataFrame  # the reference under the format change (w1_iqr per dataset x score)
+    left_out: dict[str, dict[str, str]]  # other slug -> score -> reason
+    head_summary: pd.DataFrame  # head_changes' per (other, dataset, score) rows; empty across architectures
+    heads: pd.DataFrame  # every head's test row
+    same_architecture: dict[str, bool]
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def moved_heads(self) -> pd.DataFrame:
+        """The heads that moved on at least one head-local score (:func:`~headstats.stats.compare.moved_heads`)."""
+        from headstats.stats.compare import moved_heads
+
+        return moved_heads(self.heads)
+
+
+def is_comparison(path: str | os.PathLike) -> bool:
+    """Whether a study file is a comparison (it has a ``[compare]`` table)."""
+    from headstats.jobs.analysis import top_level_keys
+
+    return "compare" in top_level_keys(Path(path))
+
+
+def load_comparison(path: str | os.PathLike) -> tuple[CompareSpec, AnalysisHeader, Path]:
+    """A comparison study file's options (``[compare]``, checked before any model loads), its header
+    and the report folder (``report =``, default reports/NAME; tables in ``results =``, default
+    results/NAME)."""
+    from headstats.jobs.analysis import read_analysis_file, section_table
+
+    path = Path(path)
+    raw, header = read_analysis_file(
+        path, ("compare",), what="comparison file", example="analyses/compare_embedded.toml"
+    )
+    spec = CompareSpec.from_toml(section_table(raw, "compare", path), f"{path}: [compare]")
+    if not spec.models:
+        raise ValueError(f"{path}: [compare] needs models = [reference, other, ...]")
+    _, results, report = header.folders(path)
+    return replace(spec, scores_dir=spec.scores_dir or str(results)), header, report
+
+
+def _results_root(spec: CompareSpec) -> Path:
+    return Path(spec.scores_dir) if spec.scores_dir else Path(spec.out or ".") / "results"
+
+
+def _partition_value(partition: Path) -> str:
+    return partition.name.split("=", 1)[1]
+
+
+def auto_format_change(spec: CompareSpec, tokenizer) -> str:
+    """The yardstick's other prompt format (``format_change``, or for ``auto``): the chat template when
+    the reference has one (plain when the comparison already uses it), else no special tokens, or a
+    BOS first when the compared format already puts none there."""
+    from headstats.io.tasks import PromptRenderer, resolve_format
+    from headstats.io.tasks.formats import starts_with_bos
+
+    if spec.format_change != "auto":
+        return spec.format_change
+    if getattr(tokenizer, "chat_template", None):
+        return "plain" if spec.prompt_format == "chat" else "chat"
+    fmt = resolve_format(spec.prompt_format, tokenizer)
+    has_bos = starts_with_bos(PromptRenderer(fmt, tokenizer).encode("The first token."), tokenizer)
+    return "plain" if has_bos or tokenizer.bos_token_id is None else "bos"
+
+
+DTYPE_SUFFIXES = ("float32", "bfloat16", "float16")
+
+
+def split_dtype(name: str) -> tuple[str, str | None]:
+    """``"smollm2-135m@bfloat16"`` -> (``"smollm2-135m"``, ``"bfloat16"``): a model compared with itself
+    in another dtype (the numerical-noise yardstick); a name without such a suffix is itself."""
+    base, sep, suffix = name.rpartition("@")
+    return (base, suffix) if sep and base and suffix in DTYPE_SUFFIXES else (name, None)
+
+
+def collect_all(spec: CompareSpec) -> tuple[dict[str, str], list[str], str]:
+    """Collect every model on every dataset (resuming what is there) and the reference under the
+    format change; returns (user name -> model slug, dataset partition names, the format change)."""
+    import torch
+
+    from headstats.io.models import load_model, resolve_model_path
+    from headstats.io.tasks import collection_source
+    from headstats.jobs.collect import collect_scores
+
+    root = _results_root(spec)
+    store.ensure_writable(root)
+    for name in spec.models:  # an unknown model or dataset fails before any model loads
+        resolve_model_path(split_dtype(name)[0])
+    for name in spec.data:
+        collection_source(name, data_dir=spec.data_dir, text_column=spec.text_column)
+    collect, load = narrow(spec, CollectSpec), narrow(spec, LoadOptions)
+    slugs: dict[str, str] = {}
+    datasets: list[str] = []
+    change = spec.format_change
+    for i, name in enumerate(spec.models):
+        base, dtype = split_dtype(name)
+        model, tokenizer = load_model(base, **{**load.kwargs(), **({"dtype": dtype} if dtype else {})})
+        if dtype:  # its own tables: the name (and so the slug) says the dtype
+            model.headstats_name = name
+        for dataset in spec.data:
+            done = collect_scores(model, tokenizer, dataset, root / COMPARED, spec=collect)
+            slugs[name] = _partition_value(done.partition.parent)
+            if i == 0:
+                datasets.append(_partition_value(done.partition))
+            log.info("%s on %s: %d texts (%d new)", name, dataset, done.n_samples, done.n_new)
+        if i == 0:
+            change = auto_format_change(spec, tokenizer)
+            other = replace(collect, prompt_format=change)
+            for dataset in spec.data:
+                done = collect_scores(model, tokenizer, dataset, root / FORMAT_CHANGE, spec=other)
+                log.info("%s on %s as %s: %d texts (%d new)", name, dataset, change, done.n_samples, done.n_new)
+        del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    duplicates = {s for s in slugs.values() if list(slugs.values()).count(s) > 1}
+    if duplicates:
+        raise ValueError(
+            f"two of the models share the table name {sorted(duplicates)[0]!r}: give folders with different names"
+        )
+    return slugs, datasets, change
+
+
+def _same_architecture(scores: pd.DataFrame, a: str, b: str) -> bool:
+    heads = [
+        set(map(tuple, scores.loc[scores["model"] == m, ["layer", "head"]].drop_duplicates().to_numpy()))
+        for m in (a, b)
+    ]
+    return heads[0] == heads[1]
+
+
+def run_comparison(spec: CompareSpec) -> Comparison:
+    """Collect what is missing, then compute every statistic of the comparison (no report)."""
+    from headstats.stats.compare import compare_distributions, head_changes, left_out_scores, yardstick_distances
+
+    if len(spec.models) < 2:
+        raise ValueError("a comparison needs a reference and at least one other model: headstats compare REF OTHER")
+    started = time.perf_counter()
+    slugs, datasets, change = collect_all(spec)
+    collected = time.perf_counter()
+    root = _results_root(spec)
+    reference, others = slugs[spec.models[0]], [slugs[m] for m in spec.models[1:]]
+    scores = store.read_scores(root / COMPARED)
+    scores = scores[scores["dataset"].astype(str).isin(datasets) & scores["model"].isin([reference, *others])]
+    scores = _common_texts(scores)
+    yard_model = f"{reference} ({change})"
+    margins = None
+    yard = pd.DataFrame()
+    ref_left = left_out_scores(scores, [reference], spec.scores)
+    ref_scores = [s for s in _present(scores, reference) if s not in ref_left]
+    if ref_scores:
+        changed = store.read_scores(root / FORMAT_CHANGE)
+        changed = changed[(changed["model"] == reference) & changed["dataset"].astype(str).isin(datasets)]
+        both = pd.concat([scores[scores["model"] == reference], _common_texts(changed).assign(model=yard_model)])
+        both["model"] = both["model"].astype(str)
+        yard = yardstick_distances(
+            both, reference, yard_model, datasets, ref_scores, alpha=spec.alpha, n_boot=spec.n_resamples, seed=spec.seed
+        )
+        if spec.margin is None:
+            margins = yard.assign(margin=yard["w1_iqr"])
+    distances, left = compare_distributions(
+        scores,
+        reference,
+        others,
+        datasets,
+        spec.scores,
+        margins=spec.margin if spec.margin is not None else margins,
+        alpha=spec.alpha,
+        n_boot=spec.n_resamples,
+        seed=spec.seed,
+    )
+    same = {other: _same_architecture(scores, reference, other) for other in others}
+    summaries, heads = [], []
+    for other in others:
+        if not same[other]:
+            continue
+        tested = list(distances.loc[distances["model_b"] == other, "score"].drop_duplicates())
+        summary, per_head = head_changes(
+            scores,
+            reference,
+            other,
+            datasets,
+            tested,
+            rate=spec.rate,
+            alpha=spec.alpha,
+            n_perm=spec.head_permutations,
+            n_boot=spec.n_resamples,
+            seed=spec.seed,
+        )
+        summaries.append(summary)
+        heads.append(per_head)
+    finished = time.perf_counter()
+    return Comparison(
+        spec=spec,
+        reference=reference,
+        others=others,
+        names={slug: name for name, slug in slugs.items()},
+        datasets=datasets,
+        format_change=change,
+        distances=distances,
+        yardstick=yard,
+        left_out=left,
+        head_summary=pd.concat(summaries, ignore_index=True) if summaries else pd.DataFrame(),
+        heads=pd.concat(heads, ignore_index=True) if heads else pd.DataFrame(),
+        same_architecture=same,
+        timings={"collect_s": collected - started, "statistics_s": finished - collected},
+    )
+
+
+def _present(scores: pd.DataFrame, model: str) -> list[str]:
+    from headstats.stats.distances import score_columns
+
+    return score_columns(scores[scores["model"] == model])
+
+
+def _common_texts(scores: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the texts (dataset, sample id) that every model of ``scores`` scored: a table
+    collected earlier with a larger limit holds more texts, and a comparison pairs texts."""
+    keys = pd.MultiIndex.from_arrays([scores["dataset"].astype(str).to_numpy(), scores["sample_id"].to_numpy()])
+    common = None
+    for model in pd.unique(scores["model"]):
+        mine = set(keys[(scores["model"] == model).to_numpy()].unique())
+        common = mine if common is None else common & mine
+    return scores[keys.isin(list(common or []))]

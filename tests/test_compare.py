@@ -1,0 +1,275 @@
+"""``headstats compare``: a model against an identical copy and against a copy with one head changed,
+the equivalence rule's size at the margin, the permutation count and the format-change yardstick."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from families import tiny_model
+
+import headstats
+from headstats.cli import main
+from headstats.jobs.compare import COMPARED, FORMAT_CHANGE
+from headstats.stats.compare import (
+    EQUIVALENT,
+    MOVED,
+    UNDETERMINED,
+    equivalence,
+    permutation_count,
+    texts_to_decide,
+    w1_bounds,
+)
+from headstats.stats.distances import holm_floor
+from headstats.stats.movement import head_shift_test
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+WORDS = [
+    "the",
+    "a",
+    "head",
+    "layer",
+    "token",
+    "attends",
+    "first",
+    "last",
+    "sink",
+    "norm",
+    "value",
+    "output",
+    "query",
+    "key",
+    "model",
+    "text",
+    "score",
+]
+LAYER, HEAD = 2, 1  # the last layer of tiny_model("llama") (3 layers x 4 heads): the head whose queries shrink
+
+
+def _texts(n: int) -> list[str]:
+    rng = np.random.default_rng(0)
+    return [" ".join(rng.choice(WORDS, size=int(rng.integers(8, 20)))) + "." for _ in range(n)]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> dict[str, Path]:
+    """A tiny Llama saved three times: as it is ("base"), an identical copy ("copy"), and a copy whose last
+    layer has head HEAD's query-projection rows scaled by 0.3 ("scaled"); and a corpus of 24 texts."""
+    root = tmp_path_factory.mktemp("compare")
+    model = tiny_model("llama")
+    model.resize_token_embeddings(len(tokenizer))
+    paths = {}
+    for name in ("base", "copy", "scaled"):
+        if name == "scaled":
+            q = model.model.layers[LAYER].self_attn.q_proj
+            head_dim = q.weight.shape[0] // model.config.num_attention_heads
+            with torch.no_grad():
+                q.weight[HEAD * head_dim : (HEAD + 1) * head_dim] *= 0.3
+        paths[name] = root / name
+        model.save_pretrained(paths[name])
+        tokenizer.save_pretrained(paths[name])
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n\n".join(_texts(24)))
+    paths["corpus"] = corpus
+    return paths
+
+
+@pytest.fixture(scope="module")
+def report(folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    code = main(
+        [
+            "compare",
+            str(folders["base"]),
+            str(folders["copy"]),
+            str(folders["scaled"]),
+            "--data",
+            str(folders["corpus"]),
+            "--device",
+            "cpu",
+            "--n-resamples",
+            "200",
+            "--head-permutations",
+            "999",
+            "--out",
+            str(out),
+            "-q",
+        ]
+    )
+    assert code == 0
+    return out
+
+
+def test_an_identical_copy_moves_nothing_and_is_equivalent_everywhere(report: Path) -> None:
+    table = pd.read_csv(report / "tables" / "distances.csv")
+    copy = table[table["model_b"] == "copy"]
+    assert len(copy) > 5 and (copy["w1"] == 0).all() and (copy["p_value"] == 1).all()
+    assert (copy["verdict"] == EQUIVALENT).all() and not copy["moved"].any()
+    assert not pd.read_csv(report / "tables" / "heads_by_score.csv").query("model_b == 'copy'")["n_moved"].any()
+    summary = (report / "summary.md").read_text()
+    assert "**copy vs base**: [equivalent](#verdicts) within the [format-change margin](#the-margin) on" in summary
+    assert "no head [moved](#which-heads-moved)" in summary
+
+
+def test_a_head_with_scaled_queries_is_found_and_no_other_head_of_its_layer(report: Path) -> None:
+    moved = pd.read_csv(report / "tables" / "moved_heads.csv")
+    scaled = moved[moved["model_b"] == "scaled"]
+    assert list(zip(scaled["layer"], scaled["head"], strict=True)) == [(LAYER, HEAD)]
+    assert f"L{LAYER} H{HEAD}" in (report / "summary.md").read_text()
+    # the per-head test itself, on every score that reads one head: only that head of the layer moves
+    scores = headstats.read_scores(report / "results" / COMPARED)
+    for sid in ("awft", "entropy", "ahon", "fhon", "lthon_hn"):
+        test = head_shift_test(scores, "base", "scaled", sid, n_perm=999)
+        layer = test[test["layer"] == LAYER].set_index("head")
+        assert not layer.drop(index=HEAD)["moved"].any() and (layer.drop(index=HEAD)["mean_diff"] == 0).all()
+        assert not test[test["layer"] != LAYER]["moved"].any()
+    assert (
+        head_shift_test(scores, "base", "scaled", "entropy", n_perm=999)
+        .set_index(["layer", "head"])
+        .loc[(LAYER, HEAD), "moved"]
+    )
+
+
+def test_the_permutation_count_lets_holm_reach_one_percent(report: Path) -> None:
+    table = pd.read_csv(report / "tables" / "distances.csv")
+    n_tests, n_perm = int(table["p_value"].notna().sum()), int(table["n_perm"].iloc[0])
+    assert n_perm == permutation_count(n_tests) and holm_floor(n_tests, n_perm) <= 0.01
+    assert holm_floor(n_tests, n_perm - 1) > 0.01  # and not more than needed
+    assert (
+        f"{n_perm} permutations per test, chosen so that Holm over this report's family of {n_tests} tests"
+        in (report / "summary.md").read_text()
+    )
+    for n in (1, 9, 90, 1234):
+        assert holm_floor(n, permutation_count(n)) <= 0.01 < holm_floor(n, permutation_count(n) - 1)
+
+
+def test_the_format_change_yardstick_is_measured_on_the_same_texts(report: Path) -> None:
+    compared = headstats.read_scores(report / "results" / COMPARED)
+    changed = headstats.read_scores(report / "results" / FORMAT_CHANGE)
+    base = compared[compared["model"] == "base"]
+    assert set(changed["model"]) == {"base"}
+    assert set(changed["sample_id"]) == set(base["sample_id"]) and len(set(base["sample_id"])) == 24
+    # the chat template wraps every text: more tokens per text, the same texts
+    tokens = lambda t: t.groupby("sample_id")["n_tokens"].first()  # noqa: E731
+    assert (tokens(changed) > tokens(base)).all()
+    yard = pd.read_csv(report / "tables" / "format_change.csv")
+    table = pd.read_csv(report / "tables" / "distances.csv")
+    margins = table.merge(yard.rename(columns={"w1_iqr": "yardstick"}), on=["dataset", "score"])
+    assert len(margins) == len(table) and np.allclose(margins["margin"], margins["yardstick"])
+    assert (yard["texts"] == 24).all()
+
+
+def test_a_rerun_collects_nothing_again(folders: dict[str, Path], report: Path, tmp_path: Path) -> None:
+    before = {p: p.stat().st_mtime_ns for p in (report / "results").rglob("*.parquet")}
+    index = headstats.compare(
+        [str(folders["base"]), str(folders["copy"])],
+        out=str(tmp_path / "again"),
+        scores_dir=str(report / "results"),
+        data=(str(folders["corpus"]),),
+        device="cpu",
+        n_resamples=50,
+        head_permutations=99,
+        progress=False,
+    )
+    assert index.name == "index.html"
+    assert {p: p.stat().st_mtime_ns for p in (report / "results").rglob("*.parquet")} == before
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "margin", "verdict"),
+    [
+        (0.1, 0.4, 0.5, EQUIVALENT),
+        (0.6, 0.9, 0.5, MOVED),
+        (0.3, 0.7, 0.5, UNDETERMINED),
+        (0.1, 0.2, np.nan, UNDETERMINED),
+    ],
+)
+def test_the_interval_inclusion_rule(low, high, margin, verdict) -> None:
+    assert equivalence(low, high, margin) == verdict
+
+
+def test_texts_to_decide_scale_with_the_observed_half_width() -> None:
+    # distance 0.4, upper half-width 0.2 at 100 texts; the margin 0.5 is 0.1 away: 4 times the texts
+    assert texts_to_decide(0.4, 0.3, 0.6, 0.5, 100) == 400
+    assert texts_to_decide(0.6, 0.45, 0.8, 0.5, 100) == 225  # lower half-width 0.15 against 0.1
+    assert texts_to_decide(0.5, 0.4, 0.6, 0.5, 100) == np.inf
+
+
+def test_equivalence_is_declared_at_most_alpha_plus_monte_carlo_error_at_the_margin() -> None:
+    """Paired texts whose two score distributions are N(0, 1) and N(margin, 1) (true W1 = margin), each
+    text a block of rows sharing a text effect: the rule calls them equivalent at most alpha = 5% of the
+    time, plus three Monte Carlo standard errors."""
+    rng = np.random.default_rng(1)
+    margin, n_texts, rows, reps, alpha = 0.3, 40, 6, 300, 0.05
+    equivalent = 0
+    for rep in range(reps):
+        text = rng.normal(0, np.sqrt(0.5), size=n_texts)
+        a = (text[:, None] + rng.normal(0, np.sqrt(0.5), size=(n_texts, rows))).ravel()
+        b = (margin + 0.8 * text[:, None] + rng.normal(0, np.sqrt(1 - 0.32), size=(n_texts, rows))).ravel()
+        seq = np.repeat(np.arange(n_texts), rows)
+        low, high = w1_bounds(
+            pd.DataFrame({"sample_id": seq, "ahon": a}),
+            pd.DataFrame({"sample_id": seq, "ahon": b}),
+            "ahon",
+            alpha=alpha,
+            n_boot=400,
+            seed=rep,
+        )
+        equivalent += equivalence(low, high, margin) == EQUIVALENT
+    assert equivalent / reps <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / reps)
+
+
+def test_a_compare_study_file_runs_under_headstats_run(folders: dict[str, Path], report: Path, tmp_path: Path) -> None:
+    study = tmp_path / "mine.toml"
+    study.write_text(
+        'description = "Base against its copy"\n'
+        f'results = "{report / "results"}"\n'
+        f'report = "{tmp_path / "report"}"\n'
+        "[compare]\n"
+        f'models = ["{folders["base"]}", "{folders["copy"]}"]\n'
+        f'data = ["{folders["corpus"]}"]\n'
+        'device = "cpu"\nn_resamples = 50\nhead_permutations = 99\n'
+    )
+    assert main(["run", str(study), "-q"]) == 0
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert summary.startswith("# Base against its copy") and "**copy vs base**" in summary
+    study.write_text(study.read_text() + "n_boot = 5\n")
+    assert main(["run", str(study), "-q"]) == 2  # an unknown key is refused before any work
+
+
+def test_a_dtype_suffix_names_a_model_in_another_dtype() -> None:
+    from headstats.jobs.compare import split_dtype
+
+    assert split_dtype("smollm2-135m@bfloat16") == ("smollm2-135m", "bfloat16")
+    assert split_dtype("org/model@v2") == ("org/model@v2", None)  # not a dtype: part of the name
+    assert split_dtype("smollm2-135m") == ("smollm2-135m", None)
+
+
+def test_the_committed_comparison_is_built_from_its_file_and_results() -> None:
+    from headstats.jobs.compare import is_comparison, load_comparison
+    from headstats.report.freshness import check_report, recorded_inputs
+
+    root = Path(__file__).resolve().parents[1]
+    path = root / "analyses" / "compare_embedded.toml"
+    assert is_comparison(path)
+    spec, _, report = load_comparison(path)
+    assert (root / report).is_dir() and (root / spec.scores_dir / COMPARED).is_dir()
+    assert check_report(root / report, root=root) == []
+    assert recorded_inputs(root / report)["analysis"] == "analyses/compare_embedded.toml"
+    moved = pd.read_csv(root / report / "tables" / "moved_heads.csv")
+    assert {"layer", "head"} <= set(moved.columns)
+
+
+def test_a_comparison_needs_two_models_and_says_so(tmp_path: Path, capsys) -> None:
+    assert main(["compare", "smollm2-135m", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == "headstats: error: headstats compare needs a reference and at least one other model: REFERENCE OTHER ..."
+    )
+    assert main(["compare", "a", "b", "--out", str(tmp_path / "out"), "--alpha", "0.7"]) == 2
+    assert "--alpha must lie strictly between 0 and 0.5, not 0.7" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before anything is written
