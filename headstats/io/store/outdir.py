@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from headstats.io.store.layout import StoreError
-from headstats.io.store.write import write_json_atomic
+from headstats.io.store.write import make_writable_folder, write_json_atomic
 
 MANIFEST_FILE = "_manifest.json"
 STAGING_PREFIX = ".headstats-staging-"
@@ -179,10 +179,7 @@ def claim_output_folder(
     if root.exists() and not root.is_dir():
         raise OutputFolderError(f"{option} {path} is a file, not a folder; give a new folder or one headstats wrote")
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".write-test-{uuid.uuid4().hex}.tmp"
-        probe.write_bytes(b"")
-        probe.unlink()
+        make_writable_folder(root)
     except OSError as err:
         raise OutputFolderError(
             f"{option} {path} cannot be created or written ({err.strerror or err}); give a folder you can write"

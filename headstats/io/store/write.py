@@ -38,6 +38,14 @@ from headstats.io.store.layout import (
 PROVENANCE_PACKAGES = ("headstats", "torch", "transformers", "pyarrow", "pandas", "numpy", "datasets")
 
 
+def make_writable_folder(path: Path) -> None:
+    """Create ``path`` (and its parents) and write and remove a test file in it: OSError when either fails."""
+    path.mkdir(parents=True, exist_ok=True)
+    test = path / f".write-test-{uuid.uuid4().hex}.tmp"
+    test.write_bytes(b"")
+    test.unlink()
+
+
 def ensure_writable(root: str | os.PathLike, *, create: bool = True) -> Path:
     """Check that ``root`` can be written, before any model work.
 
@@ -57,10 +65,7 @@ def ensure_writable(root: str | os.PathLike, *, create: bool = True) -> Path:
             raise StoreError(f"output directory {str(root)!r} is not writable ({str(probe)!r}); choose another --out")
         return path
     try:
-        path.mkdir(parents=True, exist_ok=True)
-        test = path / f".write-test-{uuid.uuid4().hex}.tmp"
-        test.write_bytes(b"")
-        test.unlink()
+        make_writable_folder(path)
     except OSError as err:
         raise StoreError(
             f"output directory {str(root)!r} is not writable ({err.strerror or err}); choose another --out"
