@@ -337,7 +337,7 @@ def run_prune(spec: PruneSpec) -> dict:
             raise ValueError(
                 f"no share is certified on {spec.certify}: at {first['share']:g} the drop's upper bound is "
                 f"{first['upper_bound']:.4f} > {spec.max_drop:g} ({certification.n_questions} questions); give smaller "
-                "--shares, more questions (--limit), or a larger --max-drop"
+                "--share fractions, more questions (--limit), or a larger --max-drop"
             )
     assert share is not None
     heads = select_heads(means, score, share)
