@@ -16,6 +16,7 @@ The declarations themselves live in :mod:`headstats.specs`.
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
 import os
@@ -63,6 +64,7 @@ def option(
     toml: bool = True,
     runtime: bool = False,
     positional: bool = False,
+    group: str | None = None,
 ) -> Any:
     """Declare one option.
 
@@ -75,6 +77,8 @@ def option(
     ``cli`` / ``toml``: whether the option is offered there.
     ``runtime``: it changes how a job runs, not what it produces (a grid does not rerun a finished
     job when only such an option changed). ``positional``: a command-line argument without a flag.
+    ``group``: the section of a command's ``--help`` it is listed in (default: its spec's
+    :attr:`Spec.GROUP`).
     """
     meta = dict(
         help=help,
@@ -90,6 +94,7 @@ def option(
         toml=toml,
         runtime=runtime,
         positional=positional,
+        group=group,
     )
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
@@ -114,6 +119,23 @@ def default_of(spec: type[Spec] | Spec, f: Field) -> Any:
     if found is not MISSING:
         return found
     return None if f.default is MISSING else f.default
+
+
+def flag_of(f: Field, spec: type[Spec] | Spec | None = None) -> str:
+    """The command-line flag of ``f``: ``spec``'s own spelling (:attr:`Spec.FLAGS`), else the field's
+    declared ``flag``, else ``--name``."""
+    own = None if spec is None else _class_setting(type(spec) if isinstance(spec, Spec) else spec, "FLAGS", f.name)
+    return own or f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+
+
+def group_of(f: Field, spec: type[Spec] | Spec) -> str | None:
+    """The ``--help`` section ``f`` is listed in: its own ``group``, else the :attr:`Spec.GROUP` of
+    the class that declares it."""
+    if f.metadata.get("group"):
+        return f.metadata["group"]
+    cls = type(spec) if isinstance(spec, Spec) else spec
+    owner = next((k for k in cls.__mro__ if f.name in inspect.get_annotations(k)), cls)
+    return vars(owner).get("GROUP")
 
 
 def _class_setting(cls: type, setting: str, name: str, missing: Any = None) -> Any:
@@ -257,6 +279,11 @@ class Spec:
     # is None; its own choices none). A subclass's entry overrides its bases', the others are kept.
     DEFAULTS: ClassVar[Mapping[str, Any]] = {}
     CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {}
+    # The command-line flags of a job that spells some of its options otherwise (the field's own flag
+    # is still accepted): ``headstats prune --score`` for the one score it ranks by.
+    FLAGS: ClassVar[Mapping[str, str]] = {}
+    # The ``--help`` section of the options this class declares (an option's own ``group`` wins).
+    GROUP: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
         types_ = hints(type(self))
@@ -397,6 +424,8 @@ __all__ = [
     "choices_of",
     "default_of",
     "element_type",
+    "flag_of",
+    "group_of",
     "hints",
     "is_list",
     "narrow",

@@ -29,6 +29,18 @@ DEFAULT_SWEEP_SCORES = ("ahon_ln", "awft", "random")
 DEFAULT_TARGETS = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
 DEFAULT_CALIBRATION_LIMIT = 256
 
+# The sections of a command's --help, in the order they are shown: each option is listed in its own
+# group (option(group=...)) or its spec's (Spec.GROUP).
+WHAT_TO_RUN = "what to run"
+DATA = "data"
+ZEROING = "zeroing"
+STATISTICS = "statistics"
+MODEL_LOADING = "model loading"
+RESOURCES = "resources"
+OUTPUT = "output"
+GRID = "grid jobs (with --launcher; needs submitit: pip install 'headstats[slurm]')"
+HELP_GROUPS = (WHAT_TO_RUN, DATA, ZEROING, STATISTICS, MODEL_LOADING, RESOURCES, OUTPUT, GRID)
+
 
 # --- registries -------------------------------------------------------------------------------------
 
@@ -107,17 +119,19 @@ def _drop_points(value: float) -> None:
 
 @dataclass(frozen=True)
 class Progress(Spec):
+    GROUP: ClassVar[str | None] = OUTPUT
+
     progress: bool = option(True, "no progress bars", flag="--no-progress", toml=False, runtime=True)
 
 
 @dataclass(frozen=True)
 class Seeded(Spec):
+    GROUP: ClassVar[str | None] = DATA
     DEFAULTS: ClassVar[Mapping[str, Any]] = {"seed": 0}
 
     seed: int | None = option(
         None,
-        "seed of every random draw (the random score, resampling in reports, a fine-tuning chain's data order "
-        "and sampling)",
+        "seed of every random draw (samples, the random score, resampling, a fine-tuning chain's data)",
         minimum=0,
     )
 
@@ -125,6 +139,8 @@ class Seeded(Spec):
 @dataclass(frozen=True)
 class Staged(Spec):
     """A job made of named stages, of which a command runs some (the names: the job's ``CHOICES``)."""
+
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
 
     stages: tuple[str, ...] | None = option(None, "comma-separated stages to run", noun="stage", toml=False)
 
@@ -134,6 +150,7 @@ class LoadOptions(Spec):
     """How a model is loaded (:func:`headstats.load_model`)."""
 
     WHAT: ClassVar[str] = "model loading"
+    GROUP: ClassVar[str | None] = MODEL_LOADING
 
     dtype: str | None = option(
         None, "float32, bfloat16, float16, or auto = the checkpoint's own (default: bf16 on CUDA, fp32 on CPU)"
@@ -165,6 +182,8 @@ class LoadOptions(Spec):
 class RunOptions(Seeded, Progress):
     """What collection and sweeps share: which scores, how many items, batching, prompts."""
 
+    GROUP: ClassVar[str | None] = DATA
+
     scores: tuple[str, ...] | None = option(
         None,
         "comma-separated score ids",
@@ -172,16 +191,17 @@ class RunOptions(Seeded, Progress):
         noun="score id",
         each=_score_id,
         metavar="IDS",
+        group=WHAT_TO_RUN,
     )
     limit: int | None = option(None, "use only N documents (collect) or questions (ablate)", minimum=1)
     sample: str = option(
         "random",
-        "which documents or questions a --limit takes: a seeded random sample (MMLU stratified by subject) "
-        "or the first ones in file order",
+        "which documents or questions --limit takes: a seeded random sample (MMLU: stratified by subject) or "
+        "the first in file order",
         choices=_sample_methods,
         noun="sample method",
     )
-    batch_size: int = option(8, "sequences per forward pass", minimum=1, runtime=True)
+    batch_size: int = option(8, "sequences per forward pass", minimum=1, runtime=True, group=RESOURCES)
     prompt_format: str = option(
         "tokenizer",
         "special tokens and chat template (tokenizer = lm-eval's default; paper = the study's choice)",
@@ -193,6 +213,8 @@ class RunOptions(Seeded, Progress):
 
 @dataclass(frozen=True)
 class Truncated(Spec):
+    GROUP: ClassVar[str | None] = DATA
+
     max_length: int | None = option(2048, "truncate sequences to this many tokens", minimum=1)
 
 
@@ -202,8 +224,10 @@ class CollectSpec(RunOptions, Truncated):
 
     WHAT: ClassVar[str] = "collection"
 
-    padding_side: str = option("right", "where padding goes in a batch", choices=("left", "right"), noun="padding side")
-    text_column: str | None = option(None, "text column of a user .jsonl/.parquet file (default: text)")
+    padding_side: str = option(
+        "right", "where padding goes in a batch", choices=("left", "right"), noun="padding side", group=RESOURCES
+    )
+    text_column: str | None = option(None, "text column of a user .jsonl/.parquet file (default: text)", group=DATA)
     rows_per_part: int = option(1_000_000, "rows per Parquet part file", minimum=1, cli=False, runtime=True)
     part_seconds: float = option(60.0, "close a part file at least this often", minimum=0, cli=False, runtime=True)
 
@@ -211,6 +235,8 @@ class CollectSpec(RunOptions, Truncated):
 @dataclass(frozen=True)
 class Calibrated(Spec):
     """Where a sweep calibrates its thresholds, or ``headstats prune`` ranks heads."""
+
+    GROUP: ClassVar[str | None] = ZEROING
 
     calibration: str | None = option(
         None,
@@ -226,6 +252,7 @@ class SweepSpec(RunOptions, Calibrated):
     """Options of :func:`headstats.jobs.sweep.run_sweep` (one model on one task)."""
 
     WHAT: ClassVar[str] = "sweep"
+    GROUP: ClassVar[str | None] = DATA
     DEFAULTS: ClassVar[Mapping[str, Any]] = {
         "scores": DEFAULT_SWEEP_SCORES,
         "calibration": "eval",
@@ -233,17 +260,21 @@ class SweepSpec(RunOptions, Calibrated):
     }
 
     targets: tuple[float, ...] = option(
-        DEFAULT_TARGETS, "comma-separated fractions of heads to zero, in [0, 1]", each=_fraction, metavar="FRACTIONS"
+        DEFAULT_TARGETS,
+        "comma-separated fractions of heads to zero, in [0, 1]",
+        each=_fraction,
+        metavar="FRACTIONS",
+        group=ZEROING,
     )
     subjects: tuple[str, ...] | None = option(None, "comma-separated subjects (MMLU)")
     limit_per_subject: int | None = option(None, "first N test questions of each subject", minimum=1)
     attention_kernel: str = option(
         "auto",
-        "attention kernel of every pass (baseline included): auto = the explicit one when a score reads the "
-        "attention probabilities, else PyTorch's fused SDPA; explicit or fused pin it, so that sweeps of "
-        "different scores run one path and join answer for answer",
+        "attention kernel of every pass: auto = explicit when a score reads the attention probabilities, else "
+        "PyTorch's fused SDPA; explicit or fused pin it (sweeps of different scores then join answer for answer)",
         choices=ATTENTION_KERNELS,
         noun="attention kernel",
+        group=ZEROING,
     )
     exclude_limit: int | None = option(
         None,
@@ -271,11 +302,15 @@ class SweepSpec(RunOptions, Calibrated):
 
 @dataclass(frozen=True)
 class Figures(Progress):
+    GROUP: ClassVar[str | None] = OUTPUT
+
     dpi: int | None = option(None, "PNG resolution", minimum=10)
 
 
 @dataclass(frozen=True)
 class Output(Spec):
+    GROUP: ClassVar[str | None] = OUTPUT
+
     out: str | None = option(
         None,
         "output directory: the results root (collect, ablate; hive-partitioned by model and dataset/task), "
@@ -290,6 +325,8 @@ class Output(Spec):
 
 @dataclass(frozen=True)
 class Results(Spec):
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
+
     results: str | None = option(
         None,
         "a results directory (headstats collect / ablate output; an analysis file's default: results/NAME)",
@@ -314,6 +351,7 @@ class SummarySpec(AccuracyMetric):
     """Options of the summary of intervention results (``headstats summary``)."""
 
     WHAT: ClassVar[str] = "summary"
+    GROUP: ClassVar[str | None] = STATISTICS
 
 
 @dataclass(frozen=True)
@@ -322,6 +360,7 @@ class SummaryOutput(Spec):
     120 characters a line) or every column as CSV or JSON for scripts."""
 
     WHAT: ClassVar[str] = "summary output"
+    GROUP: ClassVar[str | None] = OUTPUT
 
     format: str = option(
         "table",
@@ -348,13 +387,15 @@ class ReportSpec(SummarySpec, Seeded, Figures):
     """Options of :func:`headstats.report.writer.build_report` (an analysis file's ``[report_options]``)."""
 
     WHAT: ClassVar[str] = "report"
+    GROUP: ClassVar[str | None] = STATISTICS
     DEFAULTS: ClassVar[Mapping[str, Any]] = {"dpi": 90}
 
-    title: str | None = option(None, "report title")
+    title: str | None = option(None, "report title", group=OUTPUT)
     notes: str | None = option(
         None,
         "a paragraph written first under 'What this run can show': what the run's own choices mean for its "
         "readings (e.g. a bf16 model body and its measured agreement with fp32)",
+        group=OUTPUT,
     )
     rank_by: str = option(
         "grid_auc",
@@ -388,6 +429,7 @@ class ReportSpec(SummarySpec, Seeded, Figures):
         choices=_score_ids,
         noun="score id",
         each=_score_id,
+        group=OUTPUT,
     )
 
 
@@ -404,7 +446,9 @@ class SubmititParameters(Spec):
     """The submitit parameters headstats names, under submitit's own names (flags ``--gpus-per-node``,
     ...); any other goes through :attr:`Resources.executor_params`."""
 
-    slurm_partition: str | None = option(None, "slurm partition")
+    GROUP: ClassVar[str | None] = GRID
+
+    slurm_partition: str | None = option(None, "slurm partition", metavar="NAME")
     gpus_per_node: int | None = option(
         None, "GPUs per job (slurm: requested, default 0; local: visible, default all)", minimum=0
     )
@@ -432,19 +476,19 @@ class Resources(SubmititParameters):
     """
 
     WHAT: ClassVar[str] = "launcher"
+    GROUP: ClassVar[str | None] = GRID
 
     launcher: str | None = option(
         None,
-        "run each unit as a submitit job: local = processes on this machine, slurm = a SLURM job array, "
-        "debug = one after the other in this process (default: run here, without submitit)",
+        "run each unit as a submitit job: local processes, a slurm job array, or debug (one by one in this "
+        "process); unset: run here, without submitit",
         choices=LAUNCHERS,
         noun="launcher",
     )
     folder: str | None = option(None, "submitit logs and pickles (default: OUT/_grid)", flag="--grid-folder")
     array_parallelism: int = option(8, "jobs running at once (slurm array and local)", minimum=1)
     executor_params: dict[str, Any] = option(  # noqa: RUF009
-        help="any other submitit parameter KEY=VALUE, passed through (repeatable), e.g. slurm_account=abc, "
-        "slurm_qos=high, slurm_constraint=a100",
+        help="any other submitit parameter, passed through (repeatable), e.g. slurm_account=abc, slurm_qos=high",
         factory=dict,
         flag="--executor-param",
     )
@@ -511,6 +555,7 @@ class ModelsSection(LoadOptions):
     """``[models]`` of an analysis file."""
 
     WHAT: ClassVar[str] = "models"
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
 
     names: tuple[str, ...] = option(
         (),
@@ -530,9 +575,12 @@ class ModelsSection(LoadOptions):
 class CollectSection(CollectSpec):
     """``[collect]`` of an analysis file: the datasets, then :class:`CollectSpec`."""
 
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
+
     datasets: tuple[str, ...] = option(
         (),
-        "comma-separated: a built-in dataset or a .jsonl/.parquet/.txt file",
+        "comma-separated: a built-in dataset; a .jsonl/.json/.parquet/.csv file (documents in --text-column); a .txt "
+        "file, split into texts at blank lines (single newlines stay inside a text); or hf:OWNER/NAME:CONFIG:SPLIT",
         choices=_datasets,
         strict=False,
         flag="--dataset",
@@ -543,6 +591,8 @@ class CollectSection(CollectSpec):
 @dataclass(frozen=True)
 class AblateSection(SweepSpec):
     """One ``[[ablate]]`` of an analysis file: the task, then :class:`SweepSpec`."""
+
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
 
     task: str | None = option(
         None, "task to evaluate (comma-separated for several on the command line)", choices=_tasks, noun="task"
@@ -559,6 +609,7 @@ class RunSpec(LoadOptions, Staged):
     """``headstats run``: which parts of an analysis file to run (the file itself holds the rest)."""
 
     WHAT: ClassVar[str] = "run"
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
     DEFAULTS: ClassVar[Mapping[str, Any]] = {"stages": STAGES}
     CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {"stages": STAGES}
 
@@ -707,6 +758,7 @@ class FinetuneSpec(Seeded, Staged, Output):
     seed replicate is measured on the same examples. ``stages``: a leading part of sft,dpo,grpo."""
 
     WHAT: ClassVar[str] = "finetune"
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
     DEFAULTS: ClassVar[Mapping[str, Any]] = {"out": "finetune", "seed": None, "stages": FINETUNE_STAGES}
     CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {"stages": FINETUNE_STAGES}
 
@@ -715,15 +767,18 @@ class FinetuneSpec(Seeded, Staged, Output):
     scale: float = option(
         1.0, "multiply every stage's steps and batch size (e.g. 8 on a GPU); ignored with --recipe", minimum=0
     )
-    bf16: bool = option(False, "bf16 autocast (fast on GPUs, slow on most CPUs)")
+    bf16: bool = option(False, "bf16 autocast (fast on GPUs, slow on most CPUs)", group=RESOURCES)
     measure: str = option(
         "ends",
         "learning metrics at each stage's start and end (ends), at every checkpoint (all), or none",
         choices=MEASURES,
         noun="measure",
+        group=STATISTICS,
     )
-    eval_size: int | None = option(None, "held-out examples per learning metric", minimum=1)
-    print_recipe: bool = option(False, "print the recipe as JSON (and its chain's directory) and exit", toml=False)
+    eval_size: int | None = option(None, "held-out examples per learning metric", minimum=1, group=STATISTICS)
+    print_recipe: bool = option(
+        False, "print the recipe as JSON (and its chain's directory) and exit", toml=False, group=OUTPUT
+    )
 
     def check(self) -> None:
         super().check()
@@ -805,9 +860,11 @@ SAVE_DTYPES = ("float32", "bfloat16", "float16")
 
 @dataclass(frozen=True)
 class PruneShares(Spec):
+    GROUP: ClassVar[str | None] = ZEROING
+
     shares: tuple[float, ...] | None = option(
         None,
-        "fractions of all heads to remove: one (--shares 0.1), or the candidates of --certify (default "
+        "fractions of all heads to remove: one (prune --share 0.1), or the candidates of --certify (default "
         f"{','.join(f'{x:g}' for x in DEFAULT_PRUNE_SHARES)})",
         each=_fraction,
         metavar="FRACTIONS",
@@ -820,9 +877,11 @@ class PruneShares(Spec):
 @dataclass(frozen=True)
 class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, Output):
     """``headstats prune``: remove the heads a score calls inactive (:mod:`headstats.jobs.prune`).
-    ``--model`` and ``--scores`` take one each; ``--limit`` counts the ``--certify`` task's questions."""
+    ``--model`` and ``--score`` take one each; ``--limit`` counts the ``--certify`` task's questions."""
 
     WHAT: ClassVar[str] = "prune"
+    GROUP: ClassVar[str | None] = ZEROING
+    FLAGS: ClassVar[Mapping[str, str]] = {"scores": "--score", "shares": "--share"}
     DEFAULTS: ClassVar[Mapping[str, Any]] = {
         "scores": ("ahon_ln",),
         "calibration": "wikipedia",
@@ -831,7 +890,8 @@ class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, O
 
     certify: str | None = option(
         None,
-        "instead of one --shares: remove the largest of --shares whose accuracy drop on this task is certified "
+        "instead of one --share: remove the largest of the --share fractions whose accuracy drop on this task is "
+        "certified "
         "within --max-drop (one-sided 95% Tango bound; shares tested in increasing order, stopping at the first "
         "failure)",
         choices=_tasks,
@@ -853,11 +913,11 @@ class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, O
         if len(self.names) != 1:
             raise SpecError("names", f"prune takes one --model, not {len(self.names)}")
         if self.scores is None or len(self.scores) != 1:
-            raise SpecError("scores", "prune ranks heads by one score: give one --scores")
+            raise SpecError("scores", "prune ranks heads by one score: give one --score")
         if self.calibration == "eval":
             raise SpecError("calibration", "prune ranks heads on a collection dataset (e.g. wikipedia), not 'eval'")
         if self.certify is None and (self.shares is None or len(self.shares) != 1):
-            raise SpecError("shares", "give one --shares (a fraction of heads), or --certify TASK")
+            raise SpecError("shares", "give one --share (a fraction of heads), or --certify TASK")
         if not self.out:
             raise SpecError("out", "give the directory to write the pruned model to (--out DIR)")
 
@@ -901,6 +961,8 @@ LIST_ALL = "all"
 @dataclass(frozen=True)
 class ListSpec(Spec):
     """``headstats list``: the names a registry holds."""
+
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
 
     what: str = option(
         LIST_ALL,

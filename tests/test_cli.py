@@ -285,7 +285,9 @@ def test_sigterm_stops_a_command_as_an_interrupt_does_so_it_saves_what_finished(
     finally:
         signal.signal(signal.SIGINT, interactive)
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-    assert capsys.readouterr().err.startswith(f"headstats: {word}; finished parts and a pass's saved batches are kept")
+    assert capsys.readouterr().err.startswith(
+        f"headstats: {word}; what finished is kept (a collection's written batches"
+    )
     assert signal.getsignal(signal.SIGTERM) is before  # the handler goes with the command
 
 
@@ -305,3 +307,117 @@ def test_the_package_declares_its_types() -> None:
     import headstats
 
     assert (Path(headstats.__file__).parent / "py.typed").is_file()
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
+    from families import tiny_model
+
+    path = tmp_path_factory.mktemp("tiny-llama")
+    model = tiny_model("llama")
+    model.resize_token_embeddings(len(tokenizer))
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("flags", "progress", "debug"),
+    [(["-v"], True, True), (["run", "-v"], True, True), ([], True, False), (["-q"], False, False)],
+)
+def test_verbosity_flags_choose_what_a_dry_run_says_while_it_works(
+    flags: list[str], progress: bool, debug: bool, tiny_model_dir: Path, tmp_path: Path, capsys
+) -> None:
+    """A dry run says which unit it is measuring (one line per unit: its probe's passes are most of
+    its time); -v adds each probe's timing, -q leaves only warnings."""
+    corpus = tmp_path / "notes.txt"
+    corpus.write_text("One short text.\n\nA second text, a little longer than the first.\n\nThe third.")
+    analysis = tmp_path / "tiny.toml"
+    analysis.write_text(
+        f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n'
+        f'[models]\nnames = ["{tiny_model_dir}"]\n[collect]\ndatasets = ["{corpus}"]\n'
+    )
+    argv = ["run", str(analysis), "--dry-run", "--device", "cpu"]
+    argv = [*flags, *argv[1:]] if flags[:1] == ["run"] else [*flags, *argv]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert (f"1/1 collect {corpus}: preparing its sequences, timing 8 of them" in err) == progress, err
+    assert ("] loading (dry run)" in err) == progress
+    assert ("probe: 3 items" in err) == debug and (f"loaded from {tiny_model_dir}" in err) == debug
+    assert not (tmp_path / "results").exists()
+
+
+def test_quiet_and_verbose_together_are_refused(capsys) -> None:
+    assert main(["-q", "list", "-v"]) == 2
+    assert _one_line_error(capsys) == "headstats: error: give -q (quiet) or -v (verbose), not both"
+
+
+def _command_parsers() -> dict:
+    import argparse
+
+    (sub,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return {name: parser for name, parser in sub.choices.items() if name != "lm-eval"}
+
+
+def test_each_command_help_lists_its_options_in_sections_with_two_examples() -> None:
+    """Sections come from the options' groups in the specs, in one order; the usage line names only
+    what must be given; two example command lines end each help, kept whole."""
+    import dataclasses
+
+    from headstats.options import group_of
+    from headstats.specs import HELP_GROUPS, CollectSection, ModelsSection, Output
+
+    expected_collect = ["what to run", "data", "model loading", "resources", "output"]
+    for name, parser in _command_parsers().items():
+        text = parser.format_help()
+        titles = [line[:-1] for line in text.splitlines() if line.endswith(":") and not line.startswith(" ")]
+        sections = [t for t in titles if t in HELP_GROUPS]
+        assert sections == sorted(sections, key=HELP_GROUPS.index), (name, sections)
+        assert titles[-2:] == ["general options", "examples"], (name, titles)
+        lines = text.split("examples:\n")[1].splitlines()
+        assert len(lines) == 2 and all(f"{line} ".startswith(f"  headstats {name} ") for line in lines), (name, lines)
+        assert text.startswith(f"usage: headstats {name} ") and "[options]" in text.splitlines()[0]
+        if name == "collect":
+            assert sections[: len(expected_collect)] == expected_collect
+            assert text.splitlines()[0] == "usage: headstats collect --model MODELS --dataset NAMES --out OUT [options]"
+    # where a flag is listed is where its field's group says
+    collect = _command_parsers()["collect"]
+    by_flag = {}
+    for group in collect._action_groups:
+        for action in group._group_actions:
+            by_flag.update(dict.fromkeys(action.option_strings, group.title))
+    fields = {f.name: (f, spec) for spec in (ModelsSection, CollectSection, Output) for f in dataclasses.fields(spec)}
+    for flag, field in (("--model", "names"), ("--dataset", "datasets"), ("--limit", "limit"), ("--out", "out")):
+        assert by_flag[flag] == group_of(*fields[field])
+    assert (by_flag["--model"], by_flag["--limit"], by_flag["--batch-size"], by_flag["--dtype"]) == (
+        "what to run",
+        "data",
+        "resources",
+        "model loading",
+    )
+
+
+def test_every_help_example_is_a_command_line_the_parser_and_the_specs_accept(capsys) -> None:
+    """Each example parses, and every spec its command declares builds from it (the checks a run
+    makes before it loads a model); those of `headstats list` run as written."""
+    import shlex
+
+    from headstats import options, specs
+
+    spec_classes = [s for s in vars(specs).values() if isinstance(s, type) and issubclass(s, options.Spec)]
+    for name, parser in _command_parsers().items():
+        dests = {action.dest for action in parser._actions}
+        declared = [s for s in spec_classes if {f.name for f in s.options(where="cli")} <= dests]
+        for line in parser.format_help().split("examples:\n")[1].splitlines():
+            argv = shlex.split(line.split(" > ")[0])[1:]
+            args = build_parser().parse_args(argv)
+            for spec in declared:
+                spec_from_args(args, spec)
+            if name == "list":
+                assert main(argv) == 0, line
+    assert "ahon_ln" in capsys.readouterr().out
+
+
+def test_the_dataset_help_states_how_a_txt_file_is_split() -> None:
+    text = " ".join(_command_parsers()["collect"].format_help().split())
+    assert "a .txt file, split into texts at blank lines (single newlines stay inside a text)" in text

@@ -115,6 +115,56 @@ def test_an_interrupted_collection_resumes_without_duplicates_or_partial_files(
     assert again.n_new == 0 and clean.n_samples == again.n_samples
 
 
+def test_sigterm_during_a_one_part_collection_keeps_its_written_batches_and_the_resume_equals_a_clean_run(
+    model_dir: Path, tmp_path: Path
+) -> None:
+    """A collection short enough to write one part file (the first closes after a minute) is stopped
+    by SIGTERM right after its first batch is written (`-v` logs each): the batches written are kept
+    in a whole part, and the same command run again scores only the rest, giving the table an
+    uninterrupted run gives. Many one-sequence batches leave the signal seconds to arrive in."""
+    import signal
+    import subprocess
+    import sys
+
+    texts = [f"{TEXTS[i % len(TEXTS)]} Number {i}." for i in range(500)]
+    corpus = tmp_path / "many.txt"
+    corpus.write_text("\n\n".join(texts))
+    argv = ["collect", "--model", str(model_dir), "--dataset", str(corpus), "--out", str(tmp_path / "out")]
+    argv += ["--batch-size", "1", "--device", "cpu", "--no-progress"]
+    # SIGTERM unblocked in the child whatever the test runner's signal mask is.
+    code = (
+        "import signal, sys\nsignal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})\n"
+        f"from headstats.cli import main\nsys.exit(main(['-v', *{argv!r}]))"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    seen = []
+    assert child.stderr is not None
+    for line in child.stderr:
+        seen.append(line)
+        if "a batch of 1 sequences written" in line:
+            child.send_signal(signal.SIGTERM)
+            break
+    rest = child.communicate(timeout=300)[1]
+    assert child.returncode == 143, "".join(seen) + rest
+    assert rest.strip().splitlines()[-1].startswith("headstats: terminated; what finished is kept")
+
+    partition = next((tmp_path / "out").glob("model=*/dataset=many-*"))
+    kept = store.stored_sample_ids(partition)
+    assert len(store.data_files(partition)) == 1 and 0 < len(kept) < len(texts)
+    assert not list(partition.glob(".*tmp")) and not (partition / store.DONE_FILE).exists()
+    assert (partition / store.PROVENANCE_FILE).is_file()
+
+    assert main(argv) == 0
+    assert (partition / store.DONE_FILE).is_file() and len(store.data_files(partition)) == 2
+    model, tokenizer = _load(model_dir)
+    clean = collect_module.collect_scores(model, tokenizer, str(corpus), tmp_path / "clean", batch_size=1)
+    assert clean.n_samples == len(texts)
+    key = ["sample_id", "layer", "head"]
+    resumed = headstats.read_scores(tmp_path / "out").sort_values(key).reset_index(drop=True)
+    uninterrupted = headstats.read_scores(tmp_path / "clean").sort_values(key).reset_index(drop=True)
+    pd.testing.assert_frame_equal(resumed, uninterrupted, rtol=1e-5, atol=1e-6)
+
+
 def test_resuming_with_other_settings_is_refused(model_dir: Path, corpus: Path, tmp_path: Path) -> None:
     model, tokenizer = _load(model_dir)
     collect_module.collect_scores(model, tokenizer, str(corpus), tmp_path, limit=2)

@@ -705,3 +705,32 @@ def test_the_abstract_names_a_task_that_alone_certifies_a_larger_share() -> None
     both = certified.assign(certified_share_fw=wise["certified_share"])
     assert _shares(both, "m") == "ahon_ln 2% (piqa 5%; fw 2%)"
     assert _shares(certified.assign(certified_share_fw=certified["certified_share"]), "m") == "ahon_ln 2% (piqa 5%)"
+
+
+def test_prune_takes_one_score_and_one_share_under_singular_flags(monkeypatch, capsys) -> None:
+    """--score and --share name prune's single values (help lists them, errors name them); the plural
+    spellings still give the same spec; checks come before any model loads."""
+    from headstats.cli import build_parser, main
+    from headstats.cli.options import spec_from_args
+    from headstats.io import models
+    from headstats.specs import PruneSpec
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("a model was loaded before the checks"))
+    base = ["prune", "--model", "smollm2-135m", "--out", "pruned"]
+    singular = spec_from_args(build_parser().parse_args([*base, "--score", "awft", "--share", "0.1"]), PruneSpec)
+    plural = spec_from_args(build_parser().parse_args([*base, "--scores", "awft", "--shares", "0.1"]), PruneSpec)
+    assert singular == plural and (singular.scores, singular.shares) == (("awft",), (0.1,))
+    certify = ["--certify", "piqa", "--share", "0.05,0.1"]
+    assert spec_from_args(build_parser().parse_args([*base, *certify]), PruneSpec).shares == (0.05, 0.1)
+
+    (sub,) = [a for a in build_parser()._actions if hasattr(a, "choices") and isinstance(a.choices, dict)]
+    text = sub.choices["prune"].format_help()
+    assert "--score IDS" in text and "--share FRACTIONS" in text
+    assert "--scores" not in text and "--shares" not in text
+    for argv, message in (
+        (["--score", "ahon_ln,awft", "--share", "0.1"], "--score: prune ranks heads by one score: give one --score"),
+        (["--share", "0.1,0.2"], "--share: give one --share (a fraction of heads), or --certify TASK"),
+        (["--score", "bogus", "--share", "0.1"], "--score: unknown score id 'bogus'"),
+    ):
+        assert main([*base, *argv]) == 2
+        assert capsys.readouterr().err.startswith(f"headstats: error: {message}")

@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Iterator, Sequence
 
-from headstats.cli.options import CommandLineError, Parser, join_dash_values
+from headstats.cli.options import CommandLineError, Parser, examples, join_dash_values
 
 logger = logging.getLogger("headstats")
 
@@ -62,15 +62,24 @@ def _is_one_line_error(err: BaseException) -> bool:
     return isinstance(err, (*_ONE_LINE_ERRORS, *classes))
 
 
-def configure_logging(quiet: bool) -> None:
-    """headstats' messages on stderr (warnings only with --quiet, and no progress bars)."""
+def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
+    """headstats' messages on stderr: progress and results (INFO), with ``verbose`` also the details
+    of each step (DEBUG: batches written, probes timed, files read); with ``quiet`` only warnings and
+    errors, and no progress bars."""
     if _HANDLER not in logger.handlers:
         logger.addHandler(_HANDLER)
-    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    logger.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
     if quiet:  # the bars transformers draws while loading weights too
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
+
+
+# -q / -v: before the command name (headstats -q run ...) or after it (headstats run -q ...).
+VERBOSITY = (
+    (("-q", "--quiet"), "warnings and errors only, no progress bars"),
+    (("-v", "--verbose"), "debug messages too (each batch written, each probe timed, ...)"),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,11 +87,18 @@ def build_parser() -> argparse.ArgumentParser:
     from headstats.cli.commands import COMMANDS, add_lm_eval
 
     parser = Parser(
-        prog="headstats", description="Find and evaluate inactive attention heads in pretrained decoder LLMs."
+        prog="headstats",
+        description="Find and evaluate inactive attention heads in pretrained decoder LLMs.",
+        epilog=examples(
+            "headstats list",
+            "headstats collect --model smollm2-135m --dataset wikipedia --limit 16 --out results/scores",
+            "headstats run analyses/embedded.toml --dry-run",
+            "headstats COMMAND --help",
+        ),
     )
     parser.add_argument("--version", action="version", version=f"headstats {__version__}")
-    quiet = {"action": "store_true", "help": "no progress bars and no messages but warnings and errors"}
-    parser.add_argument("-q", "--quiet", default=False, **quiet)
+    for flags, text in VERBOSITY:
+        parser.add_argument(*flags, action="store_true", default=False, help=text)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     for add in COMMANDS:
         add(sub)
@@ -94,8 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.add_command(sub)
-    for command in sub.choices.values():  # --quiet also after the command name
-        command.add_argument("-q", "--quiet", default=argparse.SUPPRESS, **quiet)
+    for command in sub.choices.values():
+        for flags, text in VERBOSITY:
+            command.add_argument(*flags, action="store_true", default=argparse.SUPPRESS, help=text)
     add_lm_eval(sub)
     return parser
 
@@ -131,14 +148,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CommandLineError as err:
         print(f"headstats: error: {without_prefix(str(err))}", file=sys.stderr)
         return 2
-    configure_logging(bool(getattr(args, "quiet", False)))
+    quiet, verbose = bool(getattr(args, "quiet", False)), bool(getattr(args, "verbose", False))
+    if quiet and verbose:
+        print("headstats: error: give -q (quiet) or -v (verbose), not both", file=sys.stderr)
+        return 2
+    configure_logging(quiet, verbose)
     try:
         with _terminate_as_interrupt():
             result = args.func(args)
     except KeyboardInterrupt as stop:
         how = "terminated" if isinstance(stop, Terminated) else "interrupted"
         print(
-            f"headstats: {how}; finished parts and a pass's saved batches are kept, and a re-run resumes from them",
+            f"headstats: {how}; what finished is kept (a collection's written batches, a pass's saved batches), "
+            "and a re-run resumes from it",
             file=sys.stderr,
         )
         return 143 if isinstance(stop, Terminated) else 130

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from headstats.cli.options import add_resources, add_spec, spec_from_args
+from headstats.cli.options import add_resources, add_spec, examples, spec_from_args
 from headstats.options import SpecError, narrow
 from headstats.specs import (
     LIST_ALL,
@@ -53,6 +53,11 @@ def add_collect(sub: Subparsers) -> None:
         help="score every head of a model on datasets into Parquet tables",
         description="Stream datasets through models and write one row per (sequence, layer, head) with every "
         "score id. Re-running the same command resumes an interrupted run.",
+        epilog=examples(
+            "headstats collect --model smollm2-135m --dataset wikipedia --limit 16 --out results/scores",
+            "headstats collect --model smollm2-135m,gemma3-270m --dataset mmlu,piqa --limit 32 --scores ahon_ln,awft "
+            "--out results/scores",
+        ),
     )
     add_spec(p, ModelsSection, required=("names",))
     add_spec(p, CollectSection, required=("datasets",))
@@ -111,6 +116,11 @@ def add_ablate(sub: Subparsers) -> None:
             "with heads zeroed at every (score, target) point, and write per-question rows to "
             "OUT/model=<slug>/task=<task>/ (one Parquet file per point; a re-run resumes). --task and --model take "
             "comma-separated lists."
+        ),
+        epilog=examples(
+            "headstats ablate --model smollm2-135m --task piqa --limit 40 --out results/zeroing",
+            "headstats ablate --model smollm2-135m --task mmlu --limit 32 --scores ahon_ln --targets 0,0.1,0.2 "
+            "--out results/zeroing",
         ),
     )
     add_spec(p, ModelsSection)
@@ -172,6 +182,10 @@ def add_summary(sub: Subparsers) -> None:
         help="per-point and per-curve summaries of intervention results (no model is loaded)",
         description="Print accuracy, paired differences and curve summaries of the headstats ablate results "
         "under RESULTS.",
+        epilog=examples(
+            "headstats summary results/study",
+            "headstats summary results/study --format csv --table points > points.csv",
+        ),
     )
     add_spec(p, Results)
     add_spec(p, SummarySpec)
@@ -224,6 +238,10 @@ def add_report(sub: Subparsers) -> None:
         help="HTML + markdown report of score tables and intervention results (no model is loaded)",
         description="Build OUT/index.html (self-contained) and OUT/summary.md from the Parquet results under "
         "RESULTS: score distributions, distances, stability, overlap, intervention curves and ranks.",
+        epilog=examples(
+            "headstats report results/study --out reports/mine",
+            "headstats report results/study --out reports/mine --n-boot 1000 --metric correct_norm",
+        ),
     )
     add_spec(p, Results)
     add_spec(p, Output, required=("out",))
@@ -247,6 +265,7 @@ def add_paper(sub: Subparsers) -> None:
         help="the study's Table 2 and MMLU figures from its published numbers (bundled; no model needed)",
         description="Write OUT/table2.csv, per-model tables, figures and an HTML/markdown report of the study's "
         "published MMLU intervention results.",
+        epilog=examples("headstats paper --out reports/paper", "headstats paper --out reports/paper --dpi 150"),
     )
     add_spec(p, Output, required=("out",))
     add_spec(p, PaperSpec)
@@ -277,6 +296,10 @@ def add_run(sub: Subparsers) -> None:
         description="Run every stage of an analysis file, skipping work that is already done. --dtype and "
         "--device override the file's [models] settings; in a confirmation file (a [confirm] section) each "
         "computation path sets the dtype, and --paths chooses among them.",
+        epilog=examples(
+            "headstats run analyses/embedded.toml --dry-run",
+            "headstats run analyses/embedded.toml --all-models --stages collect,ablate",
+        ),
     )
     add_spec(p, RunSpec)
     add_resources(p)
@@ -360,6 +383,7 @@ def add_list(sub: Subparsers) -> None:
         help="registered score ids, tasks, collection datasets or embedded models, one per line",
         description="Print the names headstats knows, one per line with a short description: scores, tasks, "
         "datasets (for collect --dataset; a file works too) or models (embedded, no download of weights needed).",
+        epilog=examples("headstats list", "headstats list scores"),
     )
     add_spec(p, ListSpec)
     p.set_defaults(func=run_list)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from headstats.cli.options import add_spec, spec_from_args
+from headstats.cli.options import add_spec, examples, spec_from_args
 from headstats.specs import CompareSpec
 
 
@@ -20,8 +20,12 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
             "equivalence against a margin (default: how far the reference moves under a prompt-format change on "
             "the same texts); per head when the architectures match. Writes OUT/index.html and OUT/summary.md."
         ),
+        epilog=examples(
+            "headstats compare smollm2-135m my-finetuned/ --data wikipedia,piqa --limit 64 --out compare/",
+            "headstats compare smollm2-135m smollm2-135m@bfloat16 gemma3-270m --data wikipedia --out compare-bf16/",
+        ),
     )
-    parser.add_argument(
+    parser.sections["what to run"].add_argument(
         "models",
         nargs="+",
         metavar="MODEL",

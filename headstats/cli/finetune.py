@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from headstats.cli.options import add_spec, spec_from_args
+from headstats.cli.options import add_spec, examples, spec_from_args
 from headstats.specs import FinetuneSpec
 
 
@@ -22,6 +22,10 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
             "trained again. --seed unset trains with the recipe's seed (0 in the built-in one); the "
             "train/held-out split keeps the recipe's split_seed, so a seed replicate is measured on the same "
             "examples. Needs the `train` extra (pip install 'headstats[train]')."
+        ),
+        epilog=examples(
+            "headstats finetune --base gemma3-270m --print-recipe",
+            "headstats finetune --base smollm2-135m --stages sft --scale 0.5 --out finetune",
         ),
     )
     add_spec(parser, FinetuneSpec)

@@ -1,10 +1,11 @@
 """Command-line flags derived from the option declarations of :mod:`headstats.specs`.
 
 Each field of a spec becomes one flag (``--batch-size`` for ``batch_size``, or the field's declared
-flag); its help lists the allowed names from the registry and the default. A list option takes
-comma-separated values and may be repeated; a table option (``dict``) takes ``KEY=VALUE``, repeated.
-Flags default to "not given", so a spec built from parsed arguments (:func:`spec_from_args`) gets
-its own defaults and runs its own checks, and an error names the flag.
+flag, or the spec's own spelling of it); its help lists the allowed names from the registry and the
+default, in the ``--help`` section of the option's group (:data:`headstats.specs.HELP_GROUPS`). A
+list option takes comma-separated values and may be repeated; a table option (``dict``) takes
+``KEY=VALUE``, repeated. Flags default to "not given", so a spec built from parsed arguments
+(:func:`spec_from_args`) gets its own defaults and runs its own checks, and an error names the flag.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import textwrap
 import typing
 from collections.abc import Callable
 from dataclasses import MISSING, Field, fields
 from typing import Any, TypeVar
 
-from headstats.options import Spec, choices_of, default_of, element_type, hints, is_list
-from headstats.specs import Resources
+from headstats.options import Spec, choices_of, default_of, element_type, flag_of, group_of, hints, is_list
+from headstats.specs import HELP_GROUPS, Resources
 
 T = TypeVar("T", bound=Spec)
 
@@ -27,29 +29,76 @@ class CommandLineError(ValueError):
     """A command line argparse refused; main prints it as one line."""
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Flags and their help side by side from a wider column; the description's paragraphs wrapped,
+    and the examples' lines (indented in the text) kept as they are, so that they can be copied."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=28)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        blocks = []
+        for block in text.split("\n\n"):
+            if "\n  " in f"\n{block}":  # a block with indented lines: examples
+                blocks.append(textwrap.indent(block, indent))
+            else:
+                blocks.append(super()._fill_text(block, width, indent))
+        return "\n\n".join(blocks)
+
+
 class Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line and leave the exit to :func:`headstats.cli.main`."""
+    """An argument parser whose errors are one line and leave the exit to :func:`headstats.cli.main`,
+    whose options are listed in sections (:data:`headstats.specs.HELP_GROUPS`, then the general
+    ones) and whose usage line names only what must be given."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.sections = {title: self.add_argument_group(title) for title in HELP_GROUPS}
+        self._optionals.title = "general options"
+        # argparse lists sections in the order they were made: the general ones (-h, -q, -v) last
+        self._action_groups[:] = [*self.sections.values(), *self._action_groups[: -len(HELP_GROUPS)]]
 
     def error(self, message: str) -> Any:
         raise CommandLineError(f"{self.prog}: {message} (see {self.prog} --help)")
 
+    def format_usage(self) -> str:
+        return self.format_help().split("\n\n", 1)[0] + "\n"
 
-def flag_of(f: Field) -> str:
-    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+    def format_help(self) -> str:
+        if self.usage is None and self._subparsers is None:  # a command: what it needs, then [options]
+            needed = [
+                str(a.metavar or a.dest) if not a.option_strings else f"{a.option_strings[0]} {a.metavar}"
+                for a in self._actions
+                if (not a.option_strings and a.nargs != "?") or a.required
+            ]
+            optional = [f"[{a.metavar}]" for a in self._actions if not a.option_strings and a.nargs == "?"]
+            self.usage = " ".join(["%(prog)s", *map(str, needed), *optional, "[options]"])
+        return super().format_help()
+
+
+def _metavar(hint: Any, f: Field, spec: type[Spec]) -> str:
+    """The placeholder of a flag's value: the declared one, else short by kind (N, X, NAME, ...)."""
+    if f.metadata.get("metavar"):
+        return f.metadata["metavar"]
+    kind = element_type(hint)
+    if is_list(hint):
+        return {int: "N,...", float: "X,..."}.get(kind, "NAMES")
+    return "NAME" if choices_of(f, spec) else {int: "N", float: "X"}.get(kind, f.name.upper())
 
 
 def _help(spec: type[Spec], f: Field) -> str:
-    text = f.metadata.get("help", "")
+    """The option's help, then in one parenthesis the names it allows and its default."""
+    notes = []
     names = choices_of(f, spec)
     if names:
-        text += f" (one of: {', '.join(names)}" + (", or a file" if not f.metadata.get("strict", True) else "") + ")"
+        notes.append(f"one of: {', '.join(names)}" + (", or a file" if not f.metadata.get("strict", True) else ""))
     default = default_of(spec, f)
-    if isinstance(default, bool):
-        return text
     if isinstance(default, tuple):
         default = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default)
-    if default not in (None, ""):
-        text += f" (default: {default})"
+    if default not in (None, "") and not isinstance(default, bool):
+        notes.append(f"default: {default}")
+    text = f.metadata.get("help", "") + (f" ({'; '.join(notes)})" if notes else "")
     return text.replace("%", "%%")
 
 
@@ -91,17 +140,21 @@ def list_items(text: str) -> list[str]:
     return items
 
 
-def add_spec(
-    parser: argparse.ArgumentParser | argparse._ArgumentGroup, spec: type[Spec], *, required: tuple[str, ...] = ()
-) -> None:
-    """One flag (or positional argument) per command-line field of ``spec``."""
+def _section(parser: argparse.ArgumentParser, f: Field, spec: type[Spec]) -> Any:
+    """Where ``f``'s flag is listed in ``parser``'s help: its group's section, else the general one."""
+    sections = getattr(parser, "sections", {})
+    return sections.get(group_of(f, spec), parser)
+
+
+def add_spec(parser: argparse.ArgumentParser, spec: type[Spec], *, required: tuple[str, ...] = ()) -> None:
+    """One flag (or positional argument) per command-line field of ``spec``, each in its section."""
     types_ = hints(spec)
     for f in spec.options(where="cli"):
-        hint, help_text = types_[f.name], _help(spec, f)
+        hint, help_text, section = types_[f.name], _help(spec, f), _section(parser, f, spec)
         if f.metadata.get("positional"):
             # A positional argument with a default may be left out (``headstats list``).
             optional = {"nargs": "?", "default": argparse.SUPPRESS} if f.default not in (None, "", MISSING) else {}
-            parser.add_argument(f.name, metavar=f.name.upper(), type=_value_parser(hint), help=help_text, **optional)
+            section.add_argument(f.name, metavar=f.name.upper(), type=_value_parser(hint), help=help_text, **optional)
             continue
         kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": help_text}
         if hint is bool:
@@ -111,12 +164,15 @@ def add_spec(
             kw["metavar"] = f.metadata.get("metavar") or "KEY=VALUE"
         else:
             kw["type"] = _value_parser(hint, f.metadata.get("split", True))
-            kw["metavar"] = f.metadata.get("metavar") or f.name.upper()
+            kw["metavar"] = _metavar(hint, f, spec)
             if is_list(hint):  # given twice (--dataset a --dataset b): both lists, in order
                 kw["action"] = _Extend
         if f.name in required:
             kw["required"] = True
-        parser.add_argument(flag_of(f), **kw)
+        flag = flag_of(f, spec)
+        section.add_argument(flag, **kw)
+        if flag != flag_of(f):  # the field's own spelling still works, unlisted (prune --scores)
+            parser.add_argument(flag_of(f), **{**kw, "help": argparse.SUPPRESS, "required": False})
 
 
 class _Extend(argparse.Action):
@@ -145,8 +201,12 @@ class _KeyValue(argparse.Action):
 
 
 def add_resources(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("grid execution (needs submitit: pip install 'headstats[slurm]')")
-    add_spec(group, Resources)
+    add_spec(parser, Resources)
+
+
+def examples(*commands: str) -> str:
+    """A command's help epilog: example command lines, one a line, kept as written."""
+    return "examples:\n" + "\n".join(f"  {command}" for command in commands)
 
 
 def spec_command(
@@ -157,9 +217,10 @@ def spec_command(
     *,
     help: str,
     description: str,
+    epilog: str | None = None,
 ) -> argparse.ArgumentParser:
     """The subcommand ``name``, whose flags are ``spec``'s fields and which runs ``run(args)``."""
-    parser = subparsers.add_parser(name, help=help, description=description)
+    parser = subparsers.add_parser(name, help=help, description=description, epilog=epilog)
     add_spec(parser, spec)
     parser.set_defaults(func=run)
     return parser
@@ -175,7 +236,7 @@ def spec_from_args(args: argparse.Namespace, spec: type[T], **values: Any) -> T:
     def label(key: str) -> str:
         if key not in by_name:
             return "--" + key.replace("_", "-")
-        return key.upper() if by_name[key].metadata.get("positional") else flag_of(by_name[key])
+        return key.upper() if by_name[key].metadata.get("positional") else flag_of(by_name[key], spec)
 
     return spec.from_kwargs({**given, **values}, label=label)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from headstats.cli.options import spec_command, spec_from_args
+from headstats.cli.options import examples, spec_command, spec_from_args
 from headstats.specs import FrontierRunSpec, PruneSpec
 
 
@@ -18,11 +18,15 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         PruneSpec,
         help="remove inactive heads physically and save the smaller model",
         description=(
-            "Rank every head by the mean of --scores over a calibration set (default: 64 bundled Wikipedia "
-            "passages), remove the fraction --shares of heads that look most inactive (or the largest share certified "
+            "Rank every head by the mean of --score over a calibration set (default: 64 bundled Wikipedia "
+            "passages), remove the fraction --share of heads that look most inactive (or the largest share certified "
             "within --max-drop on the --certify task) from the weights, and write the model to --out with "
             "pruning.json. Load it with headstats.load_model(OUT) or "
             "AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)."
+        ),
+        epilog=examples(
+            "headstats prune --model smollm2-135m --score ahon_ln --share 0.1 --out pruned/smollm2-10pct",
+            "headstats prune --model smollm2-135m --certify piqa --share 0.05,0.1,0.2 --out pruned/smollm2-certified",
         ),
     )
     spec_command(
@@ -37,6 +41,10 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
             "and time prefill and decode against the unpruned model side by side (stage ablate), and write the "
             "report (stage report). Re-running resumes. --stages time,report times every finished point again on "
             "this machine (a quiet one, or a GPU) and keeps its answers."
+        ),
+        epilog=examples(
+            "headstats frontier analyses/prune_embedded.toml --dry-run",
+            "headstats frontier analyses/prune_embedded.toml --stages report",
         ),
     )
 

@@ -307,6 +307,7 @@ def load_model(
     model.headstats_name = name_or_path
     model.headstats_revision = revision
     model.headstats_commit = None if is_local(path) else _resolved_commit(path, hub)
+    logger.debug("%s loaded from %s: %s on %s", name_or_path, path, model.dtype, next(model.parameters()).device)
     return model, tokenizer
 
 

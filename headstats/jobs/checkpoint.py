@@ -171,6 +171,7 @@ class PassCheckpoint:
             arrays = _pack(self.key, list(self._batches.values()))
             arrays["spent"] = np.asarray(self.spent().to_json())
             store.write_arrays_atomic(arrays, self.path)
+            logger.debug("%d finished sequences of a pass saved to %s", self.n_sequences, self.path)
         self._unsaved, self._saved_at = 0, time.monotonic()
 
     def discard(self) -> None:

@@ -2,9 +2,10 @@
 
 Scores are written as they are computed, into part files of at most ``rows_per_part`` rows that
 are closed at least every ``part_seconds``. A part is written under a hidden temporary name and
-renamed when complete, so an interrupted run leaves only whole parts; a re-run with the same
-settings reads the sample ids already stored and scores only the rest (no duplicates, nothing lost
-beyond the part that was open). ``_SUCCESS`` marks a finished table. Writing, locking and the
+renamed when complete; a run that stops (an interrupt, SIGTERM, an error) closes the open part
+with the batches written so far, so it leaves only whole parts of whole batches, and a re-run with
+the same settings reads the sample ids already stored and scores only the rest (no duplicates,
+nothing lost but the batch that was running). ``_SUCCESS`` marks a finished table. Writing, locking and the
 resume check are :mod:`headstats.io.store`'s; this module decides what to score.
 """
 
@@ -253,9 +254,11 @@ def write_scores(run: Collection, model: PreTrainedModel, tokenizer: PreTrainedT
             if questions is not None:
                 table = _with_question_keys(table, questions, documents)
             writer.write(table)
-            n_new += len(set(table.column("sample_id").to_pylist()))
-    except BaseException:
-        writer.abort()
+            n_batch = len(set(table.column("sample_id").to_pylist()))
+            n_new += n_batch
+            log.debug("%s: a batch of %d sequences written (%d new in all)", desc, n_batch, n_new)
+    except BaseException:  # an interrupt, SIGTERM or error: the batches written so far stay
+        writer.keep()
         raise
     finally:
         bar.close()

@@ -215,7 +215,18 @@ def _probe(sample: Sequence, run: Callable[[Sequence], object], tokens: int) -> 
     run(sample[:1])
     start = time.perf_counter()
     run(sample)
-    return tokens / max(time.perf_counter() - start, 1e-9)
+    seconds = max(time.perf_counter() - start, 1e-9)
+    logger.debug(
+        "probe: %d items, %d computed tokens in %.1f s (%.0f tok/s)", len(sample), tokens, seconds, tokens / seconds
+    )
+    return tokens / seconds
+
+
+def _announce(label: str, name: str, step: int, steps: int, stage: str, what: str, n_probe: int) -> None:
+    """The progress line of one unit of a dry run: most of its time goes to the probe's passes."""
+    logger.info(
+        "%s[%s] %d/%d %s %s: preparing its sequences, timing %d of them", label, name, step, steps, stage, what, n_probe
+    )
 
 
 def dry_run(
@@ -257,16 +268,15 @@ def dry_run(
         model, tokenizer = load_model(name, **load.kwargs())
         device = str(next(model.parameters()).device)
         rng = random.Random(0)
-        if "collect" in stages:
-            units += [
-                _collect_unit(analysis, name, model, tokenizer, dataset, probe_sequences, rng)
-                for dataset in analysis.collect_datasets
-            ]
-        if "ablate" in stages:
-            units += [
-                _ablate_unit(analysis, name, model, tokenizer, ablation, probe_sequences, rng)
-                for ablation in analysis.ablate
-            ]
+        datasets = analysis.collect_datasets if "collect" in stages else []
+        ablations = analysis.ablate if "ablate" in stages else []
+        steps = len(datasets) + len(ablations)
+        for step, dataset in enumerate(datasets, 1):
+            _announce(label, name, step, steps, "collect", dataset, probe_sequences)
+            units.append(_collect_unit(analysis, name, model, tokenizer, dataset, probe_sequences, rng))
+        for step, ablation in enumerate(ablations, len(datasets) + 1):
+            _announce(label, name, step, steps, "ablate", str(ablation.task), probe_sequences)
+            units.append(_ablate_unit(analysis, name, model, tokenizer, ablation, probe_sequences, rng))
     return DryRun(units, device, probe_sequences, load_at_start=load_at_start, absent=absent)
 
 
@@ -325,7 +335,8 @@ def dry_run_frontier(frontier: Frontier, models: Sequence[str], *, probe_sequenc
         model, tokenizer = load_model(name, **narrow(frontier.models, LoadOptions).kwargs())
         device = str(next(model.parameters()).device)
         rng = random.Random(0)
-        for task in spec.tasks:
+        for step, task in enumerate(spec.tasks, 1):
+            _announce("", name, step, len(spec.tasks), "prune", task, probe_sequences)
             selected = load_task(task, **task_options(spec))
             saved = sum(store.partial_sequences(store.partial_file(points, f"{stem}-{task}.parquet")) for stem in left)
             unit = _task_unit(model, tokenizer, selected, spec.batch_size, probe_sequences, rng)

@@ -505,7 +505,7 @@ def run_prune(spec: PruneSpec) -> dict:
             raise ValueError(
                 f"no share is certified on {spec.certify}: at {first['share']:g} the drop's upper bound is "
                 f"{100 * first['upper_bound']:.2f} points > {spec.max_drop:g} ({certification.n_questions} "
-                "questions); give smaller --shares, more questions (--limit), or a larger --max-drop"
+                "questions); give smaller --share fractions, more questions (--limit), or a larger --max-drop"
             )
     assert share is not None
     heads = select_heads(means, score, share, unit=spec.unit, group_size=kv_group_size(model))

@@ -211,7 +211,11 @@ class PartWriter:
     A part is written under a hidden ``.part-*.tmp`` name and renamed into place when it holds
     ``rows_per_part`` rows or has been open ``seconds``; the partition's ``_provenance.json`` is
     written with the first part this writer finishes, replacing an earlier run's record: a run that
-    adds rows (a larger ``limit``) is what the partition now holds. Use it under ``writer_lock``."""
+    adds rows (a larger ``limit``) is what the partition now holds. Use it under ``writer_lock``.
+
+    Each :meth:`write` adds one row group, whole: an interrupt (``KeyboardInterrupt``, or SIGTERM
+    raised as one) is raised between Python bytecodes, never inside the C++ write, so the open part
+    always holds whole tables and :meth:`keep` can close it."""
 
     def __init__(self, partition: Path, schema: pa.Schema, provenance: dict, rows_per_part: int, seconds: float):
         self.partition = partition
@@ -224,27 +228,48 @@ class PartWriter:
         self._rows = 0
         self._opened = 0.0
         self._recorded = False
+        self._broken = False
+        self._closed = 0  # parts this writer finished
 
     def write(self, table: pa.Table) -> None:
         if self._writer is None:
             self._tmp = temporary_name(self.partition / "part", ".parquet")
             self._writer = pq.ParquetWriter(self._tmp, self.schema, **WRITE_OPTIONS)
             self._rows, self._opened = 0, time.monotonic()
-        self._writer.write_table(table.select(self.schema.names).cast(self.schema))
+        table = table.select(self.schema.names).cast(self.schema)
         self._rows += table.num_rows
+        try:
+            self._writer.write_table(table)
+        except Exception:  # the file may hold part of the table: keep() will not close it
+            self._broken = True
+            raise
         if self._rows >= self.rows_per_part or time.monotonic() - self._opened >= self.seconds:
             self.close()
 
     def close(self) -> None:
-        if self._writer is None:
-            return
-        self._writer.close()
-        assert self._tmp is not None
-        os.replace(self._tmp, self.partition / part_name())
-        self._writer, self._tmp = None, None
-        if not self._recorded:
+        if self._writer is not None:
+            self._writer.close()  # a second call (after an interrupted one) does nothing
+            assert self._tmp is not None
+            if self._tmp.exists():  # else an interrupted call renamed it already
+                os.replace(self._tmp, self.partition / part_name())
+            self._closed += 1
+            self._writer, self._tmp = None, None
+        if self._closed and not self._recorded:
             write_provenance(self.partition, self.provenance)
             self._recorded = True
+
+    def keep(self) -> None:
+        """End a run that stops early: the open part is closed with the tables written so far (a
+        resumed run scores only the rest), unless a failed write may have left part of a table in
+        it; then it is dropped, as :meth:`abort` does."""
+        if self._broken or not self._rows:  # not self._rows: a part opened, nothing written to it
+            self.abort()
+            return
+        try:
+            self.close()
+        except BaseException:
+            self.abort()
+            raise
 
     def abort(self) -> None:
         if self._writer is not None:
