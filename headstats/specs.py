@@ -21,6 +21,8 @@ from headstats.options import Spec, SpecError, check_device, option
 LAUNCHERS: tuple[str, ...] = ("local", "slurm", "debug")
 METRICS: tuple[str, ...] = ("correct", "correct_norm")
 STAGES: tuple[str, ...] = ("collect", "ablate", "report")
+# Every stage a study kind may have (headstats.studies): time = a frontier's finished points timed again.
+RUN_STAGES: tuple[str, ...] = ("collect", "ablate", "time", "report")
 SUMMARY_FORMATS: tuple[str, ...] = ("table", "csv", "json")
 SUMMARY_TABLES: tuple[str, ...] = ("both", "points", "curves")
 # How a sweep's passes compute attention: chosen by its scores, or pinned (SweepSpec.attention_kernel).
@@ -611,9 +613,9 @@ class RunSpec(LoadOptions, Staged):
     WHAT: ClassVar[str] = "run"
     GROUP: ClassVar[str | None] = WHAT_TO_RUN
     DEFAULTS: ClassVar[Mapping[str, Any]] = {"stages": STAGES}
-    CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {"stages": STAGES}
+    CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {"stages": RUN_STAGES}
 
-    analysis: str = option("", "an analysis file, e.g. analyses/embedded.toml", positional=True, toml=False)
+    analysis: str = option("", "a study file, e.g. analyses/embedded.toml", positional=True, toml=False)
     all_models: bool = option(False, "also run the file's optional models", toml=False)
     only_models: tuple[str, ...] | None = option(
         None, "comma-separated subset of the file's models", flag="--models", toml=False
@@ -640,7 +642,7 @@ class FrontierRunSpec(RunSpec):
     """``headstats frontier``: :class:`RunSpec`, with one more stage, ``time``: every finished point timed
     again on this machine, its answers kept (:func:`headstats.jobs.frontier.retime_model`)."""
 
-    CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {"stages": (*STAGES[:-1], "time", STAGES[-1])}
+    CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {"stages": RUN_STAGES}
 
 
 def _unit_interval(value: float) -> None:
@@ -1038,6 +1040,7 @@ __all__ = [
     "LAUNCHERS",
     "LISTABLE",
     "METRICS",
+    "RUN_STAGES",
     "SAVE_DTYPES",
     "STAGES",
     "UNITS",

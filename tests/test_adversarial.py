@@ -116,11 +116,11 @@ REFUSED: list[tuple[str, Callable[[Path], list[str]], Callable[[Path], str]]] = 
         ),
     ),
     (
-        "run a frontier file",
-        lambda t: ["run", str(ROOT / "analyses" / "prune_embedded.toml")],
+        "a stage the file's kind does not have",
+        lambda t: ["run", str(ROOT / "analyses" / "embedded.toml"), "--stages", "time", "--dry-run"],
         lambda t: (
-            f"headstats: error: {ROOT / 'analyses' / 'prune_embedded.toml'} is a pruning frontier file (it "
-            f"has [prune]): run it with headstats frontier {ROOT / 'analyses' / 'prune_embedded.toml'}"
+            f"headstats: error: --stages: {(ROOT / 'analyses' / 'embedded.toml').as_posix()} is an analysis file, "
+            "which has no time stage (its stages: collect, ablate, report)"
         ),
     ),
     (

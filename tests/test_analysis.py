@@ -251,7 +251,7 @@ def test_dry_run_counts_the_work_writes_nothing_and_sees_what_is_done(
     tiny_llama_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     from headstats.jobs import checkpoint
-    from headstats.jobs.dryrun import dry_run
+    from headstats.studies import dry_run, load_study
 
     spec_path = _analysis_file(
         tmp_path,
@@ -276,7 +276,8 @@ n_perm = 20
     assert "Nothing was written" in out and "estimated" in out
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("*.parquet"))
     spec = load_analysis(spec_path)
-    collect, ablate = dry_run(spec).units
+    study = load_study(spec_path)
+    collect, ablate = dry_run(study).units
     assert (collect.stage, collect.items, collect.sequences, collect.passes_left) == ("collect", 3, 3, 1)
     # PIQA: two sequences per question (one per solution); the baseline pass (which also records the
     # calibration scores) plus 3 scores x 2 non-zero targets; p = 0 reuses the baseline.
@@ -299,12 +300,12 @@ n_perm = 20
         patch.setattr(checkpoint.PassCheckpoint, "add", add_then_stop)
         with pytest.raises(KeyboardInterrupt):
             run_analysis(spec, progress=False, stages=("ablate",))
-    (ablate,) = [u for u in dry_run(spec).units if u.stage == "ablate"]
+    (ablate,) = [u for u in dry_run(study).units if u.stage == "ablate"]
     assert (ablate.passes_left, ablate.saved, ablate.forwards_left) == (7, 6, 3 * 7 - 2)
     assert ablate.seconds_left == pytest.approx(ablate.computed * (7 - 6 / 8) / ablate.tokens_per_s)
     assert main(["run", "--dry-run", str(spec_path)]) == 0 and "saved seq" in capsys.readouterr().out
     run_analysis(spec, progress=False, stages=("collect", "ablate"))
-    collect, ablate = dry_run(spec).units
+    collect, ablate = dry_run(study).units
     assert collect.passes_left == 0 and ablate.passes_left == 0 and collect.seconds_left == ablate.seconds_left == 0
 
 
@@ -312,8 +313,7 @@ def test_dry_run_loads_no_model_when_no_pass_is_left_and_explains_its_counts(
     tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     import headstats.io.models as models
-    from headstats.jobs import dryrun
-    from headstats.jobs.dryrun import dry_run
+    from headstats.studies import dry_run, dryrun, load_study
 
     spec_path = _analysis_file(
         tmp_path,
@@ -335,7 +335,7 @@ batch_size = 3
 
     monkeypatch.setattr(models, "load_model", no_loading)
     monkeypatch.setattr(dryrun, "machine_load", lambda: (9.0, 2))  # measured as the dry run begins
-    planned = dry_run(spec)
+    planned = dry_run(load_study(spec_path))
     (unit,) = planned.units
     assert planned.load_at_start == (9.0, 2) and "busy" not in planned.summary()  # nothing was probed
     # 3 scores x 3 targets planned: the baseline and the 6 points at p > 0 are passes; the 3 points at

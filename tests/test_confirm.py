@@ -96,10 +96,10 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
     index = run_confirmation(plan, progress=False, only_paths=tuple(sorted({name for name, _ in runs})))
     assert confirm.left_for_bf16_units(plan) == {}
     # With every path's sweeps done, the dry run counts no pass left on any path (and loads no model).
-    from headstats.jobs.dryrun import dry_run_confirmation
+    from headstats.studies import Study, dry_run
 
     with caplog.at_level("INFO", logger="headstats"):
-        planned = dry_run_confirmation(plan).units
+        planned = dry_run(Study("confirmation", plan.path, plan)).units
     assert sorted(u.what for u in planned) == sorted(f"hellaswag [{name}]" for name, _ in runs)
     said = [r.getMessage() for r in caplog.records if "not loaded" in r.getMessage()]
     assert sorted(said) == sorted(f"[{name}] [{model}] no pass left: not loaded" for name, _ in runs)
@@ -695,35 +695,42 @@ def test_a_path_other_bf16_kernels_began_is_left_while_every_other_runs(monkeypa
 def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_counts_it(monkeypatch, tmp_path) -> None:
     from dataclasses import replace
 
+    import torch
+
     from headstats.io import models
     from headstats.jobs import confirm, dryrun
     from headstats.specs import RunSpec
+    from headstats.studies import Study, dry_run
+    from headstats.studies import analysis as analysis_kind
 
     plan = replace(confirm.load_confirmation("analyses/confirm.toml"), results=tmp_path / "results")
     assert confirm.refused_here(plan, RunSpec(device="cpu")) == {}  # nothing begun: nothing refused
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
     left = ("explicit-bfloat16", "smollm2-135m")
     monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {left: "its baseline ran on other kernels"})
-    measured: list[str] = []
+    measured: list[tuple[str, str]] = []
 
-    def dry_run(spec, run, probe_sequences, label):
-        measured.append(spec.name)
-        return dryrun.DryRun([], "cpu", probe_sequences)
+    def measure_sweep(results, name, model, tokenizer, ablation, probe, rng):
+        measured.append((str(results), name))
+        return dryrun.WorkUnit(name, "ablate", str(ablation.task), 0, None, None, None, 0, 0, 1, None)
 
-    monkeypatch.setattr(dryrun, "dry_run", dry_run)
-    planned = dryrun.dry_run_confirmation(plan, RunSpec(device="cpu"))
+    monkeypatch.setattr(models, "load_model", lambda name, **kwargs: (torch.nn.Linear(1, 1), None))
+    monkeypatch.setattr(analysis_kind, "measure_sweep", measure_sweep)
+    study = Study("confirmation", plan.path, plan)
+    planned = dry_run(study, RunSpec(device="cpu"))
     # Its baseline and the three claimed scores' points: 4 passes, not loaded, not in the estimate.
     assert planned.refused == ["[explicit-bfloat16] smollm2-135m, 4 passes left: its baseline ran on other kernels"]
     assert planned.summary().endswith(
         "Not counted above, as a real run here leaves them for another machine:\n"
         "- [explicit-bfloat16] smollm2-135m, 4 passes left: its baseline ran on other kernels"
     )
-    assert measured == [spec.name for path, spec in confirm.expand(plan) if (path.name, spec.models[0]) != left]
+    expected = [(str(spec.results), spec.models[0]) for _, spec in confirm.expand(plan)]
+    assert measured == [(results, model) for results, model in expected if (results.rpartition("/")[2], model) != left]
 
     # On a CPU without bf16 units every bf16 pair is left out too, each with its reason and passes.
     measured.clear()
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
-    planned = dryrun.dry_run_confirmation(plan, RunSpec(device="cpu"))
+    planned = dry_run(study, RunSpec(device="cpu"))
     slow = "this CPU (AVX2 EPYC) has no bf16 matrix units"
     assert [line.split(": ")[0] for line in planned.refused] == [
         "[explicit-bfloat16] smollm2-135m, 4 passes left",

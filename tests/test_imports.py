@@ -1,6 +1,6 @@
 """The package's imports respect its layers, read from the source with ``ast`` (nothing is imported).
 
-Data flows one way: engine -> io -> stats -> (specs) -> jobs -> report -> (pipeline) -> cli. A module
+Data flows one way: engine -> io -> stats -> (specs) -> jobs -> report -> studies -> (pipeline) -> cli. A module
 may import its own layer and the layers below it, never one above; no module imports a private name
 (``_x``) of another module; and no two modules import each other, deferred imports inside functions
 included. The modules outside the six layers get a place from what they import:
@@ -14,8 +14,10 @@ included. The modules outside the six layers get a place from what they import:
 - ``headstats.lmeval`` (the lm-eval model) runs the engine's zeroing and ``jobs.evaluate``'s scoring
   inside lm-eval, and ``headstats.lmeval_tasks`` (lm-eval task code) reads the bundled data through
   ``io``: an adapter layer just above jobs, which only the cli loads.
-- ``headstats.pipeline`` (``headstats run``: a file's collection and sweeps, then its report) runs
-  jobs and report in turn: the ``pipeline`` layer, above report, which the cli calls.
+- ``headstats.studies`` (the registry of study kinds: each kind loads, plans, runs and reports its
+  files) composes jobs and report: the ``studies`` layer, above report.
+- ``headstats.pipeline`` (the Python API of ``headstats run``) calls the studies: the ``pipeline``
+  layer, above studies, which the cli calls.
 - ``headstats.testing`` (synthetic tables for the tests and benchmarks) is not used by the package:
   it may read any layer below it and none may import it, the ``testing`` layer just under the facade.
 - ``headstats`` (the package root: lazy re-exports and ``__version__``), ``headstats.__main__``
@@ -32,7 +34,21 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "headstats"
 
-LAYERS = ("base", "engine", "io", "stats", "specs", "jobs", "lmeval", "report", "pipeline", "cli", "testing", "facade")
+LAYERS = (
+    "base",
+    "engine",
+    "io",
+    "stats",
+    "specs",
+    "jobs",
+    "lmeval",
+    "report",
+    "studies",
+    "pipeline",
+    "cli",
+    "testing",
+    "facade",
+)
 LAYER_OF_PREFIX = {
     "headstats.names": "base",
     "headstats.options": "base",
@@ -44,6 +60,7 @@ LAYER_OF_PREFIX = {
     "headstats.lmeval": "lmeval",
     "headstats.lmeval_tasks": "lmeval",
     "headstats.report": "report",
+    "headstats.studies": "studies",
     "headstats.pipeline": "pipeline",
     "headstats.cli": "cli",
     "headstats.testing": "testing",

@@ -356,10 +356,10 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path, capsys) -> None:
     from headstats.cli import main
     from headstats.io.tasks import load_task
     from headstats.jobs import checkpoint
-    from headstats.jobs.dryrun import dry_run_frontier
     from headstats.jobs.evaluate import evaluate
     from headstats.jobs.frontier import ANSWER_COLUMNS, load_frontier
     from headstats.report.frontier import certified_shares, read_points
+    from headstats.studies import dry_run, load_study
 
     analysis = tmp_path / "tiny_frontier.toml"
     analysis.write_text(
@@ -371,7 +371,7 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path, capsys) -> None:
     # The dry run: per task, the baseline and 2 scores x 2 shares, costed at a measured speed; nothing written.
     assert main(["frontier", str(analysis), "--dry-run"]) == 0 and not (tmp_path / "results").exists()
     spec = load_frontier(analysis)
-    (unit,) = dry_run_frontier(spec, [str(model_dir)]).units
+    (unit,) = dry_run(load_study(analysis)).units
     assert (unit.what, unit.items, unit.passes_left, unit.passes_total, unit.saved) == ("arc_easy", 6, 5, 5, 0)
     assert unit.tokens_per_s > 0 and unit.seconds_left == pytest.approx(unit.computed * 5 / unit.tokens_per_s)
     # Stopped in the middle of its first evaluation: the finished batches are saved, and the next run
@@ -387,7 +387,7 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path, capsys) -> None:
         assert main(["frontier", str(analysis)]) == 130  # the CLI's answer to an interrupt
     root = next((tmp_path / "results").glob("model=*"))
     assert [p.name for p in (root / "points").glob("_partial-*")] == ["_partial-baseline-arc_easy.npz"]
-    (unit,) = dry_run_frontier(spec, [str(model_dir)]).units
+    (unit,) = dry_run(load_study(analysis)).units
     assert unit.saved == spec.prune.batch_size and unit.passes_left == 5  # the one batch it finished
     capsys.readouterr()
     assert main(["frontier", str(analysis), "-q"]) == 0
@@ -405,7 +405,7 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path, capsys) -> None:
     assert len([n for n in written if n.endswith(".json")]) == 1 + 2 * 2
     assert main(["frontier", str(analysis), "--stages", "collect,ablate"]) == 0  # resumes: nothing rewritten
     assert {p.name: p.stat().st_mtime_ns for p in (root / "points").iterdir()} == written
-    (unit,) = dry_run_frontier(spec, [str(model_dir)]).units  # nothing left: the model is not loaded
+    (unit,) = dry_run(load_study(analysis)).units  # nothing left: the model is not loaded
     assert (unit.passes_left, unit.sequences, unit.seconds_left) == (0, None, 0.0)
     points, speed, _ = read_points(spec.results)
     base = pd.read_parquet(root / "points" / "baseline.parquet").set_index("question_id")["correct"]
@@ -533,9 +533,12 @@ def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(
     assert (left, finished) == (2, 2) and seconds == pytest.approx((ended["ended"] - ended["round"]) / 2)
     capsys.readouterr()
     assert main(["frontier", str(analysis), "--stages", "time", "--dry-run", "-q"]) == 0 and len(timed) == 3
-    assert f"stage time: 2 of 2 finished points to time again (about {2 * seconds / 60:.1f} min at the last " in (
-        capsys.readouterr().out
-    )
+    assert "time finished points" in capsys.readouterr().out
+    from headstats.studies import dry_run, load_study
+
+    (unit,) = dry_run(load_study(analysis), stages=("time",)).units  # costed at the ended round's rate, not loaded
+    assert (unit.stage, unit.items, unit.passes_left, unit.passes_total) == ("time", 2, 2, 2)
+    assert unit.seconds_left == pytest.approx(2 * seconds) and len(timed) == 3
     assert main(["frontier", str(analysis), "--stages", "time", "-q"]) == 0  # a finished round: a new one
     assert len(timed) == 5 and len(record("baseline")["earlier_speed"]) == 2
     build_frontier_report(spec)

@@ -292,13 +292,17 @@ def run_paper(args: argparse.Namespace) -> int:
 def add_run(sub: Subparsers) -> None:
     p = sub.add_parser(
         "run",
-        help="run a declarative analysis (analyses/*.toml): collect -> ablate -> report",
-        description="Run every stage of an analysis file, skipping work that is already done. --dtype and "
-        "--device override the file's [models] settings; in a confirmation file (a [confirm] section) each "
-        "computation path sets the dtype, and --paths chooses among them.",
+        help="run a study file (analyses/*.toml) of any kind: its stages, resuming, the report last",
+        description="Run the stages of a study file, skipping work that is already done. The file's kind decides "
+        "what its stages compute (headstats.studies): an analysis collects score tables and runs zeroing sweeps, "
+        "a confirmation ([confirm]) runs each computation path's sweeps, a frontier ([prune]) prunes and evaluates, "
+        "a comparison ([compare]) collects every model; the report stage rebuilds the report from the results. "
+        "--dry-run counts what is left of each unit and times it on this machine. --dtype and --device override "
+        "the file's settings; in a confirmation file each computation path sets the dtype, and --paths chooses "
+        "among them.",
         epilog=examples(
             "headstats run analyses/embedded.toml --dry-run",
-            "headstats run analyses/embedded.toml --all-models --stages collect,ablate",
+            "headstats run analyses/prune_embedded.toml --stages time,report",
         ),
     )
     add_spec(p, RunSpec)
@@ -307,71 +311,33 @@ def add_run(sub: Subparsers) -> None:
 
 
 def run_run(args: argparse.Namespace) -> int:
-    from headstats.jobs.compare import is_comparison
-    from headstats.jobs.confirm import is_confirmation
-
     run = spec_from_args(args, RunSpec)
-    progress = not getattr(args, "quiet", False)
-    if is_comparison(Path(run.analysis)):
-        from headstats.pipeline import run_comparison_file
+    from headstats.studies import kind_of
 
-        index = run_comparison_file(run.analysis, run)
-    elif is_confirmation(Path(run.analysis)):
-        try:
-            grid = "--launcher" if spec_from_args(args, Resources).launcher is not None else None
-        except SpecError as err:  # a job's setting without a launcher: answered as a launcher would be
-            grid = err.label
-        if grid:
-            raise SpecError(
-                "launcher",
-                "a confirmation file runs its paths in this process, one after another; to spread them over "
-                f"jobs, run headstats run {run.analysis} --paths PATH --models MODEL --stages ablate in each, then "
-                "--stages report once",
-                label=grid,
-            )
-        index = run_confirmation_file(run, progress=progress)
-    elif run.only_paths:
-        raise SpecError(
-            "paths",
-            f"chooses among a confirmation file's computation paths; {run.analysis} has none (no [confirm] section)",
-            label="--paths",
-        )
-    else:
-        index = run_analysis_file(run, spec_from_args(args, Resources), progress=progress)
-    if index is not None:
-        _report_line(str(index))
+    kind = kind_of(run.analysis)
+    try:
+        resources = spec_from_args(args, Resources)
+        grid = "--launcher" if resources.launcher is not None else None
+    except SpecError as err:  # a job's setting without a launcher: refused by a kind that takes none, as below
+        if kind.grid:
+            raise
+        resources, grid = None, err.label
+    return run_study_file(run, resources=resources, grid=grid, quiet=getattr(args, "quiet", False))
+
+
+def run_study_file(run: RunSpec, *, resources: Resources | None = None, grid: str | None = None, quiet: bool) -> int:
+    """``headstats run FILE`` (and its aliases): the file through its kind (:mod:`headstats.studies`),
+    printing the dry run or the report's index."""
+    from headstats.jobs.dryrun import DryRun
+    from headstats.studies import kind_of, run_loaded
+
+    study = kind_of(run.analysis).load(Path(run.analysis))  # every key checked before any work
+    result = run_loaded(study, run, resources=resources, grid=grid, progress=not quiet)
+    if isinstance(result, DryRun):
+        print(result.summary())
+    elif result is not None:
+        _report_line(str(result))
     return 0
-
-
-def run_analysis_file(run: RunSpec, resources: Resources, *, progress: bool) -> Path | None:
-    """``headstats run`` of an analysis file: its stages, or with ``--dry-run`` what they would run."""
-    from headstats.jobs.analysis import load_analysis
-
-    spec = load_analysis(run.analysis)  # every section checked before any work
-    if run.dry_run:
-        from headstats.jobs.dryrun import dry_run
-
-        print(dry_run(spec, run).summary())
-        return None
-    from headstats.pipeline import run_analysis
-
-    return run_analysis(spec, run, resources=resources, progress=progress)
-
-
-def run_confirmation_file(run: RunSpec, *, progress: bool) -> Path | None:
-    """``headstats run`` of a confirmation file (:mod:`headstats.jobs.confirm`): every path's sweeps,
-    then the verdicts; ``--dry-run`` sizes every path. Each path sets its own dtype."""
-    from headstats.jobs.confirm import load_confirmation
-
-    plan = load_confirmation(run.analysis)
-    if run.dry_run:
-        from headstats.jobs.dryrun import dry_run_confirmation
-
-        print(dry_run_confirmation(plan, run).summary())
-        return None
-    from headstats.pipeline import run_confirmation
-
-    return run_confirmation(plan, run, progress=progress)
 
 
 # --- list -----------------------------------------------------------------------------------------

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
 
 from headstats.cli.options import examples, spec_command, spec_from_args
 from headstats.specs import FrontierRunSpec, PruneSpec
@@ -36,7 +35,8 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         FrontierRunSpec,
         help="prune every model of an analysis file at every share by every score; accuracy, speed, report",
         description=(
-            "Run a pruning frontier analysis file (e.g. analyses/prune_embedded.toml): rank heads on the "
+            "The same as headstats run FILE for a pruning frontier file (e.g. analyses/prune_embedded.toml): rank "
+            "heads on the "
             "calibration set (stage collect), remove them at each share by each score, evaluate the held-out tasks "
             "and time prefill and decode against the unpruned model side by side (stage ablate), and write the "
             "report (stage report). Re-running resumes. --stages time,report times every finished point again on "
@@ -61,50 +61,17 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _time_stage_plan(frontier, models: list[str]) -> str:
-    """The ``--dry-run`` lines of the time stage: per model the points to time again and, from the last
-    ended round, about how long (loads no model)."""
-    from headstats.jobs.frontier import retime_left
-
-    lines = []
-    for name in models:
-        left, finished, seconds = retime_left(frontier, name)
-        if seconds is None:
-            how_long = "no ended round to estimate from"
-        else:
-            how_long = f"about {left * seconds / 60:.1f} min at the last round's {seconds:.0f} s per point"
-        lines.append(f"{name}: stage time: {left} of {finished} finished points to time again ({how_long})")
-    return "\n".join(lines)
-
-
 def _frontier(args: argparse.Namespace) -> int:
-    """Stages of a frontier file: collect = the calibration means, ablate = the pruned points (the
-    unpruned baseline first), time = every finished point timed again here, report = the report."""
+    """``headstats frontier FILE``: ``headstats run FILE`` for a frontier file (its stages: collect = the
+    calibration means, ablate = the pruned points, time = every finished point timed again, report)."""
     command = spec_from_args(args, FrontierRunSpec)
-    from headstats.jobs.analysis import given_load
-    from headstats.jobs.frontier import chosen_models, load_frontier, retime_model, run_frontier
+    from headstats.cli.commands import run_study_file
+    from headstats.studies import kind_of
 
-    frontier = load_frontier(command.analysis)
-    frontier = replace(frontier, models=replace(frontier.models, **given_load(command)))  # --dtype, --device, ...
-    if getattr(args, "quiet", False):  # --quiet: no progress bars, whatever the file says
-        frontier = replace(frontier, prune=replace(frontier.prune, progress=False))
-    models = chosen_models(frontier, command)
-    if command.dry_run:
-        from headstats.jobs.dryrun import dry_run_frontier
-
-        if {"collect", "ablate"} & set(command.stages):
-            print(dry_run_frontier(frontier, models).summary())
-        if "time" in command.stages:
-            print(_time_stage_plan(frontier, models))
-        return 0
-    if {"collect", "ablate"} & set(command.stages):
-        seconds = run_frontier(frontier, models, calibrate_only="ablate" not in command.stages)
-        print(f"{frontier.results}: frontier run took {seconds / 60:.1f} min")
-    if "time" in command.stages:
-        for name in models:
-            print(f"{retime_model(frontier, name)}: every finished point timed again")
-    if "report" in command.stages:
-        from headstats.report.frontier import build_frontier_report
-
-        print(build_frontier_report(frontier))
-    return 0
+    kind = kind_of(command.analysis)
+    if kind.name != "frontier":
+        table = f" (it has [{kind.section}])" if kind.section else ""
+        raise ValueError(
+            f"{command.analysis} is {kind.article} file{table}: run it with headstats run {command.analysis}"
+        )
+    return run_study_file(command, quiet=getattr(args, "quiet", False))

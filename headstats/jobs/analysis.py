@@ -148,8 +148,12 @@ def read_analysis_file(
     return raw, AnalysisHeader.from_toml(raw, f"{path}: top level", extra=sections)
 
 
-# The section that tells each kind of study file, and the command that runs it.
-FILE_KINDS = {"prune": ("pruning frontier", "headstats frontier"), "confirm": ("confirmation", "headstats run")}
+# The table that tells each other kind of study file (headstats.studies), and the command that runs it.
+FILE_KINDS = {
+    "prune": ("frontier", "headstats run"),
+    "confirm": ("confirmation", "headstats run"),
+    "compare": ("comparison", "headstats run"),
+}
 
 
 def top_level_keys(path: Path) -> set[str]:

@@ -1,6 +1,7 @@
-"""``headstats run --dry-run``: what an analysis would run, and for about how long, before it runs.
+"""The measurements of ``headstats run --dry-run``: what a study's units would run, and for about how long.
 
-For every model and stage of an analysis file: the sequences or questions, the passes still to run
+:mod:`headstats.studies.dryrun` loops over a study's units; this module counts and times one unit.
+For every model and stage: the sequences or questions, the passes still to run
 (finished collection samples and sweep points are skipped, as a real run skips them), the batched
 forward passes and tokens they need, and an estimated time. The estimate is measured, not guessed:
 each model is loaded and a few of the stage's own sequences (a seeded sample) run through
@@ -21,20 +22,15 @@ import os
 import random
 import time
 from collections.abc import Callable, Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from headstats.engine.batching import padded_tokens
 from headstats.io import store
 from headstats.io.machine import usable_cores
-from headstats.jobs.analysis import AnalysisSpec, merged_load
-from headstats.jobs.confirm import ConfirmPlan, left_here, path_run, selected, slow_bf16_warning
-from headstats.jobs.frontier import Frontier, model_root, planned_points, task_options
 from headstats.options import narrow
-from headstats.specs import LoadOptions, RunSpec, SweepSpec
+from headstats.specs import CollectSpec, LoadOptions, SweepSpec
 
 logger = logging.getLogger("headstats")
 
@@ -58,6 +54,7 @@ class WorkUnit:
     tokens_per_s: float | None  # computed tokens per second, measured on a probe of this unit's own sequences
     reused: int = 0  # planned points that reuse the baseline's answers (no pass: they zero nothing)
     saved: int = 0  # sequences of the passes left already finished in saved batches (a stopped pass)
+    seconds: float | None = None  # the time left from a recorded rate, where no probe measures it (stage time)
 
     @property
     def forwards_left(self) -> int:
@@ -68,6 +65,8 @@ class WorkUnit:
 
     @property
     def seconds_left(self) -> float:
+        if self.seconds is not None:
+            return self.seconds
         if not self.passes_left or self.computed is None or not self.tokens_per_s:
             return 0.0
         # A stopped pass's saved batches are taken as their share of its sequences (batches are
@@ -101,6 +100,7 @@ class DryRun:
     note: str = SWEEP_NOTE
     refused: list[str] = field(default_factory=list)  # work a real run here leaves for another machine, why
     absent: list[str] = field(default_factory=list)  # model folders not written yet (a chain still training)
+    missing: list[str] = field(default_factory=list)  # models not found on this machine, each with why
     # (1-minute load average, cores) when the dry run began: other work then shares the probe's cores
     load_at_start: tuple[float, int] | None = None
 
@@ -141,7 +141,7 @@ class DryRun:
             f"{_duration(self.seconds)} on {self.device} (tok/s: tokens computed per second, padding included, "
             f"measured on {self.probe_sequences} items per unit in length-sorted batches; padding: the share of a "
             "pass's computed tokens that are padding; model loading and the report not included). Nothing was written."
-            f"{self._busy_text()}\n{self.note}{self._refused_text()}{self._absent_text()}"
+            f"{self._busy_text()}\n{self.note}{self._refused_text()}{self._absent_text()}{self._missing_text()}"
         )
 
     def _absent_text(self) -> str:
@@ -151,6 +151,15 @@ class DryRun:
         return (
             f"\n\nNot counted above: {len(self.absent)} model folder(s) not written yet (a fine-tuning chain still "
             f"training?); a real run stops at the first of them:\n{lines}"
+        )
+
+    def _missing_text(self) -> str:
+        if not self.missing:
+            return ""
+        lines = "\n".join(f"- {why}" for why in self.missing)
+        return (
+            f"\n\nNot counted above: {len(self.missing)} model(s) not found on this machine (a real run here stops "
+            f"at the first of them; download them, or choose others with --models):\n{lines}"
         )
 
     def _busy_text(self) -> str:
@@ -222,129 +231,14 @@ def _probe(sample: Sequence, run: Callable[[Sequence], object], tokens: int) -> 
     return tokens / seconds
 
 
-def _announce(label: str, name: str, step: int, steps: int, stage: str, what: str, n_probe: int) -> None:
+def announce(label: str, name: str, step: int, steps: int, stage: str, what: str, n_probe: int) -> None:
     """The progress line of one unit of a dry run: most of its time goes to the probe's passes."""
     logger.info(
         "%s[%s] %d/%d %s %s: preparing its sequences, timing %d of them", label, name, step, steps, stage, what, n_probe
     )
 
 
-def dry_run(
-    analysis: AnalysisSpec,
-    run: RunSpec | None = None,
-    *,
-    probe_sequences: int = 8,
-    label: str = "",
-    **options: object,
-) -> DryRun:
-    """Plan the stages of ``run`` (a :class:`RunSpec`, or its fields by name: ``stages``,
-    ``only_models``, ``device``, ...) for ``analysis`` without writing anything, measuring each unit's
-    throughput on ``probe_sequences`` of its own sequences. ``label`` leads each model's log lines
-    (a confirmation's path)."""
-    from headstats.io.models import load_model
-
-    load_at_start = machine_load()  # before this run's own work adds to it
-    run = RunSpec.from_kwargs(options, base=run)
-    stages = run.stages
-    load = merged_load(analysis, run)
-    units: list[WorkUnit] = []
-    absent: list[str] = []
-    device = "?"
-    for name in analysis.selected_models(run.all_models, run.only_models):
-        local = Path(name).expanduser()
-        if local.is_absolute() and not local.exists():  # a Hub id is never absolute
-            logger.info("%s[%s] not written yet: not loaded", label, name)
-            absent.append(name)
-            continue
-        if "ablate" in stages and not ("collect" in stages and analysis.collect_datasets):
-            # Counted from the results folder alone: a model with nothing left is not loaded. Files
-            # from before the whole-sequence record count as left here; the loaded model decides them.
-            counted = [_ablate_counts(analysis, name, ablation, load) for ablation in analysis.ablate]
-            if not any(c.passes_left for c in counted):
-                logger.info("%s[%s] no pass left: not loaded", label, name)
-                units += [c.unit(name, None) for c in counted]
-                continue
-        logger.info("%s[%s] loading (dry run)", label, name)
-        model, tokenizer = load_model(name, **load.kwargs())
-        device = str(next(model.parameters()).device)
-        rng = random.Random(0)
-        datasets = analysis.collect_datasets if "collect" in stages else []
-        ablations = analysis.ablate if "ablate" in stages else []
-        steps = len(datasets) + len(ablations)
-        for step, dataset in enumerate(datasets, 1):
-            _announce(label, name, step, steps, "collect", dataset, probe_sequences)
-            units.append(_collect_unit(analysis, name, model, tokenizer, dataset, probe_sequences, rng))
-        for step, ablation in enumerate(ablations, len(datasets) + 1):
-            _announce(label, name, step, steps, "ablate", str(ablation.task), probe_sequences)
-            units.append(_ablate_unit(analysis, name, model, tokenizer, ablation, probe_sequences, rng))
-    return DryRun(units, device, probe_sequences, load_at_start=load_at_start, absent=absent)
-
-
-def dry_run_confirmation(plan: ConfirmPlan, run: RunSpec | None = None, *, probe_sequences: int = 8) -> DryRun:
-    """:func:`dry_run` of every (path, model) analysis of a confirmation file, each unit named with
-    its path; those a real run here leaves for another machine (:func:`~headstats.jobs.confirm.left_here`)
-    are not loaded or counted, but named with their passes left and the reason."""
-    from headstats.io.models import bf16_cost_said
-
-    load_at_start = machine_load()  # before this run's own work adds to it
-    units, device = [], "?"
-    refused, left_out = left_here(plan, run), []
-    chosen = selected(plan, run)
-    runs = [path for path, spec in chosen if (path.name, spec.models[0]) not in refused]
-    warning = slow_bf16_warning(runs, (run or RunSpec()).device)
-    if warning:
-        logger.warning(warning)
-    for path, spec in chosen:
-        each = path_run(run or RunSpec())
-        model = spec.models[0]  # one model per (path, model) analysis
-        if (path.name, model) in refused:
-            load = merged_load(spec, each)
-            passes = sum(_ablate_counts(spec, model, a, load).passes_left for a in spec.ablate)
-            left_out.append(f"[{path.name}] {model}, {passes} passes left: {refused[path.name, model]}")
-            continue
-        with bf16_cost_said() if warning else nullcontext():  # the warning above says it for every path
-            planned = dry_run(spec, each, probe_sequences=probe_sequences, label=f"[{path.name}] ")
-        units += [replace(u, what=f"{u.what} [{path.name}]") for u in planned.units]
-        device = planned.device if planned.device != "?" else device
-    return DryRun(units, device, probe_sequences, refused=left_out, load_at_start=load_at_start)
-
-
-def dry_run_frontier(frontier: Frontier, models: Sequence[str], *, probe_sequences: int = 8) -> DryRun:
-    """Per model and task of a frontier file: its questions and sequences, the evaluations left (see
-    :data:`FRONTIER_NOTE`) and their estimated time, measured on ``probe_sequences`` of the task's own
-    questions through the unpruned model in the run's batches. Writes nothing."""
-    from headstats.io.models import load_model
-    from headstats.io.tasks import load_task
-
-    load_at_start = machine_load()  # before this run's own work adds to it
-    spec = frontier.prune
-    units: list[WorkUnit] = []
-    device = "?"
-    for name in models:
-        points = model_root(frontier, name) / "points"
-        planned = planned_points(spec)
-        left = [stem for stem in planned if not (points / f"{stem}.json").is_file()]
-        total = len(planned)
-        if not left:
-            logger.info("[%s] no point left: not loaded", name)
-            units += [
-                WorkUnit(name, "prune", t, 0, None, None, None, 0, total, spec.batch_size, None) for t in spec.tasks
-            ]
-            continue
-        logger.info("[%s] loading (dry run)", name)
-        model, tokenizer = load_model(name, **narrow(frontier.models, LoadOptions).kwargs())
-        device = str(next(model.parameters()).device)
-        rng = random.Random(0)
-        for step, task in enumerate(spec.tasks, 1):
-            _announce("", name, step, len(spec.tasks), "prune", task, probe_sequences)
-            selected = load_task(task, **task_options(spec))
-            saved = sum(store.partial_sequences(store.partial_file(points, f"{stem}-{task}.parquet")) for stem in left)
-            unit = _task_unit(model, tokenizer, selected, spec.batch_size, probe_sequences, rng)
-            units.append(replace(unit, model=name, passes_left=len(left), passes_total=total, saved=saved))
-    return DryRun(units, device, probe_sequences, FRONTIER_NOTE, load_at_start=load_at_start)
-
-
-def _task_unit(model, tokenizer, selected, batch_size: int, n_probe: int, rng: random.Random) -> WorkUnit:
+def measure_task(model, tokenizer, selected, batch_size: int, n_probe: int, rng: random.Random) -> WorkUnit:
     """One task's sequences and tokens, with the speed of plain whole-sequence passes over a probe of
     its questions (as the frontier evaluates them)."""
     from headstats.jobs.evaluate import model_sequences, question_logliks
@@ -356,17 +250,25 @@ def _task_unit(model, tokenizer, selected, batch_size: int, n_probe: int, rng: r
 
     planned = model_sequences(model, tokenizer, questions, "tokenizer")
     sequences, tokens, computed, speed = _measure_questions(questions, planned, evaluate, batch_size, n_probe, rng)
-    return WorkUnit("", "prune", selected.name, len(questions), sequences, tokens, computed, 0, 0, batch_size, speed)
+    return WorkUnit("", "ablate", selected.name, len(questions), sequences, tokens, computed, 0, 0, batch_size, speed)
 
 
-def _collect_unit(analysis, name: str, model, tokenizer, dataset: str, n_probe: int, rng: random.Random) -> WorkUnit:
+def measure_collection(
+    results: str | os.PathLike,
+    collect: CollectSpec,
+    name: str,
+    model,
+    tokenizer,
+    dataset: str,
+    n_probe: int,
+    rng: random.Random,
+) -> WorkUnit:
     """A collection counted from its own plan (:func:`~headstats.jobs.collect.plan_collection`: the
     sequences, score ids and truncation the run will use) and timed on a sample of its sequences."""
     from headstats.engine.scoring import score_sequences
     from headstats.jobs.collect import plan_collection
 
-    collect = analysis.collect
-    run = plan_collection(model, tokenizer, dataset, analysis.results, collect)
+    run = plan_collection(model, tokenizer, dataset, results, collect)
     seqs = dict(run.sequences(tokenizer))
     done = store.stored_sample_ids(run.partition)
     left = [s for k, s in seqs.items() if k not in done]
@@ -392,7 +294,7 @@ def _collect_unit(analysis, name: str, model, tokenizer, dataset: str, n_probe: 
 
 
 @dataclass(frozen=True)
-class _AblateCounts:
+class SweepCounts:
     """The passes of one sweep, counted from its plan and its results folder."""
 
     plan: object  # headstats.jobs.sweep_plan.SweepPlan
@@ -423,9 +325,9 @@ class _AblateCounts:
         )
 
 
-def _ablate_counts(
-    analysis, name: str, ablation, load: LoadOptions | None, model=None, tokenizer=None
-) -> _AblateCounts:
+def count_sweep(
+    results: str | os.PathLike, name: str, ablation, load: LoadOptions | None, model=None, tokenizer=None
+) -> SweepCounts:
     """Passes left and planned of one sweep, for the loaded ``model`` or, unloaded, for ``name``. With
     the model, its evaluator sequences decide whether files written before the whole-sequence record
     count as done; without it they count as left (so a zero without the model is a zero with it)."""
@@ -436,7 +338,7 @@ def _ablate_counts(
     from headstats.stats.summary import BASELINE
 
     sweep = narrow(ablation, SweepSpec)
-    plan = plan_sweep(name if model is None else model, str(ablation.task), out=analysis.results, spec=sweep, load=load)
+    plan = plan_sweep(name if model is None else model, str(ablation.task), out=results, spec=sweep, load=load)
     planned = None
     if model is not None:
         planned = model_sequences(model, tokenizer, plan.task.questions, sweep.prompt_format)
@@ -458,16 +360,19 @@ def _ablate_counts(
     reused = len(plan.points) - 1 - len(ran)
     left = [*points_left, *([Point(BASELINE, 0.0)] if first_pass else [])]
     saved = sum(store.partial_sequences(store.partial_file(plan.partition, p.file_name)) for p in left)
-    return _AblateCounts(plan, sweep, len(left), 1 + len(ran), reused, planned, saved)
+    return SweepCounts(plan, sweep, len(left), 1 + len(ran), reused, planned, saved)
 
 
-def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, rng: random.Random) -> WorkUnit:
+def measure_sweep(
+    results: str | os.PathLike, name: str, model, tokenizer, ablation, n_probe: int, rng: random.Random
+) -> WorkUnit:
+    """One sweep counted with the loaded model (:func:`count_sweep`) and timed on a probe of its questions."""
     import torch
 
     from headstats.engine.probe import Probe
     from headstats.jobs.evaluate import question_logliks
 
-    counts = _ablate_counts(analysis, name, ablation, None, model, tokenizer)
+    counts = count_sweep(results, name, ablation, None, model, tokenizer)
     plan, sweep, planned = counts.plan, counts.sweep, counts.planned
     questions = plan.task.questions
     heads = model.config.get_text_config().num_attention_heads
@@ -491,4 +396,14 @@ def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, 
     return counts.unit(name, _measure_questions(questions, planned, evaluate, sweep.batch_size, n_probe, rng))
 
 
-__all__ = ["DryRun", "WorkUnit", "dry_run", "dry_run_confirmation", "dry_run_frontier"]
+__all__ = [
+    "DryRun",
+    "SweepCounts",
+    "WorkUnit",
+    "announce",
+    "count_sweep",
+    "machine_load",
+    "measure_collection",
+    "measure_sweep",
+    "measure_task",
+]

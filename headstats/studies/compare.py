@@ -1,0 +1,121 @@
+"""The comparison kind: a file with ``[compare]`` (``analyses/compare_embedded.toml``;
+:mod:`headstats.jobs.compare`), the same as ``headstats compare`` with the file's options.
+
+Its stages: collect (every model on every dataset, and the reference once more under the other
+prompt format, the margin's yardstick) and report (the statistics of :mod:`headstats.stats.compare`
+and the answer-first report; it collects first whatever is missing, so ``--stages report`` alone
+also resumes a stopped collection). Its units: one collection per (model, dataset), planned by
+:func:`~headstats.jobs.collect.plan_collection` once the model loads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from headstats.jobs.compare import COMPARED, FORMAT_CHANGE, auto_format_change, collect_all, split_dtype
+from headstats.jobs.dryrun import WorkUnit, measure_collection
+from headstats.options import narrow
+from headstats.specs import AnalysisHeader, CollectSpec, CompareSpec, LoadOptions, RunSpec
+from headstats.studies.registry import Study, StudyKind, Unit, not_found_here, register_kind
+
+logger = logging.getLogger("headstats")
+
+COMPARE_NOTE = (
+    "passes of a comparison: one collection pass per (model, dataset) and one more per dataset for the reference "
+    "under the other prompt format (the margin's yardstick); the statistics and the report are not counted."
+)
+
+
+@dataclass(frozen=True)
+class LoadedComparison:
+    """A checked comparison file: its options, header and folders."""
+
+    spec: CompareSpec
+    header: AnalysisHeader
+    results: Path
+    report: Path
+
+
+def load(path: Path) -> Study:
+    from headstats.jobs.compare import load_comparison
+
+    spec, header, report = load_comparison(path)
+    return Study("comparison", Path(path), LoadedComparison(spec, header, Path(spec.scores_dir), report))
+
+
+def with_run(spec: CompareSpec, run: RunSpec) -> CompareSpec:
+    """The file's options with the loading options ``run`` sets (dtype, device)."""
+    overrides = {k: getattr(run, k) for k in ("dtype", "device") if getattr(run, k) is not None}
+    return replace(spec, **overrides)
+
+
+def plan(study: Study, run: RunSpec) -> list[Unit]:
+    spec = with_run(study.spec.spec, run)
+    load_options = narrow(spec, LoadOptions)
+    units = []
+    for i, name in enumerate(spec.models):
+        base, dtype = split_dtype(name)
+        missing = not_found_here(base)
+        if missing:
+            units.append(Unit(name, "collect", "-", "sequences", None, None, load_options, missing=missing))
+            continue
+        load_with = replace(load_options, dtype=dtype) if dtype else load_options
+        for folder in (COMPARED, FORMAT_CHANGE) if i == 0 else (COMPARED,):
+            for d in spec.data:
+                what = d if folder == COMPARED else f"{d} ({folder})"
+                units.append(
+                    Unit(name, "collect", what, "sequences", None, None, load_with, (spec, d, folder), loads=base)
+                )
+    return units
+
+
+def measure(unit: Unit, model, tokenizer, probe: int, rng) -> WorkUnit:
+    spec, dataset, folder = unit.work
+    if split_dtype(unit.model)[1]:  # its own tables: the name (and so the slug) says the dtype
+        model.headstats_name = unit.model
+    collect = narrow(spec, CollectSpec)
+    if folder == FORMAT_CHANGE:
+        collect = replace(collect, prompt_format=auto_format_change(spec, tokenizer))
+    root = Path(study_results(spec)) / folder
+    return measure_collection(root, collect, unit.model, model, tokenizer, dataset, probe, rng)
+
+
+def study_results(spec: CompareSpec) -> str:
+    return spec.scores_dir or os.fspath(Path(spec.out or ".") / "results")
+
+
+def run(study: Study, run: RunSpec, *, resources=None, progress: bool = True) -> None:
+    if "collect" in run.stages and "report" not in run.stages:  # the report stage collects what is missing itself
+        collect_all(with_run(study.spec.spec, run))
+    return None
+
+
+def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
+    from headstats.studies.runner import compare
+
+    loaded: LoadedComparison = study.spec
+    spec = with_run(loaded.spec, run)
+    title = loaded.header.description or None
+    return compare(spec.models, out=loaded.report, spec=spec, analysis=study.path, title=title)
+
+
+COMPARISON = register_kind(
+    StudyKind(
+        name="comparison",
+        section="compare",
+        description="models against a reference on the same texts, answer first (analyses/compare_embedded.toml)",
+        stages=("collect", "report"),
+        load=load,
+        plan=plan,
+        measure=measure,
+        run=run,
+        report=report,
+        note=COMPARE_NOTE,
+        example="analyses/compare_embedded.toml",
+    )
+)
+
+__all__ = ["COMPARISON", "LoadedComparison"]

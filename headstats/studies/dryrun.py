@@ -1,0 +1,98 @@
+"""``headstats run --dry-run``: one loop over a study's units, the same for every kind.
+
+The kind plans its units (:class:`~headstats.studies.registry.Unit`) from the results folder alone.
+A model whose units are all done, or need no model, is not loaded: its rows are the counts. Otherwise
+the model loads once and the kind measures each of its units on a probe of the unit's own sequences
+(:mod:`headstats.jobs.dryrun`), so the estimate is the work left over a measured rate. A unit whose
+model folder is not written yet, or which a run here leaves for another machine, is named below the
+table instead. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from contextlib import nullcontext
+from dataclasses import replace
+from itertools import groupby
+
+from headstats.jobs.dryrun import DryRun, WorkUnit, announce, machine_load
+from headstats.specs import RunSpec
+from headstats.studies.registry import Study, StudyKind, Unit
+
+logger = logging.getLogger("headstats")
+
+
+def _row(unit: Unit, measured: WorkUnit | None) -> WorkUnit:
+    row = measured if measured is not None else unit.counted
+    if row is None:  # counted only once its model is loaded, and it was not
+        row = WorkUnit(unit.model, unit.stage, unit.what, 0, None, None, None, 0, 0, 0, None)
+    return replace(row, model=unit.model, stage=unit.stage, what=unit.what)
+
+
+def dry_run_units(kind: StudyKind, units: list[Unit], *, probe_sequences: int = 8) -> DryRun:
+    """The dry run of ``units`` (planned by ``kind``): each model loaded at most once, and only when one
+    of its units has work left that needs it."""
+    from headstats.io.models import bf16_cost_said, load_model
+
+    load_at_start = machine_load()  # before this run's own work adds to it
+    rows: list[WorkUnit] = []
+    absent: list[str] = []
+    refused: list[str] = []
+    missing: list[str] = []
+    device = "?"
+    for (label, name), group in groupby(units, key=lambda u: (u.label, u.model)):
+        group = list(group)
+        if any(u.absent for u in group):
+            logger.info("%s[%s] not written yet: not loaded", label, name)
+            absent.append(name)
+            continue
+        why = next((u.missing for u in group if u.missing), None)
+        if why:
+            logger.info("%s[%s] not found here: not counted", label, name)
+            missing.append(why)
+            continue
+        refused += [u.refused for u in group if u.refused is not None and u.refused not in refused]
+        live = [u for u in group if u.refused is None]
+        if not live:
+            continue
+        needs = [u for u in live if u.load is not None and not u.done]
+        if not needs:
+            logger.info("%s[%s] no pass left: not loaded", label, name)
+            rows += [_row(u, None) for u in live]
+            continue
+        logger.info("%s[%s] loading (dry run)", label, name)
+        with bf16_cost_said() if any(u.bf16_said for u in live) else nullcontext():
+            model, tokenizer = load_model(needs[0].loads or name, **needs[0].load.kwargs())
+        device = str(next(model.parameters()).device)
+        rng = random.Random(0)
+        for step, unit in enumerate(live, 1):
+            if unit.load is None:  # needs no model (a recorded rate)
+                rows.append(_row(unit, None))
+                continue
+            announce(label, name, step, len(live), unit.stage, unit.what, probe_sequences)
+            rows.append(_row(unit, kind.measure(unit, model, tokenizer, probe_sequences, rng)))
+        del model
+    return DryRun(
+        rows,
+        device,
+        probe_sequences,
+        note=kind.note,
+        refused=refused,
+        absent=absent,
+        missing=missing,
+        load_at_start=load_at_start,
+    )
+
+
+def dry_run(study: Study, run: RunSpec | None = None, *, probe_sequences: int = 8, **options: object) -> DryRun:
+    """What ``run`` (a :class:`RunSpec`, or its fields by name) would compute for ``study``, and for
+    about how long, writing nothing."""
+    from headstats.studies.registry import STUDY_KINDS, checked_run
+
+    kind = STUDY_KINDS.get(study.kind)
+    run = checked_run(kind, study, RunSpec.from_kwargs(options, base=run))
+    return dry_run_units(kind, kind.plan(study, run), probe_sequences=probe_sequences)
+
+
+__all__ = ["dry_run", "dry_run_units"]

@@ -1,0 +1,231 @@
+"""The registry of study kinds: what a study file is, and the four things each kind does with one.
+
+A study file (``analyses/*.toml``) names its kind by the one table that only that kind has
+(``[compare]``, ``[confirm]``, ``[prune]``); a file with none of them is an analysis. Each kind
+registers one :class:`StudyKind`: ``load(path) -> Study`` (every key checked before any work),
+``plan(study, run) -> list[Unit]`` (what the run computes, from the one planner of that work),
+``measure(unit, model, tokenizer, probe)`` (a unit timed on a few of its own sequences, for the dry
+run), ``run(study, run)`` (its units, resuming what is done) and ``report(study, run)`` (rebuilt from
+the results alone). ``headstats run FILE`` looks the kind up once (:func:`kind_of`) and every
+command after that is the same for every kind (:mod:`headstats.studies.runner`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from headstats.jobs.dryrun import WorkUnit
+from headstats.specs import LoadOptions, RunSpec
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Names to registered objects; looking up a name not registered lists every name that is."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str, entry: T) -> T:
+        if name in self._entries:
+            raise ValueError(f"{self.what} {name!r} is registered already; give the new one another name")
+        self._entries[name] = entry
+        return entry
+
+    def get(self, name: str) -> T:
+        try:
+            return self._entries[name]
+        except KeyError:
+            raise KeyError(f"unknown {self.what} {name!r}: registered are {', '.join(self._entries)}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def items(self) -> list[tuple[str, T]]:
+        return list(self._entries.items())
+
+
+@dataclass(frozen=True)
+class Study:
+    """A loaded study file: its kind's name, the file, and the kind's own checked spec."""
+
+    kind: str
+    path: Path
+    spec: Any  # AnalysisSpec, ConfirmPlan, Frontier, or a comparison's LoadedComparison
+
+    @property
+    def results(self) -> Path:
+        return Path(self.spec.results)
+
+    @property
+    def report(self) -> Path:
+        return Path(self.spec.report)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One piece of a study's work on one model, as its planner sees it before anything runs.
+
+    ``computes`` names what is counted: "sequences" (a collection: one pass over a dataset's texts),
+    "sweep passes" (a zeroing sweep: the baseline and each point that zeroes a head), "frontier
+    points" (a pruned model evaluated per point), "timings" (finished points timed again). ``left``
+    and ``total`` count them; ``left`` is None when only the loaded model can tell (a collection's
+    texts are token sequences). ``counted`` is the dry run's row from the counts alone (``None``
+    when the model must be loaded to count); ``load`` is how its model loads, None when the unit
+    needs none. ``work`` is the planner's own object, which the kind's ``measure`` reads."""
+
+    model: str
+    stage: str  # one of the --stages names: collect, ablate, time
+    what: str  # the dataset, task or points
+    computes: str
+    left: int | None
+    total: int | None
+    load: LoadOptions | None
+    work: Any = None
+    counted: WorkUnit | None = None
+    label: str = ""  # leads the unit's log lines (a confirmation's path)
+    absent: bool = False  # its model folder is not written yet (a fine-tuning chain still training)
+    refused: str | None = None  # why a run on this machine leaves it for another
+    missing: str | None = None  # why its model cannot be found on this machine (a real run stops there)
+    loads: str | None = None  # the name or folder its model loads from, when ``model`` names it otherwise
+    bf16_said: bool = False  # its study has said what bf16 costs on this CPU (no warning when it loads)
+
+    @property
+    def done(self) -> bool:
+        return self.left == 0
+
+
+Measure = Callable[[Unit, Any, Any, int, Any], WorkUnit]
+
+
+@dataclass(frozen=True)
+class StudyKind:
+    """One kind of study file and what ``headstats run`` does with it."""
+
+    name: str
+    section: str | None  # the top-level table that marks a file of this kind; None: the default kind
+    description: str
+    stages: tuple[str, ...]  # the --stages this kind has, in the order they run
+    load: Callable[[Path], Study]
+    plan: Callable[[Study, RunSpec], list[Unit]]
+    measure: Measure
+    # run(study, run, *, resources, progress): the stages before the report, resuming what is done;
+    # returns the error naming work left for another machine (raised once the report is written), or None
+    run: Callable[..., BaseException | None]
+    report: Callable[..., Path]  # report(study, run, *, progress): rebuilt from the results alone
+    note: str = ""  # what the dry run's counts mean for this kind
+    # check(study, run, grid): refuses what the kind would ignore; grid names a launcher flag given, or None
+    check: Callable[[Study, RunSpec, str | None], None] = field(default=lambda study, run, grid: None)
+    grid: bool = False  # whether its units may run as launcher jobs (--launcher)
+    example: str = ""  # a committed file of this kind
+
+    @property
+    def article(self) -> str:
+        """The kind's name with its article: "an analysis", "a frontier"."""
+        return f"{'an' if self.name[0] in 'aeiou' else 'a'} {self.name}"
+
+
+def not_found_here(name: str) -> str | None:
+    """Why the model ``name`` cannot be found on this machine (the error a load would raise), or None."""
+    from headstats.io.models import ModelNotFoundError, resolve_model_path
+
+    try:
+        resolve_model_path(name)
+    except ModelNotFoundError as err:
+        return str(err)
+    return None
+
+
+STUDY_KINDS: Registry[StudyKind] = Registry("study kind")
+
+
+def register_kind(kind: StudyKind) -> StudyKind:
+    """Add a study kind: files with its ``section`` table are then loaded, planned, run and
+    reported through it."""
+    return STUDY_KINDS.register(kind.name, kind)
+
+
+def top_level_keys(path: Path) -> set[str]:
+    """The top-level keys of the TOML file at ``path``; empty when it cannot be read (loading it then
+    says why)."""
+    from headstats.jobs.analysis import top_level_keys as keys
+
+    return keys(path)
+
+
+def kind_of(path: str | os.PathLike) -> StudyKind:
+    """The kind of the study file at ``path``: the kind whose table it has, else the default one. A
+    file with the tables of two kinds is refused, naming both."""
+    keys = top_level_keys(Path(path))
+    marked = [kind for _, kind in STUDY_KINDS.items() if kind.section is not None and kind.section in keys]
+    if len(marked) > 1:
+        tables = " and ".join(f"[{k.section}] ({k.name})" for k in marked)
+        raise ValueError(f"{path} has the tables of two study kinds, {tables}: keep one, one kind per file")
+    if marked:
+        return marked[0]
+    defaults = [kind for _, kind in STUDY_KINDS.items() if kind.section is None]
+    return defaults[0]
+
+
+def load_study(path: str | os.PathLike) -> Study:
+    """Load and check the study file at ``path`` through its kind."""
+    return kind_of(path).load(Path(path))
+
+
+def checked_run(kind: StudyKind, study: Study, run: RunSpec, grid: str | None = None) -> RunSpec:
+    """``run`` checked against ``study``: the kind's own checks first, then a launcher (``grid``: the
+    flag that set one, or None) and its stages."""
+    from headstats.options import SpecError
+
+    kind.check(study, run, grid)
+    if grid and not kind.grid:
+        raise SpecError(
+            "launcher",
+            f"{kind.article} file runs in this process, one unit after another (launcher jobs run analysis files)",
+            label=grid,
+        )
+    return check_stages(kind, study, run)
+
+
+def check_stages(kind: StudyKind, study: Study, run: RunSpec) -> RunSpec:
+    """``run`` with the stages this kind has: the default (every stage) runs those of the kind; a
+    stage named that the kind lacks is refused, naming those it has."""
+    from dataclasses import replace
+
+    from headstats.options import SpecError
+    from headstats.specs import STAGES
+
+    if tuple(run.stages or ()) == STAGES:
+        return replace(run, stages=tuple(s for s in kind.stages if s in STAGES))
+    lacking = [s for s in run.stages or () if s not in kind.stages]
+    if lacking:
+        raise SpecError(
+            "stages",
+            f"{study.path.as_posix()} is {kind.article} file, which has no {', '.join(lacking)} stage "
+            f"(its stages: {', '.join(kind.stages)})",
+            label="--stages",
+        )
+    return run
+
+
+__all__ = [
+    "STUDY_KINDS",
+    "Registry",
+    "Study",
+    "StudyKind",
+    "Unit",
+    "check_stages",
+    "checked_run",
+    "kind_of",
+    "load_study",
+    "not_found_here",
+    "register_kind",
+]
