@@ -740,7 +740,9 @@ def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_c
     ]
     assert planned.refused[0].endswith("its baseline ran on other kernels")  # that reason comes first
     assert all(line.split(": ", 1)[1].startswith(slow) for line in planned.refused[1:])
-    assert measured == [spec.name for path, spec in confirm.expand(plan) if path.dtype == "float32"]
+    assert measured == [
+        (str(spec.results), spec.models[0]) for path, spec in confirm.expand(plan) if path.dtype == "float32"
+    ]
 
 
 def test_what_is_left_to_run_and_where_it_may_run_comes_from_the_results_folders_alone(tmp_path) -> None:
@@ -790,14 +792,15 @@ def test_what_is_left_to_run_and_where_it_may_run_comes_from_the_results_folders
 def test_a_confirmation_that_leaves_a_path_for_another_machine_still_reports_what_ran(monkeypatch) -> None:
     from headstats import pipeline
     from headstats.jobs import confirm
+    from headstats.studies import confirm as confirmation_kind
 
     written: list[str] = []
 
     def refuse(plan, run, progress) -> None:
         raise confirm.PathsLeftError("1 path and model pair(s) not run on this machine")
 
-    monkeypatch.setattr(pipeline, "run_paths", refuse)
-    monkeypatch.setattr(pipeline, "write_confirmation", lambda plan, progress: written.append(plan.name))
+    monkeypatch.setattr(confirmation_kind, "run_paths", refuse)
+    monkeypatch.setattr(confirmation_kind, "write_confirmation", lambda plan, progress: written.append(plan.name))
     plan = confirm.load_confirmation("analyses/confirm.toml")
     with pytest.raises(confirm.PathsLeftError, match="not run on this machine"):
         pipeline.run_confirmation(plan, progress=False)

@@ -128,7 +128,7 @@ def test_a_field_shared_by_commands_has_each_commands_default_and_names() -> Non
     assert RunSpec(analysis="a.toml").stages == STAGES and FinetuneSpec().stages == FINETUNE_STAGES
     assert SweepSpec().seed == 0 and FinetuneSpec().seed is None  # unset: the recipe's seed
     assert FinetuneSpec().out == "finetune" and FinetuneSpec(seed=3).seed == 3
-    with pytest.raises(SpecError, match="unknown stage 'sft': choose from collect, ablate, report"):
+    with pytest.raises(SpecError, match="unknown stage 'sft': choose from collect, ablate, time, report"):
         RunSpec(analysis="a.toml", stages=("sft",))
     with pytest.raises(SpecError, match="unknown stage 'report': choose from sft, dpo, grpo"):
         FinetuneSpec(stages=("report",))

@@ -1,0 +1,110 @@
+"""Study kinds (headstats.studies): every committed study file is loaded, planned and dry-run through
+its kind, one code path for all of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from headstats.cli import main
+from headstats.studies import STUDY_KINDS, Registry, kind_of, load_study, plan_study
+
+ROOT = Path(__file__).parent.parent
+COMMITTED = sorted(p.name for p in (ROOT / "analyses").glob("*.toml"))
+# The kind each committed file is, by the table it has (none: an analysis).
+KINDS = {"compare_embedded.toml": "comparison", "confirm.toml": "confirmation"}
+KINDS |= {name: "frontier" for name in ("prune_embedded.toml", "prune_certify.toml")}
+
+
+def test_the_registry_lists_what_it_has_when_asked_for_what_it_lacks() -> None:
+    assert list(STUDY_KINDS) == ["analysis", "comparison", "confirmation", "frontier"]
+    with pytest.raises(
+        KeyError, match="unknown study kind 'sweep': registered are analysis, comparison, confirmation, frontier"
+    ):
+        STUDY_KINDS.get("sweep")
+    registry: Registry[int] = Registry("thing")
+    registry.register("one", 1)
+    with pytest.raises(ValueError, match="thing 'one' is registered already"):
+        registry.register("one", 2)
+
+
+def test_a_file_with_the_tables_of_two_kinds_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "two.toml"
+    path.write_text('[models]\nnames = ["m"]\n[prune]\nscores = ["ahon_ln"]\n[compare]\nmodels = ["a", "b"]\n')
+    with pytest.raises(ValueError, match=r"two study kinds, \[compare\] \(comparison\) and \[prune\] \(frontier\)"):
+        kind_of(path)
+
+
+@pytest.mark.integration  # the files name the embedded models (their paths are resolved; no weights load)
+@pytest.mark.parametrize("name", COMMITTED)
+def test_every_committed_study_file_plans_its_units_without_loading_a_model(
+    name: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """The planner counts each unit from the file and the results folder alone: per model the file's
+    collections and sweeps (a sweep's passes and reused points make up its scores x targets), per
+    model and task a frontier's points, per path a confirmation's sweeps, per model and dataset a
+    comparison's collections. Where nothing needs a model, ``headstats run --dry-run`` says so without
+    loading one."""
+    import headstats.io.models as models
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError(f"{name}: the dry run loaded a model")
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(models, "load_model", no_loading)
+    path = Path("analyses") / name
+    kind = kind_of(path)
+    assert kind.name == KINDS.get(name, "analysis")
+    study = load_study(path)
+    units = plan_study(study, stages=kind.stages)
+    here = [u for u in units if not u.absent and u.missing is None]
+    spec = study.spec
+    if kind.name == "analysis":
+        models_here = list(dict.fromkeys(u.model for u in here))
+        assert [u.what for u in here if u.stage == "collect"] == spec.collect_datasets * len(models_here)
+        sweeps = [u for u in here if u.stage == "ablate"]
+        assert [u.what for u in sweeps] == [a.task for a in spec.ablate] * len(models_here)
+        for unit, ablation in zip(sweeps, spec.ablate * len(models_here), strict=True):
+            assert unit.total - 1 + unit.counted.reused == len(ablation.scores) * len(ablation.targets)
+    elif kind.name == "frontier":
+        prune = spec.prune
+        points = 1 + len(prune.scores) * len([s for s in prune.shares if s > 0]) * len(prune.units)
+        sweeps = [u for u in here if u.stage == "ablate"]
+        assert [(u.what, u.total) for u in sweeps] == [(t, points) for t in prune.tasks] * len(spec.models.names)
+        assert all(u.left == 0 for u in sweeps), "the committed frontier points are all there"
+        assert all(u.total == points and u.load is None for u in here if u.stage == "time")
+    elif kind.name == "confirmation":
+        from headstats.jobs.confirm import expand
+
+        assert len(here) == len(expand(spec)) and all(u.stage == "ablate" for u in here)
+        assert all(u.done for u in here), "every committed path's sweep is finished"
+    else:
+        compared = spec.spec
+        assert len(here) == len(compared.models) * len(compared.data) + len(compared.data)
+        assert all(u.left is None for u in here)  # a collection is counted on its loaded model
+    if all(u.done or u.load is None for u in here):  # then the dry run loads nothing
+        stages = ",".join(s for s in kind.stages if s != "collect")
+        assert main(["run", str(path), "--dry-run", "--stages", stages]) == 0
+        assert "Nothing was written" in capsys.readouterr().out
+
+
+@pytest.mark.integration  # loads the embedded models and times a probe of each unit
+@pytest.mark.parametrize("name", COMMITTED)
+def test_every_committed_study_file_dry_runs_with_every_stage(
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    monkeypatch.chdir(ROOT)
+    before = sorted(p for p in (ROOT / "results").rglob("*") if p.is_file())
+    assert main(["-q", "run", f"analyses/{name}", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "Nothing was written" in out and "estimated" in out
+    assert sorted(p for p in (ROOT / "results").rglob("*") if p.is_file()) == before
+
+
+def test_the_frontier_command_is_run_for_frontier_files_only(capsys: pytest.CaptureFixture) -> None:
+    confirm = ROOT / "analyses" / "confirm.toml"
+    assert main(["frontier", str(confirm), "--dry-run"]) == 2
+    assert f"{confirm} is a confirmation file (it has [confirm]): run it with headstats run {confirm}" in (
+        capsys.readouterr().err
+    )
