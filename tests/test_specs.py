@@ -139,7 +139,7 @@ def test_a_field_shared_by_commands_has_each_commands_default_and_names() -> Non
         for command, parser in _commands(build_parser()).items()
         if command in ("run", "finetune", "ablate")
     }
-    assert "(one of: collect, ablate, report;" in helps["run"]["stages"]
+    assert "(one of: collect, ablate, time, report;" in helps["run"]["stages"]
     assert "(one of: sft, dpo, grpo;" in helps["finetune"]["stages"]
     assert "(default: 0)" in helps["ablate"]["seed"] and "default" not in helps["finetune"]["seed"]
     assert "(default: finetune)" in helps["finetune"]["out"]
