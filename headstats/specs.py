@@ -608,7 +608,7 @@ class AblateSection(SweepSpec):
 
 @dataclass(frozen=True)
 class RunSpec(LoadOptions, Staged):
-    """``headstats run``: which parts of an analysis file to run (the file itself holds the rest)."""
+    """``headstats run``: which parts of a study file to run (the file itself holds the rest)."""
 
     WHAT: ClassVar[str] = "run"
     GROUP: ClassVar[str | None] = WHAT_TO_RUN
