@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from headstats.jobs.analysis import top_level_keys
 from headstats.jobs.dryrun import WorkUnit
 from headstats.specs import LoadOptions, RunSpec
 
@@ -151,14 +152,6 @@ def register_kind(kind: StudyKind) -> StudyKind:
     """Add a study kind: files with its ``section`` table are then loaded, planned, run and
     reported through it."""
     return STUDY_KINDS.register(kind.name, kind)
-
-
-def top_level_keys(path: Path) -> set[str]:
-    """The top-level keys of the TOML file at ``path``; empty when it cannot be read (loading it then
-    says why)."""
-    from headstats.jobs.analysis import top_level_keys as keys
-
-    return keys(path)
 
 
 def kind_of(path: str | os.PathLike) -> StudyKind:
