@@ -89,8 +89,13 @@ def test_every_committed_study_file_plans_its_units_without_loading_a_model(
         assert "Nothing was written" in capsys.readouterr().out
 
 
+# finetuning_confirm.toml's checkpoints are written by a training run outside the repository, as its
+# seeds finish: its dry run is tested with its chains moved to an empty folder (test_analysis.py).
+OUTSIDE = ("finetuning_confirm.toml",)
+
+
 @pytest.mark.integration  # loads the embedded models and times a probe of each unit
-@pytest.mark.parametrize("name", COMMITTED)
+@pytest.mark.parametrize("name", [name for name in COMMITTED if name not in OUTSIDE])
 def test_every_committed_study_file_dry_runs_with_every_stage(
     name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
