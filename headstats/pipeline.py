@@ -17,9 +17,10 @@ from pathlib import Path
 from headstats.io import store
 from headstats.jobs.analysis import AnalysisSpec, load_analysis, merged_load, needs_model, planned_points, run_models
 from headstats.jobs.confirm import ConfirmPlan, PathsLeftError, check_run, run_paths
+from headstats.jobs.dryrun import DryRun
 from headstats.report.confirm import write_confirmation
 from headstats.report.writer import build_report
-from headstats.specs import CompareSpec, Resources, RunSpec
+from headstats.specs import AnalysisHeader, CompareSpec, Resources, RunSpec
 
 logger = logging.getLogger("headstats")
 
@@ -103,18 +104,38 @@ def compare(
     return write_comparison(result, Path(out), analysis=None if analysis is None else os.fspath(analysis), title=title)
 
 
+def _comparison_file(path: str | os.PathLike, run: RunSpec) -> tuple[CompareSpec, AnalysisHeader, Path]:
+    from headstats.jobs.compare import load_comparison
+
+    spec, header, report = load_comparison(path)
+    overrides = {k: getattr(run, k) for k in ("dtype", "device") if getattr(run, k) is not None}
+    return replace(spec, **overrides), header, report
+
+
 def run_comparison_file(path: str | os.PathLike, run: RunSpec | None = None, **options: object) -> Path:
     """``headstats run`` of a comparison file (a ``[compare]`` table): the comparison, its report in the
     file's report folder. ``run`` may override the loading options (dtype, device)."""
-    from headstats.jobs.compare import load_comparison
-
     run = RunSpec.from_kwargs(options, base=run)
     if run.dry_run:
-        raise ValueError(f"--dry-run does not size a comparison file yet: run headstats run {path} to compare")
-    spec, header, report = load_comparison(path)
-    overrides = {k: getattr(run, k) for k in ("dtype", "device") if getattr(run, k) is not None}
-    spec = replace(spec, **overrides)
+        raise ValueError(f"a dry run of {path} is dry_run_comparison_file's: run_comparison_file runs it")
+    spec, header, report = _comparison_file(path, run)
     return compare(spec.models, out=report, spec=spec, analysis=path, title=header.description or None)
 
 
-__all__ = ["compare", "report_analysis", "run_analysis", "run_comparison_file", "run_confirmation"]
+def dry_run_comparison_file(path: str | os.PathLike, run: RunSpec | None = None, **options: object) -> DryRun:
+    """``headstats run --dry-run`` of a comparison file: every collection it would run, and for about
+    how long (:func:`headstats.jobs.dryrun.dry_run_comparison`); writes nothing."""
+    from headstats.jobs.dryrun import dry_run_comparison
+
+    spec, _, _ = _comparison_file(path, RunSpec.from_kwargs(options, base=run))
+    return dry_run_comparison(spec)
+
+
+__all__ = [
+    "compare",
+    "dry_run_comparison_file",
+    "report_analysis",
+    "run_analysis",
+    "run_comparison_file",
+    "run_confirmation",
+]

@@ -312,6 +312,11 @@ def run_run(args: argparse.Namespace) -> int:
 
     run = spec_from_args(args, RunSpec)
     progress = not getattr(args, "quiet", False)
+    if is_comparison(Path(run.analysis)) and run.dry_run:
+        from headstats.pipeline import dry_run_comparison_file
+
+        print(dry_run_comparison_file(run.analysis, run).summary())
+        return 0
     if is_comparison(Path(run.analysis)):
         from headstats.pipeline import run_comparison_file
 

@@ -34,7 +34,7 @@ from headstats.jobs.analysis import AnalysisSpec, merged_load
 from headstats.jobs.confirm import ConfirmPlan, left_here, path_run, selected, slow_bf16_warning
 from headstats.jobs.frontier import Frontier, model_root, planned_points, task_options
 from headstats.options import narrow
-from headstats.specs import LoadOptions, RunSpec, SweepSpec
+from headstats.specs import CollectSpec, CompareSpec, LoadOptions, RunSpec, SweepSpec
 
 logger = logging.getLogger("headstats")
 
@@ -492,3 +492,45 @@ def _ablate_unit(analysis, name: str, model, tokenizer, ablation, n_probe: int, 
 
 
 __all__ = ["DryRun", "WorkUnit", "dry_run", "dry_run_confirmation", "dry_run_frontier"]
+
+
+@dataclass(frozen=True)
+class _Collection:
+    """What :func:`_collect_unit` reads of an analysis: the collection's options and results folder."""
+
+    collect: CollectSpec
+    results: Path
+
+
+def dry_run_comparison(spec: CompareSpec, *, probe_sequences: int = 8) -> DryRun:
+    """Per collection of a comparison (:func:`~headstats.jobs.compare.plan_units`: every model, the
+    replicates included, on every dataset, and the reference under the format change): its sequences,
+    whether it is left to run, and its estimated time, measured on ``probe_sequences`` of its own
+    sequences. Writes nothing; the statistics and the report are not counted."""
+    from headstats.io.models import load_model
+    from headstats.jobs.compare import auto_format_change, plan_units, split_dtype
+
+    load_at_start = machine_load()
+    collect, load = narrow(spec, CollectSpec), narrow(spec, LoadOptions)
+    units: list[WorkUnit] = []
+    device = "?"
+    planned = plan_units(spec)
+    models = list(dict.fromkeys(u.model for u in planned))
+    rng = random.Random(0)
+    for name in models:
+        logger.info("[%s] loading (dry run)", name)
+        base, dtype = split_dtype(name)
+        model, tokenizer = load_model(base, **{**load.kwargs(), **({"dtype": dtype} if dtype else {})})
+        if dtype:
+            model.headstats_name = name
+        device = str(next(model.parameters()).device)
+        mine = [u for u in planned if u.model == name]
+        for step, unit in enumerate(mine, 1):
+            fmt = auto_format_change(spec, tokenizer) if unit.prompt_format == "auto" else unit.prompt_format
+            _announce("", name, step, len(mine), "collect", f"{unit.dataset} ({fmt})", probe_sequences)
+            options = _Collection(replace(collect, prompt_format=fmt), unit.root)
+            done = _collect_unit(options, name, model, tokenizer, unit.dataset, probe_sequences, rng)
+            units.append(replace(done, what=f"{done.what} ({fmt})"))
+        del model
+    note = "collections only: the statistics and the report run after them (minutes on a CPU)"
+    return DryRun(units, device, probe_sequences, note, load_at_start=load_at_start)
