@@ -59,6 +59,7 @@ class Comparison:
     steps: pd.DataFrame = field(default_factory=pd.DataFrame)  # step_distances of the series
     replicates: pd.DataFrame = field(default_factory=pd.DataFrame)  # replicate_distances (every pair of seeds)
     seeds: pd.DataFrame = field(default_factory=pd.DataFrame)  # seed_yardstick per group, dataset and score
+    learning: pd.DataFrame = field(default_factory=pd.DataFrame)  # learning_verdicts of each fine-tuning chain
 
     @property
     def moved_heads(self) -> pd.DataFrame:
@@ -194,6 +195,34 @@ def checkpoint_step(path: str) -> tuple[str | None, int | None]:
     return None, (int(step) if isinstance(step, int) else None)
 
 
+def chain_root(path: str) -> Path | None:
+    """The ``headstats finetune`` chain a model folder belongs to (its base or a checkpoint): the folder
+    above it that holds the chain's ``metrics.json``; None for any other model."""
+    from headstats.jobs.finetune.layout import METRICS_FILE
+
+    folder = Path(path)
+    for parent in (folder.parent, folder.parent.parent):
+        if (parent / METRICS_FILE).is_file():
+            return parent
+    return None
+
+
+def chain_learning(paths: list[str], seed: int = 0) -> pd.DataFrame:
+    """:func:`~headstats.stats.learning.learning_verdicts` of every fine-tuning chain that ``paths``
+    (model folders) belong to, with the chain's folder name and seed: did each stage learn on its
+    held-out examples? Empty when no model is a chain's."""
+    from headstats.jobs.finetune.layout import METRICS_FILE, RECIPE_FILE
+    from headstats.stats.learning import learning_verdicts
+
+    frames = []
+    for root in dict.fromkeys(r for r in map(chain_root, paths) if r is not None):
+        metrics = json.loads((root / METRICS_FILE).read_text())
+        record = json.loads((root / RECIPE_FILE).read_text()) if (root / RECIPE_FILE).is_file() else {}
+        chain_seed = (record.get("recipe") or {}).get("seed")
+        frames.append(learning_verdicts(metrics, seed=seed).assign(chain=root.name, chain_seed=chain_seed))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
 def collect_all(spec: CompareSpec) -> tuple[dict[str, str], list[str], str, dict[str, dict]]:
     """Collect every model (replicates included) on every dataset, resuming what is there, and the
     reference under the format change; returns (user name -> model slug, dataset partition names, the
@@ -221,7 +250,9 @@ def collect_all(spec: CompareSpec) -> tuple[dict[str, str], list[str], str, dict
         if dtype:  # its own tables: the name (and so the slug) says the dtype
             model.headstats_name = name
         stage, step = checkpoint_step(paths[name])
-        facts[name] = {"params": sum(p.numel() for p in model.parameters()), "stage": stage, "step": step}
+        facts[name] = {
+            "params": sum(p.numel() for p in model.parameters()), "stage": stage, "step": step, "path": paths[name],
+        }  # fmt: skip
         for dataset in spec.data:
             done = collect_scores(model, tokenizer, dataset, root / COMPARED, spec=collect)
             slugs[name] = _partition_value(done.partition.parent)
@@ -403,6 +434,7 @@ def run_comparison(spec: CompareSpec) -> Comparison:
         steps=steps,
         replicates=replicates,
         seeds=seeds,
+        learning=chain_learning([f["path"] for f in facts.values()], seed=spec.seed),
     )
 
 

@@ -37,19 +37,22 @@ def _head_list(moved: pd.DataFrame) -> str:
     return shown + (f" and {len(names) - SHOWN_HEADS} more" if len(names) > SHOWN_HEADS else "")
 
 
-def sentence(result: Comparison, other: str) -> str:
-    """The plain-language answer for one compared model."""
+def sentence(result: Comparison, other: str, *, first: bool = True) -> str:
+    """The plain-language answer for one compared model (``first``: the sentence that names the margin
+    and the unit; the ones after it are shorter)."""
     rows = result.distances[result.distances["model_b"] == other]
     counts = rows["verdict"].value_counts()
     n = len(rows)
-    parts = [f"**{other} vs {result.reference}**: "]
-    if result.spec.margin is None:
+    labels = _labels(result)
+    parts = [f"**{labels.get(other, other)} vs {labels.get(result.reference, result.reference)}**: "]
+    if not first:
+        margin = "margin"
+    elif result.spec.margin is None:
         margin = "[format-change margin](#the-margin)"
     else:
         margin = f"[margin](#the-margin) of {result.spec.margin:g}"
-    parts.append(
-        f"[equivalent](#verdicts) within the {margin} on {counts.get(EQUIVALENT, 0)} of {n} dataset × score pairs"
-    )
+    unit = " dataset × score pairs" if first else ""
+    parts.append(f"[equivalent](#verdicts) within the {margin} on {counts.get(EQUIVALENT, 0)} of {n}{unit}")
     extra = []
     if counts.get(MOVED, 0):
         extra.append(f"moved beyond it on {counts[MOVED]}")
@@ -101,15 +104,51 @@ def seeds_sentence(result: Comparison) -> str:
     )
 
 
+def learning_sentence(result: Comparison) -> str:
+    """Whether each stage of the fine-tuning chain learned, on its held-out examples (primary metrics)."""
+    rows = _primary_learning(result)
+    said = [
+        f"{r.stage.upper()} {r.metric} {r.change:+.3g} [{r.ci_low:+.3g}, {r.ci_high:+.3g}]"
+        + ("" if r.learned is True else " (did not learn)" if r.learned is False else " (no interval)")
+        for r in rows.itertuples()
+    ]
+    return "**[Did each stage learn?](#did-each-stage-learn)** Held-out, end − start: " + "; ".join(said) + "."
+
+
+def _primary_learning(result: Comparison) -> pd.DataFrame:
+    learning = result.learning
+    seeds = learning["chain_seed"]
+    first = learning[seeds.isna() | (seeds == seeds.min())]  # the chain of the lowest seed speaks
+    return first[first["primary"]]
+
+
+ABSTRACT_MODELS = 3  # compared models the abstract answers for; the section "Every compared model" has all
+
+
+def abstract_models(result: Comparison) -> list[str]:
+    """The compared models the abstract speaks of: all of them up to :data:`ABSTRACT_MODELS`; of a series
+    only its end (its steps have their own sentence), then the models outside it."""
+    if result.spec.series and result.series:
+        chosen = [result.series[-1], *(o for o in result.others if o not in result.series)]
+    else:
+        chosen = list(result.others)
+    return chosen[:ABSTRACT_MODELS]
+
+
 def abstract(result: Comparison) -> str:
-    lines = [sentence(result, other) for other in result.others]
+    shown = abstract_models(result)
+    lines = [sentence(result, other, first=i == 0) for i, other in enumerate(shown)]
+    if len(shown) < len(result.others):
+        lines.append(f"[Every compared model](#every-compared-model): {len(result.others) - len(shown)} more.")
+    if not result.learning.empty:
+        lines.insert(0, learning_sentence(result))
     if result.spec.series and not result.steps.empty:
         lines.append(series_sentence(result))
     if not result.seeds.empty:
         lines.append(seeds_sentence(result))
     if result.spec.margin is None:
         lines.append(
-            f"The margin is how far {result.reference} itself moves when its prompts use the `{result.format_change}` "
+            f"The margin: how far {result.reference} itself moves when its prompts use the `{result.format_change}` "
             f"format instead of `{result.spec.prompt_format}`, on the same texts."
         )
     return "\n\n".join(lines)
@@ -262,6 +301,29 @@ def _write_series(writer: ReportWriter, result: Comparison) -> None:
     writer.table(table, "step_verdicts", floatfmt=".3g", collapsed=f"The {len(table)} per-step verdicts")
 
 
+def _write_every_model(writer: ReportWriter, result: Comparison) -> None:
+    if len(abstract_models(result)) == len(result.others):
+        return
+    writer.heading("Every compared model")
+    writer.text("\n\n".join(sentence(result, other) for other in result.others))
+
+
+def _write_learning(writer: ReportWriter, result: Comparison) -> None:
+    if result.learning.empty:
+        return
+    writer.heading("Did each stage learn?")
+    writer.text(
+        "The models are checkpoints of `headstats finetune` chains: per stage, its metrics on held-out examples at "
+        "the stage's first and last checkpoint, the paired change (end − start) with a 95% interval from resampling "
+        "the examples, and whether the interval excludes 0 in the direction training pushes (`primary`: the metric "
+        "that decides the stage). A stage that did not learn moved the heads without evidence that it changed "
+        "the model's behaviour."
+    )
+    shown = ["chain", "chain_seed", "stage", "metric", "primary", "start", "end", "change", "ci_low",
+             "ci_high", "n", "learned"]  # fmt: skip
+    writer.table(result.learning[[c for c in shown if c in result.learning]], "learning", floatfmt=".3g")
+
+
 def _write_seeds(writer: ReportWriter, result: Comparison) -> None:
     if result.seeds.empty:
         return
@@ -391,6 +453,10 @@ def _write_methods(writer: ReportWriter, result: Comparison, out: Path) -> None:
             f"score tables are under `{Path(spec.scores_dir) if spec.scores_dir else out / 'results'}` "
             f"(`{COMPARED}/` and `{FORMAT_CHANGE}/`) and a rerun reuses them."
         )
+        if not result.facts.empty:
+            columns = ["slug", "label", "role", "replicate_of", "params", "stage", "step", "position"]
+            facts = result.facts[[c for c in columns if c in result.facts]]
+            writer.table(facts, "models", collapsed="The models: roles, parameters, steps, positions in the series")
         writer.table(result.distances, "distances", collapsed="Every distance, test and verdict (all columns)")
         if not result.steps.empty:
             writer.table(result.steps, "steps", collapsed="Every step's distance and verdict (all columns)")
@@ -428,6 +494,8 @@ def write_comparison(result: Comparison, out: Path, *, analysis: str | None = No
         "permutation p-value.",
         full_legend="verdicts",
     )
+    _write_every_model(writer, result)
+    _write_learning(writer, result)
     _write_series(writer, result)
     _write_seeds(writer, result)
     _write_heads(writer, result)
