@@ -371,6 +371,9 @@ def test_a_series_is_ordered_by_step_across_stages_or_by_parameters() -> None:
     assert list(by_step["position"]) == [0, 10, 40, 48]  # DPO's step 8 counts on from SFT's 40
     by_params = order_series(CompareSpec(models=("b", "d8"), series="params"), facts)
     assert list(by_params["slug"]) == ["dpo-8", "sft-40", "base", "sft-10"]
+    by_step = CompareSpec(models=("b", "d8"), series="step")
+    other_family = order_series(by_step, facts.assign(step=[0, None, 40, 10, 40]), {"dpo-8"})
+    assert list(other_family["slug"]) == ["base", "sft-10", "sft-40"]  # another architecture without a step: beside
     no_step = facts.assign(step=[0, None, 40, 10, 40], stage=[None, None, None, None, None])
     with pytest.raises(ValueError, match=r"^--series step needs a checkpoint step for every model; 'd8' has none"):
         order_series(CompareSpec(models=("b", "d8"), series="step"), no_step)

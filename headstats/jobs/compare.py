@@ -302,10 +302,14 @@ def series_facts(spec: CompareSpec, slugs: dict[str, str], facts: dict[str, dict
     return frame
 
 
-def order_series(spec: CompareSpec, facts: pd.DataFrame) -> pd.DataFrame:
+def order_series(spec: CompareSpec, facts: pd.DataFrame, outside: set[str] = frozenset()) -> pd.DataFrame:
     """The compared models (the reference included) in the series' order, with ``order`` and
-    ``position``; refused in one line when the order needs a fact a model lacks."""
+    ``position``; refused in one line when the order needs a fact a model lacks. ``outside``: slugs of
+    models of another architecture; by step, those without a step stand beside the series (another
+    family, a yardstick), not in it."""
     members = facts[facts["role"] != "replicate"].reset_index(drop=True)
+    if spec.series == "step":
+        members = members[~(members["slug"].isin(outside) & members["step"].isna())]
     if spec.series == "params":
         members = members.sort_values("params", kind="stable").assign(position=lambda f: f["params"].astype(float))
     elif spec.series == "step":
@@ -379,9 +383,10 @@ def run_comparison(spec: CompareSpec) -> Comparison:
     table = series_facts(spec, slugs, facts)
     unit = stats.reference_unit(distances)
     step_margins = spec.margin if spec.margin is not None else margins
+    same = {other: _same_architecture(scores, reference, other) for other in others}
     series, steps = [], pd.DataFrame()
     if spec.series:
-        ordered = order_series(spec, table)
+        ordered = order_series(spec, table, {o for o in others if not same[o]})
         table = table.merge(ordered[["slug", "order", "position"]], on="slug", how="left")
         series = list(ordered["slug"])
         steps = stats.step_distances(
@@ -394,7 +399,6 @@ def run_comparison(spec: CompareSpec) -> Comparison:
     seeds = stats.seed_yardstick(replicates)
     if not seeds.empty:
         distances = stats.beside_seeds(distances, seeds, reference)
-    same = {other: _same_architecture(scores, reference, other) for other in others}
     summaries, heads = [], []
     for other in others:
         if not same[other]:
