@@ -60,9 +60,10 @@ from headstats.stats.overlap import jaccard
 # permutations of other round-off.
 ROUNDOFF = 1e-9
 # How many times the lower bound of W1 removes the bootstrap's estimate of its bias (the basic interval
-# removes it once): the bootstrap sees about 0.4 of the bias at equal distributions, less far from them;
-# 3 keeps "moved beyond the margin" at its level down to a margin of a third of the interval's half-width
-# at 40 texts (benchmarks/compare_margin_size.py), 1 rejected 8-11% there.
+# removes it once): the bootstrap sees about 0.4 of the bias at equal distributions, less far from them.
+# With 3, "moved beyond the margin" at a true distance equal to the margin stayed within 5% plus Monte
+# Carlo error at 40-128 texts and margins 0.05-0.3 SD; with 1 it reached 5.6-10.6%
+# (benchmarks/compare_margin_size.py; the benchmarks' README has the table).
 LOWER_BIAS_STEPS = 3
 FAMILY_ALPHA = 0.01  # the Holm-adjusted level the permutation count lets the whole family reach
 MOVED = "moved beyond the margin"
