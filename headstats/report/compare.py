@@ -234,6 +234,12 @@ def series_figure(result: Comparison) -> Figure:
     d, facts = result.distances, result.facts
     pos = facts.set_index("slug")["position"].astype(float)
     rows = d[d["model_b"].isin(result.series)].assign(x=lambda f: f["model_b"].map(pos))
+    if result.reference in pos.index:  # the reference is the series' point at distance 0
+        start = rows.drop_duplicates(["dataset", "score"]).assign(
+            model_b=result.reference, x=pos[result.reference], w1_iqr=0.0, w1_iqr_low=0.0, w1_iqr_high=0.0,
+            verdict=EQUIVALENT,
+        )  # fmt: skip
+        rows = pd.concat([start, rows], ignore_index=True)
     datasets = list(dict.fromkeys(rows["dataset"]))
     fig = Figure(figsize=(7.5, 2.6 * len(datasets) + 0.4), layout="constrained")
     axes = np.atleast_1d(fig.subplots(len(datasets), 1, sharex=True))
