@@ -981,6 +981,9 @@ def _format_change(value: str) -> None:
         raise ValueError(f"unknown prompt format {value!r}: choose auto or one of {', '.join(_prompt_formats())}")
 
 
+SERIES_ORDERS = ("given", "params", "step")
+
+
 @dataclass(frozen=True)
 class CompareSpec(CollectSpec, LoadOptions, Figures, Output, Equivalence):
     """Options of :func:`headstats.jobs.compare.compare` (``headstats compare``, a ``[compare]`` study
@@ -1015,6 +1018,19 @@ class CompareSpec(CollectSpec, LoadOptions, Figures, Output, Equivalence):
     n_resamples: int = option(1000, "bootstrap resamples of texts behind every interval", minimum=1)
     head_permutations: int = option(9999, "sign flips of the per-head max-T test", minimum=1)
     scores_dir: str | None = option(None, "where the score tables go (default: OUT/results)")
+    series: str | None = option(
+        None,
+        "treat the models as an ordered series and add distance against position and per-step verdicts: given "
+        "(the order of the models), params (by parameter count) or step (by checkpoint step)",
+        choices=SERIES_ORDERS,
+        noun="series order",
+    )
+    replicates: tuple[str, ...] = option(
+        (),
+        "comma-separated seed replicates given as models: REPLICATE (of the reference) or MODEL=REPLICATE (of "
+        "a compared model); their distances to each other are a yardstick beside every distance",
+        metavar="MODELS",
+    )
 
     def check(self) -> None:
         super().check()

@@ -3,6 +3,8 @@ the equivalence rule's size at the margin, the permutation count and the format-
 
 from __future__ import annotations
 
+import copy
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +23,6 @@ from headstats.stats.compare import (
     equivalence,
     permutation_count,
     texts_to_decide,
-    w1_bounds,
 )
 from headstats.stats.distances import holm_floor
 from headstats.stats.movement import head_shift_test
@@ -58,11 +59,20 @@ def _texts(n: int) -> list[str]:
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> dict[str, Path]:
     """A tiny Llama saved three times: as it is ("base"), an identical copy ("copy"), and a copy whose last
-    layer has head HEAD's query-projection rows scaled by 0.3 ("scaled"); and a corpus of 24 texts."""
+    layer has head HEAD's query-projection rows scaled by 0.3 ("scaled"); a copy of the base with a little
+    noise in every weight ("noisy", a stand-in for a seed replicate); and a corpus of 24 texts."""
     root = tmp_path_factory.mktemp("compare")
     model = tiny_model("llama")
     model.resize_token_embeddings(len(tokenizer))
     paths = {}
+    noisy = copy.deepcopy(model)
+    generator = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for weight in noisy.parameters():
+            weight.add_(0.02 * weight.std() * torch.randn(weight.shape, generator=generator))
+    paths["noisy"] = root / "noisy"
+    noisy.save_pretrained(paths["noisy"])
+    tokenizer.save_pretrained(paths["noisy"])
     for name in ("base", "copy", "scaled"):
         if name == "scaled":
             q = model.model.layers[LAYER].self_attn.q_proj
@@ -179,6 +189,26 @@ def test_a_rerun_collects_nothing_again(folders: dict[str, Path], report: Path, 
     assert {p: p.stat().st_mtime_ns for p in (report / "results").rglob("*.parquet")} == before
 
 
+def test_score_tables_in_the_report_folder_are_not_called_foreign(
+    folders: dict[str, Path], report: Path, tmp_path: Path, caplog
+) -> None:
+    shutil.copytree(report / "results", tmp_path / "out" / "results")  # the default OUT/results, already collected
+    (tmp_path / "out" / "mine.txt").write_text("a user's own file")
+    with caplog.at_level("WARNING", logger="headstats"):
+        headstats.compare(
+            [str(folders["base"]), str(folders["copy"])],
+            out=str(tmp_path / "out"),
+            data=(str(folders["corpus"]),),
+            device="cpu",
+            n_resamples=50,
+            head_permutations=99,
+            progress=False,
+        )
+    foreign = [r.getMessage() for r in caplog.records if "that no headstats build listed" in r.getMessage()]
+    assert len(foreign) == 1
+    assert foreign[0].endswith("1 file(s) that no headstats build listed in _manifest.json; they were kept: mine.txt")
+
+
 @pytest.mark.parametrize(
     ("low", "high", "margin", "verdict"),
     [
@@ -199,31 +229,24 @@ def test_texts_to_decide_scale_with_the_observed_half_width() -> None:
     assert texts_to_decide(0.5, 0.4, 0.6, 0.5, 100) == np.inf
 
 
-def test_equivalence_is_declared_at_most_alpha_plus_monte_carlo_error_at_the_margin() -> None:
+@pytest.mark.parametrize("margin", [0.1, 0.3])
+def test_the_verdicts_keep_their_level_at_the_margin(margin: float) -> None:
     """Paired texts whose two score distributions are N(0, 1) and N(margin, 1) (true W1 = margin), each
-    text a block of rows sharing a text effect: the rule calls them equivalent at most alpha = 5% of the
-    time, plus three Monte Carlo standard errors."""
-    rng = np.random.default_rng(1)
-    margin, n_texts, rows, reps, alpha = 0.3, 40, 6, 300, 0.05
-    equivalent = 0
-    for rep in range(reps):
-        text = rng.normal(0, np.sqrt(0.5), size=n_texts)
-        a = (text[:, None] + rng.normal(0, np.sqrt(0.5), size=(n_texts, rows))).ravel()
-        b = (margin + 0.8 * text[:, None] + rng.normal(0, np.sqrt(1 - 0.32), size=(n_texts, rows))).ravel()
-        seq = np.repeat(np.arange(n_texts), rows)
-        low, high = w1_bounds(
-            pd.DataFrame({"sample_id": seq, "ahon": a}),
-            pd.DataFrame({"sample_id": seq, "ahon": b}),
-            "ahon",
-            alpha=alpha,
-            n_boot=400,
-            seed=rep,
-        )
-        equivalent += equivalence(low, high, margin) == EQUIVALENT
-    assert equivalent / reps <= alpha + 3 * np.sqrt(alpha * (1 - alpha) / reps)
+    text a block of rows sharing a text effect (benchmarks/compare_margin_size.py's design): at 40 texts
+    the rule calls them moved beyond the margin, and equivalent within it, each at most alpha = 5% of the
+    time plus three Monte Carlo standard errors. The basic bootstrap's lower bound alone said "moved" 8%
+    of the time at the margin 0.1 (W1's upward bias, larger the closer the distributions)."""
+    from headstats.testing.margin import verdict_rates
+
+    reps, alpha = 2000, 0.05
+    at = verdict_rates(40, margin, margin, reps, alpha=alpha, seed=7)
+    limit = alpha + 3 * np.sqrt(alpha * (1 - alpha) / reps)
+    assert at["moved"] <= limit and at["equivalent"] <= limit
 
 
-def test_a_compare_study_file_runs_under_headstats_run(folders: dict[str, Path], report: Path, tmp_path: Path) -> None:
+def test_a_compare_study_file_runs_under_headstats_run(
+    folders: dict[str, Path], report: Path, tmp_path: Path, capsys
+) -> None:
     study = tmp_path / "mine.toml"
     study.write_text(
         'description = "Base against its copy"\n'
@@ -234,6 +257,10 @@ def test_a_compare_study_file_runs_under_headstats_run(folders: dict[str, Path],
         f'data = ["{folders["corpus"]}"]\n'
         'device = "cpu"\nn_resamples = 50\nhead_permutations = 99\n'
     )
+    assert main(["run", str(study), "--dry-run", "-q"]) == 0  # every collection sized, nothing written
+    plan = capsys.readouterr().out
+    assert plan.count(" collect ") == 3 and "(chat)" in plan and "0 batched forward passes still to run" in plan
+    assert not (tmp_path / "report").exists()
     assert main(["run", str(study), "-q"]) == 0
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert summary.startswith("# Base against its copy") and "**copy vs base**" in summary
@@ -273,3 +300,105 @@ def test_a_comparison_needs_two_models_and_says_so(tmp_path: Path, capsys) -> No
     assert main(["compare", "a", "b", "--out", str(tmp_path / "out"), "--alpha", "0.7"]) == 2
     assert "--alpha must lie strictly between 0 and 0.5, not 0.7" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()  # refused before anything is written
+
+
+@pytest.fixture(scope="module")
+def series_report(folders: dict[str, Path], report: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """base -> copy -> scaled as a series in the order given, with "noisy" as the reference's replicate (the
+    three compared models' tables are reused from ``report``)."""
+    out = tmp_path_factory.mktemp("series")
+    args = [str(folders[name]) for name in ("base", "copy", "scaled")]
+    options = ["--data", str(folders["corpus"]), "--device", "cpu", "--n-resamples", "200"]
+    code = main(
+        ["compare", *args, *options, "--head-permutations", "99", "--series", "given", "--replicates",
+         str(folders["noisy"]), "--scores-dir", str(report / "results"), "--out", str(out), "-q"]
+    )  # fmt: skip
+    assert code == 0
+    return out
+
+
+def test_each_step_of_a_series_is_its_distance_from_the_model_before(series_report: Path) -> None:
+    steps = pd.read_csv(series_report / "tables" / "steps.csv")
+    distances = pd.read_csv(series_report / "tables" / "distances.csv")
+    first, second = steps[steps["step"] == 1], steps[steps["step"] == 2]
+    assert set(first["model_a"]) == {"base"} and set(second["model_b"]) == {"scaled"}
+    assert (first["w1_iqr"] == 0).all() and (first["verdict"] == EQUIVALENT).all()  # base -> its identical copy
+    # copy -> scaled is base -> scaled (the copy is the base), in the reference's unit: the same numbers
+    scaled = distances[distances["model_b"] == "scaled"].set_index(["dataset", "score"])
+    second = second.set_index(["dataset", "score"]).loc[scaled.index]
+    assert np.allclose(second["w1_iqr"], scaled["w1_iqr"]) and np.allclose(second["w1"], scaled["w1"])
+    assert (second["w1_iqr_low"] <= second["w1_iqr"]).all() and (second["w1_iqr"] <= second["w1_iqr_high"]).all()
+    summary = (series_report / "summary.md").read_text()
+    assert "**[Along the series](#along-the-series)** (in the order given): 1 of 2 steps moved beyond" in summary
+    assert (series_report / "figures" / "series.png").is_file()
+
+
+def test_the_seed_yardstick_is_w1_between_replicates_over_the_reference_iqr(series_report: Path, report: Path) -> None:
+    from scipy.stats import wasserstein_distance
+
+    scores = headstats.read_scores(report / "results" / COMPARED)
+    yard = pd.read_csv(series_report / "tables" / "seed_yardstick.csv")
+    assert (yard["group"] == "base").all() and (yard["n_seeds"] == 2).all() and (yard["n_pairs"] == 1).all()
+    for row in yard.itertuples():
+        base = scores[(scores["model"] == "base") & (scores["dataset"] == row.dataset)][row.score].dropna()
+        noisy = scores[(scores["model"] == "noisy") & (scores["dataset"] == row.dataset)][row.score].dropna()
+        iqr = base.quantile(0.75) - base.quantile(0.25)
+        assert row.seed_max == pytest.approx(wasserstein_distance(base, noisy) / iqr, rel=1e-6)
+    distances = pd.read_csv(series_report / "tables" / "distances.csv")
+    assert distances["seed_max"].notna().all()
+    assert (distances["beyond_seeds"] == (distances["w1_iqr_low"] > distances["seed_max"])).all()
+    summary = (series_report / "summary.md").read_text()
+    assert "(2 seeds, an anecdote, not a yardstick: fewer than 6)" in summary
+
+
+def test_a_series_is_ordered_by_step_across_stages_or_by_parameters() -> None:
+    from headstats.jobs.compare import order_series
+    from headstats.specs import CompareSpec
+
+    facts = pd.DataFrame(
+        {
+            "slug": ["base", "dpo-8", "sft-40", "sft-10", "seed1"],
+            "name": ["b", "d8", "s40", "s10", "r"],
+            "role": ["reference", "compared", "compared", "compared", "replicate"],
+            "params": [30, 10, 20, 40, 30],
+            "stage": ["base", "dpo", "sft", "sft", "sft"],
+            "step": [0, 8, 40, 10, 40],
+            "stage_order": [-1, 1, 0, 0, 0],
+        }
+    )
+    by_step = order_series(CompareSpec(models=("b", "d8"), series="step"), facts)
+    assert list(by_step["slug"]) == ["base", "sft-10", "sft-40", "dpo-8"]
+    assert list(by_step["position"]) == [0, 10, 40, 48]  # DPO's step 8 counts on from SFT's 40
+    by_params = order_series(CompareSpec(models=("b", "d8"), series="params"), facts)
+    assert list(by_params["slug"]) == ["dpo-8", "sft-40", "base", "sft-10"]
+    by_step = CompareSpec(models=("b", "d8"), series="step")
+    other_family = order_series(by_step, facts.assign(step=[0, None, 40, 10, 40]), {"dpo-8"})
+    assert list(other_family["slug"]) == ["base", "sft-10", "sft-40"]  # another architecture without a step: beside
+    no_step = facts.assign(step=[0, None, 40, 10, 40], stage=[None, None, None, None, None])
+    with pytest.raises(ValueError, match=r"^--series step needs a checkpoint step for every model; 'd8' has none"):
+        order_series(CompareSpec(models=("b", "d8"), series="step"), no_step)
+
+
+def test_a_checkpoint_step_is_read_from_its_record_or_its_folder_name(tmp_path: Path) -> None:
+    from headstats.jobs.compare import checkpoint_step
+
+    (tmp_path / "checkpoint-500").mkdir()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "trainer_state.json").write_text('{"global_step": 1200}')
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "HEADSTATS_CHECKPOINT.json").write_text('{"stage": "sft", "step": 40}')
+    assert checkpoint_step(str(tmp_path / "checkpoint-500")) == (None, 500)
+    assert checkpoint_step(str(tmp_path / "run")) == (None, 1200)
+    assert checkpoint_step(str(tmp_path / "sft")) == ("sft", 40)
+    assert checkpoint_step("smollm2-135m") == (None, None)
+
+
+def test_a_replicate_names_a_compared_model_or_is_refused() -> None:
+    from headstats.jobs.compare import all_models, replicate_groups
+    from headstats.specs import CompareSpec
+
+    spec = CompareSpec(models=("base", "sft"), replicates=("base-seed1", "sft=sft-seed1", "sft=sft-seed2"))
+    assert replicate_groups(spec) == {"base": ["base", "base-seed1"], "sft": ["sft", "sft-seed1", "sft-seed2"]}
+    assert all_models(spec) == ["base", "sft", "base-seed1", "sft-seed1", "sft-seed2"]
+    with pytest.raises(ValueError, match=r"^replicate 'dpo=x' names 'dpo', which is not a compared model"):
+        replicate_groups(CompareSpec(models=("base", "sft"), replicates=("dpo=x",)))

@@ -675,3 +675,28 @@ def test_the_confirmation_scores_no_text_of_the_fine_tuning_material():
         assert len(sequences) == spec.design.texts
         lines = {fd.normalise(line) for _, ids in sequences for line in tokenizer.decode(ids).splitlines()}
         assert len(lines) > spec.design.texts and not lines & material, (dataset, sorted(lines & material)[:3])
+
+
+def test_a_chain_is_compared_as_a_series_of_its_stages(chain, tmp_path):
+    """The chain under ``headstats compare BASE ... --series step``, its models given out of order: the
+    series runs base -> SFT -> DPO -> GRPO with stage labels and steps counted on across stages, each
+    step gets its verdicts, and the report says whether each stage learned (the chain's metrics)."""
+    ends = {stage: chain.final(stage) for stage in ("sft", "dpo", "grpo")}
+    models = [str(chain.root / "base"), *(str(ends[s].path) for s in ("grpo", "sft", "dpo"))]
+    index = headstats.compare(
+        models, out=tmp_path / "out", series="step", data=("wikipedia",), limit=6, device="cpu",
+        n_resamples=50, head_permutations=99, progress=False,
+    )  # fmt: skip
+    tables = index.parent / "tables"
+    facts = pd.read_csv(tables / "models.csv").sort_values("position")
+    assert list(facts["label"]) == ["base", "SFT 2", "DPO 2", "GRPO 2"]
+    assert list(facts["position"]) == [0, 2, 4, 6]  # each stage counts on from where the one before ended
+    steps = pd.read_csv(tables / "step_verdicts.csv").drop_duplicates("step")
+    assert list(zip(steps["from"], steps["to"], strict=True)) == [
+        ("base", "SFT 2"), ("SFT 2", "DPO 2"), ("DPO 2", "GRPO 2")
+    ]  # fmt: skip
+    learning = pd.read_csv(tables / "learning.csv")
+    metrics = json.loads((chain.root / ft.METRICS_FILE).read_text())
+    assert set(learning["stage"]) == {s for s in ("sft", "dpo", "grpo") if metrics.get(s)}
+    assert (learning.groupby("stage")["primary"].sum() == 1).all()
+    assert "[Did each stage learn?](#did-each-stage-learn)" in (index.parent / "summary.md").read_text()

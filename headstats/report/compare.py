@@ -19,9 +19,10 @@ from headstats.io import store
 from headstats.jobs.compare import COMPARED, FORMAT_CHANGE, Comparison
 from headstats.report.freshness import report_inputs
 from headstats.report.writer import ReportWriter
-from headstats.stats.compare import EQUIVALENT, MOVED, UNDETERMINED
+from headstats.stats.compare import ANECDOTE_SEEDS, EQUIVALENT, MOVED, UNDETERMINED
 
 VERDICT_COLOURS = {MOVED: "#b2182b", EQUIVALENT: "#1b7837", UNDETERMINED: "#777777"}
+SERIES_AXIS = {"given": "model (order given)", "params": "parameters", "step": "training step"}
 SHOWN_HEADS = 6  # moved heads named in a sentence; the table and CSV list all
 
 
@@ -36,19 +37,22 @@ def _head_list(moved: pd.DataFrame) -> str:
     return shown + (f" and {len(names) - SHOWN_HEADS} more" if len(names) > SHOWN_HEADS else "")
 
 
-def sentence(result: Comparison, other: str) -> str:
-    """The plain-language answer for one compared model."""
+def sentence(result: Comparison, other: str, *, first: bool = True) -> str:
+    """The plain-language answer for one compared model (``first``: the sentence that names the margin
+    and the unit; the ones after it are shorter)."""
     rows = result.distances[result.distances["model_b"] == other]
     counts = rows["verdict"].value_counts()
     n = len(rows)
-    parts = [f"**{other} vs {result.reference}**: "]
-    if result.spec.margin is None:
+    labels = _labels(result)
+    parts = [f"**{labels.get(other, other)} vs {labels.get(result.reference, result.reference)}**: "]
+    if not first:
+        margin = "margin"
+    elif result.spec.margin is None:
         margin = "[format-change margin](#the-margin)"
     else:
         margin = f"[margin](#the-margin) of {result.spec.margin:g}"
-    parts.append(
-        f"[equivalent](#verdicts) within the {margin} on {counts.get(EQUIVALENT, 0)} of {n} dataset × score pairs"
-    )
+    unit = " dataset × score pairs" if first else ""
+    parts.append(f"[equivalent](#verdicts) within the {margin} on {counts.get(EQUIVALENT, 0)} of {n}{unit}")
     extra = []
     if counts.get(MOVED, 0):
         extra.append(f"moved beyond it on {counts[MOVED]}")
@@ -74,14 +78,86 @@ def sentence(result: Comparison, other: str) -> str:
     return "".join(parts) + "."
 
 
+def series_sentence(result: Comparison) -> str:
+    """The series' answer: which steps moved beyond the margin from the model before them."""
+    steps, labels = result.steps, _labels(result)
+    by = {"given": "in the order given", "params": "by parameter count", "step": "by training step"}
+    moved = steps[steps["verdict"] == MOVED].drop_duplicates("step")
+    named = [f"{labels.get(r.model_a, r.model_a)} → {labels.get(r.model_b, r.model_b)}" for r in moved.itertuples()]
+    shown = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+    n_steps = steps["step"].nunique()
+    return (
+        f"**[Along the series](#along-the-series)** ({by[result.spec.series]}): {len(named)} of {n_steps} steps "
+        f"moved beyond the margin from the model before on some dataset × score" + (f" ({shown})." if named else ".")
+    )
+
+
+def seeds_sentence(result: Comparison) -> str:
+    """The seed yardstick's answer, and whether it is one."""
+    d, seeds = result.distances, result.seeds
+    counted = d[d["seed_max"].notna()]
+    n_seeds = int(seeds["n_seeds"].min())
+    anecdote = f", an anecdote, not a yardstick: fewer than {ANECDOTE_SEEDS}" if n_seeds < ANECDOTE_SEEDS else ""
+    return (
+        f"**[Seed replicates](#seed-replicates)** ({n_seeds} seeds{anecdote}): {int(counted['beyond_seeds'].sum())} "
+        f"of {len(counted)} distances lie above the largest seed-vs-seed distance."
+    )
+
+
+def learning_sentence(result: Comparison) -> str:
+    """Whether each stage of the fine-tuning chain learned, on its held-out examples (primary metrics)."""
+    rows = _primary_learning(result)
+    said = [
+        f"{r.stage.upper()} {r.metric} {r.change:+.3g} [{r.ci_low:+.3g}, {r.ci_high:+.3g}]"
+        + ("" if r.learned is True else " (did not learn)" if r.learned is False else " (no interval)")
+        for r in rows.itertuples()
+    ]
+    return "**[Did each stage learn?](#did-each-stage-learn)** Held-out, end − start: " + "; ".join(said) + "."
+
+
+def _primary_learning(result: Comparison) -> pd.DataFrame:
+    learning = result.learning
+    seeds = learning["chain_seed"]
+    first = learning[seeds.isna() | (seeds == seeds.min())]  # the chain of the lowest seed speaks
+    return first[first["primary"]]
+
+
+ABSTRACT_MODELS = 3  # compared models the abstract answers for; the section "Every compared model" has all
+
+
+def abstract_models(result: Comparison) -> list[str]:
+    """The compared models the abstract speaks of: all of them up to :data:`ABSTRACT_MODELS`; of a series
+    only its end (its steps have their own sentence), then the models outside it."""
+    if result.spec.series and result.series:
+        chosen = [result.series[-1], *(o for o in result.others if o not in result.series)]
+    else:
+        chosen = list(result.others)
+    return chosen[:ABSTRACT_MODELS]
+
+
 def abstract(result: Comparison) -> str:
-    lines = [sentence(result, other) for other in result.others]
+    shown = abstract_models(result)
+    lines = [sentence(result, other, first=i == 0) for i, other in enumerate(shown)]
+    if len(shown) < len(result.others):
+        lines.append(f"[Every compared model](#every-compared-model): {len(result.others) - len(shown)} more.")
+    if not result.learning.empty:
+        lines.insert(0, learning_sentence(result))
+    if result.spec.series and not result.steps.empty:
+        lines.append(series_sentence(result))
+    if not result.seeds.empty:
+        lines.append(seeds_sentence(result))
     if result.spec.margin is None:
         lines.append(
-            f"The margin is how far {result.reference} itself moves when its prompts use the `{result.format_change}` "
+            f"The margin: how far {result.reference} itself moves when its prompts use the `{result.format_change}` "
             f"format instead of `{result.spec.prompt_format}`, on the same texts."
         )
     return "\n\n".join(lines)
+
+
+def _labels(result: Comparison) -> dict[str, str]:
+    if result.facts.empty:
+        return {}
+    return dict(zip(result.facts["slug"], result.facts["label"], strict=True))
 
 
 def _interval(value: float, low: float, high: float) -> str:
@@ -101,6 +177,7 @@ def main_table(result: Comparison) -> pd.DataFrame:
                 _interval(*v) for v in zip(d["w1_iqr"], d["w1_iqr_low"], d["w1_iqr_high"], strict=False)
             ],
             "margin": d["margin"],
+            **({"seeds (max)": d["seed_max"]} if "seed_max" in d else {}),
             "verdict": d["verdict"],
             "p (Holm)": d["p_holm"],
             "W1 (raw)": d["w1"],
@@ -148,6 +225,130 @@ def headline_figure(result: Comparison) -> Figure:
         handle.set_color("#444444")
     ax.grid(axis="x", alpha=0.3)
     return fig
+
+
+def series_figure(result: Comparison) -> Figure:
+    """W1/IQR from the reference against the series' position (one panel per dataset, one line per
+    score; filled: moved beyond the margin), the margin per score dashed, the seed yardstick's largest
+    distance dotted."""
+    d, facts = result.distances, result.facts
+    pos = facts.set_index("slug")["position"].astype(float)
+    rows = d[d["model_b"].isin(result.series)].assign(x=lambda f: f["model_b"].map(pos))
+    if result.reference in pos.index:  # the reference is the series' point at distance 0
+        start = rows.drop_duplicates(["dataset", "score"]).assign(
+            model_b=result.reference, x=pos[result.reference], w1_iqr=0.0, w1_iqr_low=0.0, w1_iqr_high=0.0,
+            verdict=EQUIVALENT,
+        )  # fmt: skip
+        rows = pd.concat([start, rows], ignore_index=True)
+    datasets = list(dict.fromkeys(rows["dataset"]))
+    fig = Figure(figsize=(7.5, 2.6 * len(datasets) + 0.4), layout="constrained")
+    axes = np.atleast_1d(fig.subplots(len(datasets), 1, sharex=True))
+    cycle = [f"C{i}" for i in range(10)]
+    for ax, dataset in zip(axes, datasets, strict=True):
+        here = rows[rows["dataset"] == dataset]
+        for k, (score, line) in enumerate(here.groupby("score", sort=False)):
+            line = line.sort_values("x")
+            colour = cycle[k % len(cycle)]
+            below = np.clip(line["w1_iqr"] - line["w1_iqr_low"], 0, None)
+            above = np.clip(line["w1_iqr_high"] - line["w1_iqr"], 0, None)
+            ax.errorbar(line["x"], line["w1_iqr"], yerr=[below, above], color=colour, lw=1, elinewidth=0.6, label=score)
+            moved = line["verdict"] == MOVED
+            ax.scatter(line["x"], line["w1_iqr"], s=18, facecolors=np.where(moved, colour, "white"), edgecolors=colour)
+            if np.isfinite(line["margin"].iloc[0]):
+                ax.axhline(line["margin"].iloc[0], color=colour, ls="--", lw=0.6)
+            if "seed_max" in line and np.isfinite(line["seed_max"].iloc[0]):
+                ax.axhline(line["seed_max"].iloc[0], color=colour, ls=":", lw=0.6)
+        ax.set_title(dataset, fontsize=8, loc="left")
+        ax.set_ylabel("W1 / reference IQR", fontsize=7)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6, ncol=4, loc="upper left")
+    ticks = rows.drop_duplicates("model_b")
+    labels = _labels(result)
+    axes[-1].set_xticks(ticks["x"], [labels.get(m, m) for m in ticks["model_b"]], fontsize=6, rotation=30, ha="right")
+    axes[-1].set_xlabel(SERIES_AXIS[result.spec.series])
+    if result.spec.series == "params":
+        axes[-1].set_xscale("log")
+    return fig
+
+
+def _write_series(writer: ReportWriter, result: Comparison) -> None:
+    if not result.spec.series or result.steps.empty:
+        return
+    writer.heading("Along the series")
+    writer.figure(
+        series_figure(result),
+        "series",
+        "Distance from the reference (W1 over its IQR, 90% interval) along the series, one panel per dataset and a "
+        "line per score (filled: moved beyond the margin); dashed: the margin; dotted: the largest seed-vs-seed "
+        "distance when replicates are given.",
+    )
+    steps = result.steps
+    labels = _labels(result)
+    table = pd.DataFrame(
+        {
+            "step": steps["step"],
+            "from": steps["model_a"].map(lambda m: labels.get(m, m)),
+            "to": steps["model_b"].map(lambda m: labels.get(m, m)),
+            "dataset": steps["dataset"],
+            "score": steps["score"],
+            "W1/IQR [90% CI]": [
+                _interval(*v) for v in zip(steps["w1_iqr"], steps["w1_iqr_low"], steps["w1_iqr_high"], strict=True)
+            ],
+            "margin": steps["margin"],
+            "verdict": steps["verdict"],
+        }
+    )
+    writer.text(
+        "Per step, the distance between each model and the one before it, in the reference's IQR, against the same "
+        "margin and by the same rule as the distances from the reference: a step *moved beyond the margin* changed "
+        "the heads more than the margin; *equivalent* steps are each as small as the margin, though several of them "
+        "can add up to more."
+    )
+    writer.table(table, "step_verdicts", floatfmt=".3g", collapsed=f"The {len(table)} per-step verdicts")
+
+
+def _write_every_model(writer: ReportWriter, result: Comparison) -> None:
+    if len(abstract_models(result)) == len(result.others):
+        return
+    writer.heading("Every compared model")
+    writer.text("\n\n".join(sentence(result, other) for other in result.others))
+
+
+def _write_learning(writer: ReportWriter, result: Comparison) -> None:
+    if result.learning.empty:
+        return
+    writer.heading("Did each stage learn?")
+    writer.text(
+        "The models are checkpoints of `headstats finetune` chains: per stage, its metrics on held-out examples at "
+        "the stage's first and last checkpoint, the paired change (end − start) with a 95% interval from resampling "
+        "the examples, and whether the interval excludes 0 in the direction training pushes (`primary`: the metric "
+        "that decides the stage). A stage that did not learn moved the heads without evidence that it changed "
+        "the model's behaviour."
+    )
+    shown = ["chain", "chain_seed", "stage", "metric", "primary", "start", "end", "change", "ci_low",
+             "ci_high", "n", "learned"]  # fmt: skip
+    writer.table(result.learning[[c for c in shown if c in result.learning]], "learning", floatfmt=".3g")
+
+
+def _write_seeds(writer: ReportWriter, result: Comparison) -> None:
+    if result.seeds.empty:
+        return
+    writer.heading("Seed replicates")
+    seeds = result.seeds
+    n_seeds = int(seeds["n_seeds"].min())
+    writer.text(
+        "The yardstick of training noise: W1/IQR (in the reference's IQR) between every pair of seed replicates, "
+        "per dataset and score, with seeds as the unit: one distance per pair of seeds, summarised by its median "
+        "and largest value. A compared model's distance lies *beyond seeds* when its lower bound exceeds the "
+        "largest replicate-vs-replicate distance (its own replicates when given, else the reference's)."
+        + (
+            f" With {n_seeds} seeds this is an anecdote, not a yardstick: one pair of seeds shows what one other "
+            f"seed did, not how far seeds spread; {ANECDOTE_SEEDS} or more make one."
+            if n_seeds < ANECDOTE_SEEDS
+            else ""
+        )
+    )
+    writer.table(seeds, "seed_yardstick", floatfmt=".3g", collapsed="Seed-vs-seed distances per dataset and score")
 
 
 def _write_heads(writer: ReportWriter, result: Comparison) -> None:
@@ -214,14 +415,14 @@ def _write_methods(writer: ReportWriter, result: Comparison, out: Path) -> None:
         writer.text(
             f"Equivalence by the interval-inclusion rule, which is two one-sided tests (TOST) at {spec.alpha:g} each: "
             f"the {1 - 2 * spec.alpha:.0%} paired cluster-bootstrap interval of W1/IQR ({spec.n_resamples} "
-            "resamples of texts; each side the wider of the basic and the percentile bootstrap's bound, since W1 "
-            f"is biased upwards) wholly below the margin is *{EQUIVALENT}*, wholly above it *{MOVED}*, "
+            "resamples of texts; the lower bound is the basic bootstrap's less twice more the bootstrap's estimate "
+            "of W1's upward bias, which the bootstrap underestimates near zero; the upper the wider of the basic "
+            f"and percentile bounds) wholly below the margin is *{EQUIVALENT}*, wholly above it *{MOVED}*, "
             f"else *{UNDETERMINED}*, "
             "with the texts that would decide: n × (half-width / |distance − margin|)², if the distance stayed as "
-            "observed (for sizing a rerun, not a result). At a true distance equal to the margin, a simulation of "
-            "40 paired texts called it equivalent at most 5% of the time, but moved beyond the margin about 8% of "
-            "the time: W1 is biased upwards at small samples, so a 'moved beyond' close to the margin is weaker "
-            "evidence than its level says. W1/IQR: the Wasserstein-1 distance between the two "
+            "observed (for sizing a rerun, not a result). At a true distance equal to the margin, simulations of "
+            "40 to 128 paired texts called it either way at most 5% of the time, within Monte Carlo error "
+            "(`benchmarks/compare_margin_size.py`). W1/IQR: the Wasserstein-1 distance between the two "
             "models' score distributions over texts, layers and heads, divided by the reference's interquartile "
             "range of the score, so that scores on different scales read alike."
         )
@@ -258,7 +459,15 @@ def _write_methods(writer: ReportWriter, result: Comparison, out: Path) -> None:
             f"score tables are under `{Path(spec.scores_dir) if spec.scores_dir else out / 'results'}` "
             f"(`{COMPARED}/` and `{FORMAT_CHANGE}/`) and a rerun reuses them."
         )
+        if not result.facts.empty:
+            columns = ["slug", "label", "role", "replicate_of", "params", "stage", "step", "position"]
+            facts = result.facts[[c for c in columns if c in result.facts]]
+            writer.table(facts, "models", collapsed="The models: roles, parameters, steps, positions in the series")
         writer.table(result.distances, "distances", collapsed="Every distance, test and verdict (all columns)")
+        if not result.steps.empty:
+            writer.table(result.steps, "steps", collapsed="Every step's distance and verdict (all columns)")
+        if not result.replicates.empty:
+            writer.table(result.replicates, "seed_pairs", collapsed="Every seed-vs-seed distance (all columns)")
 
 
 def write_comparison(result: Comparison, out: Path, *, analysis: str | None = None, title: str | None = None) -> Path:
@@ -274,6 +483,9 @@ def write_comparison(result: Comparison, out: Path, *, analysis: str | None = No
         + f"; {texts} texts per dataset ({', '.join(result.datasets)}), prompt format `{spec.prompt_format}`."
     )
     writer = ReportWriter(out_dir, title, dpi=spec.dpi or 90, subtitle=subtitle)
+    root = Path(spec.scores_dir) if spec.scores_dir else out / "results"
+    if root.resolve().is_relative_to(out_dir.resolve()):  # the score tables (default OUT/results) are not foreign
+        writer.elsewhere = (root.resolve().relative_to(out_dir.resolve()).as_posix(),)
     writer.abstract(abstract(result))
     writer.headline(
         headline_figure(result),
@@ -288,9 +500,12 @@ def write_comparison(result: Comparison, out: Path, *, analysis: str | None = No
         "permutation p-value.",
         full_legend="verdicts",
     )
+    _write_every_model(writer, result)
+    _write_learning(writer, result)
+    _write_series(writer, result)
+    _write_seeds(writer, result)
     _write_heads(writer, result)
     _write_methods(writer, result, out)
-    root = Path(spec.scores_dir) if spec.scores_dir else out / "results"
     if (root / COMPARED).is_dir():
         writer.inputs = report_inputs(root, spec.settings(), analysis)
     return writer.write()

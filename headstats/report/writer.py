@@ -193,6 +193,9 @@ class ReportWriter:
         # What the build read (headstats.report.freshness.report_inputs), recorded in the manifest.
         self.inputs: dict | None = None
         self._hidden: dict[str, str] = {}  # local folders outside the cache and home -> how the text names them
+        # Subfolders of ``out`` another headstats job writes (a comparison's score tables in OUT/results):
+        # not this report's files, and not a user's either.
+        self.elsewhere: tuple[str, ...] = ()
 
     def hide(self, *paths: str | os.PathLike) -> None:
         """Name each of ``paths`` (a model folder, the results folder) by :func:`portable_name` in
@@ -446,7 +449,7 @@ class ReportWriter:
         stale = self.folder.finish({INPUTS_KEY: self.inputs} if self.inputs is not None else None)
         if stale:
             logger.info("removed %d file(s) of the previous build: %s", len(stale), ", ".join(stale))
-        foreign = self.folder.foreign()
+        foreign = self.folder.foreign(skip=self.elsewhere)
         if foreign:
             shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
             logger.warning(

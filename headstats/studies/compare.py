@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from headstats.jobs.compare import COMPARED, FORMAT_CHANGE, auto_format_change, collect_all, split_dtype
+from headstats.jobs.compare import COMPARED, FORMAT_CHANGE, auto_format_change, collect_all, plan_units, split_dtype
 from headstats.jobs.dryrun import WorkUnit, measure_collection
 from headstats.options import narrow
 from headstats.specs import AnalysisHeader, CollectSpec, CompareSpec, LoadOptions, RunSpec
@@ -53,22 +53,25 @@ def with_run(spec: CompareSpec, run: RunSpec) -> CompareSpec:
 
 
 def plan(study: Study, run: RunSpec) -> list[Unit]:
+    """The comparison's collections as :func:`headstats.jobs.compare.plan_units` plans them (every
+    model and replicate on every dataset, the reference under the format change too)."""
     spec = with_run(study.spec.spec, run)
     load_options = narrow(spec, LoadOptions)
-    units = []
-    for i, name in enumerate(spec.models):
+    units, missing_models = [], set()
+    for planned in plan_units(spec):
+        name = planned.model
         base, dtype = split_dtype(name)
         missing = not_found_here(base)
         if missing:
-            units.append(Unit(name, "collect", "-", "sequences", None, None, load_options, missing=missing))
+            if name not in missing_models:
+                missing_models.add(name)
+                units.append(Unit(name, "collect", "-", "sequences", None, None, load_options, missing=missing))
             continue
         load_with = replace(load_options, dtype=dtype) if dtype else load_options
-        for folder in (COMPARED, FORMAT_CHANGE) if i == 0 else (COMPARED,):
-            for d in spec.data:
-                what = d if folder == COMPARED else f"{d} ({folder})"
-                units.append(
-                    Unit(name, "collect", what, "sequences", None, None, load_with, (spec, d, folder), loads=base)
-                )
+        folder = planned.root.name
+        what = planned.dataset if folder == COMPARED else f"{planned.dataset} ({folder})"
+        work = (spec, planned.dataset, folder)
+        units.append(Unit(name, "collect", what, "sequences", None, None, load_with, work, loads=base))
     return units
 
 

@@ -147,13 +147,17 @@ class OutputFolder:
         self.previous = set(self.written)
         return stale
 
-    def foreign(self) -> list[str]:
-        """The files in the folder that no headstats build listed (hidden files and links skipped)."""
+    def foreign(self, skip: Iterable[str] = ()) -> list[str]:
+        """The files in the folder that no headstats build listed (hidden files and links skipped, and
+        everything under the subfolders ``skip``, which another job writes)."""
         known = self.previous | self.written | {self.manifest}
+        skipped = [Path(s).parts for s in skip]
         out = []
         for path in self.root.rglob("*"):
             rel = path.relative_to(self.root)
             hidden = any(p.startswith(".") for p in rel.parts)
+            if any(rel.parts[: len(parts)] == parts for parts in skipped):
+                continue
             if path.is_file() and not path.is_symlink() and not hidden and rel.as_posix() not in known:
                 out.append(rel.as_posix())
         return sorted(out)
