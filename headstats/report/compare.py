@@ -292,5 +292,5 @@ def write_comparison(result: Comparison, out: Path, *, analysis: str | None = No
     _write_methods(writer, result, out)
     root = Path(spec.scores_dir) if spec.scores_dir else out / "results"
     if (root / COMPARED).is_dir():
-        writer.inputs = report_inputs(root, spec.settings(), analysis)
+        writer.inputs = report_inputs(root, spec.settings(), analysis, report=writer.out)
     return writer.write()
