@@ -662,3 +662,132 @@ def test_a_folder_outside_home_is_recorded_by_its_name_alone() -> None:
     assert portable_name("/data/models/my-model") == "<local>/my-model"
     assert portable_name("smollm2-135m") == "smollm2-135m" and portable_name("org/model") == "org/model"
     assert portable_name(Path.home() / "models" / "m") == "~/models/m"
+
+
+# --- no local paths, for a model in a folder outside the cache and home --------------------------------
+
+
+@pytest.fixture
+def elsewhere(tmp_path, monkeypatch, tokenizer) -> Path:
+    """A tiny random model and a text file in ``tmp_path/data`` (``/data/...`` on a user's machine),
+    with the home folder and the cache moved into ``tmp_path`` so that ``data`` lies outside both."""
+    from families import tiny_llama
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HEADSTATS_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "data" / "my-model"
+    tiny_llama(len(tokenizer)).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    texts = "\n\n".join(f"The cat number {i} sat on the mat and looked at the dog." for i in range(12))
+    (tmp_path / "data" / "texts.txt").write_text(texts)
+    return tmp_path
+
+
+def _collect(root: Path, model: Path | None = None, limit: int = 12) -> list[str]:
+    model = model or root / "data" / "my-model"
+    dataset = str(root / "data" / "texts.txt")
+    return ["collect", "--model", str(model), "--dataset", dataset, "--out", str(root / "res"), "--limit", str(limit)]
+
+
+PORTABLE = [  # (case, the commands run in turn, given the folder they work in)
+    ("collect", lambda r: [_collect(r)]),
+    ("collect then report", lambda r: [_collect(r), ["report", str(r / "res"), "--out", str(r / "rep")]]),
+    (
+        "prune",
+        lambda r: [
+            [
+                *("prune", "--model", str(r / "data" / "my-model"), "--share", "0.25"),
+                *("--calibration", str(r / "data" / "texts.txt"), "--calibration-limit", "8"),
+                *("--out", str(r / "pruned")),
+            ]
+        ],
+    ),
+]
+
+
+def _written(root: Path) -> list[Path]:
+    """Every file the commands wrote: all of ``root`` but the inputs, the home folder and the cache."""
+    inputs = {root / "data", root / "home", root / "cache"}
+    return [p for p in root.rglob("*") if p.is_file() and not any(p.is_relative_to(i) for i in inputs)]
+
+
+@pytest.mark.parametrize("commands", [c[1] for c in PORTABLE], ids=[c[0] for c in PORTABLE])
+def test_what_is_written_for_a_model_elsewhere_names_no_local_path(commands, elsewhere, capsys) -> None:
+    """Results, Parquet metadata, reports, manifests and ``pruning.json`` of a model in a folder
+    outside home and cache name it ``<local>/my-model`` (its weights by content hash), never by path."""
+    import pyarrow.parquet as pq
+
+    from headstats.cli import main
+
+    for args in commands(elsewhere):
+        assert main([*args, "--no-progress"] if args[0] == "collect" else args) == 0, capsys.readouterr().err
+    written = _written(elsewhere)
+    assert written
+    local = {str(elsewhere), str(elsewhere.resolve())}
+    for path in written:
+        assert not any(text.encode() in path.read_bytes() for text in local), path
+    parquet = [p for p in written if p.suffix == ".parquet"]
+    for path in parquet:
+        metadata = pq.read_schema(path).metadata or {}
+        text = b"".join([*metadata.keys(), *metadata.values()]).decode()
+        assert not any(t in text for t in local), path
+        assert '"model": "<local>/my-model"' in text and '"revision": "sha256:' in text
+    if (elsewhere / "pruned").exists():
+        record = json.loads((elsewhere / "pruned" / "pruning.json").read_text())
+        assert record["model"] == "<local>/my-model"
+    assert parquet or (elsewhere / "pruned").exists()
+
+
+def test_a_model_folder_moved_keeps_its_results(elsewhere) -> None:
+    """The resume key names a local folder by its name and content hash: the same folder moved
+    elsewhere extends the same table rather than being refused or starting another."""
+    from headstats.cli import main
+
+    assert main([*_collect(elsewhere, limit=6), "--no-progress"]) == 0
+    moved = elsewhere / "moved" / "deeper" / "my-model"
+    moved.parent.mkdir(parents=True)
+    shutil.move(elsewhere / "data" / "my-model", moved)
+    assert main([*_collect(elsewhere, moved, limit=12), "--no-progress"]) == 0
+    (partition,) = [p.parent for p in (elsewhere / "res").rglob(store.DONE_FILE)]
+    assert partition.parent.name == "model=my-model"
+    rows = store.read_table(partition).to_pandas()
+    assert rows["sample_id"].nunique() == 12 and not rows.duplicated(["sample_id", "layer", "head"]).any()
+
+
+def test_a_report_of_results_elsewhere_is_fresh_and_moves_with_them(elsewhere, capsys) -> None:
+    """A report built from absolute paths records them relative to its own folder: the freshness
+    check finds its results, before and after both folders move together."""
+    from headstats.cli import main
+    from headstats.report.freshness import check_report, recorded_inputs
+
+    assert main([*_collect(elsewhere), "--no-progress"]) == 0
+    assert main(["report", str(elsewhere / "res"), "--out", str(elsewhere / "out" / "rep")]) == 0
+    assert recorded_inputs(elsewhere / "out" / "rep")["results"] == "../../res"
+    assert check_report(elsewhere / "out" / "rep") == []
+    shutil.move(elsewhere / "out", elsewhere / "moved" / "out")
+    shutil.move(elsewhere / "res", elsewhere / "moved" / "res")
+    rebuilt = check_report(elsewhere / "moved" / "out" / "rep")
+    assert rebuilt == [], rebuilt
+
+
+@pytest.mark.parametrize(
+    ("recorded", "read"),
+    [
+        ("/data/models/my-model", "<local>/my-model"),  # the path an earlier version recorded
+        ("~/models/my-model", "<local>/my-model"),
+        ("$HEADSTATS_CACHE/chains/c/sft/step-00015", "<local>/step-00015"),
+        ("<local>/my-model", "<local>/my-model"),
+        ("smollm2-135m", "smollm2-135m"),  # an embedded name
+        ("HuggingFaceTB/SmolLM2-135M", "HuggingFaceTB/SmolLM2-135M"),  # a Hub id
+        ("smollm2-135m@bfloat16", "smollm2-135m@bfloat16"),
+    ],
+)
+def test_a_stored_model_name_reads_by_folder_name(recorded, read) -> None:
+    """A stored resume key's model reads as results record it now, so results recorded with the
+    folder's path still resume, and embedded names and Hub ids stay as they were."""
+    from headstats.jobs.resume import recorded_key
+
+    assert recorded_key({"model": recorded, "data_dir": "/data/olmo"}, {}) == {
+        "model": read,
+        "data_dir": "<local>/olmo",
+    }

@@ -112,6 +112,19 @@ def portable_name(path: str | os.PathLike) -> str:
     return f"{ELSEWHERE}/{given.name}" if given.is_absolute() else text
 
 
+def portable_record(value: object) -> object:
+    """``value`` (a record: dicts, lists, strings) with every absolute local path in it named as
+    :func:`portable_name` names it, so that nothing written names a folder of this machine outside the
+    cache and home directory; everything else as it was."""
+    if isinstance(value, dict):
+        return {key: portable_record(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable_record(item) for item in value]
+    if isinstance(value, str) and value.startswith("/") and "\n" not in value:
+        return portable_name(value)
+    return value
+
+
 def local_path(recorded: str | os.PathLike) -> Path:
     """The path on this machine of a path recorded by :func:`public_path`."""
     text = os.fspath(recorded)

@@ -422,7 +422,7 @@ def model_identity(model: PreTrainedModel) -> dict[str, object]:
     local directory. ``requested_revision`` is the branch, tag or commit asked for (``revision=``),
     ``commit`` the Hub commit it resolved to ("" when unknown, e.g. a local directory). A checkpoint
     of ``headstats finetune`` adds ``checkpoint``: its stage, step and the stage's steps."""
-    name = getattr(model, "headstats_name", None) or model.config.name_or_path or type(model).__name__
+    name = recorded_model(model_location(model) or type(model).__name__)
     path = Path(str(model.config.name_or_path or ""))
     commit = getattr(model.config, "_commit_hash", None) or getattr(model, "headstats_commit", None) or ""
     revision = commit
@@ -430,7 +430,7 @@ def model_identity(model: PreTrainedModel) -> dict[str, object]:
         revision = directory_fingerprint(path)
     identity = {
         "model": str(name),
-        "model_path": assets.public_path(str(model.config.name_or_path or "")),
+        "model_path": assets.portable_name(str(model.config.name_or_path or "")),
         "revision": str(revision),
         "requested_revision": str(getattr(model, "headstats_revision", None) or ""),
         "commit": str(commit),
@@ -441,6 +441,44 @@ def model_identity(model: PreTrainedModel) -> dict[str, object]:
     if info:
         identity["checkpoint"] = info
     return identity
+
+
+def model_location(model: PreTrainedModel) -> str:
+    """Where a loaded model came from, as it was named to :func:`load_model` (an embedded name, a Hub
+    id, a folder); what partitions are named after (:func:`model_slug`)."""
+    return str(getattr(model, "headstats_name", None) or model.config.name_or_path or "")
+
+
+def recorded_model(name: str) -> str:
+    """A model's name as results and resume keys record it: an embedded name or Hub id as given, and a
+    local folder as ``<local>/<folder name>`` wherever it lies (home, cache or elsewhere; given
+    absolute or relative). The folder's content hash, recorded beside it as ``revision``, identifies
+    the weights, so the record names no local path and a folder moved elsewhere keeps its key. A name
+    recorded by an earlier version (the folder's path as given) reads the same way."""
+    text = str(name)
+    if not text or text in assets.EMBEDDED_MODELS or text.startswith(assets.ELSEWHERE + "/"):
+        return text
+    local = text.startswith(("/", "~", ".", assets.CACHE_VARIABLE))
+    if not local:  # a Hub id, or a relative folder that is here
+        try:
+            local = Path(text).expanduser().is_dir()
+        except OSError:
+            local = False
+    if not local:
+        return text
+    folder = assets.local_path(text).absolute()
+    return f"{assets.ELSEWHERE}/{folder.name or folder.resolve().name}"
+
+
+def model_from_table(model: PreTrainedModel, table: Path) -> dict[str, str]:
+    """``{"model_from_table": PATH}``: where a model in a local folder outside the cache and home lies,
+    relative to the folder of the table that records it (a report finds a fine-tuning chain's
+    recipe and metrics beside its checkpoints there); empty for any other model, whose
+    ``model_path`` locates it."""
+    folder = Path(str(model.config.name_or_path or "")).expanduser()
+    if not folder.is_dir() or not assets.portable_name(folder.absolute()).startswith(assets.ELSEWHERE + "/"):
+        return {}
+    return {"model_from_table": Path(os.path.relpath(folder.absolute(), Path(table).absolute())).as_posix()}
 
 
 def checkpoint_info(path: Path) -> dict:
@@ -498,7 +536,7 @@ def model_slug(name: str) -> str:
     """A file-system safe partition value for a model name or path: a local folder's name, or for a
     checkpoint of ``headstats finetune`` its chain, stage and step (``gemma3-270m-<hash>-sft-15``:
     every stage has a ``step-00015``, so the folder name alone would mix them)."""
-    base = name.rstrip("/")
+    base = name.rstrip("/").removeprefix(assets.ELSEWHERE + "/")
     if os.path.sep in base and Path(base).exists():
         base = Path(base).name
         info, folder = checkpoint_info(Path(name)), Path(name).resolve()

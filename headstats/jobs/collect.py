@@ -28,8 +28,8 @@ from headstats.engine import scores as S
 from headstats.engine.scoring import iter_score_tables
 from headstats.engine.zeroing import warn_tied_scores
 from headstats.io import store
-from headstats.io.assets import public_path
-from headstats.io.models import model_identity, model_slug
+from headstats.io.assets import portable_name
+from headstats.io.models import model_from_table, model_identity, model_location, model_slug
 from headstats.jobs.resume import check_key, jsonable, recorded_key, settings_key
 from headstats.specs import CollectSpec
 
@@ -162,7 +162,8 @@ def plan_collection(
     if len(source) == 0:
         raise ValueError(f"dataset {dataset!r} has no documents to score")
     identity = model_identity(model)
-    partition = store.table_dir(out, "scores", model_slug(identity["model"]), source.name)
+    partition = store.table_dir(out, "scores", model_slug(model_location(model) or identity["model"]), source.name)
+    identity |= model_from_table(model, partition)
     ids = collected_scores(spec.scores, partition)
     max_length = _cap_max_length(model, spec.max_length)
     fmt = resolve_format(spec.prompt_format, tokenizer, model_name=identity["model"], model_type=identity["model_type"])
@@ -184,7 +185,7 @@ def plan_collection(
     facts = dict(
         kind="scores",
         limit=spec.limit,
-        dataset_source=public_path(dataset),
+        dataset_source=portable_name(dataset),
         device=str(param.device),
         n_documents_available=len(source),
         bos_token=getattr(tokenizer, "bos_token", None),

@@ -33,6 +33,7 @@ import pyarrow as pa
 
 from headstats.engine.prune import count_parameters, prune_heads
 from headstats.engine.speed import inference_cost, time_inference
+from headstats.io.assets import portable_record
 from headstats.io.store import StoreError, partial_file, read_json, write_json_atomic, write_parquet_atomic
 from headstats.jobs.analysis import read_analysis_file, section_table, top_level_keys
 from headstats.jobs.checkpoint import PassCheckpoint
@@ -149,10 +150,12 @@ def check_run_record(frontier: Frontier, root: Path, machine: dict) -> dict:
     # Where the model runs is not part of what the run is: the same folder is timed again on a GPU.
     load = {k: v for k, v in narrow(frontier.models, LoadOptions).settings().items() if k not in PLACEMENT}
     prune = {k: v for k, v in frontier.prune.settings().items() if k not in DECISION}
-    settings = json.loads(json.dumps({"prune": prune, "load": load}))
+    settings = portable_record(json.loads(json.dumps({"prune": prune, "load": load})))
+    assert isinstance(settings, dict)
     record = root / "run.json"
     if record.is_file():
         saved = read_record(record)
+        saved["settings"] = portable_record(saved.get("settings", {}))  # a path recorded by an earlier version
         # An option that is no longer recorded (e.g. the runtime-only Hub token) and was unset then
         # leaves the settings the same.
         saved["settings"] = {

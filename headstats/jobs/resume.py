@@ -10,6 +10,11 @@ sample). Every other option is in the key by construction, so a new option canno
 An entry that a stored key lacks reads as that entry of ``defaults`` (the key of the job's default
 options): a record written before a setting existed was computed as its default is. A job names
 the entries its records spelled otherwise (``renamed``: recorded name -> name).
+
+A key names no local path: a model in a local folder is ``<local>/<folder name>`` (its weights
+identified by their content hash, ``revision``), any other absolute path outside the cache and home
+by its name alone (:func:`~headstats.io.assets.portable_record`). A stored key is read the same way,
+so a key recorded with the folder's path still matches, and a folder moved keeps its results.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from headstats.io import store
+from headstats.io.assets import portable_record
+from headstats.io.models import recorded_model
 from headstats.options import Spec
 
 
@@ -32,7 +39,7 @@ def settings_key(spec: Spec, axes: Iterable[str] = (), **inputs: object) -> dict
     same name by the value the job resolved it to, e.g. a truncation capped by the model)."""
     skip = set(axes)
     settings = {name: value for name, value in spec.settings().items() if name not in skip}
-    key = jsonable({**settings, **inputs})
+    key = portable_record(jsonable({**settings, **inputs}))
     assert isinstance(key, dict)
     return key
 
@@ -43,7 +50,11 @@ def recorded_key(
     """A stored key with the entries it lacks filled in from ``defaults``, and entries it spelled
     otherwise read under their names (``renamed``: recorded name -> name)."""
     names = renamed or {}
-    return {**dict(defaults), **{names.get(name, name): value for name, value in record.items()}}
+    stored = portable_record({names.get(name, name): value for name, value in record.items()})
+    assert isinstance(stored, dict)
+    if isinstance(stored.get("model"), str):
+        stored["model"] = recorded_model(stored["model"])
+    return {**dict(defaults), **stored}
 
 
 def changed_entries(

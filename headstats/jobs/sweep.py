@@ -117,9 +117,9 @@ def run_sweep(
 def sweep_provenance(plan: SweepPlan, model: PreTrainedModel, num_layers: int, num_heads: int) -> dict:
     """The record every point file of ``plan`` carries: the run's key with the weights' hash (its
     ``settings``), the model's identity, every option as given and the machine."""
-    from headstats.io.models import machine_info, model_identity
+    from headstats.io.models import machine_info, model_from_table, model_identity
 
-    identity = model_identity(model)
+    identity = model_identity(model) | model_from_table(model, plan.partition)
     param = next(model.parameters())
     settings = {**plan.run_key, "revision": identity["revision"]}
     facts = dict(

@@ -191,7 +191,7 @@ def plan_sweep(
 
     The options are :class:`~headstats.specs.SweepSpec`'s and, for a model given by name,
     :class:`~headstats.specs.LoadOptions`' (``spec`` / ``load``, or their fields by name)."""
-    from headstats.io.models import model_slug
+    from headstats.io.models import model_slug, recorded_model
 
     load_kw, sweep_kw = split_kwargs(options, LoadOptions, SweepSpec)
     spec, load = SweepSpec.from_kwargs(sweep_kw, base=spec), LoadOptions.from_kwargs(load_kw, base=load)
@@ -202,7 +202,9 @@ def plan_sweep(
     slug = model_slug(name)
     partition = store.partition_dir(Path(out), model=slug, task=task_obj.name)
     calibration = plan_calibration(spec, slug)
-    key = sweep_key(spec, model=name, task=task_obj.name, dtype=dtype, device=device, calibration=calibration)
+    key = sweep_key(
+        spec, model=recorded_model(name), task=task_obj.name, dtype=dtype, device=device, calibration=calibration
+    )
     check_sweep_key(partition, key, spec)
     return SweepPlan(spec, name, task_obj, partition, key, calibration)
 
@@ -234,14 +236,18 @@ def load_sweep_task(task: str, spec: SweepSpec):
 def model_of(model: str | PreTrainedModel, load: LoadOptions) -> tuple[str, str, str]:
     """(name, dtype, device kind) of a loaded model, or of one given by name as ``load`` will load it
     (a missing model or an unusable device fails here, before any work)."""
-    from headstats.io.models import model_identity, resolve_dtype, resolve_model_path
+    from headstats.io.models import model_identity, model_location, resolve_dtype, resolve_model_path
 
     if isinstance(model, str):
         resolve_model_path(model)
         device = check_device(load.device)
         return model, str(resolve_dtype(load.dtype, torch.device(device))).removeprefix("torch."), device
     param = next(model.parameters())
-    return model_identity(model)["model"], str(param.dtype).removeprefix("torch."), param.device.type
+    return (
+        model_location(model) or model_identity(model)["model"],
+        str(param.dtype).removeprefix("torch."),
+        param.device.type,
+    )
 
 
 def check_sweep_key(partition: Path, key: dict[str, object], spec: SweepSpec) -> None:

@@ -507,5 +507,5 @@ def write_comparison(result: Comparison, out: Path, *, analysis: str | None = No
     _write_heads(writer, result)
     _write_methods(writer, result, out)
     if (root / COMPARED).is_dir():
-        writer.inputs = report_inputs(root, spec.settings(), analysis)
+        writer.inputs = report_inputs(root, spec.settings(), analysis, report=writer.out)
     return writer.write()

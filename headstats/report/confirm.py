@@ -420,7 +420,7 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     _post_hoc_metric(writer, plan, rows, claims, verdicts)
     _methods(writer, plan, rows, times, left, decided)
     if plan.results.is_dir():
-        writer.inputs = report_inputs(plan.results, plan.section.settings(), plan.path)
+        writer.inputs = report_inputs(plan.results, plan.section.settings(), plan.path, report=writer.out)
     return writer.write()
 
 

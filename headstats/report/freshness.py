@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from headstats.io import store
+from headstats.io.assets import portable_record
 
 INPUTS_KEY = "inputs"
 MANIFEST_FILE = "_manifest.json"  # headstats.report.writer's manifest, which holds INPUTS_KEY
@@ -58,18 +59,40 @@ def results_digest(results: str | os.PathLike) -> dict[str, object]:
     return {"files": len(files), "sha256": digest.hexdigest()}
 
 
+FROM_REPORT = "from_report"  # the manifest's entry that says its paths are relative to the report's folder
+
+
 def report_inputs(
-    results: str | os.PathLike, options: Mapping[str, object], analysis: str | os.PathLike | None = None
+    results: str | os.PathLike,
+    options: Mapping[str, object],
+    analysis: str | os.PathLike | None = None,
+    *,
+    report: str | os.PathLike | None = None,
 ) -> dict[str, object]:
-    """What a build read, as its manifest records it (paths as given, relative where they were)."""
+    """What a build read, as its manifest records it: paths as given where they were relative (to
+    the folder the command ran in), and when one was absolute, every path relative to the
+    ``report``'s folder instead (``from_report``), so that no manifest names a local folder."""
+    paths = {"results": results, **({} if analysis is None else {"analysis": analysis})}
+    from_report = report is not None and any(Path(p).expanduser().is_absolute() for p in paths.values())
+
+    def recorded(path: str | os.PathLike) -> str:
+        if from_report:
+            assert report is not None
+            return Path(os.path.relpath(Path(path).expanduser().absolute(), Path(report).absolute())).as_posix()
+        return Path(path).as_posix()
+
     inputs: dict[str, object] = {
-        "results": Path(results).as_posix(),
+        "results": recorded(results),
         "results_digest": results_digest(results),
-        "options_sha256": hashlib.sha256(json.dumps(dict(options), sort_keys=True, default=str).encode()).hexdigest(),
+        "options_sha256": hashlib.sha256(
+            json.dumps(portable_record(dict(options)), sort_keys=True, default=str).encode()
+        ).hexdigest(),
     }
     if analysis is not None:
-        inputs["analysis"] = Path(analysis).as_posix()
+        inputs["analysis"] = recorded(analysis)
         inputs["analysis_sha256"] = file_sha256(analysis)
+    if from_report:
+        inputs[FROM_REPORT] = True
     return inputs
 
 
@@ -94,7 +117,7 @@ def check_report(report: str | os.PathLike, *, root: str | os.PathLike = ".") ->
     if inputs is None:
         return [f"{name} records no inputs in {MANIFEST_FILE} (built before they were recorded): {rebuild}"]
     problems = []
-    base = Path(root)
+    base = report if inputs.get(FROM_REPORT) else Path(root)
     analysis = inputs.get("analysis")
     if analysis is not None:
         path = base / str(analysis)

@@ -556,5 +556,5 @@ def build_report(
             )
     for section in report_sections.SECTIONS if sections is None else sections:
         section(writer, context)
-    writer.inputs = report_inputs(results, spec.settings(), analysis)
+    writer.inputs = report_inputs(results, spec.settings(), analysis, report=writer.out)
     return writer.write()

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from headstats.io.assets import portable_record
 from headstats.io.store.layout import (
     CALIBRATION_FILE,
     DONE_FILE,
@@ -117,7 +118,10 @@ def make_provenance(settings: Mapping[str, object] | None = None, **fields: obje
     prov.update(fields)
     if settings is not None:
         prov["settings"] = jsonable(settings)
-    return prov
+    # A record names no folder of this machine outside the cache and home (docs/guides/safe-outputs.md).
+    out = portable_record(prov)
+    assert isinstance(out, dict)
+    return out
 
 
 def temporary_name(path: Path, suffix: str = "") -> Path:

@@ -65,7 +65,7 @@ def chain_order(checkpoints: dict[str, dict]) -> pd.DataFrame:
         if info.get("stage") not in STAGES:
             continue
         root = info.get("root")
-        seed = chain_recipe(root).get("seed")
+        seed = info.get("seed", chain_recipe(root).get("seed"))
         # The base's record names no chain (it is the chain's start): its folder does.
         chain = info.get("chain") or (root.name if root is not None else "")
         rows.append(
@@ -246,6 +246,8 @@ class Context:
         for p in self.partitions:
             prov = p.provenance or {}
             path = local_path(str(prov.get("model_path") or ""))
+            if prov.get("model_from_table"):  # a folder outside the cache and home, relative to the table
+                path = (p.path / str(prov["model_from_table"])).resolve()
             info = prov.get("checkpoint")
             if not isinstance(info, dict):  # tables written before provenance recorded it
                 info = checkpoint_info(path)

@@ -1,0 +1,329 @@
+"""Fine-tuning against training noise, with seeds as the unit: the decision rule of a seed study
+(analyses/finetuning_confirm.toml, docs/guides/finetuning-seeds.md).
+
+Several chains of one recipe, differing only in their seed, each give a stage end per stage. Per
+(stage, dataset, score) *cell*, the distance ``d`` between two checkpoints is W1 between their pooled
+(text, layer, head) score distributions on the same texts, over the base's interquartile range of
+that score on that dataset (W1/IQR). Each seed ``s`` gives one contrast
+
+    delta_s = d(base, end_s) - (2 b_s - B),
+
+``b_s`` the mean of d(end_s, end_t) over the other seeds ``t`` and ``B`` the mean over all seed pairs,
+so that mean(delta) is the mean base -> stage distance minus the mean seed -> seed distance, and
+``2 b_s - B`` is seed s's share of the pairs' mean. The tests are one-sided sign-flip tests of
+mean(delta) over all 2^n sign patterns of the n seeds:
+
+- *moved beyond training noise*: mean(delta) > 0, Holm over the cells of a stage end;
+- *moved beyond the margin*: mean(delta) > margin, Holm likewise;
+- *equivalent within the margin*: mean(delta) < margin, each cell at ``alpha`` (the sign-flip upper
+  bound of mean(delta) lies below the margin).
+
+A seed enters a stage's cells only when that stage and every earlier stage of its chain learned
+(:func:`seeds_kept`); a stage with fewer than ``min_seeds`` such seeds is undetermined in every cell.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from headstats.stats.distances import holm, interquartile_range
+from headstats.stats.learning import STAGES, learning_verdicts
+from headstats.stats.w1 import wasserstein1_sorted
+
+BASE = "base"  # the stage label of the base model in a checkpoints table
+FROM_BASE, BETWEEN_SEEDS = "from base", "between seeds"
+MAX_EXACT_SEEDS = 20  # 2^20 sign patterns: the exact test's limit
+
+MOVED_BEYOND_MARGIN = "moved beyond the margin"
+MOVED_WITHIN_MARGIN = "moved beyond training noise, within the margin"
+MOVED = "moved beyond training noise"
+EQUIVALENT = "equivalent within the margin"
+UNDETERMINED = "undetermined"
+
+CELL = ["stage", "dataset", "score"]
+FAMILIES = {"stage_end": ("stage",), "all": ()}  # a design's Holm family -> the columns its cells share
+
+
+# --- distances ------------------------------------------------------------------------------------
+
+
+def _pooled(rows: pd.DataFrame, score: str) -> np.ndarray:
+    values = rows[score].to_numpy(dtype=np.float64)
+    return np.sort(values[np.isfinite(values)])
+
+
+def seed_distances(scores: pd.DataFrame, checkpoints: pd.DataFrame, score_ids: Sequence[str]) -> pd.DataFrame:
+    """W1/IQR per cell between the base and each seed's stage end (``from base``) and between every
+    two seeds' stage ends (``between seeds``), on the texts every checkpoint of the dataset holds.
+
+    ``scores``: score rows (``model``, ``dataset``, ``sample_id``, the score columns), as
+    :func:`headstats.io.store.read_scores` gives them. ``checkpoints``: one row per model with its
+    ``stage`` (:data:`BASE` for the one base) and ``seed``. Returns one row per distance: the cell,
+    ``comparison``, ``seed`` and ``other`` (the second seed; -1 for the base), ``w1``, ``iqr`` (the
+    base's) and ``w1_iqr``, ``n_texts``."""
+    bases = checkpoints.loc[checkpoints["stage"] == BASE, "model"].astype(str).unique()
+    if len(bases) != 1:
+        raise ValueError(f"the checkpoints table names {len(bases)} base models; a seed study has one base")
+    base = bases[0]
+    ends = checkpoints[checkpoints["stage"] != BASE]
+    models = {base, *ends["model"].astype(str)}
+    missing = sorted(models - set(scores["model"].astype(str)))
+    if missing:
+        raise ValueError(f"no score rows for {', '.join(missing)}: collect them first")
+    rows = []
+    for dataset, table in scores[scores["model"].astype(str).isin(models)].groupby("dataset", observed=True):
+        texts = set.intersection(*(set(t["sample_id"]) for _, t in table.groupby("model", observed=True)))
+        by_model = {str(m): t for m, t in table[table["sample_id"].isin(texts)].groupby("model", observed=True)}
+        for score in score_ids:
+            pooled = {m: _pooled(t, score) for m, t in by_model.items()}
+            reference = pooled[base]
+            common = (dataset, score, interquartile_range(reference), len(texts))
+            for stage, group in ends.groupby("stage", sort=False):
+                seeds = sorted(zip(group["seed"].astype(int), group["model"].astype(str), strict=True))
+                for seed, model in seeds:
+                    rows.append((stage, FROM_BASE, seed, -1, wasserstein1_sorted(reference, pooled[model]), *common))
+                for (s, a), (t, b) in itertools.combinations(seeds, 2):
+                    rows.append((stage, BETWEEN_SEEDS, s, t, wasserstein1_sorted(pooled[a], pooled[b]), *common))
+    columns = ["stage", "comparison", "seed", "other", "w1", "dataset", "score", "iqr", "n_texts"]
+    out = pd.DataFrame(rows, columns=columns)[[*CELL, "comparison", "seed", "other", "w1", "iqr", "n_texts"]]
+    out["w1_iqr"] = np.where(out["iqr"] > 0, out["w1"] / out["iqr"].where(out["iqr"] > 0), np.nan)
+    return out
+
+
+def seed_contrasts(distances: pd.DataFrame) -> pd.DataFrame:
+    """Per cell and seed: ``from_base`` = d(base, end_s), ``between`` = b_s (the mean of d(end_s,
+    end_t) over the other seeds), ``pairs_mean`` = B and ``delta`` = from_base - (2 b_s - B); NaN
+    but ``from_base`` for a cell of one seed."""
+    rows = []
+    for cell, group in distances.groupby(CELL, sort=False):
+        to_base = group[group["comparison"] == FROM_BASE].set_index("seed")["w1_iqr"]
+        pairs = group[group["comparison"] == BETWEEN_SEEDS]
+        seeds = sorted(to_base.index)
+        matrix = pd.DataFrame(np.nan, index=seeds, columns=seeds)
+        for r in pairs.itertuples():
+            matrix.loc[r.seed, r.other] = matrix.loc[r.other, r.seed] = r.w1_iqr
+        between = matrix.mean(axis=1)  # NaN diagonal skipped: the mean over the other seeds
+        pairs_mean = float(pairs["w1_iqr"].mean()) if len(pairs) else math.nan  # one seed: no pair
+        for seed in seeds:
+            delta = to_base[seed] - (2 * between[seed] - pairs_mean)
+            rows.append((*cell, seed, to_base[seed], between[seed], pairs_mean, delta))
+    return pd.DataFrame(rows, columns=[*CELL, "seed", "from_base", "between", "pairs_mean", "delta"])
+
+
+# --- the sign-flip test ---------------------------------------------------------------------------
+
+
+def _sign_patterns(n: int) -> np.ndarray:
+    if n > MAX_EXACT_SEEDS:
+        raise ValueError(f"the exact sign-flip test takes at most {MAX_EXACT_SEEDS} seeds, not {n}")
+    return np.array(list(itertools.product((1.0, -1.0), repeat=n)))  # the identity first
+
+
+def sign_flip_pvalue(values: Sequence[float], null: float = 0.0) -> float:
+    """One-sided exact sign-flip p-value of ``mean(values) > null``: the share of the 2^n sign
+    patterns of ``values - null`` whose sum is at least the observed one (the identity included)."""
+    x = np.asarray(values, dtype=np.float64) - null
+    if x.size == 0 or not np.isfinite(x).all():
+        return math.nan
+    sums = _sign_patterns(x.size) @ x
+    return float(np.mean(sums >= sums[0] - 1e-12 * max(1.0, float(np.abs(x).sum()))))
+
+
+def sign_flip_upper_bound(values: Sequence[float], alpha: float = 0.05) -> float:
+    """The one-sided sign-flip upper confidence bound of mean(values) at level ``1 - alpha``: the
+    smallest ``m`` at which the test of ``mean(values) < m`` rejects (inf when no m does, as for
+    fewer than log2(1/alpha) values). The test of ``mean < m`` counts the sign patterns whose
+    flipped values have a mean at least m; that count falls as m grows, so the bound is one of
+    those means."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0 or not np.isfinite(x).all():
+        return math.nan
+    flips = _sign_patterns(x.size) == -1.0  # which values a pattern flips: the test of m - x
+    # The test of mean(x) < m is that of mean(m - x) > 0: pattern F counts when sum_F (x - m) >= 0,
+    # i.e. when the mean of x over F is at least m (the empty F always counts).
+    sizes = flips.sum(axis=1)
+    sums = flips @ x
+    means = np.where(sizes > 0, sums / np.maximum(sizes, 1), np.inf)
+    allowed = math.floor(alpha * len(means) + 1e-9)  # patterns counted at most, p <= alpha
+    if allowed < 1:
+        return math.inf
+    # Rejects at m when at most `allowed` patterns (the empty one, at +inf, first) have a mean >= m:
+    # for every m above the (allowed + 1)-th largest mean.
+    return float(np.sort(means)[::-1][allowed])
+
+
+# --- the rule -------------------------------------------------------------------------------------
+
+
+def learning_by_seed(metrics: Mapping[int, dict], *, n_boot: int = 4000, seed: int = 0) -> pd.DataFrame:
+    """Per (seed, stage): the primary metric's paired change on the evidence split with its 95%
+    interval and ``learned`` (:func:`headstats.stats.learning.learning_verdicts`), from each seed's
+    chain ``metrics.json``."""
+    columns = ["seed", "stage", "metric", "change", "ci_low", "ci_high", "n", "learned"]
+    rows = []
+    for chain_seed, record in metrics.items():
+        verdicts = learning_verdicts(record, n_boot=n_boot, seed=seed)
+        for row in verdicts[verdicts["primary"].astype(bool)].to_dict("records"):
+            rows.append({**row, "seed": int(chain_seed)})
+    return pd.DataFrame(rows, columns=columns)
+
+
+def seeds_kept(
+    learning: pd.DataFrame, stages: Sequence[str] = STAGES, seeds: Sequence[int] | None = None
+) -> pd.DataFrame:
+    """Per (seed, stage): ``kept`` when that stage and every earlier stage of the seed's chain learned
+    (``learning``: ``seed``, ``stage``, ``learned``, True / False / None for no interval), and
+    ``reason``: ``learned``, or the first stage that did not (``sft did not learn``, ``sft has no
+    interval``, ``sft not measured``). ``seeds``: every seed of the study (default: those of
+    ``learning``); one that ``learning`` lacks is kept out as not measured, never left unnamed."""
+    known = {(int(r.seed), str(r.stage)): r.learned for r in learning.itertuples()}
+    rows = []
+    for seed in sorted({int(s) for s in learning["seed"]} | {int(s) for s in seeds or ()}):
+        reason = "learned"
+        for stage in stages:
+            if reason == "learned":
+                learned = known.get((seed, stage), "missing")
+                if learned == "missing":
+                    reason = f"{stage} not measured"
+                elif learned is None or (isinstance(learned, float) and math.isnan(learned)):
+                    reason = f"{stage} has no interval"
+                elif not bool(learned):
+                    reason = f"{stage} did not learn"
+            rows.append((seed, stage, reason == "learned", reason))
+    return pd.DataFrame(rows, columns=["seed", "stage", "kept", "reason"])
+
+
+def keep_seeds(distances: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
+    """``distances`` of the seeds :func:`seeds_kept` keeps at each stage (both seeds of a pair)."""
+    ok = set(kept.loc[kept["kept"].astype(bool), ["seed", "stage"]].itertuples(index=False, name=None))
+    first = [(int(s), str(t)) in ok for s, t in zip(distances["seed"], distances["stage"], strict=True)]
+    second = [o < 0 or (int(o), str(t)) in ok for o, t in zip(distances["other"], distances["stage"], strict=True)]
+    return distances[np.asarray(first) & np.asarray(second)]
+
+
+def _verdict(moved: bool, beyond: bool, equivalent: bool) -> str:
+    if beyond:
+        return MOVED_BEYOND_MARGIN
+    if moved:
+        return MOVED_WITHIN_MARGIN if equivalent else MOVED
+    return EQUIVALENT if equivalent else UNDETERMINED
+
+
+def seed_verdicts(
+    contrasts: pd.DataFrame,
+    *,
+    margin: float,
+    alpha: float = 0.05,
+    family: Sequence[str] = ("stage",),
+    min_seeds: int = 2,
+) -> pd.DataFrame:
+    """Per cell: the seeds, mean base -> stage and seed -> seed distances, mean(delta) with its
+    sign-flip upper bound, the three tests' p-values (``p_moved`` and ``p_beyond_margin`` also Holm
+    adjusted over ``family``: the cells sharing those columns' values) and the ``verdict``. A cell
+    with fewer than ``min_seeds`` seeds is undetermined and tested by nothing."""
+    if not margin > 0:
+        raise ValueError(f"the margin must be above 0 (in W1/IQR), not {margin!r}")
+    rows = []
+    for cell, group in contrasts.groupby(CELL, sort=False):
+        delta = group["delta"].to_numpy(dtype=np.float64)
+        n = len(delta)
+        enough = n >= min_seeds
+        rows.append(
+            {
+                **dict(zip(CELL, cell, strict=True)),
+                "n_seeds": n,
+                "seeds": ",".join(str(int(s)) for s in sorted(group["seed"])),
+                "from_base": float(group["from_base"].mean()),
+                "between_seeds": float(group["pairs_mean"].iloc[0]),
+                "mean_delta": float(delta.mean()),
+                "sd_delta": float(delta.std(ddof=1)) if n > 1 else math.nan,
+                "upper_bound": sign_flip_upper_bound(delta, alpha) if enough else math.nan,
+                "p_moved": sign_flip_pvalue(delta, 0.0) if enough else math.nan,
+                "p_beyond_margin": sign_flip_pvalue(delta, margin) if enough else math.nan,
+                "p_equivalent": sign_flip_pvalue(margin - delta, 0.0) if enough else math.nan,
+            }
+        )
+    tests = ["sd_delta", "upper_bound", "p_moved", "p_beyond_margin", "p_equivalent"]
+    out = pd.DataFrame(rows, columns=[*CELL, "n_seeds", "seeds", "from_base", "between_seeds", "mean_delta", *tests])
+    for column in ("p_moved", "p_beyond_margin"):
+        out[f"{column}_holm"] = np.nan
+        groups = out.groupby(list(family), sort=False) if family else [(None, out)]
+        for _, members in groups:
+            out.loc[members.index, f"{column}_holm"] = holm(members[column].to_numpy())
+    out["margin"] = margin
+    out["verdict"] = [
+        _verdict(bool(m <= alpha), bool(b <= alpha), bool(e <= alpha))
+        for m, b, e in zip(out["p_moved_holm"], out["p_beyond_margin_holm"], out["p_equivalent"], strict=True)
+    ]
+    return out
+
+
+def stage_sentences(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """Per stage end, whether "fine-tuning barely changes heads" holds (every cell within the margin:
+    equivalent, moved or not), fails (a cell moved beyond the margin) or is undetermined."""
+    within = {EQUIVALENT, MOVED_WITHIN_MARGIN}
+    rows = []
+    for stage, group in verdicts.groupby("stage", sort=False):
+        if (group["verdict"] == MOVED_BEYOND_MARGIN).any():
+            sentence = "fails"
+        elif group["verdict"].isin(within).all():
+            sentence = "holds"
+        else:
+            sentence = UNDETERMINED
+        counts = group["verdict"].value_counts()
+        rows.append({"stage": stage, "cells": len(group), "sentence": sentence, **counts.to_dict()})
+    return pd.DataFrame(rows).fillna(0)
+
+
+def decide(
+    distances: pd.DataFrame,
+    learning: pd.DataFrame,
+    *,
+    margin: float,
+    alpha: float = 0.05,
+    min_seeds: int = 8,
+    stages: Sequence[str] = STAGES,
+    family: str = "stage_end",
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The pre-registered rule end to end: the seeds each stage keeps (:func:`seeds_kept`), the
+    verdict per cell over the kept seeds only (:func:`seed_verdicts`, Holm over each stage end's
+    cells, or over every cell with ``family="all"``) and the study's sentence per stage end.
+    Returns (kept, verdicts, sentences)."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(FAMILIES)}, not {family!r}")
+    kept = seeds_kept(learning, stages, seeds=sorted(set(distances["seed"].astype(int))))
+    contrasts = seed_contrasts(keep_seeds(distances, kept))
+    verdicts = seed_verdicts(contrasts, margin=margin, alpha=alpha, family=FAMILIES[family], min_seeds=min_seeds)
+    cells = distances[CELL].drop_duplicates()
+    empty = cells.merge(verdicts[CELL], how="left", indicator=True).query("_merge == 'left_only'")[CELL]
+    if len(empty):  # every seed of the stage kept out: a cell of no seeds, undetermined
+        none = empty.assign(n_seeds=0, seeds="", margin=margin, verdict=UNDETERMINED)
+        verdicts = pd.concat([verdicts, none], ignore_index=True)
+    order = {stage: i for i, stage in enumerate(stages)}
+    verdicts = verdicts.sort_values(CELL, key=lambda c: c.map(order) if c.name == "stage" else c, kind="stable")
+    return kept, verdicts.reset_index(drop=True), stage_sentences(verdicts)
+
+
+__all__ = [
+    "BASE",
+    "EQUIVALENT",
+    "MOVED",
+    "MOVED_BEYOND_MARGIN",
+    "MOVED_WITHIN_MARGIN",
+    "UNDETERMINED",
+    "decide",
+    "keep_seeds",
+    "learning_by_seed",
+    "seed_contrasts",
+    "seed_distances",
+    "seed_verdicts",
+    "seeds_kept",
+    "sign_flip_pvalue",
+    "sign_flip_upper_bound",
+    "stage_sentences",
+]

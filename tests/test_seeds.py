@@ -1,0 +1,264 @@
+"""The seed study's decision rule (headstats.stats.seeds) on simulated seeds: distances against their
+closed form, the sign-flip test against a brute-force enumeration, its level and power by
+simulation against the pre-registered power analysis' own code, and the learning rule."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.stats import wasserstein_distance
+from statsmodels.stats.multitest import multipletests
+
+from headstats.stats import seeds as S
+
+ROOT = Path(__file__).resolve().parents[1]
+SCORES = ("ahon_ln", "awft")
+
+
+def _power_script():
+    spec = importlib.util.spec_from_file_location("power", ROOT / "analyses" / "finetuning_confirm_power.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def simulated_study(
+    locations: dict[str, np.ndarray], *, texts: int = 12, heads: int = 4, seed: int = 0
+) -> tuple[pd.DataFrame, pd.DataFrame, float]:
+    """Score tables of a base and, per stage, one stage end per seed whose every score is the base's
+    shifted by ``locations[stage][seed]`` base IQRs (so d(base, end_s) = |location_s| and d(end_s,
+    end_t) = |location_s - location_t| exactly); two datasets. Returns (scores, checkpoints, iqr)."""
+    rng = np.random.default_rng(seed)
+    rows, checkpoints = [], [("base", S.BASE, -1)]
+    keys = pd.MultiIndex.from_product([range(texts), range(2), range(heads)], names=["sample_id", "layer", "head"])
+    base = {(d, s): rng.gamma(2.0, 1.0, len(keys)) for d in ("mmlu", "piqa") for s in SCORES}
+    iqr = {k: np.subtract(*np.quantile(v, [0.75, 0.25])) for k, v in base.items()}
+    for stage, where in locations.items():
+        checkpoints += [(f"seed-{s}-{stage}", stage, s) for s in range(len(where))]
+    for model, stage, seed in checkpoints:
+        for dataset in ("mmlu", "piqa"):
+            frame = keys.to_frame(index=False).assign(model=model, dataset=dataset)
+            for score in SCORES:
+                shift = 0.0 if stage == S.BASE else locations[stage][seed] * iqr[dataset, score]
+                frame[score] = base[dataset, score] + shift
+            rows.append(frame)
+    table = pd.DataFrame(checkpoints, columns=["model", "stage", "seed"])
+    return pd.concat(rows, ignore_index=True), table, iqr
+
+
+def brute_force_p(values: np.ndarray) -> float:
+    """One-sided sign-flip p-value by enumerating the subsets of flipped values."""
+    n, observed, count = len(values), float(np.sum(values)), 0
+    for k in range(n + 1):
+        for flipped in itertools.combinations(range(n), k):
+            total = sum(-v if i in flipped else v for i, v in enumerate(values))
+            count += total >= observed - 1e-12
+    return count / 2**n
+
+
+def independent_deltas(where: np.ndarray) -> np.ndarray:
+    """delta_s from the seeds' locations, written out from the design's definition."""
+    n = len(where)
+    to_base = np.abs(where)
+    between = np.array([np.mean([abs(where[s] - where[t]) for t in range(n) if t != s]) for s in range(n)])
+    pairs = np.mean([abs(where[s] - where[t]) for s, t in itertools.combinations(range(n), 2)])
+    return to_base - (2 * between - pairs)
+
+
+# --- distances -------------------------------------------------------------------------------------
+
+
+def test_distances_are_w1_over_the_base_iqr_on_the_same_texts() -> None:
+    where = {"sft": np.array([0.3, -0.1, 0.25]), "dpo": np.array([0.05, 0.4, -0.2])}
+    scores, checkpoints, iqr = simulated_study(where)
+    extra = scores[(scores["model"] == "seed-0-sft") & (scores["sample_id"] == 0)].assign(sample_id=99)
+    distances = S.seed_distances(pd.concat([scores, extra]), checkpoints, SCORES)  # text 99: one model only
+    assert set(distances["n_texts"]) == {12}
+    for r in distances.itertuples():
+        expected = abs(where[r.stage][r.seed]) if r.other < 0 else abs(where[r.stage][r.seed] - where[r.stage][r.other])
+        assert r.w1_iqr == pytest.approx(expected, abs=1e-9)
+        assert r.iqr == pytest.approx(iqr[r.dataset, r.score])
+    pairs = distances[distances["comparison"] == S.BETWEEN_SEEDS]
+    assert len(pairs) == 2 * 2 * 2 * 3  # stages x datasets x scores x seed pairs
+    # and against scipy on the pooled values themselves
+    a = scores.loc[(scores["model"] == "base") & (scores["dataset"] == "piqa"), "awft"]
+    b = scores.loc[(scores["model"] == "seed-1-dpo") & (scores["dataset"] == "piqa"), "awft"]
+    row = distances.query("stage == 'dpo' and dataset == 'piqa' and score == 'awft' and seed == 1 and other == -1")
+    assert row["w1"].item() == pytest.approx(wasserstein_distance(a, b))
+
+
+def test_contrasts_are_the_designs_delta() -> None:
+    rng = np.random.default_rng(3)
+    where = {"sft": rng.normal(0.2, 0.1, 6)}
+    scores, checkpoints, _ = simulated_study(where)
+    contrasts = S.seed_contrasts(S.seed_distances(scores, checkpoints, SCORES))
+    for _, cell in contrasts.groupby(S.CELL):
+        np.testing.assert_allclose(cell.sort_values("seed")["delta"], independent_deltas(where["sft"]), atol=1e-9)
+        # mean(delta) = mean base -> stage distance - mean seed -> seed distance
+        pairs = [abs(a - b) for a, b in itertools.combinations(where["sft"], 2)]
+        assert cell["delta"].mean() == pytest.approx(np.mean(np.abs(where["sft"])) - np.mean(pairs))
+
+
+# --- the sign-flip test ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 3, 6, 9])
+def test_the_sign_flip_pvalue_is_the_enumeration(n: int) -> None:
+    rng = np.random.default_rng(n)
+    for _ in range(5):
+        values = rng.normal(0.3, 1.0, n)
+        assert S.sign_flip_pvalue(values) == pytest.approx(brute_force_p(values))
+        assert S.sign_flip_pvalue(values, null=0.2) == pytest.approx(brute_force_p(values - 0.2))
+
+
+def test_the_sign_flip_level_is_exact_under_symmetric_contrasts() -> None:
+    """iid symmetric contrasts: the test rejects at exactly floor(alpha 2^n) / 2^n (up to simulation
+    error), the level the design's Holm steps assume."""
+    rng = np.random.default_rng(0)
+    n, reps, alpha = 8, 4000, 0.05
+    rejected = np.mean([S.sign_flip_pvalue(rng.standard_normal(n)) <= alpha for _ in range(reps)])
+    level = math.floor(alpha * 2**n) / 2**n
+    assert abs(rejected - level) < 4 * math.sqrt(level * (1 - level) / reps)
+
+
+def test_the_upper_bound_is_where_the_equivalence_test_starts_to_reject() -> None:
+    rng = np.random.default_rng(1)
+    for n in (5, 8, 12):
+        values = rng.normal(0.0, 0.1, n)
+        bound = S.sign_flip_upper_bound(values, 0.05)
+        assert values.mean() < bound
+        assert S.sign_flip_pvalue(bound + 1e-9 - values) <= 0.05 < S.sign_flip_pvalue(bound - 1e-9 - values)
+    assert S.sign_flip_upper_bound([0.1, 0.2, 0.3, 0.1], 0.05) == math.inf  # 2^4 patterns: never at 5%
+
+
+def test_more_seeds_than_the_exact_test_takes_are_refused() -> None:
+    with pytest.raises(ValueError, match="the exact sign-flip test takes at most 20 seeds, not 21"):
+        S.sign_flip_pvalue(np.ones(21))
+
+
+# --- the rule on simulated studies, against the power analysis' code -------------------------------
+
+
+@pytest.mark.parametrize(("target", "reps"), [(0.12, 60), (0.0, 60)])
+def test_the_rule_decides_as_the_power_analysis_simulates(target: float, reps: int) -> None:
+    """Stage ends at mu + sigma z_s from the base (the power analysis' model, without text noise):
+    every replicate's p-values equal the power script's, the rejection rates are its power and size,
+    and the verdicts follow the rule."""
+    power = _power_script()
+    sigma, n, margin = 0.1, 8, 0.12
+    mu = power.location_for(target, sigma)
+    reference = power.deltas(mu, sigma, 0.0, n, reps, np.random.default_rng([48, n]))
+    z = np.random.default_rng([48, n]).standard_normal((reps, n))  # the script's first draw: the seeds
+    moved = beyond = equivalent = 0
+    for rep in range(reps):
+        where = mu + sigma * z[rep]
+        scores, checkpoints, _ = simulated_study({"sft": where}, texts=4, heads=2, seed=rep)
+        contrasts = S.seed_contrasts(S.seed_distances(scores, checkpoints, ("awft",)))
+        verdicts = S.seed_verdicts(contrasts, margin=margin, min_seeds=8)
+        cell = verdicts.iloc[0]
+        np.testing.assert_allclose(np.sort(contrasts["delta"].to_numpy()[:n]), np.sort(reference[rep]), atol=1e-9)
+        assert cell["p_moved"] == pytest.approx(power.sign_flip_p(reference[rep : rep + 1])[0])
+        assert cell["p_equivalent"] == pytest.approx(power.sign_flip_p(margin - reference[rep : rep + 1])[0])
+        moved += cell["p_moved_holm"] <= 0.05
+        beyond += cell["p_beyond_margin_holm"] <= 0.05
+        equivalent += cell["p_equivalent"] <= 0.05
+        assert (cell["upper_bound"] < margin) == (cell["p_equivalent"] <= 0.05)
+        assert cell["verdict"] == S._verdict(
+            cell["p_moved_holm"] <= 0.05, cell["p_beyond_margin_holm"] <= 0.05, cell["p_equivalent"] <= 0.05
+        )
+    # Holm over the study's two cells (two datasets, the same contrasts): each at 0.05 / 2
+    assert moved / reps == np.mean(power.sign_flip_p(reference) <= 0.05 / 2)
+    assert beyond / reps == np.mean(power.sign_flip_p(reference - margin) <= 0.05 / 2)
+    if target == margin:
+        assert moved / reps >= 0.5
+    if target == 0.0:
+        assert equivalent / reps == np.mean(power.sign_flip_p(margin - reference) <= 0.05) >= 0.8
+        assert beyond == 0
+
+
+def test_holm_runs_over_each_stage_ends_cells() -> None:
+    rng = np.random.default_rng(5)
+    where = {stage: rng.normal(shift, 0.05, 8) for stage, shift in (("sft", 0.05), ("dpo", 0.3))}
+    scores, checkpoints, _ = simulated_study(where)
+    verdicts = S.seed_verdicts(S.seed_contrasts(S.seed_distances(scores, checkpoints, SCORES)), margin=0.12)
+    for _, cells in verdicts.groupby("stage"):
+        assert len(cells) == 4
+        np.testing.assert_allclose(cells["p_moved_holm"], multipletests(cells["p_moved"], method="holm")[1])
+    sentences = S.stage_sentences(verdicts).set_index("stage")["sentence"]
+    assert sentences["dpo"] == "fails"  # every seed 0.3 IQR from the base, 0.05 apart: beyond the margin
+    assert set(verdicts.loc[verdicts["stage"] == "dpo", "verdict"]) == {S.MOVED_BEYOND_MARGIN}
+
+
+# --- the learning rule -----------------------------------------------------------------------------
+
+KEPT = [  # (case, learned per stage of seed 1 (sft, dpo, grpo), kept per stage, reason per stage)
+    ("every stage learned", (True, True, True), (True, True, True), ("learned",) * 3),
+    ("dpo did not learn", (True, False, True), (True, False, False), ("learned", *("dpo did not learn",) * 2)),
+    ("sft did not learn", (False, True, True), (False,) * 3, ("sft did not learn",) * 3),
+    ("grpo without interval", (True, True, None), (True, True, False), ("learned", "learned", "grpo has no interval")),
+    ("grpo not measured", (True, True), (True, True, False), ("learned", "learned", "grpo not measured")),
+]
+
+
+@pytest.mark.parametrize(("learned", "kept", "reason"), [c[1:] for c in KEPT], ids=[c[0] for c in KEPT])
+def test_a_seed_enters_a_stage_only_when_it_and_every_earlier_stage_learned(learned, kept, reason) -> None:
+    learning = pd.DataFrame(
+        [(0, stage, True) for stage in S.STAGES]
+        + [(1, stage, ok) for stage, ok in zip(S.STAGES, learned, strict=False)],
+        columns=["seed", "stage", "learned"],
+    )
+    table = S.seeds_kept(learning).set_index(["seed", "stage"])
+    assert tuple(table.loc[1, "kept"]) == kept and tuple(table.loc[1, "reason"]) == reason
+    assert table.loc[0, "kept"].all()
+
+
+def test_a_seed_kept_out_leaves_every_cell_of_its_stage_and_a_stage_short_of_seeds_is_undetermined() -> None:
+    rng = np.random.default_rng(7)
+    where = {stage: rng.normal(0.02, 0.05, 9) for stage in S.STAGES}
+    scores, checkpoints, _ = simulated_study(where)
+    distances = S.seed_distances(scores, checkpoints, SCORES)
+    learning = pd.DataFrame(
+        [
+            (s, stage, not (s == 4 and stage == "dpo") and not (s == 5 and stage == "grpo"))
+            for s in range(9)
+            for stage in S.STAGES
+        ],
+        columns=["seed", "stage", "learned"],
+    )
+    kept, verdicts, sentences = S.decide(distances, learning, margin=0.12, min_seeds=8)
+    seeds = verdicts.groupby("stage")["seeds"].first()
+    assert seeds["sft"] == "0,1,2,3,4,5,6,7,8" and seeds["dpo"] == "0,1,2,3,5,6,7,8"
+    assert seeds["grpo"] == "0,1,2,3,6,7,8"  # seed 4 (dpo) and seed 5 (grpo) out: 7 < 8 seeds
+    assert (verdicts.loc[verdicts["stage"] == "grpo", "verdict"] == S.UNDETERMINED).all()
+    assert verdicts.loc[verdicts["stage"] == "grpo", "p_moved"].isna().all()
+    assert sentences.set_index("stage").loc["grpo", "sentence"] == S.UNDETERMINED
+    assert sorted(kept.loc[~kept["kept"], "reason"]) == ["dpo did not learn"] * 2 + ["grpo did not learn"]
+
+
+def test_a_stage_no_seed_learned_is_undetermined_in_every_cell() -> None:
+    rng = np.random.default_rng(8)
+    where = {stage: rng.normal(0.02, 0.05, 3) for stage in S.STAGES}
+    scores, checkpoints, _ = simulated_study(where)
+    distances = S.seed_distances(scores, checkpoints, SCORES)
+    learning = pd.DataFrame(
+        [(s, stage, stage != "dpo" and (s == 0 or stage == "sft")) for s in range(3) for stage in S.STAGES],
+        columns=["seed", "stage", "learned"],
+    )
+    _, verdicts, sentences = S.decide(distances, learning, margin=0.12, min_seeds=2)
+    n = verdicts.groupby("stage")["n_seeds"].max()
+    assert n["sft"] == 3 and n["dpo"] == 0 and n["grpo"] == 0
+    assert (verdicts.loc[verdicts["stage"] != "sft", "verdict"] == S.UNDETERMINED).all()
+    assert len(verdicts) == 3 * 2 * 2  # every cell is reported, those of no seed too
+    assert set(sentences.set_index("stage").loc[["dpo", "grpo"], "sentence"]) == {S.UNDETERMINED}
+
+
+def test_a_seed_without_a_learning_record_is_kept_out_and_named() -> None:
+    learning = pd.DataFrame([(0, stage, True) for stage in S.STAGES], columns=["seed", "stage", "learned"])
+    kept = S.seeds_kept(learning, seeds=[0, 1]).set_index(["seed", "stage"])
+    assert not kept.loc[1, "kept"].any() and set(kept.loc[1, "reason"]) == {"sft not measured"}
