@@ -273,7 +273,7 @@ def write_comparison(result: Comparison, out: Path, *, analysis: str | None = No
         + ", ".join(_label(result, o) for o in result.others)
         + f"; {texts} texts per dataset ({', '.join(result.datasets)}), prompt format `{spec.prompt_format}`."
     )
-    writer = ReportWriter(out_dir, title, dpi=spec.dpi or 90, subtitle=subtitle)
+    writer = ReportWriter(out_dir, title, dpi=spec.dpi, subtitle=subtitle)
     writer.abstract(abstract(result))
     writer.headline(
         headline_figure(result),
