@@ -749,7 +749,9 @@ class ConfirmSection(Spec):
         choices=("explicit", "fused"),
         noun="attention kernel",
     )
-    dtypes: tuple[str, ...] = option(("float32", "bfloat16"), "model body dtypes every claim runs under")
+    dtypes: tuple[str, ...] = option(
+        ("float32", "bfloat16"), "model body dtypes every claim runs under", choices=SAVE_DTYPES, noun="dtype"
+    )
     drop: float = option(1.0, "tolerated drop in accuracy points", each=_drop_points)
     confidence: float = option(
         0.95, "one-sided confidence of the drop bound, family-wise over the claims (Bonferroni)", each=_unit_interval
