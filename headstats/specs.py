@@ -647,11 +647,10 @@ class AnalysisHeader(Spec):
         return name, Path(self.results or f"results/{name}"), Path(self.report or f"reports/{name}")
 
 
-@compose(LoadOptions)
-class ModelsSection(Spec):
-    """``[models]`` of an analysis file."""
+@dataclass(frozen=True)
+class Models(Spec):
+    """The models a job runs."""
 
-    WHAT: ClassVar[str] = "models"
     GROUP: ClassVar[str | None] = WHAT_TO_RUN
 
     names: tuple[str, ...] = option(
@@ -660,11 +659,20 @@ class ModelsSection(Spec):
         flag="--model",
         metavar="MODELS",
     )
-    optional: tuple[str, ...] = option((), "models run with --all-models", cli=False)
 
     def check(self) -> None:
         if not self.names:
             raise SpecError("names", "needs names = [...] (embedded names, directories or Hub ids)")
+
+
+@compose(LoadOptions, Models)
+class ModelsSection(Spec):
+    """``[models]`` of an analysis file: the models, how they load, and the optional ones."""
+
+    WHAT: ClassVar[str] = "models"
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
+
+    optional: tuple[str, ...] = option((), "models run with --all-models", cli=False)
 
 
 @compose(CollectSpec)
@@ -922,7 +930,8 @@ RANKING_CALIBRATION = {"calibration": "wikipedia", "calibration_limit": 64}
 
 
 @compose(
-    ModelsSection,
+    LoadOptions,
+    Models,
     Scoring,
     Sampling,
     Seed,
@@ -1114,6 +1123,7 @@ __all__ = [
     "FrontierSpec",
     "ListSpec",
     "LoadOptions",
+    "Models",
     "ModelsSection",
     "Output",
     "PaperSpec",

@@ -43,7 +43,7 @@ def test_specs_are_flat_compositions_of_groups_without_default_tables() -> None:
         assert cls.__bases__ == (options.Spec,), (cls.__name__, cls.__bases__)
         for table in ("DEFAULTS", "CHOICES", "FLAGS"):
             assert not hasattr(cls, table), (cls.__name__, table)
-    assert len(specs.PruneSpec.GROUPS) == 11 and specs.PruneSpec.__mro__ == (specs.PruneSpec, options.Spec, object)
+    assert len(specs.PruneSpec.GROUPS) == 12 and specs.PruneSpec.__mro__ == (specs.PruneSpec, options.Spec, object)
 
 
 def test_none_means_none_and_is_never_replaced_by_a_default() -> None:
@@ -59,7 +59,9 @@ def test_none_means_none_and_is_never_replaced_by_a_default() -> None:
     ]:
         with pytest.raises(SpecError, match=message):
             SweepSpec(**{key: None})
-    # A kind that does not take an option does not have it: the claims and paths set these.
+    # A kind that does not take an option does not have it: prune runs one model, never optional ones;
+    # a confirmation's claims and paths set its sweeps' scores, targets and kernel.
+    assert "optional" not in {f.name for f in dataclasses.fields(specs.PruneSpec)}
     for key in ("scores", "targets", "attention_kernel"):
         assert key not in {f.name for f in dataclasses.fields(ConfirmSection)}
         with pytest.raises(SpecError, match=f"unknown confirmation option.*{key}"):
