@@ -11,12 +11,20 @@ registry its allowed values come from. Everything else derives from that one dec
   taken for a list there) and names the file, section and key in every error;
 - the command line: :mod:`headstats.cli.options` turns the fields into argparse flags.
 
+Options come in small groups (``LoadOptions``, ``Sampling``, ``Calibration``, ...), each option
+declared once, with its default, in one group. A job's spec is flat: :func:`compose` copies the
+fields of its groups into one dataclass (``SweepSpec(limit=4)``, ``spec.limit``), as
+``HfArgumentParser((ModelArguments, DataArguments))`` composes its dataclasses at the call site.
+Where a job needs another default, allowed names or flag for one of its groups' options, it says so
+where it composes them (``defaults=``, ``choices=``, ``flags=``); nothing is looked up along a class
+hierarchy. A value of ``None`` is "none" (no limit, no seed, every score): it is never replaced by a
+default, and an option that cannot be unset refuses it.
+
 The declarations themselves live in :mod:`headstats.specs`.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import numbers
 import os
@@ -101,50 +109,111 @@ def option(
     return field(default=default, metadata=meta)
 
 
-def choices_of(f: Field, spec: type[Spec] | Spec | None = None) -> tuple[str, ...]:
-    """The names ``f`` allows: its own ``choices``, or those ``spec`` gives it (:attr:`Spec.CHOICES`)."""
+def choices_of(f: Field, spec: Any = None) -> tuple[str, ...]:
+    """The names ``f`` allows (its declared ``choices``, or those its spec gave it where it composed it)."""
     source = f.metadata.get("choices")
-    if source is None and spec is not None:
-        source = _class_setting(type(spec) if isinstance(spec, Spec) else spec, "CHOICES", f.name)
     if source is None:
         return ()
     return tuple(source() if callable(source) else source)
 
 
-def default_of(spec: type[Spec] | Spec, f: Field) -> Any:
-    """The value ``f`` takes in ``spec`` when none is given: the nearest :attr:`Spec.DEFAULTS` entry
-    along the class hierarchy, else the field's own default."""
-    cls = type(spec) if isinstance(spec, Spec) else spec
-    found = _class_setting(cls, "DEFAULTS", f.name, missing=MISSING)
-    if found is not MISSING:
-        return found
+def default_of(f: Field) -> Any:
+    """The value ``f`` takes when none is given: the default on the field."""
+    if f.default_factory is not MISSING:
+        return f.default_factory()
     return None if f.default is MISSING else f.default
 
 
-def flag_of(f: Field, spec: type[Spec] | Spec | None = None) -> str:
-    """The command-line flag of ``f``: ``spec``'s own spelling (:attr:`Spec.FLAGS`), else the field's
-    declared ``flag``, else ``--name``."""
-    own = None if spec is None else _class_setting(type(spec) if isinstance(spec, Spec) else spec, "FLAGS", f.name)
-    return own or f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+def flag_of(f: Field, spec: Any = None) -> str:
+    """The command-line flag of ``f``: its declared ``flag`` (or its spec's spelling), else ``--name``."""
+    return f.metadata.get("flag") or "--" + f.name.replace("_", "-")
 
 
 def group_of(f: Field, spec: type[Spec] | Spec) -> str | None:
     """The ``--help`` section ``f`` is listed in: its own ``group``, else the :attr:`Spec.GROUP` of
-    the class that declares it."""
-    if f.metadata.get("group"):
-        return f.metadata["group"]
+    the option group that declares it (``spec``'s own, for its own fields)."""
+    if "declared_in" in f.metadata:  # a group's option: placed by its group when composed
+        return f.metadata.get("group")
     cls = type(spec) if isinstance(spec, Spec) else spec
-    owner = next((k for k in cls.__mro__ if f.name in inspect.get_annotations(k)), cls)
-    return vars(owner).get("GROUP")
+    return f.metadata.get("group") or vars(cls).get("GROUP")
 
 
-def _class_setting(cls: type, setting: str, name: str, missing: Any = None) -> Any:
-    """``name``'s entry in the nearest class (along the MRO) whose own ``setting`` table has one."""
-    for klass in cls.__mro__:
-        table = vars(klass).get(setting) or {}
-        if name in table:
-            return table[name]
-    return missing
+def declared_in(f: Field, spec: type[Spec] | Spec) -> str:
+    """The name of the option group that declares ``f`` (``spec``'s own name for its own fields)."""
+    cls = type(spec) if isinstance(spec, Spec) else spec
+    return f.metadata.get("declared_in") or cls.__name__
+
+
+def compose(
+    *groups: type[Spec],
+    defaults: Mapping[str, Any] | None = None,
+    choices: Mapping[str, Iterable[str]] | None = None,
+    flags: Mapping[str, str] | None = None,
+) -> Callable[[type[T]], type[T]]:
+    """A class decorator: the class becomes a flat frozen dataclass of the fields of ``groups`` (in
+    their order), then its own. The groups' checks run before its own :meth:`Spec.check`.
+
+    Where this spec needs it, an option of a group takes another default (``defaults``; a default of
+    None lets the option be unset here), other allowed names (``choices``) or another flag
+    (``flags``; the option's own flag is still accepted). Each name must be an option of the groups.
+    """
+
+    def build(cls: type[T]) -> type[T]:
+        inherited: dict[str, Field] = {}
+        types_: dict[str, Any] = {}
+        for group in groups:
+            group_hints = hints(group)
+            for f in fields(group):
+                if f.name in inherited:
+                    raise TypeError(f"{cls.__name__}: option {f.name!r} is in two of its groups")
+                meta = {
+                    **f.metadata,
+                    "group": group_of(f, group),
+                    "declared_in": declared_in(f, group),
+                }
+                inherited[f.name] = field(default=f.default, default_factory=f.default_factory, metadata=meta)
+                types_[f.name] = group_hints[f.name]
+        for table, what in ((defaults, "defaults"), (choices, "choices"), (flags, "flags")):
+            unknown = sorted(set(table or {}) - set(inherited))
+            if unknown:
+                raise TypeError(f"{cls.__name__}: {what} for {', '.join(unknown)}, which none of its groups has")
+        for name, value in (defaults or {}).items():
+            meta = inherited[name].metadata
+            inherited[name] = field(default=value, metadata=meta)
+            if value is None:
+                types_[name] = types_[name] | None
+        for name, names in (choices or {}).items():
+            inherited[name] = _with_meta(inherited[name], choices=tuple(names))
+        for name, flag in (flags or {}).items():
+            f = inherited[name]
+            own = f.metadata.get("flag") or "--" + name.replace("_", "-")
+            inherited[name] = _with_meta(f, flag=flag, alias=own)
+        own = dict(vars(cls).get("__annotations__", {}))
+        clash = sorted(set(own) & set(inherited))
+        if clash:
+            raise TypeError(f"{cls.__name__} declares {', '.join(clash)}, which its groups already have")
+        for name, f in inherited.items():
+            setattr(cls, name, f)
+        cls.__annotations__ = {**types_, **own}
+        cls.GROUPS = groups
+        return dataclass(frozen=True)(cls)
+
+    return build
+
+
+def _with_meta(f: Field, **meta: Any) -> Field:
+    return field(default=f.default, default_factory=f.default_factory, metadata={**f.metadata, **meta})
+
+
+def _checks(cls: type) -> list[Callable[[Any], None]]:
+    """The checks a spec of class ``cls`` runs: its groups' (recursively, each once), then its own."""
+    out: list[Callable[[Any], None]] = []
+    for group in vars(cls).get("GROUPS", ()):
+        out += [check for check in _checks(group) if check not in out]
+    own = cls.check
+    if own is not Spec.check and own not in out:
+        out.append(own)
+    return out
 
 
 # --- checking values ------------------------------------------------------------------------------
@@ -275,22 +344,15 @@ class Spec:
     """Base of every option set. Subclasses declare fields with :func:`option`."""
 
     WHAT: ClassVar[str] = "job"  # names the option set in messages ("unknown collection option")
-    # Defaults and allowed names that differ between jobs sharing a field (the field's own default
-    # is None; its own choices none). A subclass's entry overrides its bases', the others are kept.
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {}
-    CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {}
-    # The command-line flags of a job that spells some of its options otherwise (the field's own flag
-    # is still accepted): ``headstats prune --score`` for the one score it ranks by.
-    FLAGS: ClassVar[Mapping[str, str]] = {}
     # The ``--help`` section of the options this class declares (an option's own ``group`` wins).
     GROUP: ClassVar[str | None] = None
+    # The option groups a spec is composed of (:func:`compose`); none for a group itself.
+    GROUPS: ClassVar[tuple[type[Spec], ...]] = ()
 
     def __post_init__(self) -> None:
         types_ = hints(type(self))
         for f in fields(self):
             value = getattr(self, f.name)
-            if value is None:
-                value = default_of(self, f)
             if isinstance(value, str) and not f.metadata.get("split", True):
                 value = (value,)  # one item, commas and all
             try:
@@ -300,19 +362,21 @@ class Spec:
             except SpecError as err:  # in a nested option set: named by its path ("sft.steps")
                 raise SpecError(f"{f.name}.{err.key}", err.text) from None
             if value is not None:  # a registry is read only for a value to check
-                names = choices_of(f, self)
+                names = choices_of(f)
                 value = _canonical(names, value)
                 _check_value(f, value, names)
             object.__setattr__(self, f.name, value)
         try:
-            self.check()
+            for check in _checks(type(self)):
+                check(self)
         except SpecError:
             raise
         except ValueError as err:
             raise SpecError(getattr(err, "key", "options"), str(err)) from None
 
     def check(self) -> None:
-        """Checks across fields or against registries (subclasses); raise ValueError."""
+        """Checks across fields or against registries (a group's or spec's own); raise ValueError.
+        A composed spec runs its groups' checks first (:func:`compose`): a check never calls super()."""
 
     # --- building ---
 
@@ -411,10 +475,12 @@ def split_kwargs(kwargs: Mapping[str, Any], *specs: type[Spec]) -> list[dict[str
     return parts
 
 
-def narrow(spec: Spec, cls: type[T]) -> T:
-    """The part of ``spec`` that is a ``cls`` (a base class of its type): e.g. the :class:`CollectSpec`
-    of a :class:`CollectSection`, the :class:`LoadOptions` of :class:`ModelsSection`."""
-    return cls(**{f.name: getattr(spec, f.name) for f in fields(cls)})
+def narrow(spec: Spec, cls: type[T], **values: Any) -> T:
+    """The ``cls`` that ``spec``'s values of ``cls``'s options make, ``values`` on top: e.g. the
+    :class:`CollectSpec` of a :class:`CollectSection`, the :class:`LoadOptions` of :class:`ModelsSection`.
+    An option of ``cls`` that ``spec`` lacks must be in ``values`` or takes ``cls``'s default."""
+    given = {f.name: getattr(spec, f.name) for f in fields(cls) if hasattr(spec, f.name)}
+    return cls(**{**given, **values})
 
 
 __all__ = [
@@ -422,6 +488,8 @@ __all__ = [
     "SpecError",
     "check_device",
     "choices_of",
+    "compose",
+    "declared_in",
     "default_of",
     "element_type",
     "flag_of",

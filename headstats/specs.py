@@ -9,14 +9,13 @@ whichever way a job is started. To add an option, add one field here and read it
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
 from headstats.engine import scores as S
 from headstats.names import canonical_name, check_name
-from headstats.options import Spec, SpecError, check_device, option
+from headstats.options import Spec, SpecError, check_device, compose, option
 
 LAUNCHERS: tuple[str, ...] = ("local", "slurm", "debug")
 METRICS: tuple[str, ...] = ("correct", "correct_norm")
@@ -30,6 +29,11 @@ ATTENTION_KERNELS: tuple[str, ...] = ("auto", "explicit", "fused")
 DEFAULT_SWEEP_SCORES = ("ahon_ln", "awft", "random")
 DEFAULT_TARGETS = (0.0, 0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
 DEFAULT_CALIBRATION_LIMIT = 256
+DEFAULT_PRUNE_SHARES = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
+# What a prune removes: query heads, or whole KV groups (all query heads sharing a KV head, so the KV
+# cache shrinks; one head in a multi-head model).
+UNITS = ("head", "kv-group")
+SAVE_DTYPES = ("float32", "bfloat16", "float16")
 
 # The sections of a command's --help, in the order they are shown: each option is listed in its own
 # group (option(group=...)) or its spec's (Spec.GROUP).
@@ -116,7 +120,7 @@ def _drop_points(value: float) -> None:
         )
 
 
-# --- the options ------------------------------------------------------------------------------------
+# --- option groups: each option declared once, with its default --------------------------------------
 
 
 @dataclass(frozen=True)
@@ -127,24 +131,24 @@ class Progress(Spec):
 
 
 @dataclass(frozen=True)
-class Seeded(Spec):
+class Seed(Spec):
     GROUP: ClassVar[str | None] = DATA
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {"seed": 0}
 
-    seed: int | None = option(
-        None,
+    seed: int = option(
+        0,
         "seed of every random draw (samples, the random score, resampling, a fine-tuning chain's data)",
         minimum=0,
     )
 
 
 @dataclass(frozen=True)
-class Staged(Spec):
-    """A job made of named stages, of which a command runs some (the names: the job's ``CHOICES``)."""
+class Stages(Spec):
+    """A job made of named stages, of which a command runs some: the job composing this group names
+    its stages and their default (:func:`~headstats.options.compose` ``defaults=`` and ``choices=``)."""
 
     GROUP: ClassVar[str | None] = WHAT_TO_RUN
 
-    stages: tuple[str, ...] | None = option(None, "comma-separated stages to run", noun="stage", toml=False)
+    stages: tuple[str, ...] = option((), "comma-separated stages to run", noun="stage", toml=False)
 
 
 @dataclass(frozen=True)
@@ -181,10 +185,10 @@ class LoadOptions(Spec):
 
 
 @dataclass(frozen=True)
-class RunOptions(Seeded, Progress):
-    """What collection and sweeps share: which scores, how many items, batching, prompts."""
+class Scoring(Spec):
+    """Which scores a job computes (unset: every registered score)."""
 
-    GROUP: ClassVar[str | None] = DATA
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
 
     scores: tuple[str, ...] | None = option(
         None,
@@ -193,8 +197,15 @@ class RunOptions(Seeded, Progress):
         noun="score id",
         each=_score_id,
         metavar="IDS",
-        group=WHAT_TO_RUN,
     )
+
+
+@dataclass(frozen=True)
+class Sampling(Spec):
+    """How many documents or questions a job reads, and which (seeded by :class:`Seed`)."""
+
+    GROUP: ClassVar[str | None] = DATA
+
     limit: int | None = option(None, "use only N documents (collect) or questions (ablate)", minimum=1)
     sample: str = option(
         "random",
@@ -203,7 +214,14 @@ class RunOptions(Seeded, Progress):
         choices=_sample_methods,
         noun="sample method",
     )
-    batch_size: int = option(8, "sequences per forward pass", minimum=1, runtime=True, group=RESOURCES)
+
+
+@dataclass(frozen=True)
+class Prompting(Spec):
+    """How texts and questions become the model's input, and where a task's data comes from."""
+
+    GROUP: ClassVar[str | None] = DATA
+
     prompt_format: str = option(
         "tokenizer",
         "special tokens and chat template (tokenizer = lm-eval's default; paper = the study's choice)",
@@ -214,70 +232,44 @@ class RunOptions(Seeded, Progress):
 
 
 @dataclass(frozen=True)
-class Truncated(Spec):
+class Batching(Spec):
+    GROUP: ClassVar[str | None] = RESOURCES
+
+    batch_size: int = option(8, "sequences per forward pass", minimum=1, runtime=True)
+
+
+@dataclass(frozen=True)
+class Truncation(Spec):
     GROUP: ClassVar[str | None] = DATA
 
-    max_length: int | None = option(2048, "truncate sequences to this many tokens", minimum=1)
+    max_length: int | None = option(2048, "truncate sequences to this many tokens (unset: no truncation)", minimum=1)
 
 
 @dataclass(frozen=True)
-class CollectSpec(RunOptions, Truncated):
-    """Options of :func:`headstats.jobs.collect.collect_scores` (one model on one dataset)."""
-
-    WHAT: ClassVar[str] = "collection"
-
-    padding_side: str = option(
-        "right", "where padding goes in a batch", choices=("left", "right"), noun="padding side", group=RESOURCES
-    )
-    text_column: str | None = option(None, "text column of a user .jsonl/.parquet file (default: text)", group=DATA)
-    rows_per_part: int = option(1_000_000, "rows per Parquet part file", minimum=1, cli=False, runtime=True)
-    part_seconds: float = option(60.0, "close a part file at least this often", minimum=0, cli=False, runtime=True)
-
-
-@dataclass(frozen=True)
-class Calibrated(Spec):
-    """Where a sweep calibrates its thresholds, or ``headstats prune`` ranks heads."""
+class Calibration(Spec):
+    """Where a sweep calibrates its thresholds (the study's choice: the evaluation prompts' own scores),
+    or ``headstats prune`` ranks heads."""
 
     GROUP: ClassVar[str | None] = ZEROING
 
-    calibration: str | None = option(
-        None,
+    calibration: str = option(
+        "eval",
         "'eval' (scores on the evaluation prompts, the study's choice; sweeps only), a score-table directory "
         "(sweeps), or a collection dataset (e.g. wikipedia)",
         each=_calibration_source,
     )
-    calibration_limit: int | None = option(None, "sequences of a calibration dataset", minimum=1)
+    calibration_limit: int = option(DEFAULT_CALIBRATION_LIMIT, "sequences of a calibration dataset", minimum=1)
 
 
 @dataclass(frozen=True)
-class SweepSpec(RunOptions, Calibrated):
-    """Options of :func:`headstats.jobs.sweep.run_sweep` (one model on one task)."""
+class Questions(Spec):
+    """Which questions of a task a sweep evaluates, beyond :class:`Sampling`: subjects, and a held-out
+    selection that leaves out another run's sample."""
 
-    WHAT: ClassVar[str] = "sweep"
     GROUP: ClassVar[str | None] = DATA
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {
-        "scores": DEFAULT_SWEEP_SCORES,
-        "calibration": "eval",
-        "calibration_limit": DEFAULT_CALIBRATION_LIMIT,
-    }
 
-    targets: tuple[float, ...] = option(
-        DEFAULT_TARGETS,
-        "comma-separated fractions of heads to zero, in [0, 1]",
-        each=_fraction,
-        metavar="FRACTIONS",
-        group=ZEROING,
-    )
     subjects: tuple[str, ...] | None = option(None, "comma-separated subjects (MMLU)")
     limit_per_subject: int | None = option(None, "first N test questions of each subject", minimum=1)
-    attention_kernel: str = option(
-        "auto",
-        "attention kernel of every pass: auto = explicit when a score reads the attention probabilities, else "
-        "PyTorch's fused SDPA; explicit or fused pin it (sweeps of different scores then join answer for answer)",
-        choices=ATTENTION_KERNELS,
-        noun="attention kernel",
-        group=ZEROING,
-    )
     exclude_limit: int | None = option(
         None,
         "hold out: leave out the questions of the seeded random sample of this size (seed exclude_seed) of the "
@@ -287,26 +279,25 @@ class SweepSpec(RunOptions, Calibrated):
     )
     exclude_seed: int = option(0, "seed of the sample --exclude-limit leaves out")
 
+
+@dataclass(frozen=True)
+class Task(Spec):
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
+
+    task: str | None = option(
+        None, "task to evaluate (comma-separated for several on the command line)", choices=_tasks, noun="task"
+    )
+
     def check(self) -> None:
-        if not self.scores:
-            raise SpecError("scores", "no score ids given: choose from " + ", ".join(S.SCORES))
-        if not self.targets:
-            raise SpecError("targets", "no targets given: give fractions of heads to zero, e.g. 0,0.05,0.1")
-        if self.attention_kernel == "fused":
-            reading = [s for s in self.scores if S.reads_weights([s])]
-            if reading:
-                raise SpecError(
-                    "attention_kernel",
-                    f"{', '.join(reading)} read(s) the attention probabilities, which the fused kernel does not "
-                    "materialise: pin attention_kernel = explicit (or auto), or sweep those scores separately",
-                )
+        if not self.task:
+            raise SpecError("task", 'needs a task (task = "mmlu", or see headstats list tasks)')
 
 
 @dataclass(frozen=True)
-class Figures(Progress):
+class Figures(Spec):
     GROUP: ClassVar[str | None] = OUTPUT
 
-    dpi: int | None = option(None, "PNG resolution", minimum=10)
+    dpi: int = option(90, "PNG resolution", minimum=10)
 
 
 @dataclass(frozen=True)
@@ -340,6 +331,8 @@ class Results(Spec):
 class AccuracyMetric(Spec):
     """Which per-question correctness an accuracy reads."""
 
+    GROUP: ClassVar[str | None] = STATISTICS
+
     metric: str = option(
         "correct",
         "accuracy column: correct (raw accuracy) or correct_norm (length-normalised)",
@@ -349,11 +342,141 @@ class AccuracyMetric(Spec):
 
 
 @dataclass(frozen=True)
-class SummarySpec(AccuracyMetric):
+class ScoredZeroing(Spec):
+    """Zeroing the heads a score calls inactive at a target fraction of heads."""
+
+    score: str | None = option(None, "score id", choices=_score_ids, noun="score id", each=_score_id)
+    target: float | None = option(
+        None, "target fraction of heads zeroed: the score's threshold is calibrated for it", each=_fraction
+    )
+
+
+@dataclass(frozen=True)
+class Shares(Spec):
+    """The fractions of heads a prune removes, and the accuracy drop it may cost."""
+
+    GROUP: ClassVar[str | None] = ZEROING
+
+    shares: tuple[float, ...] | None = option(
+        None,
+        "fractions of all heads to remove: one (prune --share 0.1), or the candidates of --certify (default "
+        f"{','.join(f'{x:g}' for x in DEFAULT_PRUNE_SHARES)})",
+        each=_fraction,
+        metavar="FRACTIONS",
+    )
+    max_drop: float = option(
+        1.0, "largest certified accuracy drop, in points (1 = one point of accuracy)", each=_drop_points
+    )
+
+
+@dataclass(frozen=True)
+class Equivalence(Spec):
+    """How a comparison of score distributions decides equivalence: the margin in the distance's units
+    (W1 over the reference's interquartile range) and the level of each one-sided test."""
+
+    margin: float | None = option(
+        None,
+        "equivalence margin in W1/IQR units, for every dataset and score (none given: a comparison measures it, "
+        "the distance the reference moves under a prompt-format change on the same texts)",
+        minimum=0,
+    )
+    alpha: float = option(0.05, "level of each one-sided equivalence test and family-wise level of the moved tests")
+
+
+@dataclass(frozen=True)
+class SubmititParameters(Spec):
+    """The submitit parameters headstats names, under submitit's own names (flags ``--gpus-per-node``,
+    ...); any other goes through :attr:`Resources.executor_params`."""
+
+    GROUP: ClassVar[str | None] = GRID
+
+    slurm_partition: str | None = option(None, "slurm partition", metavar="NAME")
+    gpus_per_node: int | None = option(
+        None, "GPUs per job (slurm: requested, default 0; local: visible, default all)", minimum=0
+    )
+    timeout_min: int | None = option(None, "minutes per job (slurm default 60; local: no limit)", minimum=1)
+    mem_gb: float | None = option(None, "GB of memory per job (slurm; default 32)", minimum=0)
+    cpus_per_task: int | None = option(
+        None, "CPUs per job (slurm: requested; local: threads per job; default: all)", minimum=1
+    )
+    slurm_setup: tuple[str, ...] = option(
+        (),
+        "shell line run before each slurm job, e.g. 'source .venv/bin/activate' (repeatable)",
+        split=False,
+        metavar="LINE",
+    )
+
+
+# --- jobs: flat specs composed of the groups --------------------------------------------------------
+
+
+@compose(Scoring, Sampling, Seed, Prompting, Batching, Truncation, Progress)
+class CollectSpec(Spec):
+    """Options of :func:`headstats.jobs.collect.collect_scores` (one model on one dataset)."""
+
+    WHAT: ClassVar[str] = "collection"
+
+    padding_side: str = option(
+        "right", "where padding goes in a batch", choices=("left", "right"), noun="padding side", group=RESOURCES
+    )
+    text_column: str | None = option(None, "text column of a user .jsonl/.parquet file (default: text)", group=DATA)
+    rows_per_part: int = option(1_000_000, "rows per Parquet part file", minimum=1, cli=False, runtime=True)
+    part_seconds: float = option(60.0, "close a part file at least this often", minimum=0, cli=False, runtime=True)
+
+
+@compose(
+    Scoring,
+    Sampling,
+    Seed,
+    Prompting,
+    Batching,
+    Progress,
+    Calibration,
+    Questions,
+    defaults={"scores": DEFAULT_SWEEP_SCORES},
+)
+class SweepSpec(Spec):
+    """Options of :func:`headstats.jobs.sweep.run_sweep` (one model on one task)."""
+
+    WHAT: ClassVar[str] = "sweep"
+    GROUP: ClassVar[str | None] = ZEROING
+
+    targets: tuple[float, ...] = option(
+        DEFAULT_TARGETS,
+        "comma-separated fractions of heads to zero, in [0, 1]",
+        each=_fraction,
+        metavar="FRACTIONS",
+        group=ZEROING,
+    )
+    attention_kernel: str = option(
+        "auto",
+        "attention kernel of every pass: auto = explicit when a score reads the attention probabilities, else "
+        "PyTorch's fused SDPA; explicit or fused pin it (sweeps of different scores then join answer for answer)",
+        choices=ATTENTION_KERNELS,
+        noun="attention kernel",
+        group=ZEROING,
+    )
+
+    def check(self) -> None:
+        if not self.scores:
+            raise SpecError("scores", "no score ids given: choose from " + ", ".join(S.SCORES))
+        if not self.targets:
+            raise SpecError("targets", "no targets given: give fractions of heads to zero, e.g. 0,0.05,0.1")
+        if self.attention_kernel == "fused":
+            reading = [s for s in self.scores if S.reads_weights([s])]
+            if reading:
+                raise SpecError(
+                    "attention_kernel",
+                    f"{', '.join(reading)} read(s) the attention probabilities, which the fused kernel does not "
+                    "materialise: pin attention_kernel = explicit (or auto), or sweep those scores separately",
+                )
+
+
+@compose(AccuracyMetric)
+class SummarySpec(Spec):
     """Options of the summary of intervention results (``headstats summary``)."""
 
     WHAT: ClassVar[str] = "summary"
-    GROUP: ClassVar[str | None] = STATISTICS
 
 
 @dataclass(frozen=True)
@@ -384,13 +507,12 @@ class SummaryOutput(Spec):
             raise SpecError("format", "csv holds one table: add --table points or --table curves")
 
 
-@dataclass(frozen=True)
-class ReportSpec(SummarySpec, Seeded, Figures):
+@compose(AccuracyMetric, Seed, Figures, Progress)
+class ReportSpec(Spec):
     """Options of :func:`headstats.report.writer.build_report` (an analysis file's ``[report_options]``)."""
 
     WHAT: ClassVar[str] = "report"
     GROUP: ClassVar[str | None] = STATISTICS
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {"dpi": 90}
 
     title: str | None = option(None, "report title", group=OUTPUT)
     notes: str | None = option(
@@ -435,40 +557,15 @@ class ReportSpec(SummarySpec, Seeded, Figures):
     )
 
 
-@dataclass(frozen=True)
-class PaperSpec(Figures):
+@compose(Figures, Progress, defaults={"dpi": 80})
+class PaperSpec(Spec):
     """Options of :func:`headstats.report.paper.write_paper`."""
 
     WHAT: ClassVar[str] = "paper"
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {"dpi": 80}
 
 
-@dataclass(frozen=True)
-class SubmititParameters(Spec):
-    """The submitit parameters headstats names, under submitit's own names (flags ``--gpus-per-node``,
-    ...); any other goes through :attr:`Resources.executor_params`."""
-
-    GROUP: ClassVar[str | None] = GRID
-
-    slurm_partition: str | None = option(None, "slurm partition", metavar="NAME")
-    gpus_per_node: int | None = option(
-        None, "GPUs per job (slurm: requested, default 0; local: visible, default all)", minimum=0
-    )
-    timeout_min: int | None = option(None, "minutes per job (slurm default 60; local: no limit)", minimum=1)
-    mem_gb: float | None = option(None, "GB of memory per job (slurm; default 32)", minimum=0)
-    cpus_per_task: int | None = option(
-        None, "CPUs per job (slurm: requested; local: threads per job; default: all)", minimum=1
-    )
-    slurm_setup: tuple[str, ...] = option(
-        (),
-        "shell line run before each slurm job, e.g. 'source .venv/bin/activate' (repeatable)",
-        split=False,
-        metavar="LINE",
-    )
-
-
-@dataclass(frozen=True)
-class Resources(SubmititParameters):
+@compose(SubmititParameters)
+class Resources(Spec):
     """Where and how a grid's jobs run (:mod:`headstats.jobs.grid`).
 
     :meth:`submitit_parameters` go to submitit's ``executor.update_parameters`` as they are: the
@@ -489,7 +586,7 @@ class Resources(SubmititParameters):
     )
     folder: str | None = option(None, "submitit logs and pickles (default: OUT/_grid)", flag="--grid-folder")
     array_parallelism: int = option(8, "jobs running at once (slurm array and local)", minimum=1)
-    executor_params: dict[str, Any] = option(  # noqa: RUF009
+    executor_params: dict[str, Any] = option(
         help="any other submitit parameter, passed through (repeatable), e.g. slurm_account=abc, slurm_qos=high",
         factory=dict,
         flag="--executor-param",
@@ -527,8 +624,8 @@ class Resources(SubmititParameters):
 # --- analysis files ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class AnalysisHeader(Results):
+@compose(Results)
+class AnalysisHeader(Spec):
     """The top-level keys of an analysis file (its sections are read by their own specs)."""
 
     WHAT: ClassVar[str] = "analysis"
@@ -553,10 +650,9 @@ class AnalysisHeader(Results):
 
 
 @dataclass(frozen=True)
-class ModelsSection(LoadOptions):
-    """``[models]`` of an analysis file."""
+class Models(Spec):
+    """The models a job runs."""
 
-    WHAT: ClassVar[str] = "models"
     GROUP: ClassVar[str | None] = WHAT_TO_RUN
 
     names: tuple[str, ...] = option(
@@ -565,18 +661,27 @@ class ModelsSection(LoadOptions):
         flag="--model",
         metavar="MODELS",
     )
-    optional: tuple[str, ...] = option((), "models run with --all-models", cli=False)
 
     def check(self) -> None:
-        super().check()
         if not self.names:
             raise SpecError("names", "needs names = [...] (embedded names, directories or Hub ids)")
 
 
-@dataclass(frozen=True)
-class CollectSection(CollectSpec):
+@compose(LoadOptions, Models)
+class ModelsSection(Spec):
+    """``[models]`` of an analysis file: the models, how they load, and the optional ones."""
+
+    WHAT: ClassVar[str] = "models"
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
+
+    optional: tuple[str, ...] = option((), "models run with --all-models", cli=False)
+
+
+@compose(CollectSpec)
+class CollectSection(Spec):
     """``[collect]`` of an analysis file: the datasets, then :class:`CollectSpec`."""
 
+    WHAT: ClassVar[str] = "collection"
     GROUP: ClassVar[str | None] = WHAT_TO_RUN
 
     datasets: tuple[str, ...] = option(
@@ -590,30 +695,19 @@ class CollectSection(CollectSpec):
     )
 
 
-@dataclass(frozen=True)
-class AblateSection(SweepSpec):
-    """One ``[[ablate]]`` of an analysis file: the task, then :class:`SweepSpec`."""
+@compose(SweepSpec, Task)
+class AblateSection(Spec):
+    """One ``[[ablate]]`` of an analysis file: :class:`SweepSpec` and the task."""
 
-    GROUP: ClassVar[str | None] = WHAT_TO_RUN
-
-    task: str | None = option(
-        None, "task to evaluate (comma-separated for several on the command line)", choices=_tasks, noun="task"
-    )
-
-    def check(self) -> None:
-        super().check()
-        if not self.task:
-            raise SpecError("task", 'needs a task (task = "mmlu", or see headstats list tasks)')
+    WHAT: ClassVar[str] = "sweep"
 
 
-@dataclass(frozen=True)
-class RunSpec(LoadOptions, Staged):
+@compose(LoadOptions, Stages, defaults={"stages": STAGES}, choices={"stages": RUN_STAGES})
+class RunSpec(Spec):
     """``headstats run``: which parts of a study file to run (the file itself holds the rest)."""
 
     WHAT: ClassVar[str] = "run"
     GROUP: ClassVar[str | None] = WHAT_TO_RUN
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {"stages": STAGES}
-    CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {"stages": RUN_STAGES}
 
     analysis: str = option("", "a study file, e.g. analyses/embedded.toml", positional=True, toml=False)
     all_models: bool = option(False, "also run the file's optional models", toml=False)
@@ -637,12 +731,13 @@ class RunSpec(LoadOptions, Staged):
     )
 
 
-@dataclass(frozen=True)
-class FrontierRunSpec(RunSpec):
-    """``headstats frontier``: :class:`RunSpec`, with one more stage, ``time``: every finished point timed
-    again on this machine, its answers kept (:func:`headstats.jobs.frontier.retime_model`)."""
+@compose(RunSpec)
+class FrontierRunSpec(Spec):
+    """``headstats frontier``: :class:`RunSpec` for a frontier file (``headstats run`` of it); its ``time``
+    stage times every finished point again on this machine, its answers kept
+    (:func:`headstats.jobs.frontier.retime_model`)."""
 
-    CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {"stages": RUN_STAGES}
+    WHAT: ClassVar[str] = "run"
 
 
 def _unit_interval(value: float) -> None:
@@ -650,12 +745,12 @@ def _unit_interval(value: float) -> None:
         raise ValueError(f"a confidence lies strictly between 0 and 1, not {value:g}")
 
 
-@dataclass(frozen=True)
-class ConfirmSection(AblateSection, AccuracyMetric):
+@compose(Task, Sampling, Seed, Questions, Prompting, Batching, Progress, Calibration, AccuracyMetric)
+class ConfirmSection(Spec):
     """``[confirm]`` of a confirmation file (:mod:`headstats.jobs.confirm`): the held-out questions (a
     sweep's task and selection: ``task``, ``limit``, ``seed``, ``exclude_limit``, ...), the computation
-    paths every claim runs on, and the rule that decides it. ``scores``, ``targets`` and
-    ``attention_kernel`` come from the claims and the paths."""
+    paths every claim runs on, and the rule that decides it. It has no ``scores``, ``targets`` or
+    ``attention_kernel``: the claims and the paths set them."""
 
     WHAT: ClassVar[str] = "confirmation"
 
@@ -665,14 +760,15 @@ class ConfirmSection(AblateSection, AccuracyMetric):
         choices=("explicit", "fused"),
         noun="attention kernel",
     )
-    dtypes: tuple[str, ...] = option(("float32", "bfloat16"), "model body dtypes every claim runs under")
+    dtypes: tuple[str, ...] = option(
+        ("float32", "bfloat16"), "model body dtypes every claim runs under", choices=SAVE_DTYPES, noun="dtype"
+    )
     drop: float = option(1.0, "tolerated drop in accuracy points", each=_drop_points)
     confidence: float = option(
         0.95, "one-sided confidence of the drop bound, family-wise over the claims (Bonferroni)", each=_unit_interval
     )
 
     def check(self) -> None:
-        super().check()
         if not self.kernels or not self.dtypes:
             raise SpecError("kernels", "a confirmation needs at least one attention kernel and one dtype")
 
@@ -692,18 +788,8 @@ def head_pairs(heads: str) -> list[tuple[int, int]]:
     return pairs
 
 
-@dataclass(frozen=True)
-class ScoredZeroing(Spec):
-    """Zeroing the heads a score calls inactive at a target fraction of heads."""
-
-    score: str | None = option(None, "score id", choices=_score_ids, noun="score id", each=_score_id)
-    target: float | None = option(
-        None, "target fraction of heads zeroed: the score's threshold is calibrated for it", each=_fraction
-    )
-
-
-@dataclass(frozen=True)
-class ZeroingSpec(ScoredZeroing, Seeded):
+@compose(ScoredZeroing, Seed)
+class ZeroingSpec(Spec):
     """Which heads a run zeroes (the ``model_args`` of :class:`headstats.lmeval.HeadstatsLM`): those
     past a score's ``threshold`` (an absolute τ) or its calibrated ``target``, or the fixed ``heads``;
     nothing when none is given."""
@@ -728,13 +814,12 @@ class ZeroingSpec(ScoredZeroing, Seeded):
             )
 
 
-@dataclass(frozen=True)
-class Claim(ScoredZeroing):
+@compose(ScoredZeroing, defaults={"target": 0.05})
+class Claim(Spec):
     """One ``[[claims]]`` entry of a confirmation file: zeroing the heads ``score`` calls inactive at
     ``target`` costs ``model`` at most the tolerated drop on the held-out questions."""
 
     WHAT: ClassVar[str] = "claim"
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {"target": 0.05}
 
     model: str = option("", "embedded model name, directory or Hub id")
     zeroed_pct: float | None = option(None, "% of heads the exploratory run zeroed at this target", minimum=0)
@@ -743,7 +828,7 @@ class Claim(ScoredZeroing):
     def check(self) -> None:
         if not self.model or not self.score:
             raise SpecError("model", "a claim needs a model and a score")
-        if not self.target > 0:
+        if self.target is None or not self.target > 0:
             raise SpecError("target", "a claim's target must be above 0 (target 0 zeroes no head: it is the baseline)")
 
 
@@ -751,8 +836,15 @@ FINETUNE_STAGES: tuple[str, ...] = ("sft", "dpo", "grpo")
 MEASURES: tuple[str, ...] = ("ends", "all", "none")
 
 
-@dataclass(frozen=True)
-class FinetuneSpec(Seeded, Staged, Output):
+@compose(
+    Seed,
+    Stages,
+    Output,
+    # unset seed: the recipe's; the chains go under finetune/; the stages are the chain's
+    defaults={"seed": None, "out": "finetune", "stages": FINETUNE_STAGES},
+    choices={"stages": FINETUNE_STAGES},
+)
+class FinetuneSpec(Spec):
     """``headstats finetune``: a base -> SFT -> DPO -> GRPO chain (:func:`headstats.jobs.finetune.finetune`)
     under ``out``. The recipe it trains with (:func:`headstats.jobs.finetune.recipe_of`) is the built-in
     one at ``scale``, or the ``recipe`` file, with ``seed`` and ``bf16`` on top. ``seed`` unset is the
@@ -761,8 +853,6 @@ class FinetuneSpec(Seeded, Staged, Output):
 
     WHAT: ClassVar[str] = "finetune"
     GROUP: ClassVar[str | None] = WHAT_TO_RUN
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {"out": "finetune", "seed": None, "stages": FINETUNE_STAGES}
-    CHOICES: ClassVar[Mapping[str, Iterable[str]]] = {"stages": FINETUNE_STAGES}
 
     base: str = option("gemma3-270m", "embedded model name or save_pretrained directory")
     recipe: str | None = option(None, "a recipe.json to train with (default: the built-in recipe)")
@@ -783,7 +873,6 @@ class FinetuneSpec(Seeded, Staged, Output):
     )
 
     def check(self) -> None:
-        super().check()
         if not self.scale > 0:
             raise SpecError("scale", f"must be above 0, not {self.scale:g}")
         if list(self.stages) != list(FINETUNE_STAGES[: len(self.stages)]) or not self.stages:
@@ -803,22 +892,8 @@ def _stage_end(value: str) -> None:
 HOLM_FAMILIES: tuple[str, ...] = ("stage_end", "all")
 
 
-@dataclass(frozen=True)
-class Equivalence(Spec):
-    """How a comparison of score distributions decides equivalence: the margin in the distance's units
-    (W1 over the reference's interquartile range) and the level of each one-sided test."""
-
-    margin: float | None = option(
-        None,
-        "equivalence margin in W1/IQR units, for every dataset and score (none given: a comparison measures it, "
-        "the distance the reference moves under a prompt-format change on the same texts)",
-        minimum=0,
-    )
-    alpha: float = option(0.05, "level of each one-sided equivalence test and family-wise level of the moved tests")
-
-
-@dataclass(frozen=True)
-class FinetuneDesign(Equivalence):
+@compose(Equivalence)
+class FinetuneDesign(Spec):
     """``[design]`` of an analysis file: the pre-registered decision of a fine-tuning comparison with
     seeds as the unit (the file's comment block gives the reasons). Checked when the file loads, so a
     misspelt key fails before any work; the report that decides reads it."""
@@ -853,42 +928,32 @@ class FinetuneDesign(Equivalence):
             raise SpecError("seeds", f"lists {len(self.seeds)} seeds, fewer than min_seeds = {self.min_seeds}")
 
 
-DEFAULT_PRUNE_SHARES = (0.05, 0.10, 0.15, 0.20, 0.25, 0.30)
-# What a prune removes: query heads, or whole KV groups (all query heads sharing a KV head, so the KV
-# cache shrinks; one head in a multi-head model).
-UNITS = ("head", "kv-group")
-SAVE_DTYPES = ("float32", "bfloat16", "float16")
+# What prune and the frontier rank heads on: a collection dataset's scores, fewer sequences than a sweep's.
+RANKING_CALIBRATION = {"calibration": "wikipedia", "calibration_limit": 64}
 
 
-@dataclass(frozen=True)
-class PruneShares(Spec):
-    GROUP: ClassVar[str | None] = ZEROING
-
-    shares: tuple[float, ...] | None = option(
-        None,
-        "fractions of all heads to remove: one (prune --share 0.1), or the candidates of --certify (default "
-        f"{','.join(f'{x:g}' for x in DEFAULT_PRUNE_SHARES)})",
-        each=_fraction,
-        metavar="FRACTIONS",
-    )
-    max_drop: float = option(
-        1.0, "largest certified accuracy drop, in points (1 = one point of accuracy)", each=_drop_points
-    )
-
-
-@dataclass(frozen=True)
-class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, Output):
+@compose(
+    LoadOptions,
+    Models,
+    Scoring,
+    Sampling,
+    Seed,
+    Prompting,
+    Batching,
+    Progress,
+    Calibration,
+    Truncation,
+    Shares,
+    Output,
+    defaults={"scores": ("ahon_ln",), **RANKING_CALIBRATION},
+    flags={"scores": "--score", "shares": "--share"},  # one of each (the plural flags still work)
+)
+class PruneSpec(Spec):
     """``headstats prune``: remove the heads a score calls inactive (:mod:`headstats.jobs.prune`).
     ``--model`` and ``--score`` take one each; ``--limit`` counts the ``--certify`` task's questions."""
 
     WHAT: ClassVar[str] = "prune"
     GROUP: ClassVar[str | None] = ZEROING
-    FLAGS: ClassVar[Mapping[str, str]] = {"scores": "--score", "shares": "--share"}
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {
-        "scores": ("ahon_ln",),
-        "calibration": "wikipedia",
-        "calibration_limit": 64,
-    }
 
     certify: str | None = option(
         None,
@@ -911,7 +976,6 @@ class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, O
     )
 
     def check(self) -> None:
-        super().check()
         if len(self.names) != 1:
             raise SpecError("names", f"prune takes one --model, not {len(self.names)}")
         if self.scores is None or len(self.scores) != 1:
@@ -924,19 +988,24 @@ class PruneSpec(ModelsSection, RunOptions, Calibrated, Truncated, PruneShares, O
             raise SpecError("out", "give the directory to write the pruned model to (--out DIR)")
 
 
-@dataclass(frozen=True)
-class FrontierSpec(RunOptions, Calibrated, Truncated, PruneShares):
+@compose(
+    Scoring,
+    Sampling,
+    Seed,
+    Prompting,
+    Batching,
+    Progress,
+    Calibration,
+    Truncation,
+    Shares,
+    defaults={"scores": DEFAULT_SWEEP_SCORES, **RANKING_CALIBRATION, "shares": (0.0, 0.1, 0.2, 0.3)},
+)
+class FrontierSpec(Spec):
     """``[prune]`` of a pruning-frontier file (``headstats frontier FILE``, :mod:`headstats.jobs.frontier`):
     every model pruned at every share by every score, with held-out accuracy and speed against the
     unpruned model."""
 
     WHAT: ClassVar[str] = "frontier"
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {
-        "scores": DEFAULT_SWEEP_SCORES,
-        "calibration": "wikipedia",
-        "calibration_limit": 64,
-        "shares": (0.0, 0.1, 0.2, 0.3),
-    }
 
     tasks: tuple[str, ...] = option(("piqa", "arc_easy"), "held-out tasks", choices=_tasks, noun="task")
     speed_batches: tuple[int, ...] = option((1, 8), "batch sizes of the speed measurement", minimum=1)
@@ -951,7 +1020,6 @@ class FrontierSpec(RunOptions, Calibrated, Truncated, PruneShares):
     )
 
     def check(self) -> None:
-        super().check()
         if not any(share > 0 for share in self.shares or ()):
             raise SpecError("shares", "needs at least one share above 0 (0 is the unpruned baseline), e.g. [0.1, 0.2]")
 
@@ -984,14 +1052,13 @@ def _format_change(value: str) -> None:
 SERIES_ORDERS = ("given", "params", "step")
 
 
-@dataclass(frozen=True)
-class CompareSpec(CollectSpec, LoadOptions, Figures, Output, Equivalence):
+@compose(CollectSpec, LoadOptions, Figures, Output, Equivalence, defaults={"limit": 128})
+class CompareSpec(Spec):
     """Options of :func:`headstats.jobs.compare.compare` (``headstats compare``, a ``[compare]`` study
-    file): the models (the reference first), what is collected (:class:`CollectSpec`, how models load
+    file): the models (the reference first), what is collected (:class:`CollectSpec`), how models load
     (:class:`LoadOptions`), the report folder (``out``) and how the comparison decides."""
 
     WHAT: ClassVar[str] = "comparison"
-    DEFAULTS: ClassVar[Mapping[str, Any]] = {"limit": 128, "dpi": 90}
 
     models: tuple[str, ...] = option(
         (),
@@ -1033,7 +1100,6 @@ class CompareSpec(CollectSpec, LoadOptions, Figures, Output, Equivalence):
     )
 
     def check(self) -> None:
-        super().check()
         if not 0 < self.alpha < 0.5:
             raise SpecError("alpha", f"{{key}} must lie strictly between 0 and 0.5, not {self.alpha}")
         if not 0 < self.rate < 1:
@@ -1063,34 +1129,44 @@ __all__ = [
     "AblateSection",
     "AccuracyMetric",
     "AnalysisHeader",
-    "Calibrated",
+    "Batching",
+    "Calibration",
     "Claim",
     "CollectSection",
     "CollectSpec",
     "CompareSpec",
     "ConfirmSection",
     "Equivalence",
+    "Figures",
     "FinetuneDesign",
+    "FrontierRunSpec",
     "FrontierSpec",
     "ListSpec",
     "LoadOptions",
+    "Models",
     "ModelsSection",
     "Output",
     "PaperSpec",
-    "PruneShares",
+    "Progress",
+    "Prompting",
     "PruneSpec",
+    "Questions",
     "ReportSpec",
     "Resources",
     "Results",
-    "RunOptions",
     "RunSpec",
+    "Sampling",
     "ScoredZeroing",
-    "Staged",
+    "Scoring",
+    "Seed",
+    "Shares",
+    "Stages",
     "SubmititParameters",
     "SummaryOutput",
     "SummarySpec",
     "SweepSpec",
-    "Truncated",
+    "Task",
+    "Truncation",
     "ZeroingSpec",
     "head_pairs",
 ]

@@ -259,7 +259,8 @@ def test_a_compare_study_file_runs_under_headstats_run(
     )
     assert main(["run", str(study), "--dry-run", "-q"]) == 0  # every collection sized, nothing written
     plan = capsys.readouterr().out
-    assert plan.count(" collect ") == 3 and "(chat)" in plan and "0 batched forward passes still to run" in plan
+    assert plan.count(" collect ") == 3 and "(format-change)" in plan
+    assert "0 batched forward passes still to run" in plan
     assert not (tmp_path / "report").exists()
     assert main(["run", str(study), "-q"]) == 0
     summary = (tmp_path / "report" / "summary.md").read_text()

@@ -193,7 +193,7 @@ def test_the_clustered_drop_bound_covers_where_the_question_bound_does_not() -> 
 def test_questions_to_certify_is_the_first_n_whose_bound_at_the_observed_shares_reaches_the_drop(lost, gained, n):
     from statistics import NormalDist
 
-    need = questions_to_certify(lost, gained, n, drop=0.01)
+    need = questions_to_certify(lost, gained, n, drop=1.0)
     m = int(need)
     pl, pg = lost / n, gained / n
     assert (
@@ -205,12 +205,12 @@ def test_questions_to_certify_is_the_first_n_whose_bound_at_the_observed_shares_
         z = NormalDist().inv_cdf(0.95)
         assert m == int(np.ceil(z * z * (1 - 0.01) / 0.01))
     # Shares as observed, so the answer does not depend on how many questions showed them.
-    assert questions_to_certify(10 * lost, 10 * gained, 10 * n, drop=0.01) == need
+    assert questions_to_certify(10 * lost, 10 * gained, 10 * n, drop=1.0) == need
 
 
 def test_questions_to_certify_is_infinite_when_the_observed_drop_reaches_the_tolerance() -> None:
-    assert questions_to_certify(2, 0, 100, drop=0.02) == float("inf")  # an observed drop of 2 points
-    assert questions_to_certify(3, 0, 100, drop=0.02) == float("inf")
-    assert questions_to_certify(0, 0, 100, drop=0.02) < float("inf")
+    assert questions_to_certify(2, 0, 100, drop=2.0) == float("inf")  # an observed drop of 2 points
+    assert questions_to_certify(3, 0, 100, drop=2.0) == float("inf")
+    assert questions_to_certify(0, 0, 100, drop=2.0) < float("inf")
     with pytest.raises(ValueError, match="lost \\+ gained <= n"):
         questions_to_certify(5, 6, 10)

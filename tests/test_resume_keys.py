@@ -34,7 +34,7 @@ from headstats.jobs.sweep_plan import (
     sweep_points,
 )
 from headstats.options import Spec, SpecError, choices_of, narrow
-from headstats.specs import CollectSpec, SweepSpec
+from headstats.specs import AblateSection, CollectSpec, SweepSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -61,7 +61,8 @@ def other_values(spec: Spec, name: str, paths: list[str]) -> list[object]:
     elif inner is float:
         out.append((0.0, 0.4))
     elif inner is str:
-        out.append(tuple(c for c in choices_of(f) if c != "baseline")[:2] if choices_of(f) else ("alpha_topic",))
+        names = tuple(c for c in choices_of(f) if c != "baseline")
+        out += [names[:2], names[:1]] if names else [("alpha_topic",)]
     return [v for v in out if v != value]
 
 
@@ -295,3 +296,58 @@ def test_every_sweep_option_changes_the_plan_or_is_declared_runtime(corpus: Path
             kinds[f.name] = "plan"
     assert set(kinds) == {f.name for f in fields(SweepSpec)}
     assert kinds["batch_size"] == kinds["progress"] == "runtime" and kinds["subjects"] == "plan"
+
+
+def test_the_analysis_sections_add_only_their_axes_to_the_planned_specs() -> None:
+    """An analysis file's ``[collect]`` and ``[[ablate]]`` are the planned specs (each option held to
+    the plan by the tests above) and the axis that names their partitions, nothing else: an option
+    added to a group they compose is planned, or those tests fail."""
+    from headstats.specs import AblateSection, CollectSection
+
+    def names(spec: type[Spec]) -> set[str]:
+        return {f.name for f in fields(spec)}
+
+    assert names(CollectSection) - names(CollectSpec) == {"datasets"}
+    assert names(AblateSection) - names(SweepSpec) == {"task"}
+    assert names(CollectSpec) <= names(CollectSection) and names(SweepSpec) <= names(AblateSection)
+
+
+def test_every_confirmation_option_changes_its_sweeps_or_its_rule_or_is_declared_runtime(corpus: Path, tmp_path):
+    """A ``[confirm]`` option reaches the work through the sweeps the file expands into (a sweep's
+    option: held to the sweep's plan by the test above) or through the rule that decides the claims
+    (the paths, the tolerated drop, the confidence, the metric: the registration a rerun must match).
+    Each changes its sweeps (a sweep's option) or the rule (the others), except those declared
+    ``runtime``, which change neither."""
+    from headstats.jobs.confirm import ConfirmPlan, expand, registration
+    from headstats.specs import Claim, ConfirmSection
+
+    base = ConfirmSection(task="piqa", limit=5, exclude_limit=3, calibration=str(corpus))
+    claims = [Claim(model="tiny", score="ahon_ln", target=0.1), Claim(model="tiny", score="awft", target=0.05)]
+    paths = [str(corpus.with_name("other.jsonl"))]
+    corpus.with_name("other.jsonl").write_text(corpus.read_text())
+
+    def view(section: ConfirmSection) -> tuple:
+        plan = ConfirmPlan("c", tmp_path / "c.toml", "", tmp_path / "results", tmp_path / "report", section, claims)
+        sweeps = [
+            (path.name, spec.results, str(spec.ablate[0].task), narrow(spec.ablate[0], SweepSpec).settings())
+            for path, spec in expand(plan)
+        ]
+        return json.dumps(sweeps, sort_keys=True, default=str), registration(plan)["keys"]
+
+    planned = view(base)
+    sweep_options = {f.name for f in fields(AblateSection)}
+    kinds = {}
+    for f in fields(ConfirmSection):
+        others = [view(other) for other in changed(base, f.name, paths, view)]
+        if f.metadata.get("runtime"):
+            assert all(v == planned for v in others), f"{f.name} is declared runtime but changes the sweeps or rule"
+            kinds[f.name] = "runtime"
+        elif f.name in sweep_options:
+            assert any(v[0] != planned[0] for v in others), f"{f.name} does not reach the sweeps it expands into"
+            kinds[f.name] = "sweep"
+        else:
+            assert any(v[1] != planned[1] for v in others), f"{f.name} changes neither the sweeps nor the rule"
+            kinds[f.name] = "rule"
+    assert set(kinds) == {f.name for f in fields(ConfirmSection)}
+    assert kinds["limit"] == kinds["exclude_limit"] == "sweep" and kinds["batch_size"] == "runtime"
+    assert kinds["drop"] == kinds["confidence"] == kinds["metric"] == kinds["kernels"] == "rule"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 from pathlib import Path
 
 import pytest
@@ -28,14 +27,59 @@ SPECS = [
 
 
 def test_no_option_is_declared_twice() -> None:
-    """Each field name is declared by exactly one spec class (the others inherit it)."""
-    declared: dict[str, list[str]] = {}
+    """Each option name is declared by exactly one option group (the specs composing it copy it)."""
+    declared: dict[str, set[str]] = {}
     for cls in SPECS:
-        for name in inspect.get_annotations(cls):
-            if not name.isupper():  # WHAT / DEFAULTS are class settings, not options
-                declared.setdefault(name, []).append(cls.__name__)
+        for f in dataclasses.fields(cls):
+            declared.setdefault(f.name, set()).add(options.declared_in(f, cls))
     twice = {name: owners for name, owners in declared.items() if len(owners) > 1}
     assert not twice, twice
+
+
+def test_specs_are_flat_compositions_of_groups_without_default_tables() -> None:
+    """No spec inherits from another: a spec is a group, or composes groups; a default is on the
+    field (no per-class tables resolved along the class hierarchy)."""
+    for cls in SPECS:
+        assert cls.__bases__ == (options.Spec,), (cls.__name__, cls.__bases__)
+        for table in ("DEFAULTS", "CHOICES", "FLAGS"):
+            assert not hasattr(cls, table), (cls.__name__, table)
+    assert len(specs.PruneSpec.GROUPS) == 12 and specs.PruneSpec.__mro__ == (specs.PruneSpec, options.Spec, object)
+
+
+def test_none_means_none_and_is_never_replaced_by_a_default() -> None:
+    from headstats.specs import ConfirmSection, FinetuneSpec
+
+    assert CollectSpec(max_length=None).max_length is None and CollectSpec(scores=None).scores is None
+    assert FinetuneSpec(seed=None).seed is None and FinetuneSpec().seed is None  # the recipe's seed
+    for key, message in [
+        ("calibration_limit", "calibration_limit: expected an integer, not None"),
+        ("seed", "seed: expected an integer, not None"),
+        ("calibration", "calibration: expected a string, not None"),
+        ("scores", "no score ids given"),
+    ]:
+        with pytest.raises(SpecError, match=message):
+            SweepSpec(**{key: None})
+    # A kind that does not take an option does not have it: prune runs one model, never optional ones;
+    # a confirmation's claims and paths set its sweeps' scores, targets and kernel.
+    assert "optional" not in {f.name for f in dataclasses.fields(specs.PruneSpec)}
+    for key in ("scores", "targets", "attention_kernel"):
+        assert key not in {f.name for f in dataclasses.fields(ConfirmSection)}
+        with pytest.raises(SpecError, match=f"unknown confirmation option.*{key}"):
+            ConfirmSection.from_kwargs({"task": "piqa", key: None})
+
+
+def test_a_composition_names_only_options_its_groups_have() -> None:
+    with pytest.raises(TypeError, match="defaults for limt, which none of its groups has"):
+
+        @options.compose(specs.Sampling, defaults={"limt": 3})
+        class Bad(options.Spec):
+            pass
+
+    with pytest.raises(TypeError, match="option 'limit' is in two of its groups"):
+
+        @options.compose(specs.Sampling, specs.CollectSpec)
+        class Twice(options.Spec):
+            pass
 
 
 def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -44,18 +88,12 @@ def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentPar
 
 
 def test_every_flag_of_every_command_maps_to_exactly_one_spec_field() -> None:
-    fields_by_name: dict[str, list[dataclasses.Field]] = {}
+    # A job may spell an option its own way where it composes it (prune --score); the option's own
+    # flag still works.
+    spellings: dict[str, set[str]] = {}
     for cls in SPECS:
         for f in dataclasses.fields(cls):
-            fields_by_name.setdefault(f.name, [])
-            if all(f is not g for g in fields_by_name[f.name]):
-                fields_by_name[f.name].append(f)
-    spellings = {}
-    for name, found in fields_by_name.items():
-        assert len(found) == 1, f"{name} is declared by several specs"
-        spellings[name] = found[0]
-    # A job may spell an option its own way (Spec.FLAGS: prune --score); the field's flag still works.
-    own_spellings = {(name, flag) for cls in SPECS for name, flag in cls.FLAGS.items()}
+            spellings.setdefault(f.name, set()).update({flag_of(f), f.metadata.get("alias") or flag_of(f)})
     for command, parser in _commands(build_parser()).items():
         if command == "lm-eval":  # lm-eval's own command line, passed through untouched
             continue
@@ -67,8 +105,7 @@ def test_every_flag_of_every_command_maps_to_exactly_one_spec_field() -> None:
             for flag in action.option_strings:
                 assert flag not in seen, f"headstats {command}: {flag} twice"
                 seen[flag] = action.dest
-                field = spellings[action.dest]
-                assert flag == flag_of(field) or (action.dest, flag) in own_spellings, (command, flag)
+                assert flag in spellings[action.dest], (command, flag)
             assert action.help, f"headstats {command}: {action.option_strings} has no help"
 
 
@@ -96,7 +133,7 @@ def test_python_construction_checks_types_ranges_and_registries() -> None:
     assert SweepSpec(scores="ahon_ln, awft", targets=[0, 0.1]).scores == ("ahon_ln", "awft")
     assert SweepSpec().scores == specs.DEFAULT_SWEEP_SCORES and CollectSpec().scores is None
     assert SweepSpec(targets="0,0.1").targets == (0.0, 0.1)  # run_sweep(targets="0,0.1") as before
-    assert SweepSpec(calibration_limit=None).calibration_limit == specs.DEFAULT_CALIBRATION_LIMIT
+    assert SweepSpec().calibration_limit == specs.DEFAULT_CALIBRATION_LIMIT
 
 
 def test_keyword_names_are_the_field_names() -> None:
@@ -110,7 +147,7 @@ def test_keyword_names_are_the_field_names() -> None:
 
 def test_each_flag_names_one_field_in_every_command() -> None:
     """A flag means one option everywhere (``--out``, ``--seed``, ``--stages`` included): what differs
-    between commands is a default or the allowed names (``Spec.DEFAULTS`` / ``Spec.CHOICES``)."""
+    between commands is a default or the allowed names, given where a spec composes its groups."""
     owners: dict[str, set[str]] = {}
     for command, parser in _commands(build_parser()).items():
         if command == "lm-eval":

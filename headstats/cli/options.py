@@ -1,8 +1,9 @@
 """Command-line flags derived from the option declarations of :mod:`headstats.specs`.
 
 Each field of a spec becomes one flag (``--batch-size`` for ``batch_size``, or the field's declared
-flag, or the spec's own spelling of it); its help lists the allowed names from the registry and the
-default, in the ``--help`` section of the option's group (:data:`headstats.specs.HELP_GROUPS`). A
+flag, or the spelling its spec gave it where it composed its groups); its help lists the allowed
+names from the registry and the default, in the ``--help`` section of the option's group
+(:data:`headstats.specs.HELP_GROUPS`). A
 list option takes comma-separated values and may be repeated; a table option (``dict``) takes
 ``KEY=VALUE``, repeated. Flags default to "not given", so a spec built from parsed arguments
 (:func:`spec_from_args`) gets its own defaults and runs its own checks, and an error names the flag.
@@ -84,16 +85,16 @@ def _metavar(hint: Any, f: Field, spec: type[Spec]) -> str:
     kind = element_type(hint)
     if is_list(hint):
         return {int: "N,...", float: "X,..."}.get(kind, "NAMES")
-    return "NAME" if choices_of(f, spec) else {int: "N", float: "X"}.get(kind, f.name.upper())
+    return "NAME" if choices_of(f) else {int: "N", float: "X"}.get(kind, f.name.upper())
 
 
 def _help(spec: type[Spec], f: Field) -> str:
     """The option's help, then in one parenthesis the names it allows and its default."""
     notes = []
-    names = choices_of(f, spec)
+    names = choices_of(f)
     if names:
         notes.append(f"one of: {', '.join(names)}" + (", or a file" if not f.metadata.get("strict", True) else ""))
-    default = default_of(spec, f)
+    default = default_of(f)
     if isinstance(default, tuple):
         default = ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default)
     if default not in (None, "") and not isinstance(default, bool):
@@ -169,10 +170,9 @@ def add_spec(parser: argparse.ArgumentParser, spec: type[Spec], *, required: tup
                 kw["action"] = _Extend
         if f.name in required:
             kw["required"] = True
-        flag = flag_of(f, spec)
-        section.add_argument(flag, **kw)
-        if flag != flag_of(f):  # the field's own spelling still works, unlisted (prune --scores)
-            parser.add_argument(flag_of(f), **{**kw, "help": argparse.SUPPRESS, "required": False})
+        section.add_argument(flag_of(f), **kw)
+        if f.metadata.get("alias"):  # the option's own flag where a job spells it otherwise (prune --scores)
+            parser.add_argument(f.metadata["alias"], **{**kw, "help": argparse.SUPPRESS, "required": False})
 
 
 class _Extend(argparse.Action):
@@ -236,7 +236,7 @@ def spec_from_args(args: argparse.Namespace, spec: type[T], **values: Any) -> T:
     def label(key: str) -> str:
         if key not in by_name:
             return "--" + key.replace("_", "-")
-        return key.upper() if by_name[key].metadata.get("positional") else flag_of(by_name[key], spec)
+        return key.upper() if by_name[key].metadata.get("positional") else flag_of(by_name[key])
 
     return spec.from_kwargs({**given, **values}, label=label)
 

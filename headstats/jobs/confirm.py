@@ -172,8 +172,9 @@ def expand(plan: ConfirmPlan) -> list[tuple[ComputePath, AnalysisSpec]]:
             mine = [c for c in plan.claims if c.model == model and path in plan.claim_paths(c)]
             if not mine:
                 continue
-            ablate = replace(
-                narrow(sec, AblateSection),
+            ablate = narrow(
+                sec,
+                AblateSection,
                 scores=tuple(dict.fromkeys(c.score for c in mine)),
                 targets=(0.0, *sorted({c.target for c in mine})),
                 attention_kernel=path.kernel,

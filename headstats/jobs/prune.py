@@ -110,8 +110,8 @@ def spec_calibration(
     """The calibration set a prune or frontier spec names (its calibration, truncation and run options)."""
     return calibration_set(
         tokenizer,
-        spec.calibration or "wikipedia",
-        limit=spec.calibration_limit or 64,
+        spec.calibration,
+        limit=spec.calibration_limit,
         max_length=spec.max_length,
         seed=spec.seed,
         prompt_format=spec.prompt_format,

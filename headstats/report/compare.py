@@ -482,7 +482,7 @@ def write_comparison(result: Comparison, out: Path, *, analysis: str | None = No
         + ", ".join(_label(result, o) for o in result.others)
         + f"; {texts} texts per dataset ({', '.join(result.datasets)}), prompt format `{spec.prompt_format}`."
     )
-    writer = ReportWriter(out_dir, title, dpi=spec.dpi or 90, subtitle=subtitle)
+    writer = ReportWriter(out_dir, title, dpi=spec.dpi, subtitle=subtitle)
     root = Path(spec.scores_dir) if spec.scores_dir else out / "results"
     if root.resolve().is_relative_to(out_dir.resolve()):  # the score tables (default OUT/results) are not foreign
         writer.elsewhere = (root.resolve().relative_to(out_dir.resolve()).as_posix(),)

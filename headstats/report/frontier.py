@@ -233,7 +233,7 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         raise ValueError(f"no finished frontier points under {str(frontier.results)!r}: run the frontier first")
     ratios = speedups(speed)
     points["n_to_certify"] = [  # once per (model, score, share, task), before the rows repeat per batch
-        questions_to_certify(r.lost, r.gained, r.n, spec.max_drop / 100) if r.score != "none" else math.nan
+        questions_to_certify(r.lost, r.gained, r.n, spec.max_drop) if r.score != "none" else math.nan
         for r in points.itertuples()
     ]
     family = family_size(frontier)

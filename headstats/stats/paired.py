@@ -283,17 +283,26 @@ def drop_bound_from_counts(
 
 
 def questions_to_certify(
-    lost: int, gained: int, n: int, drop: float = 0.01, confidence: float = 0.95, *, most: int = 10_000_000
+    lost: int = 0,
+    gained: int = 0,
+    n: int = 1,
+    drop: float = 1.0,
+    confidence: float = 0.95,
+    *,
+    most: int = 10_000_000,
 ) -> float:
-    """How many paired questions a rerun would need for the one-sided upper bound of the drop
-    (:func:`drop_bound_from_counts`) to reach ``drop``, if the shares of lost and gained answers stayed
-    as observed (``lost / n``, ``gained / n``): a figure for sizing the next run, not a result (with
-    few questions the observed shares are themselves uncertain). ``inf`` when the observed drop is
+    """How many paired questions a run needs for the one-sided upper bound of the drop
+    (:func:`drop_bound_from_counts`) to reach ``drop`` accuracy points (1 = one point), if the shares
+    of lost and gained answers are ``lost / n`` and ``gained / n``: after a run, a figure for sizing
+    the next one, not a result (with few questions the observed shares are themselves uncertain);
+    with the defaults (no changed answer) the fewest questions with which "within ``drop`` points"
+    can be certified at all, z² (100 - drop) / drop rounded up. ``inf`` when the shares' drop is
     ``drop`` or more (no number of questions certifies it) or when more than ``most`` would be needed.
     """
     if n <= 0 or lost < 0 or gained < 0 or lost + gained > n:
         raise ValueError(f"need 0 <= lost + gained <= n with n >= 1: lost={lost}, gained={gained}, n={n}")
     p_lost, p_gained = lost / n, gained / n
+    drop = drop / 100  # the bounds are fractions of the questions
     if p_lost - p_gained >= drop:
         return math.inf
 

@@ -8,25 +8,15 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats as st
 
 from headstats.io.machine import describe_machine
 from headstats.report.sections.context import Context, Writer, fit_sentences
 from headstats.stats.distances import cluster_codes, cluster_column
-from headstats.stats.paired import minimum_detectable_drop
+from headstats.stats.paired import minimum_detectable_drop, questions_to_certify
 from headstats.stats.summary import BASELINE, chance_percent
 
 CONFIDENCE = 0.95  # one-sided, as the certification of "within 1 point" (headstats.stats.summary)
 POWER = 0.80
-
-
-def questions_to_certify(drop: float = 1.0, confidence: float = CONFIDENCE) -> int:
-    """The fewest questions with which "within ``drop`` points" can be certified at all: even with no
-    changed answer, the one-sided upper bound of the paired drop (Tango's score bound,
-    :func:`headstats.stats.paired.drop_bound`) is z² / (n + z²), at most ``drop`` / 100 only from
-    n = z² (100 - drop) / drop on."""
-    z = float(st.norm.ppf(confidence))
-    return math.ceil(z * z * (100.0 - drop) / drop)
 
 
 def _other_metric(metric: str) -> str:
@@ -63,7 +53,7 @@ def what_it_can_show(context: Context) -> pd.DataFrame:
                 "chance": chance,
                 "at_chance": at_chance,
                 "min_detectable_drop": 100.0 * minimum_detectable_drop(n, power=POWER),
-                "can_certify_1pt": n >= questions_to_certify(),
+                "can_certify_1pt": n >= questions_to_certify(drop=1.0, confidence=CONFIDENCE),
                 f"baseline_{other}": _mean_percent(asked, other),
             }
         )
@@ -262,7 +252,7 @@ CAN_SHOW_WORDS = 120  # the most words of this section's text: the rest is in th
 
 
 def _can_show_legend(context: Context, table: pd.DataFrame) -> str:
-    need = questions_to_certify()
+    need = int(questions_to_certify(drop=1.0, confidence=CONFIDENCE))
     other = f"baseline_{_other_metric(context.options.metric)}"
     return (
         "Per task and model: questions asked and the clusters they fall in (`cluster`, `n_clusters`: MMLU "
@@ -297,8 +287,9 @@ def _warnings(table: pd.DataFrame) -> list[str]:
     small = table[~table["at_chance"] & ~table["can_certify_1pt"]]
     if len(small):
         pairs = ", ".join(f"`{r.task}` ({r.model}, {r.min_detectable_drop:.1f})" for r in small.itertuples())
+        need = int(questions_to_certify(drop=1.0, confidence=CONFIDENCE))
         out.append(
-            f"Too few questions to certify 'within 1 point' (at least {questions_to_certify()} needed); smallest "
+            f"Too few questions to certify 'within 1 point' (at least {need} needed); smallest "
             f"detectable drops in points: {pairs}. Their within-1-point values are readings of noisy curves."
         )
     return out
