@@ -1,5 +1,5 @@
 """Fine-tuning against training noise, with seeds as the unit: the decision rule of a seed study
-(analyses/finetuning_confirm.toml, docs/guides/finetuning-seeds.md).
+(analyses/finetuning_confirm.toml, docs/guides/finetuning-confirm.md).
 
 Several chains of one recipe, differing only in their seed, each give a stage end per stage. Per
 (stage, dataset, score) *cell*, the distance ``d`` between two checkpoints is W1 between their pooled
