@@ -105,6 +105,8 @@ def _frontier(args: argparse.Namespace) -> int:
             print(f"{retime_model(frontier, name)}: every finished point timed again")
     if "report" in command.stages:
         from headstats.report.frontier import build_frontier_report
+        from headstats.report.frontier_paired import build_paired_report
 
-        print(build_frontier_report(frontier))
+        build = build_paired_report if frontier.prune.timing == "paired" else build_frontier_report
+        print(build(frontier))
     return 0
