@@ -108,3 +108,14 @@ def test_a_pool_refuses_more_questions_than_are_held_out() -> None:
     task = PooledTask("p", "", (PoolPart("openbookqa", limit=501),))
     with pytest.raises(ValueError, match=r"^openbookqa: 501 pooled questions wanted, 500 are held out$"):
         list(task.iter_questions(data_root(None)))
+
+
+def test_openbookqa_asks_the_stem_and_scores_each_answer_text() -> None:
+    from headstats.io.tasks.data import data_root
+
+    docs = data_root(None).load_split("openbookqa/main", "validation")
+    questions = load_task("openbookqa").questions
+    assert len(questions) == len(docs) == 500
+    for doc, q in zip(docs, questions, strict=True):
+        assert q.prompts == (doc["question_stem"],) and q.continuations == tuple(doc["choices"]["text"])
+        assert doc["choices"]["label"][q.gold] == doc["answerKey"].strip()
