@@ -232,3 +232,11 @@ def test_frontier_runs_both_units_times_them_in_paired_rounds_and_reports_kv_byt
     assert set(table["score"]) == {"none", "ahon_ln", "ahon_ln/kv-group"}
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "ahon_ln/kv-group" in summary and "KV saved" in summary and "identical copy" in summary
+    # A run stopped after its baseline reports the control alone and says what is left.
+    from headstats.report.frontier_paired import build_paired_report
+
+    for path in points.glob("ahon_ln-*"):
+        path.unlink()
+    build_paired_report(F.load_frontier(analysis), tmp_path / "partial")
+    summary = (tmp_path / "partial" / "summary.md").read_text()
+    assert "0 of 2 (no share is read until all are)" in summary and "identical copy (the control)" in summary

@@ -170,12 +170,14 @@ def build_paired_report(frontier: Frontier, out: str | os.PathLike | None = None
     speed = against_ceiling(speed[speed["role"] == "paired"].reset_index(drop=True))
     family = family_size(frontier)
     points = add_family_bounds(points, family)
-    certified = certified_shares(points, spec.max_drop / 100, spec.shares).merge(
-        certified_shares(points, spec.max_drop / 100, spec.shares, "upper_fw").rename(
-            columns={"certified_share": "certified_share_fw"}
-        ),
-        on=["model", "score", "task"],
-    )
+    certified = pd.DataFrame(columns=["model", "score", "task", "certified_share", "certified_share_fw"])
+    if (points["score"] != "none").any():
+        certified = certified_shares(points, spec.max_drop / 100, spec.shares).merge(
+            certified_shares(points, spec.max_drop / 100, spec.shares, "upper_fw").rename(
+                columns={"certified_share": "certified_share_fw"}
+            ),
+            on=["model", "score", "task"],
+        )
     partial = unfinished_models(points, runs, len(pruned_points(spec)))
     certified = certified[~certified["model"].isin(partial)]
     settings = _setting_order(speed)
@@ -252,7 +254,7 @@ def build_paired_report(frontier: Frontier, out: str | os.PathLike | None = None
     acc_cols = ["model", "score", "share", "task", "n", "accuracy", "drop", "upper", "upper_fw", "lost", "gained"]
     writer.table(points[acc_cols].sort_values(["model", "task", "score", "share"]), "accuracy")
     with writer.appendix():
-        table = points.assign(batch=min(spec.speed_batches))
+        table = points if "eval_seconds" in points else points.assign(eval_seconds=0.0)  # a baseline alone
         run_notes(writer, table, runs, frontier.results)
     writer.write()
     return Path(writer.out) / "index.html"
