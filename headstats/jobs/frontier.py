@@ -10,8 +10,11 @@ Per model, in ``RESULTS/model=<slug>/``:
   copy of itself, the speed measurement's own noise;
 - ``points/<score>-<share>.parquet`` / ``.json``: the pruned model's answers, and its speed, KV cache,
   parameter count and arithmetic roof (:mod:`headstats.engine.speed`) next to the unpruned model's,
-  measured side by side in this process; ``<score>-kv-group-<share>`` for a point that removes whole
-  KV groups (``units = ["head", "kv-group"]``; the default ``["head"]`` removes query heads);
+  measured in this process: with ``timing = "paired"`` a speed-up with its 95% interval per timed
+  setting (:func:`paired_speed`: a long prefill, decoding after a long KV cache) beside its ceiling
+  and the KV-cache bytes it saves; with ``"medians"`` short side-by-side medians;
+  ``<score>-kv-group-<share>`` for a point that removes whole KV groups (``units = ["head",
+  "kv-group"]``; the default ``["head"]`` removes query heads);
 - ``retime.json``: the last round of :func:`retime_model` (stage ``time``), which times the finished
   points again on another machine and keeps their answers.
 
@@ -242,7 +245,8 @@ def timed_settings(spec: FrontierSpec) -> list[Setting]:
 def paired_speed(spec: FrontierSpec, models: dict) -> list[dict]:
     """The candidate's (``pruned``) speed-up over ``unpruned`` at every timed setting, from paired,
     interleaved rounds (:func:`headstats.jobs.timing.paired_rounds`): at most ``time_cap`` seconds of
-    rounds per setting, fewer once the interval's half-width reaches ``time_target``. One row per setting."""
+    rounds per setting, fewer once the interval's half-width reaches ``time_target``. One row per setting,
+    with the machine's 1-minute load average before and after its rounds (the load of a shared machine)."""
     rows = []
     for setting in timed_settings(spec):
         ids = random_prompts(models["unpruned"], setting, spec.seed)
