@@ -232,6 +232,13 @@ def test_frontier_runs_both_units_times_them_in_paired_rounds_and_reports_kv_byt
     assert set(table["score"]) == {"none", "ahon_ln", "ahon_ln/kv-group"}
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "ahon_ln/kv-group" in summary and "KV saved" in summary and "identical copy" in summary
+    # The time stage times every finished point again by the same protocol and keeps the earlier rows.
+    calls.clear()
+    assert main(["frontier", str(analysis), "--stages", "time", "-q"]) == 0
+    assert len(calls) == 3 * 2
+    again = json.loads((points / "ahon_ln-kv-group-0.500.json").read_text())
+    assert again["earlier_speed"][0]["speed"] == group["speed"] and again["removed_heads"] == group["removed_heads"]
+    assert {row["setting"] for row in again["speed"]} == set(by_setting) and all("low" in r for r in again["speed"])
     # A run stopped after its baseline reports the control alone and says what is left.
     from headstats.report.frontier_paired import build_paired_report
 
