@@ -125,7 +125,7 @@ def test_frontier_plans_both_units_and_resumes_folders_recorded_before_units(tmp
         F.check_run_record(both, root, {"cpu": "here"})
 
 
-@pytest.mark.parametrize("name", ["prune_embedded.toml", "prune_certify.toml"])
+@pytest.mark.parametrize("name", ["prune_embedded.toml", "prune_certify.toml", "prune_pooled.toml"])
 def test_committed_frontier_results_stay_resumable(name: str) -> None:
     from headstats.jobs import frontier as F
 
