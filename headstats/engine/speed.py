@@ -253,6 +253,23 @@ class Setting:
         return self.batch * (self.context if self.phase == "prefill" else self.new_tokens)
 
 
+def setting_ceiling(before: InferenceCost, after: InferenceCost, setting: Setting) -> dict:
+    """The arithmetic ceiling of ``after``'s speed-up over ``before`` on one setting: the ratio of FLOPs
+    for a prefill; for decoding, the ratio of bytes a step reads (weights plus the cache at the mean
+    cache length over the decoded tokens), with the FLOP ratio beside it; and the KV-cache bytes the
+    removal saves at the setting's context, for its batch."""
+    if setting.phase == "prefill":
+        flops = before.prefill_flops(setting.context) / after.prefill_flops(setting.context)
+        out = {"ceiling": flops, "ceiling_basis": "FLOPs"}
+    else:
+        context = setting.context + setting.new_tokens // 2
+        flops = before.flops(context) / after.flops(context)
+        read = before.decode_bytes(context, setting.batch) / after.decode_bytes(context, setting.batch)
+        out = {"ceiling": read, "ceiling_basis": "bytes read", "flops_ceiling": flops}
+    saved = before.kv_bytes(setting.context, setting.batch) - after.kv_bytes(setting.context, setting.batch)
+    return {**out, "kv_bytes_saved": saved}
+
+
 def random_prompts(model: PreTrainedModel, setting: Setting, seed: int = 0) -> torch.Tensor:
     """Seeded random token ids of the setting's shape on the model's device."""
     vocab = int(model.config.get_text_config().vocab_size)

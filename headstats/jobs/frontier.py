@@ -10,8 +10,11 @@ Per model, in ``RESULTS/model=<slug>/``:
   copy of itself, the speed measurement's own noise;
 - ``points/<score>-<share>.parquet`` / ``.json``: the pruned model's answers, and its speed, KV cache,
   parameter count and arithmetic roof (:mod:`headstats.engine.speed`) next to the unpruned model's,
-  measured side by side in this process; ``<score>-kv-group-<share>`` for a point that removes whole
-  KV groups (``units = ["head", "kv-group"]``; the default ``["head"]`` removes query heads);
+  measured in this process: with ``timing = "paired"`` a speed-up with its 95% interval per timed
+  setting (:func:`paired_speed`: a long prefill, decoding after a long KV cache) beside its ceiling
+  and the KV-cache bytes it saves; with ``"medians"`` short side-by-side medians;
+  ``<score>-kv-group-<share>`` for a point that removes whole KV groups (``units = ["head",
+  "kv-group"]``; the default ``["head"]`` removes query heads);
 - ``retime.json``: the last round of :func:`retime_model` (stage ``time``), which times the finished
   points again on another machine and keeps their answers.
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,12 +36,20 @@ import pandas as pd
 import pyarrow as pa
 
 from headstats.engine.prune import count_parameters, prune_heads
-from headstats.engine.speed import inference_cost, time_inference
+from headstats.engine.speed import (
+    Setting,
+    inference_cost,
+    phase_timer,
+    random_prompts,
+    setting_ceiling,
+    time_inference,
+)
 from headstats.io.assets import portable_record
 from headstats.io.store import StoreError, partial_file, read_json, write_json_atomic, write_parquet_atomic
 from headstats.jobs.analysis import read_analysis_file, section_table, top_level_keys
 from headstats.jobs.checkpoint import PassCheckpoint
 from headstats.jobs.prune import head_means, kv_group_size, select_heads, spec_calibration
+from headstats.jobs.timing import paired_rounds
 from headstats.options import SpecError, narrow
 from headstats.specs import FrontierSpec, LoadOptions, ModelsSection, RunSpec
 
@@ -47,7 +59,16 @@ ANSWER_COLUMNS = ["task", "question_id", "correct", "gold_loglik", "pred"]
 PLACEMENT = ("device", "device_map")  # loading options left out of a frontier folder's settings
 # Options a frontier gained after runs were recorded, with the value those runs had: a run.json
 # without the key ran with it, and stays resumable.
-ADDED_SETTINGS = {"prune": {"units": ["head"]}}
+ADDED_SETTINGS = {
+    "prune": {
+        "units": ["head"],
+        "timing": "medians",
+        "prefill_lengths": [2048],
+        "decode_contexts": [1024],
+        "time_cap": 60.0,
+        "time_target": 0.01,
+    }
+}
 DECISION = ("max_drop",)  # how the report reads the points, not what they are: left out of the settings
 
 
@@ -208,7 +229,54 @@ def _evaluate_all(
     return pd.concat(frames, ignore_index=True), checkpoints
 
 
+def timed_settings(spec: FrontierSpec) -> list[Setting]:
+    """The workloads paired timing measures: each prefill length and each decode context, per batch."""
+    return [
+        *(
+            Setting("prefill", batch, length, spec.new_tokens)
+            for batch in spec.speed_batches
+            for length in spec.prefill_lengths
+        ),
+        *(
+            Setting("decode", batch, context, spec.new_tokens)
+            for batch in spec.speed_batches
+            for context in spec.decode_contexts
+        ),
+    ]
+
+
+def paired_speed(spec: FrontierSpec, models: dict) -> list[dict]:
+    """The candidate's (``pruned``) speed-up over ``unpruned`` at every timed setting, from paired,
+    interleaved rounds (:func:`headstats.jobs.timing.paired_rounds`): at most ``time_cap`` seconds of
+    rounds per setting, fewer once the interval's half-width reaches ``time_target``. One row per setting,
+    with the machine's 1-minute load average before and after its rounds (the load of a shared machine)."""
+    rows = []
+    for setting in timed_settings(spec):
+        ids = random_prompts(models["unpruned"], setting, spec.seed)
+        runs = {name: phase_timer(model, setting, ids) for name, model in models.items()}
+        load = os.getloadavg()[0]
+        rounds = paired_rounds(runs, "unpruned", target=spec.time_target, max_seconds=spec.time_cap)
+        rows.extend(
+            rounds.rows(
+                load_before=load,
+                load_after=os.getloadavg()[0],
+                setting=setting.name,
+                phase=setting.phase,
+                batch=setting.batch,
+                context=setting.context,
+                new_tokens=setting.new_tokens,
+                tokens=setting.tokens,
+            )
+        )
+        del runs
+    return rows
+
+
 def _speed(spec: FrontierSpec, models: dict) -> list[dict]:
+    if spec.timing == "paired":
+        before, after = inference_cost(models["unpruned"]), inference_cost(models["pruned"])
+        names = {s.name: s for s in timed_settings(spec)}
+        return [{**row, **setting_ceiling(before, after, names[row["setting"]])} for row in paired_speed(spec, models)]
     rows = []
     for batch in spec.speed_batches:
         rows.extend(

@@ -113,11 +113,12 @@ def selection_name(score: str, unit: str) -> str:
 
 def _speed_rows(rows: list[dict], model: str, score: str, share: float) -> list[dict]:
     """Rows of :func:`headstats.engine.speed.time_inference` (``model`` = unpruned / pruned there)
-    with that name moved to ``role`` and the model, score and share added."""
+    with that name moved to ``role`` and the model, score and share added; rows of paired timing
+    (:func:`headstats.jobs.frontier.paired_speed`, a speed-up with its interval) get the role ``paired``."""
     return [
         {
             **{k: v for k, v in r.items() if k != "model"},
-            "role": r["model"],
+            "role": "paired" if "candidate" in r else r["model"],
             "model": model,
             "score": score,
             "share": share,
@@ -231,6 +232,11 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     points, speed, runs = read_points(frontier.results)
     if points.empty:
         raise ValueError(f"no finished frontier points under {str(frontier.results)!r}: run the frontier first")
+    if spec.timing == "paired":
+        raise ValueError(
+            f"{frontier.path} is timed in paired rounds: its report is headstats.report.frontier_paired's "
+            "build_paired_report (headstats frontier FILE --stages report chooses it)"
+        )
     ratios = speedups(speed)
     points["n_to_certify"] = [  # once per (model, score, share, task), before the rows repeat per batch
         questions_to_certify(r.lost, r.gained, r.n, spec.max_drop) if r.score != "none" else math.nan
@@ -245,7 +251,7 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         ),
         on=["model", "score", "task"],
     )
-    partial = _unfinished(points, runs, len(pruned_points(spec)))
+    partial = unfinished_models(points, runs, len(pruned_points(spec)))
     certified = certified[~certified["model"].isin(partial)]  # a missing share would read as "not certified"
     tasks = sorted(points["task"].unique())
     writer = ReportWriter(
@@ -290,7 +296,7 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     return Path(writer.out) / "index.html"
 
 
-def _unfinished(points: pd.DataFrame, runs: dict, planned: int) -> dict[str, int]:
+def unfinished_models(points: pd.DataFrame, runs: dict, planned: int) -> dict[str, int]:
     """Models with a baseline but fewer than ``planned`` pruned points: model -> points done."""
     done = points[points["score"] != "none"].drop_duplicates(["model", "score", "share"]).groupby("model").size()
     return {m: int(done.get(m, 0)) for m in runs if done.get(m, 0) < planned}
@@ -494,7 +500,7 @@ def _body(
     writer.table(acc, "accuracy")
     _roof(writer, table)
     with writer.appendix():
-        _run_notes(writer, table, runs, results)
+        run_notes(writer, table, runs, results)
 
 
 def _roof(writer: ReportWriter, table: pd.DataFrame) -> None:
@@ -515,7 +521,7 @@ def _roof(writer: ReportWriter, table: pd.DataFrame) -> None:
     writer.table(roof, "roof")
 
 
-def _run_notes(writer: ReportWriter, table: pd.DataFrame, runs: dict, results: Path) -> None:
+def run_notes(writer: ReportWriter, table: pd.DataFrame, runs: dict, results: Path) -> None:
     """The appendix: the columns' legend, and each model's machine and run time."""
     writer.heading(LEGEND, 3)
     writer.text(

@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 from numpy.typing import ArrayLike
 from scipy import stats
 
@@ -69,3 +70,16 @@ def paired_speedup(reference_seconds: ArrayLike, candidate_seconds: ArrayLike, c
         return Speedup(math.exp(centre), 0.0, math.inf, n, confidence)
     half = float(stats.t.ppf(0.5 + confidence / 2, n - 1) * logs.std(ddof=1) / math.sqrt(n))
     return Speedup(math.exp(centre), math.exp(centre - half), math.exp(centre + half), n, confidence)
+
+
+def against_ceiling(rows: pd.DataFrame) -> pd.DataFrame:
+    """Paired speed rows (``speedup``, ``low``, ``high``, ``ceiling``) with the share of the ceiling's
+    gain each reaches: (speed-up - 1) / (ceiling - 1), NaN where the ceiling promises no gain (an
+    identical copy); and whether the interval lies wholly above 1 (``faster``) or contains it."""
+    gain = rows["ceiling"] - 1.0
+    reached = np.where(gain > 1e-9, (rows["speedup"] - 1.0) / gain.where(gain > 1e-9, 1.0), np.nan)
+    return rows.assign(
+        share_of_ceiling_gain=reached,
+        faster=rows["low"] > 1.0,
+        contains_one=(rows["low"] <= 1.0) & (rows["high"] >= 1.0),
+    )

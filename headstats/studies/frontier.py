@@ -106,9 +106,14 @@ def run(study: Study, run: RunSpec, *, resources=None, progress: bool = True) ->
 
 
 def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
+    """The frontier's report: the paired-timing report for a file timed in paired rounds, else the
+    report of per-point medians."""
     from headstats.report.frontier import build_frontier_report
+    from headstats.report.frontier_paired import build_paired_report
 
-    return build_frontier_report(with_run(study.spec, run, progress=progress))
+    frontier = with_run(study.spec, run, progress=progress)
+    build = build_paired_report if frontier.prune.timing == "paired" else build_frontier_report
+    return build(frontier)
 
 
 def check(study: Study, run: RunSpec, grid: str | None) -> None:

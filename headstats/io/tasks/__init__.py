@@ -1,13 +1,15 @@
 """Benchmark tasks, prompt formats and collection sources.
 
 - :func:`load_task` selects a registered task's questions (:data:`TASKS`: mmlu, mmlu_cloze, piqa,
-  winogrande, hellaswag, arc_easy, arc_challenge); :func:`headstats.jobs.evaluate.evaluate` scores them.
+  winogrande, hellaswag, arc_easy, arc_challenge, openbookqa, and heldout_pool: 3,000 questions no
+  study saw, :mod:`headstats.io.tasks.pooled`); :func:`headstats.jobs.evaluate.evaluate` scores them.
 - :data:`PROMPT_FORMATS` (tokenizer, plain, bos, chat, paper) decide the first token and the chat
   template; :func:`resolve_format` fixes them for a model.
 - :func:`collection_source` gives what ``headstats collect --dataset NAME`` scores.
 """
 
 from headstats.io.tasks import benchmarks as _benchmarks  # noqa: F401  (registers the built-in tasks)
+from headstats.io.tasks import pooled as _pooled  # noqa: F401  (registers heldout_pool, after its parts)
 from headstats.io.tasks.base import (
     SAMPLE_METHODS,
     TASKS,

@@ -313,3 +313,14 @@ for _name, _config in (("arc_easy", "ARC-Easy"), ("arc_challenge", "ARC-Challeng
             doc_to_gold=arc_gold,
         )
     )
+register(
+    ChoiceTask(
+        "openbookqa",
+        "OpenBookQA (main), 0-shot, full answers scored",
+        "openbookqa/main",
+        "validation",
+        doc_to_text=lambda d: d["question_stem"],
+        doc_to_choices=lambda d: list(d["choices"]["text"]),
+        doc_to_gold=lambda d: d["choices"]["label"].index(d["answerKey"].lstrip()),
+    )
+)
