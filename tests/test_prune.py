@@ -359,7 +359,8 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path, capsys) -> None:
     from headstats.jobs.dryrun import dry_run_frontier
     from headstats.jobs.evaluate import evaluate
     from headstats.jobs.frontier import ANSWER_COLUMNS, load_frontier
-    from headstats.report.frontier import certified_shares, read_points
+    from headstats.report.frontier import read_points
+    from headstats.stats.frontier import certified_shares
 
     analysis = tmp_path / "tiny_frontier.toml"
     analysis.write_text(
@@ -632,7 +633,7 @@ def test_the_family_wise_reading_adjusts_every_bound_for_the_planned_sequences()
     out of the family-wise reading, and the fixed sequence stops there."""
     import numpy as np
 
-    from headstats.report.frontier import add_family_bounds, certified_shares
+    from headstats.stats.frontier import add_family_bounds, certified_shares
     from headstats.stats.paired import drop_bound
 
     n, family, shares = 2000, 12, [0.02, 0.05, 0.1]
@@ -686,7 +687,8 @@ def test_the_speed_line_calls_noise_noise_only_when_every_ratio_lies_within_the_
 
 
 def test_the_abstract_names_a_task_that_alone_certifies_a_larger_share() -> None:
-    from headstats.report.frontier import _shares, certified_shares
+    from headstats.report.frontier import _shares
+    from headstats.stats.frontier import certified_shares
 
     # PIQA certifies 2% and 5% (bounds 0.8, 0.9), ARC-Easy only 2%: every task 2%, PIQA alone 5%.
     points = pd.DataFrame(

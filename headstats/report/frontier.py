@@ -18,11 +18,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -30,21 +28,16 @@ from headstats.jobs.frontier import Frontier, pruned_points, read_record
 from headstats.report.plots import score_style
 from headstats.report.writer import ReportWriter, anchor_slug
 from headstats.specs import FrontierSpec
-from headstats.stats.paired import (
-    drop_bound,
-    drop_bound_from_counts,
-    minimum_detectable_drop,
-    questions_to_certify,
-)
+from headstats.stats import frontier as frontier_stats
+from headstats.stats.frontier import CONFIDENCE
 
-CONFIDENCE = 0.95  # each point's one-sided bound
 LEGEND = "Reading the main table"  # the appendix heading the main table links to
 
 
 def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """(points: one row per model, score, share, task with accuracy and drop bound, and one per model
     at share 0; speed: one row per model, score, share, batch; runs: model -> run.json and baseline)."""
-    rows, speed, runs = [], [], {}
+    frames, speed, runs = [], [], {}
     for root in sorted(Path(results).glob("model=*")):
         model = root.name.removeprefix("model=")
         base_file = root / "points" / "baseline.parquet"
@@ -54,55 +47,31 @@ def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame,
         base_info = read_record(root / "points" / "baseline.json")
         runs[model] = {"run": read_record(root / "run.json"), "baseline": base_info}
         speed.extend(_speed_rows(base_info["speed"], model, "none", 0.0))
-        for task, frame in base.groupby("task"):
-            rows.append(
-                {
-                    "model": model,
-                    "score": "none",
-                    "share": 0.0,
-                    "task": task,
-                    "n": len(frame),
-                    "accuracy": frame["correct"].mean(),
-                    "drop": 0.0,
-                    "upper": 0.0,
-                    "lost": 0,
-                    "gained": 0,
-                    "mdd_80": minimum_detectable_drop(len(frame)),
-                }
-            )
+        frames.append(frontier_stats.baseline_rows(base).assign(model=model, score="none", share=0.0))
         for info_file in sorted((root / "points").glob("*.json")):
             if info_file.stem == "baseline":
                 continue
             info = read_record(info_file)
             answers = pd.read_parquet(info_file.with_suffix(".parquet"))
             rule = selection_name(info["score"], info.get("unit", "head"))
-            extra = {
-                "n_removed": info["n_removed"],
-                "params_ratio": info["params_after"] / info["params_before"],
-                **info["roof"],
-                "eval_seconds": info["eval_seconds"],
-            }
             speed.extend(_speed_rows(info["speed"], model, rule, info["share"]))
-            for task, frame in answers.groupby("task"):
-                merged = base[base["task"] == task].merge(frame, on="question_id", suffixes=("_base", ""))
-                bound = drop_bound(merged["correct_base"].to_numpy(), merged["correct"].to_numpy())
-                rows.append(
-                    {
-                        "model": model,
-                        "score": rule,
-                        "share": info["share"],
-                        "task": task,
-                        "n": bound.n,
-                        "accuracy": frame["correct"].mean(),
-                        "drop": bound.drop,
-                        "upper": bound.upper,
-                        "lost": bound.lost,
-                        "gained": bound.gained,
-                        "mdd_80": minimum_detectable_drop(bound.n),
-                        **extra,
-                    }
+            drops = frontier_stats.task_drops(base, answers)
+            frames.append(
+                drops.assign(
+                    model=model,
+                    score=rule,
+                    share=info["share"],
+                    n_removed=info["n_removed"],
+                    params_ratio=info["params_after"] / info["params_before"],
+                    **info["roof"],
+                    eval_seconds=info["eval_seconds"],
                 )
-    return pd.DataFrame(rows), pd.DataFrame(speed), runs
+            )
+    points = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not points.empty:
+        first = ["model", "score", "share", "task"]
+        points = points[first + [c for c in points.columns if c not in first]]
+    return points, pd.DataFrame(speed), runs
 
 
 def selection_name(score: str, unit: str) -> str:
@@ -126,64 +95,10 @@ def _speed_rows(rows: list[dict], model: str, score: str, share: float) -> list[
     ]
 
 
-def speedups(speed: pd.DataFrame) -> pd.DataFrame:
-    """Pruned / unpruned tokens/s and KV-cache bytes per model, score, share and batch (at share 0:
-    the unpruned model against an identical copy, the measurement's own noise)."""
-    keys = ["model", "score", "share", "batch"]
-    u = speed[speed["role"] == "unpruned"].set_index(keys)
-    p = speed[speed["role"] == "pruned"].set_index(keys)
-    out = pd.DataFrame(
-        {
-            "prefill_speedup": p["prefill_tokens_per_s"] / u["prefill_tokens_per_s"],
-            "decode_speedup": p["decode_tokens_per_s"] / u["decode_tokens_per_s"],
-            "kv_ratio": p["kv_cache_bytes"] / u["kv_cache_bytes"],
-            "prefill_tok_s_unpruned": u["prefill_tokens_per_s"],
-            "decode_tok_s_unpruned": u["decode_tokens_per_s"],
-        }
-    )
-    return out.reset_index()
-
-
-def certified_shares(
-    points: pd.DataFrame, max_drop: float, shares: Sequence[float] | None = None, upper: str = "upper"
-) -> pd.DataFrame:
-    """Largest share of each model and score certified by the fixed-sequence reading, per task and
-    on every task at once (a share counts for "all" when certified on each task). ``shares``: the
-    planned grid; a share not measured yet ends the sequence like one not certified; ``upper``: the
-    column of bounds to read (``upper_fw`` for the family-wise reading)."""
-    rows = []
-    pruned = points[points["score"] != "none"]
-    for (model, score), group in pruned.groupby(["model", "score"]):
-        tasks = sorted(group["task"].unique())
-        grid = sorted(s for s in (shares if shares is not None else group["share"].unique()) if s > 0)
-        for task in [*tasks, "all"]:
-            best = 0.0
-            for share in grid:
-                at = group[group["share"] == share]
-                sel = at if task == "all" else at[at["task"] == task]
-                if len(sel) == 0 or not (sel[upper] <= max_drop).all():
-                    break
-                best = share
-            rows.append({"model": model, "score": score, "task": task, "certified_share": best})
-    return pd.DataFrame(rows)
-
-
 def family_size(frontier: Frontier) -> int:
     """The sequences a reader can pick the best of: every planned model x score x unit x task."""
     spec = frontier.prune
     return len(frontier.model_names(all_models=True)) * len(spec.scores) * len(spec.units) * len(spec.tasks)
-
-
-def add_family_bounds(points: pd.DataFrame, family: int, confidence: float = CONFIDENCE) -> pd.DataFrame:
-    """``points`` with ``upper_fw``: each drop's one-sided upper bound at level (1 - confidence) /
-    ``family`` (Bonferroni over the family's fixed sequences, so the largest certified share of any
-    of them holds at 1 - confidence family-wise); 0 for the unpruned rows."""
-    level = 1.0 - (1.0 - confidence) / family
-    upper = [
-        drop_bound_from_counts(int(r.lost), int(r.gained), int(r.n), level).upper if r.score != "none" else 0.0
-        for r in points.itertuples()
-    ]
-    return points.assign(upper_fw=upper)
 
 
 def _headline(table: pd.DataFrame, tasks: list[str], batch: int) -> Figure:
@@ -231,21 +146,14 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     points, speed, runs = read_points(frontier.results)
     if points.empty:
         raise ValueError(f"no finished frontier points under {str(frontier.results)!r}: run the frontier first")
-    ratios = speedups(speed)
-    points["n_to_certify"] = [  # once per (model, score, share, task), before the rows repeat per batch
-        questions_to_certify(r.lost, r.gained, r.n, spec.max_drop / 100) if r.score != "none" else math.nan
-        for r in points.itertuples()
-    ]
+    ratios = frontier_stats.speedups(speed)
+    # once per (model, score, share, task), before the rows repeat per batch
+    points = frontier_stats.add_questions_to_certify(points, spec.max_drop / 100)
     family = family_size(frontier)
-    points = add_family_bounds(points, family)
+    points = frontier_stats.add_family_bounds(points, family)
     table = points.merge(ratios, on=["model", "score", "share"], how="left")
-    certified = certified_shares(points, spec.max_drop / 100, spec.shares).merge(
-        certified_shares(points, spec.max_drop / 100, spec.shares, "upper_fw").rename(
-            columns={"certified_share": "certified_share_fw"}
-        ),
-        on=["model", "score", "task"],
-    )
-    partial = _unfinished(points, runs, len(pruned_points(spec)))
+    certified = frontier_stats.both_certified_shares(points, spec.max_drop / 100, spec.shares)
+    partial = frontier_stats.unfinished(points, list(runs), len(pruned_points(spec)))
     certified = certified[~certified["model"].isin(partial)]  # a missing share would read as "not certified"
     tasks = sorted(points["task"].unique())
     writer = ReportWriter(
@@ -277,7 +185,7 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         "timed against an identical copy (the measurement's noise).",
     )
     writer.main_table(
-        _main_table(table, certified, spec),
+        _main_table(table, spec),
         "frontier",
         legend=f"Per model, score and share: heads removed, measured speed-ups at batch "
         f"{'/'.join(map(str, spec.speed_batches))}, the roof (speed-up if time followed the removed "
@@ -290,44 +198,21 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     return Path(writer.out) / "index.html"
 
 
-def _unfinished(points: pd.DataFrame, runs: dict, planned: int) -> dict[str, int]:
-    """Models with a baseline but fewer than ``planned`` pruned points: model -> points done."""
-    done = points[points["score"] != "none"].drop_duplicates(["model", "score", "share"]).groupby("model").size()
-    return {m: int(done.get(m, 0)) for m in runs if done.get(m, 0) < planned}
-
-
-def _fmt_drop(row: pd.Series) -> str:
+def _fmt_drop(row) -> str:
     return f"{100 * row['drop']:+.1f} [{100 * row['upper']:.1f}]"
 
 
-def _main_table(table: pd.DataFrame, certified: pd.DataFrame, spec: FrontierSpec) -> pd.DataFrame:
-    rows = []
-    pruned = table[table["score"] != "none"]
-    for (model, score, share), group in pruned.groupby(["model", "score", "share"]):
-        row = {
-            "model": model,
-            "score": score,
-            "share": share,
-            "heads removed": int(group["n_removed"].iloc[0]),
-            "params": group["params_ratio"].iloc[0],
-        }
-        for batch in spec.speed_batches:
-            at = group[group["batch"] == batch].iloc[0]
-            row[f"prefill x (b{batch})"] = at["prefill_speedup"]
-            row[f"decode x (b{batch})"] = at["decode_speedup"]
-        first = group.iloc[0]
-        row["KV cache"] = first["kv_ratio"]
-        if "kv_bytes_saved_per_token" in group:
-            row["KV saved (B/token)"] = first["kv_bytes_saved_per_token"]
-        row["roof prefill x"] = 1 / (1 - first["prefill_flops_removed"])
-        row[f"roof decode x (b{min(spec.speed_batches)})"] = 1 / (
-            1 - first[f"decode_bytes_removed_b{min(spec.speed_batches)}"]
-        )
-        for task, at in group.groupby("task"):
-            r = at.iloc[0]
-            row[f"{task} drop [upper] (pts)"] = _fmt_drop(r)
-        rows.append(row)
-    return pd.DataFrame(rows)
+def _main_table(table: pd.DataFrame, spec: FrontierSpec) -> pd.DataFrame:
+    """:func:`headstats.stats.frontier.frontier_table` with each task's drop and bound as one
+    "+d.d [u.u]" column in points."""
+    out = frontier_stats.frontier_table(table, spec.speed_batches)
+    for task in sorted(table["task"].unique()):
+        if f"{task} drop" in out:
+            drops = out.pop(f"{task} drop")
+            uppers = out.pop(f"{task} upper")
+            pairs = zip(drops, uppers, strict=True)
+            out[f"{task} drop [upper] (pts)"] = [_fmt_drop({"drop": d, "upper": u}) for d, u in pairs]
+    return out
 
 
 def _alone(certified: pd.DataFrame, model: str, score: str, column: str = "certified_share") -> list[str]:
@@ -352,26 +237,18 @@ def _speed_line(model: str, group: pd.DataFrame) -> str:
     """The measured speed-ups beside the roof and beside an identical copy's ratios (the noise): within
     that noise, or how many ratios leave it, how many pass the roof (which removed FLOPs cannot
     explain), and how much the unpruned model's own rate moved between points (the machine's variation)."""
-    noise, measured = group[group["score"] == "none"], group[group["score"] != "none"]
-    # A ratio beyond the copy's range may be pruning or noise; one above its roof cannot be pruning.
-    if noise.empty or measured.empty:
+    noise = frontier_stats.speed_noise(group)
+    if noise is None:
         return ""
-    cols = ["prefill_speedup", "decode_speedup"]
-    top = measured["share"].max()
-    roof = 1 / (1 - measured.loc[measured["share"] == top, "prefill_flops_removed"].max())
-    ratios, lo, hi = measured[cols].to_numpy().ravel(), noise[cols].min().min(), noise[cols].max().max()
     line = (
-        f"{model} speed: roof x{roof:.3f} at {top:.0%} of heads (FLOPs); measured "
-        f"x{ratios.min():.2f}-x{ratios.max():.2f}, an identical copy x{lo:.2f}-x{hi:.2f}"
+        f"{model} speed: roof x{noise.roof:.3f} at {noise.top_share:.0%} of heads (FLOPs); measured "
+        f"x{noise.low:.2f}-x{noise.high:.2f}, an identical copy x{noise.copy_low:.2f}-x{noise.copy_high:.2f}"
     )
-    if not ((ratios < lo) | (ratios > hi)).any():
+    if not noise.outside:
         return line + ": within this machine's noise."
-    roofs = 1 / (1 - measured["prefill_flops_removed"].to_numpy())
-    above = int((measured[cols].to_numpy() > roofs[:, None]).sum())
-    rate = group.groupby("batch")["prefill_tok_s_unpruned"].agg(lambda r: r.max() / r.min()).max()
     return line + (
-        f"; {above} of {len(ratios)} pass their roof, the unpruned rate per batch size spanned x{rate:.1f}: noise "
-        "sets them, not pruning."
+        f"; {noise.above_roof} of {noise.ratios} pass their roof, the unpruned rate per batch size spanned "
+        f"x{noise.rate_span:.1f}: noise sets them, not pruning."
     )
 
 
@@ -402,23 +279,16 @@ def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: Fr
         line = _speed_line(model, group.drop_duplicates(["score", "share", "batch"]))
         if line:
             parts.append(line)
-    sizes = table[table["score"] == "none"].groupby("task")["n"].min()
-    cells = table[table["score"] != "none"].drop_duplicates(["model", "score", "share", "task"])
-    passed = cells["upper"] <= spec.max_drop / 100
-    finite = np.isfinite(cells["n_to_certify"])
-    # The range to size a rerun by: uncertified cells that lost no fewer answers than they gained (one
-    # that gained more would "certify" within a few dozen questions at its lucky shares).
-    reachable = cells.loc[~passed & finite & (cells["lost"] >= cells["gained"]), "n_to_certify"]
-    points = f"{spec.max_drop:g} point"
+    counts = frontier_stats.certification_counts(table, spec.max_drop / 100)
     line = (
         "Questions per task: "
-        + ", ".join(f"{t} {int(n):,}" for t, n in sizes.items())
-        + f"; {int(passed.sum())} of {len(cells)} (model, score, share, task) cells certified"
+        + ", ".join(f"{t} {int(n):,}" for t, n in counts.questions.items())
+        + f"; {counts.certified} of {counts.cells} (model, score, share, task) cells certified"
     )
-    if len(reachable):
+    if not math.isnan(counts.need_low):
         line += (
-            f"; the others need {reachable.min():,.0f}-{reachable.max():,.0f} questions (`n_to_certify`), and "
-            f"{int((~finite).sum())} dropped {points} or more"
+            f"; the others need {counts.need_low:,.0f}-{counts.need_high:,.0f} questions (`n_to_certify`), and "
+            f"{counts.beyond} dropped {spec.max_drop:g} point or more"
         )
     line += "."
     if adjusted:
