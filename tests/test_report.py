@@ -23,9 +23,9 @@ from headstats import cli, score_sequences
 from headstats.io import store
 from headstats.report import sections
 from headstats.report import writer as report
-from headstats.report.sections.can_show import questions_to_certify
 from headstats.report.sections.context import model_identity_text
 from headstats.stats import ranking
+from headstats.stats.coverage import fewest_questions_to_certify
 from headstats.stats.paired import drop_bound_from_counts, minimum_detectable_drop, wilson_interval
 
 
@@ -294,7 +294,7 @@ def test_what_this_run_can_show_for_a_powered_task(results: Path, built: Path) -
 def test_questions_needed_to_certify_within_one_point() -> None:
     """With no changed answer the score bound of the drop is z^2 / (n + z^2): at most 1 point from
     n = 99 z^2 = 267.9 on, so 268 questions, and not one fewer, by the certification itself."""
-    n = questions_to_certify()
+    n = fewest_questions_to_certify()
     assert n == 268
     assert drop_bound_from_counts(0, 0, n).upper <= 0.01 < drop_bound_from_counts(0, 0, n - 1).upper
 

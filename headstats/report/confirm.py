@@ -14,9 +14,9 @@ from matplotlib.figure import Figure
 from headstats.io import store
 from headstats.jobs.confirm import REGISTRATION_FILE, ConfirmPlan, amendments, claims_table, left_to_run
 from headstats.report.freshness import report_inputs
-from headstats.report.sections.can_show import run_times as pass_times
 from headstats.report.sections.context import ABSTRACT_WORDS, Context, word_count
 from headstats.report.writer import ReportWriter
+from headstats.stats import coverage
 from headstats.stats.confirm import claim_bounds, claim_verdicts, path_agreement, path_baselines
 
 
@@ -31,13 +31,13 @@ def path_rows(plan: ConfirmPlan) -> dict[str, pd.DataFrame]:
 
 
 def run_times(plan: ConfirmPlan) -> pd.DataFrame:
-    """Per path, model and machine (:func:`headstats.report.sections.can_show.run_times`): the timed
+    """Per path, model and machine (:func:`headstats.stats.coverage.run_times`): the timed
     passes, their wall and CPU hours and minutes per pass; a path resumed on another machine gives one
     row per machine. Empty (with its columns) before any pass."""
     frames = []
     for path in plan.paths:
         root = plan.results_of(path)
-        table = pass_times(Context(root)) if root.is_dir() else None
+        table = coverage.run_times(Context(root).passes) if root.is_dir() else None
         if table is not None and len(table):
             frames.append(table.assign(path=path.name))
     if not frames:
