@@ -545,16 +545,16 @@ def test_a_confirmation_edited_after_its_results_is_an_amendment(edit, said, tmp
 
 def test_an_unchanged_confirmation_is_pre_registered_and_one_without_a_record_says_so(tmp_path) -> None:
     from headstats.jobs.confirm import REGISTRATION_FILE, load_confirmation, register
-    from headstats.report.confirm import write_confirmation
+    from headstats.report.confirm import PLAIN_QUESTION, write_confirmation
 
     plan = load_confirmation(_confirmation(tmp_path))
     register(plan)  # the same keys: nothing changes
     abstract = _abstract(Path(write_confirmation(plan)).parent)
-    assert abstract.startswith("Do the exploratory study's certified zeroing shares hold")
+    assert abstract.startswith(PLAIN_QUESTION + " Do the exploratory study's certified zeroing shares hold")
     assert "## The claims as stated before the run" in (plan.report / "summary.md").read_text()
     (plan.results / REGISTRATION_FILE).unlink()
     abstract = _abstract(Path(write_confirmation(plan)).parent)
-    assert abstract.startswith(
+    assert abstract.removeprefix(PLAIN_QUESTION + " ").startswith(
         f"**No pre-registration record** (`{(plan.results / REGISTRATION_FILE).as_posix()}` is missing): the rule "
         "below is the file's current one, which nothing shows predates the results. "
     )

@@ -199,7 +199,7 @@ notes = "The model body ran in float32.\\n\\nA second paragraph."
         "baseline (0/1), random (0/1)",
     ]
     page = index.read_text()
-    assert "<b>This report is partial</b>: 4 of the 7 sweep points" in page
+    assert "<strong>This report is partial</strong>: 4 of the 7 sweep points" in page
     # the file's notes go to the Methods and caveats appendix, a blank line in them starting a paragraph
     assert "Notes on this run</h3>\n<p>The model body ran in float32.</p>\n<p>A second paragraph.</p>" in page
     assert "float32.\n\nA second paragraph." in (tmp_path / "report" / "summary.md").read_text()

@@ -328,8 +328,8 @@ def test_report_on_a_single_score_sweep_says_the_task_is_at_chance(tiny_sweep: P
     assert row["n_questions"] == 8 and row["points_per_question"] == pytest.approx(12.5)
     assert row["chance"] == pytest.approx(25.0)
     assert row["baseline_low"] <= 25.0 <= row["baseline_high"] and row["at_chance"]
-    assert "<b><code>mmlu</code> is at chance for <code>tiny-llama</code></b>" in page
-    assert "includes chance (25.0%)" in page
+    assert "<strong>On <code>mmlu</code>, <code>tiny-llama</code> answers no better than guessing</strong>" in page
+    assert "against 25.0% by chance" in page
     assert '<p class="subtitle">Models: <code>tiny-llama</code>.</p>' in page
     ranks = pd.read_csv(tmp_path / "r" / "tables" / "mmlu_ranks.csv", index_col=0)
     assert ranks.loc["tiny-llama", "ahon_ln"] == 1  # the one score ranks first
@@ -557,9 +557,10 @@ def test_a_report_leads_with_its_answer(results: Path, built: Path) -> None:
     for model in ("base", "tuned"):  # the pre-specified score's first drop, interval and certified share
         c = curves[(curves["model"] == model) & (curves["score"] == "ahon_ln")].iloc[0]
         i = intervals[(intervals["model"] == model) & (intervals["score"] == "ahon_ln")].iloc[0]
-        first = ("≥ " if c["censored"] else "") + f"{c['within_1pt']:.1f}%"
-        low = ("≥ " if i["first_low_open"] else "") + f"{i['first_low']:.1f}"
-        assert f"mmlu {first} [{low}, " in html.unescape(abstract), model
+        value = f"{c['within_1pt']:.1f}% of heads"
+        first = f"not by {value}, the most tried, on mmlu" if c["censored"] else f"{value} on mmlu"
+        assert f"{first} (95% interval {i['first_low']:.1f} to " in " ".join(html.unescape(abstract).split()), model
+    assert " ".join(abstract.split()).startswith("This report switches off a growing share")
     assert parsed.links and set(parsed.links) <= parsed.ids  # every anchor resolves
     toc = page[page.index('<nav id="contents">') : page.index("</nav>")]
     assert "#what-this-run-can-show" in toc and "#methods-and-caveats" in toc
@@ -572,6 +573,24 @@ def test_a_report_leads_with_its_answer(results: Path, built: Path) -> None:
     )
     md = (built / "summary.md").read_text()
     assert len(md.split()) < 6000 and md.index("**Contents**") > md.index("![headline_curves]")
+
+
+def test_every_glossary_term_of_the_reports_is_an_anchor_of_the_glossary(tmp_path: Path) -> None:
+    """Reports link their terms to docs/statistics.md; each anchor they name exists there, a report in
+    the checkout links it relatively (the docs site's hook rewrites the published copies), and a
+    report elsewhere writes the plain word."""
+    root = Path(__file__).resolve().parents[1]
+    glossary = (root / "docs" / "statistics.md").read_text()
+    anchors = set(re.findall(r"\{#([\w-]+)\}", glossary))
+    used = set()
+    for source in (root / "headstats" / "report").rglob("*.py"):
+        used |= set(re.findall(r"term\([^()]*?,\s*\"([\w-]+)\"\)", source.read_text()))
+    assert used and used <= anchors, sorted(used - anchors)
+    assert report.glossary_link(root / "reports" / "embedded") == "../../docs/statistics.md"
+    writer = report.ReportWriter(tmp_path / "r", "t", dpi=30)
+    writer.abstract("An [interval](glossary:accuracy-interval) in words.")
+    writer.write()
+    assert "An interval in words." in (tmp_path / "r" / "summary.md").read_text()
 
 
 @pytest.mark.parametrize(("n", "in_place"), [(1, True), (3, True), (4, False)])

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from headstats.io import store
 from headstats.jobs.confirm import REGISTRATION_FILE, ConfirmPlan, amendments, claims_table, left_to_run
 from headstats.report.freshness import report_inputs
-from headstats.report.sections.context import ABSTRACT_WORDS, Context, word_count
+from headstats.report.sections.context import ABSTRACT_WORDS, Context, term, word_count
 from headstats.report.writer import ReportWriter
 from headstats.stats import coverage
 from headstats.stats.confirm import claim_bounds, claim_verdicts, path_agreement, path_baselines
@@ -28,6 +28,12 @@ def path_rows(plan: ConfirmPlan) -> dict[str, pd.DataFrame]:
         if root.is_dir() and any(p.kind == "interventions" for p in store.find_partitions(root)[0]):
             out[path.name] = store.read_interventions(root)
     return out
+
+
+PLAIN_QUESTION = (
+    "An earlier study found ways of switching off some of a language model's attention heads that seemed to "
+    "cost almost no accuracy; this run checks those findings on test questions the study never saw."
+)
 
 
 def run_times(plan: ConfirmPlan) -> pd.DataFrame:
@@ -343,17 +349,19 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     decided = not counts.get("incomplete", 0)
     held_out = f"{sec.limit:,}" if sec.limit else "all"
     answer = (
-        f"Do the exploratory study's certified zeroing shares hold on questions it never saw? {k} claims, "
+        f"Do the exploratory study's {term('certified', 'certified')} zeroing shares hold on questions it never "
+        f"saw? {k} claims, "
         f"stated before this run, were tested on {held_out} held-out {sec.task} questions under "
         f"{len(plan.paths)} computation paths (attention kernel x model dtype): {int(counts.get('confirmed', 0))} "
         f"confirmed, {int(counts.get('not confirmed', 0))} not confirmed, {int(counts.get('incomplete', 0))} "
         f"incomplete ({ran} of {len(bounds)} claim-path runs done; {times['hours'].sum():.1f} hours of passes"
         f"{'; [what is left](#what-is-left-to-run)' if len(left) else ''}"
         f"{', which cannot change a verdict' if len(left) and decided else ''}). "
-        f"A claim is confirmed when the one-sided upper bound of its paired drop is at most {sec.drop:g} point on "
-        f"every path, at level {(1 - sec.confidence) / k:.3g} each (Bonferroni over the {k} claims)."
+        f"A claim is {term('confirmed', 'confirmed')} when the {term('upper bound', 'bound')} of its accuracy drop is "
+        f"at most {sec.drop:g} point on every path, at level {(1 - sec.confidence) / k:.3g} each "
+        f"({term('Bonferroni', 'bonferroni')} over the {k} claims)."
     )
-    answer = _registration_line(plan, changed, bool(rows)) + answer
+    answer = PLAIN_QUESTION + " " + _registration_line(plan, changed, bool(rows)) + answer
     if changed:
         answer = answer.replace("stated before this run", "stated before this run and amended after it")
     worst = _worst_lines(bounds, verdicts)

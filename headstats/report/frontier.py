@@ -26,6 +26,7 @@ from matplotlib.figure import Figure
 
 from headstats.jobs.frontier import Frontier, pruned_points, read_record
 from headstats.report.plots import score_style
+from headstats.report.sections.context import ABSTRACT_WORDS, term, word_count
 from headstats.report.writer import ReportWriter, anchor_slug
 from headstats.specs import FrontierSpec
 from headstats.stats import frontier as frontier_stats
@@ -122,21 +123,22 @@ def _headline(table: pd.DataFrame, tasks: list[str], batch: int) -> Figure:
                     label=score,
                     capsize=2,
                 )
-                for _, r in rows.iterrows():
-                    ax.annotate(
-                        f"{r['share']:.0%}",
-                        (100 * r["drop"], r["decode_speedup"]),
-                        fontsize=7,
-                        xytext=(3, 3),
-                        textcoords="offset points",
-                    )
+                last = rows.iloc[-1]  # each line runs in share order: its largest share labelled, at its end
+                ax.annotate(
+                    f"{last['share']:.0%}",
+                    (100 * last["drop"], last["decode_speedup"]),
+                    color=style["color"],
+                    xytext=(4, 4),
+                    textcoords="offset points",
+                )
             ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
             ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_title(f"{model}: {task}", fontsize=9)
             ax.set_xlabel("accuracy drop (points; bar to the 95% upper bound)", fontsize=8)
             ax.set_ylabel(f"decode speed-up (batch {batch})", fontsize=8)
-            ax.legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)), frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))  # the legend below the panels, off the data
     return fig
 
 
@@ -180,7 +182,8 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         _headline(table, tasks, b_small),
         "speedup_vs_drop",
         f"Measured decode speed-up (batch {b_small}, pruned / unpruned tokens/s, side by side) against "
-        "the held-out accuracy drop, per score; labels are the shares of heads removed, bars reach the "
+        "the held-out accuracy drop, per score; each line runs from the smallest share of heads removed to the "
+        "largest (labelled), bars reach the "
         "one-sided 95% Tango upper bound; the dotted line is 1 point; 'none' at 0% is the unpruned model "
         "timed against an identical copy (the measurement's noise).",
     )
@@ -217,51 +220,84 @@ def _main_table(table: pd.DataFrame, spec: FrontierSpec) -> pd.DataFrame:
 
 def _alone(certified: pd.DataFrame, model: str, score: str, column: str = "certified_share") -> list[str]:
     """``score``'s largest share on every task, then each task on which alone it certifies more:
-    ["0%", "piqa 5%"]."""
+    ["0%", "5% on piqa alone"]."""
     mine = certified[(certified["model"] == model) & (certified["score"] == score)].set_index("task")[column]
     every = mine["all"]
-    return [f"{every:.0%}", *(f"{task} {share:.0%}" for task, share in mine.drop("all").items() if share > every)]
+    alone = [f"{share:.0%} on {task} alone" for task, share in mine.drop("all").items() if share > every]
+    return [f"{every:.0%}", *alone]
 
 
 def _shares(certified: pd.DataFrame, model: str) -> str:
-    """Each score's reading, with the family-wise one where it differs: "random 0% (piqa 2%; fw 0%)"."""
+    """Each score's reading in words, with the family-wise one where it differs:
+    "random 0% (2% on piqa alone; 0% family-wise)"."""
     out = []
     for score in certified.loc[certified["model"] == model, "score"].unique():
         plain, wise = _alone(certified, model, score), _alone(certified, model, score, "certified_share_fw")
-        inner = ", ".join(plain[1:]) + ("; fw " + ", ".join(wise) if wise != plain else "")
-        out.append(f"{score} {plain[0]}" + (f" ({inner.removeprefix('; ')})" if inner else ""))
+        inner = ", ".join(plain[1:])
+        if wise != plain:
+            inner += ("; " if inner else "") + ", ".join(wise) + " " + term("family-wise", "bonferroni")
+        out.append(f"`{score}` {plain[0]}" + (f" ({inner})" if inner else ""))
     return ", ".join(out)
 
 
 def _speed_line(model: str, group: pd.DataFrame) -> str:
-    """The measured speed-ups beside the roof and beside an identical copy's ratios (the noise): within
-    that noise, or how many ratios leave it, how many pass the roof (which removed FLOPs cannot
-    explain), and how much the unpruned model's own rate moved between points (the machine's variation)."""
+    """The measured speed-ups beside the roof and beside an identical copy's ratios (the noise), in
+    words: within that noise, or how many ratios leave it, how many pass the roof (which removed
+    FLOPs cannot explain), and how much the unpruned model's own rate moved (the machine's variation)."""
     noise = frontier_stats.speed_noise(group)
     if noise is None:
         return ""
     line = (
-        f"{model} speed: roof x{noise.roof:.3f} at {noise.top_share:.0%} of heads (FLOPs); measured "
-        f"x{noise.low:.2f}-x{noise.high:.2f}, an identical copy x{noise.copy_low:.2f}-x{noise.copy_high:.2f}"
+        f"`{model}` speed: removing {noise.top_share:.0%} of heads can make it at most {noise.roof:.3f} times as "
+        f"fast (its {term('roof', 'roof')}); measured {noise.low:.2f} to {noise.high:.2f} times, while the unpruned "
+        f"model timed against an identical copy gave {noise.copy_low:.2f} to {noise.copy_high:.2f} times"
     )
     if not noise.outside:
         return line + ": within this machine's noise."
     return line + (
-        f"; {noise.above_roof} of {noise.ratios} pass their roof, the unpruned rate per batch size spanned "
-        f"x{noise.rate_span:.1f}: noise sets them, not pruning."
+        f"; {noise.above_roof} of {noise.ratios} exceed their roof and the unpruned model's own speed varied "
+        f"{noise.rate_span:.1f}-fold: the machine's noise sets them, not pruning."
     )
+
+
+def _speed_summary(table: pd.DataFrame) -> list[str]:
+    """The abstract's words on speed: one sentence when every model's ratios are the machine's noise
+    (within an identical copy's, or past the roof), else :func:`_speed_line` per model."""
+    readings = {
+        model: frontier_stats.speed_noise(group.drop_duplicates(["score", "share", "batch"]))
+        for model, group in table.groupby("model")
+    }
+    readings = {m: r for m, r in readings.items() if r is not None}
+    if not readings:
+        return []
+    if all(not r.outside or r.above_roof for r in readings.values()):
+        r = list(readings.values())
+        return [
+            f"Speed: removing {max(x.top_share for x in r):.0%} of heads can make a model at most "
+            f"{max(x.roof for x in r):.3f} times as fast (its {term('roof', 'roof')}); measured, "
+            f"{min(x.low for x in r):.2f} to {max(x.high for x in r):.2f} times, as scattered as the unpruned "
+            f"model timed against an identical copy ({min(x.copy_low for x in r):.2f} to "
+            f"{max(x.copy_high for x in r):.2f}): the machine's noise, not pruning."
+        ]
+    return [
+        _speed_line(model, group.drop_duplicates(["score", "share", "batch"]))
+        for model, group in table.groupby("model")
+        if model in readings
+    ]
 
 
 def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: FrontierSpec, family: int) -> str:
     both = certified[certified["task"] == "all"]
     adjusted = bool((certified["certified_share"] != certified["certified_share_fw"]).any())
     parts = [
-        f"Largest share of heads certified within {spec.max_drop:g} point on every task (on one task "
-        f"alone{'; fw: family-wise' if adjusted else ''}):"
+        "This report removes a growing share of a model's attention heads for good and measures whether the "
+        "smaller model still answers test questions as well, and how much faster it runs. The largest share of "
+        f"heads {term('certified', 'certified')} to cost at most {spec.max_drop:g} point of accuracy on every task, "
+        "per model and the score that chose the heads:"
     ]
     for model, group in both.groupby("model"):
         best = group.sort_values("certified_share").iloc[-1]
-        line = f"{model}: {_shares(certified, model)}."
+        line = f"`{model}`: {_shares(certified, model)}."
         if best["certified_share"] > 0:
             at = table[
                 (table["model"] == model)
@@ -270,29 +306,30 @@ def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: Fr
                 & (table["batch"] == batch)
             ].iloc[0]
             line += (
-                f" At {best['score']} {best['certified_share']:.0%}: decode x{at['decode_speedup']:.2f}, "
-                f"prefill x{at['prefill_speedup']:.2f} (batch {batch}), KV cache x{at['kv_ratio']:.2f}, roof "
-                f"x{1 / (1 - at['prefill_flops_removed']):.2f} (FLOPs)."
+                f" At `{best['score']}` {best['certified_share']:.0%}: generating {at['decode_speedup']:.2f} and "
+                f"reading the prompt {at['prefill_speedup']:.2f} times as fast (batch {batch}), KV cache "
+                f"{at['kv_ratio']:.2f} times the size, {term('roof', 'roof')} "
+                f"{1 / (1 - at['prefill_flops_removed']):.2f}."
             )
         parts.append(line)
-    for model, group in table.groupby("model"):
-        line = _speed_line(model, group.drop_duplicates(["score", "share", "batch"]))
-        if line:
-            parts.append(line)
+    parts.extend(_speed_summary(table))
     counts = frontier_stats.certification_counts(table, spec.max_drop / 100)
     line = (
         "Questions per task: "
         + ", ".join(f"{t} {int(n):,}" for t, n in counts.questions.items())
-        + f"; {counts.certified} of {counts.cells} (model, score, share, task) cells certified"
+        + f"; {counts.certified} of {counts.cells} measurements (one model, score, share and task each) certified"
     )
     if not math.isnan(counts.need_low):
         line += (
-            f"; the others need {counts.need_low:,.0f}-{counts.need_high:,.0f} questions (`n_to_certify`), and "
-            f"{counts.beyond} dropped {spec.max_drop:g} point or more"
+            f"; the others would need {counts.need_low:,.0f} to {counts.need_high:,.0f} questions "
+            f"({term('questions to certify', 'questions-to-certify')}), and {counts.beyond} lost "
+            f"{spec.max_drop:g} point or more"
         )
     line += "."
     if adjusted:
-        line += f" fw: Bonferroni over the {family} planned (model, score, task) sequences."
+        line += f" Family-wise: adjusted for picking the best of {family} planned sequences."
+    if word_count("\n\n".join([*parts, line])) > ABSTRACT_WORDS:  # the counts stay, the sizing goes to the body
+        line = f"{counts.certified} of {counts.cells} measurements certified ([accuracy per task](#accuracy-per-task))."
     parts.append(line)
     return "\n\n".join(parts)
 
@@ -342,6 +379,10 @@ def _body(
         "steps with the KV cache). Score 'none' at share 0 times the unpruned model against an identical "
         "copy: its distance from 1 is the noise of the measurement on this machine."
     )
+    for model, group in table.groupby("model"):
+        line = _speed_line(model, group.drop_duplicates(["score", "share", "batch"]))
+        if line:
+            writer.text(line)
     writer.table(speed, "speed")
     writer.heading("Accuracy per task", 2)
     acc = table.drop_duplicates(["model", "score", "share", "task"])[

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from headstats.report.sections.context import Context, Writer, fit_sentences
+from headstats.report.sections.context import Context, Writer, fit_sentences, term
 from headstats.stats import coverage
 
 
@@ -85,22 +85,23 @@ def _can_show_legend(context: Context, table: pd.DataFrame) -> str:
 
 
 def _warnings(table: pd.DataFrame) -> list[str]:
-    """One short sentence per kind of limit: tasks at chance, tasks too small to certify 1 point."""
+    """One short sentence per kind of limit, in words: tasks at chance, tasks too small to certify 1 point."""
     out = []
     chance = table[table["at_chance"]]
     for row in chance.itertuples(index=False):
         out.append(
-            f"**`{row.task}` is at chance for `{row.model}`**: its baseline {row.baseline:.1f}% "
-            f"[{row.baseline_low:.1f}, {row.baseline_high:.1f}] includes chance ({row.chance:.1f}%), so its curves "
-            "cannot show which heads the task needs."
+            f"**On `{row.task}`, `{row.model}` answers no better than guessing**: {row.baseline:.1f}% correct "
+            f"(95% interval {row.baseline_low:.1f} to {row.baseline_high:.1f}%) against {row.chance:.1f}% by chance, "
+            "so its curves cannot show which heads the task needs."
         )
     small = table[~table["at_chance"] & ~table["can_certify_1pt"]]
     if len(small):
-        pairs = ", ".join(f"`{r.task}` ({r.model}, {r.min_detectable_drop:.1f})" for r in small.itertuples())
         need = coverage.fewest_questions_to_certify()
+        pairs = ", ".join(f"{r.min_detectable_drop:.0f} points on `{r.task}` ({r.model})" for r in small.itertuples())
         out.append(
-            f"Too few questions to certify 'within 1 point' (at least {need} needed); smallest "
-            f"detectable drops in points: {pairs}. Their within-1-point values are readings of noisy curves."
+            f"Too few questions to {term('certify', 'certified')} that accuracy stays within 1 point (that needs at "
+            f"least {need}); the smallest drops this run {term('detects', 'mde')}: {pairs}. Read those curves as "
+            "demonstrations, not measurements of a 1-point drop."
         )
     return out
 
