@@ -34,6 +34,13 @@ ARGS = [
 WIDTH = 1280
 FOLD = 1200  # px: the abstract and the headline figure must end above this
 MIN_TEXT_PX = 10  # the smallest figure text a reader is shown
+COLUMN = 1160  # px: a report's column at 1280 px
+# Reports whose inputs are not committed, built before the figure rule: they fail it until rebuilt.
+BUILT_BEFORE_THE_FIGURE_RULE = {
+    "finetuning-embedded": "its checkpoints and results are not committed; rebuild it with the commands at the "
+    "top of analyses/finetuning_embedded.toml",
+    "embedded": "its results are not committed; rebuild it with `headstats run analyses/embedded.toml`",
+}
 SVG_WIDTH = re.compile(r'<svg[^>]*\bviewBox="[\d.]+ [\d.]+ ([\d.]+) [\d.]+"')
 SVG_FONT = re.compile(r"font-size: ?([\d.]+)px")
 
@@ -105,16 +112,32 @@ def test_a_committed_report_reads_in_a_browser(browser, report: Path) -> None:
     assert all(href.startswith("#") for href in m["contents"]) and m["unresolved"] == [], m["unresolved"]
     assert m["abstract"] is not None and m["abstract"]["bottom"] <= FOLD, m["abstract"]
     assert m["headline"] is not None and m["headline"]["top"] < m["headline"]["bottom"] <= FOLD, m["headline"]
-    shown = [f for f in m["figures"] if f["shown"] > 0]
-    twice = [alt for alt, n in Counter(f["src"] for f in shown).items() if n > 1]
-    assert twice == [], "the same figure is shown twice: " + ", ".join(
-        sorted({f["alt"] for f in shown if f["src"] in twice})
-    )
+    problems = figure_problems(report, m["figures"])
+    if report.name in BUILT_BEFORE_THE_FIGURE_RULE:
+        assert problems, f"{report.name} now meets the figure rule: take it out of BUILT_BEFORE_THE_FIGURE_RULE"
+        pytest.xfail(f"{report.name}: {BUILT_BEFORE_THE_FIGURE_RULE[report.name]} ({'; '.join(problems)})")
+    assert problems == [], problems
+
+
+def figure_problems(report: Path, figures: list[dict]) -> list[str]:
+    """A figure shown twice, and figures whose smallest text is below MIN_TEXT_PX as shown (one in a
+    closed block as it would be shown when opened: its own width, at most the page's column)."""
+    shown = figures
+    problems = []
+    twice = [src for src, n in Counter(f["src"] for f in shown).items() if n > 1]
+    if twice:
+        problems.append(
+            "the same figure is shown twice: " + ", ".join(sorted({f["alt"] for f in shown if f["src"] in twice}))
+        )
     small = {}
     for figure in shown:
         svg = report / "figures" / f"{figure['alt']}.svg"
         if svg.is_file():
-            px = smallest_text_px(svg.read_text(encoding="utf-8"), figure["shown"])
+            text = svg.read_text(encoding="utf-8")
+            width = figure["shown"] or min(float(SVG_WIDTH.search(text)[1]) * 96 / 72, COLUMN)
+            px = smallest_text_px(text, width)
             if px < MIN_TEXT_PX - 0.05:
                 small[figure["alt"]] = round(px, 1)
-    assert small == {}, f"figure text below {MIN_TEXT_PX} px at {WIDTH} px (smallest, px): {small}"
+    if small:
+        problems.append(f"figure text below {MIN_TEXT_PX} px at {WIDTH} px (smallest, px): {small}")
+    return problems

@@ -31,8 +31,8 @@ def path_rows(plan: ConfirmPlan) -> dict[str, pd.DataFrame]:
 
 
 PLAIN_QUESTION = (
-    "An earlier study found ways of switching off some of a language model's attention heads that seemed to "
-    "cost almost no accuracy; this run checks those findings on test questions the study never saw."
+    "An earlier study found attention heads that language models seemed to lose at almost no cost in accuracy; "
+    "this run checks those findings on test questions the study never saw."
 )
 
 
@@ -141,12 +141,9 @@ def _worst_lines(bounds: pd.DataFrame, verdicts: pd.DataFrame) -> str:
         if ran.empty:
             continue
         worst = ran.loc[ran.groupby("claim", sort=False)["drop_upper"].idxmax()]
-        said = ", ".join(f"{r.claim} {r.drop_upper:.2f} ({r.path})" for r in worst.itertuples())
-        parts.append(
-            f"{verdict.capitalize()}, worst bound so far: {said}."
-            if verdict == "incomplete"
-            else f"{verdict.capitalize()}, worst bound: {said}."
-        )
+        said = ", ".join(f"{r.claim} up to {r.drop_upper:.2f} points on {r.path}" for r in worst.itertuples())
+        so_far = " so far" if verdict == "incomplete" else ""
+        parts.append(f"{verdict.capitalize()}, the largest bound on the accuracy lost{so_far}: {said}.")
     return "\n\n" + " ".join(parts) if parts else ""
 
 
@@ -349,8 +346,7 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     decided = not counts.get("incomplete", 0)
     held_out = f"{sec.limit:,}" if sec.limit else "all"
     answer = (
-        f"Do the exploratory study's {term('certified', 'certified')} zeroing shares hold on questions it never "
-        f"saw? {k} claims, "
+        f"{k} of the study's {term('certified', 'certified')} zeroing shares (claims), "
         f"stated before this run, were tested on {held_out} held-out {sec.task} questions under "
         f"{len(plan.paths)} computation paths (attention kernel x model dtype): {int(counts.get('confirmed', 0))} "
         f"confirmed, {int(counts.get('not confirmed', 0))} not confirmed, {int(counts.get('incomplete', 0))} "
