@@ -762,3 +762,17 @@ def test_a_stage_not_shown_to_learn_makes_no_comparison_in_the_main_table() -> N
         100,
     )
     assert stage_table(unscored).set_index("stage").loc["GRPO", "base → end, W1/IQR"] == NO_COMPARISON
+
+
+def test_the_docs_site_points_published_reports_at_its_glossary(tmp_path: Path) -> None:
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("docs_hooks", root / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = tmp_path / "reports" / "embedded" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text('<a href="../../docs/statistics.md#certified">certified</a> <a href="#x">x</a>')
+    hooks.on_post_build({"site_dir": str(tmp_path)})
+    assert page.read_text() == '<a href="../../statistics/#certified">certified</a> <a href="#x">x</a>'
