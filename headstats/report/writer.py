@@ -380,7 +380,14 @@ class ReportWriter:
         svg, png = paths["svg"].read_bytes(), paths["png"].read_bytes()
         kind, data = ("svg+xml", svg) if len(svg) <= SVG_RATIO * len(png) else ("png", png)
         caption = self._resolve(caption)
+        # Shown at the SVG's own size (1 pt = 4/3 CSS px) whichever file is embedded, so that a PNG's dpi
+        # does not change how large its text reads; the headline at most HEADLINE_HEIGHT_PX high.
+        w_in, h_in = fig.get_size_inches()
+        width = 72 * w_in * plots.CSS_PX_PER_PT
+        if css_class == "headline":
+            width = min(width, HEADLINE_HEIGHT_PX * w_in / h_in)
         block = _TEMPLATES.get_template("figure.html.j2").render(
+            width=round(width),
             css_class=css_class,
             name=name,
             kind=kind,
