@@ -39,7 +39,6 @@ COLUMN = 1160  # px: a report's column at 1280 px
 BUILT_BEFORE_THE_FIGURE_RULE = {
     "finetuning-embedded": "its checkpoints and results are not committed; rebuild it with the commands at the "
     "top of analyses/finetuning_embedded.toml",
-    "embedded": "its results are not committed; rebuild it with `headstats run analyses/embedded.toml`",
 }
 SVG_WIDTH = re.compile(r'<svg[^>]*\bviewBox="[\d.]+ [\d.]+ ([\d.]+) [\d.]+"')
 SVG_FONT = re.compile(r"font-size: ?([\d.]+)px")
