@@ -6,7 +6,9 @@
   page lists exactly the flags, allowed names and defaults the command line accepts.
 - Docstrings cross-reference in Sphinx roles (``:func:`name```); the API reference shows the name alone.
 - The committed reports (``reports/``) are published with the site under ``reports/``, so that the
-  findings pages link to them.
+  findings pages link to them. A report links its terms to the glossary as the checkout lays it out
+  (``../../docs/statistics.md#certified``, which works when the report is opened from the repository);
+  the published copies point at the site's page instead (``../../statistics/#certified``).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 MARKER = "<!-- headstats:cli-reference -->"
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
+GLOSSARY_IN_CHECKOUT = re.compile(r'href="((?:\.\./)+)docs/statistics\.md#')
 SPHINX_ROLE = re.compile(r":(?:func|class|mod|meth|data|attr|exc|obj):(<code>)~?")
 
 
@@ -119,3 +122,13 @@ def on_files(files, config):
             uri = path.relative_to(ROOT).as_posix()
             files.append(File(uri, src_dir=str(ROOT), dest_dir=config["site_dir"], use_directory_urls=False))
     return files
+
+
+def on_post_build(config) -> None:
+    """Point the published reports' glossary links at the site's statistics page."""
+    site = Path(config["site_dir"]) / "reports"
+    for page in sorted(site.rglob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        published = GLOSSARY_IN_CHECKOUT.sub(r'href="\1statistics/#', text)
+        if published != text:
+            page.write_text(published, encoding="utf-8")

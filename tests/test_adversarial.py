@@ -527,11 +527,12 @@ AMENDED = [
 def test_a_confirmation_edited_after_its_results_is_an_amendment(edit, said, tmp_path) -> None:
     from headstats.jobs.confirm import load_confirmation, register
     from headstats.options import SpecError
-    from headstats.report.confirm import write_confirmation
+    from headstats.report.confirm import PLAIN_QUESTION, write_confirmation
 
     plan = load_confirmation(_confirmation(tmp_path, edit))
     abstract = _abstract(Path(write_confirmation(plan)).parent)
-    assert abstract.startswith("**Amended after results, not pre-registered**: ") and said in abstract
+    assert abstract.removeprefix(PLAIN_QUESTION + " ").startswith("**Amended after results, not pre-registered**: ")
+    assert said in abstract
     assert "stated before this run and amended after it" in abstract
     assert "## The claims as amended after the run" in (plan.report / "summary.md").read_text()
     with pytest.raises(SpecError) as err:  # and no pass runs under the changed file
@@ -545,16 +546,16 @@ def test_a_confirmation_edited_after_its_results_is_an_amendment(edit, said, tmp
 
 def test_an_unchanged_confirmation_is_pre_registered_and_one_without_a_record_says_so(tmp_path) -> None:
     from headstats.jobs.confirm import REGISTRATION_FILE, load_confirmation, register
-    from headstats.report.confirm import write_confirmation
+    from headstats.report.confirm import PLAIN_QUESTION, write_confirmation
 
     plan = load_confirmation(_confirmation(tmp_path))
     register(plan)  # the same keys: nothing changes
     abstract = _abstract(Path(write_confirmation(plan)).parent)
-    assert abstract.startswith("Do the exploratory study's certified zeroing shares hold")
+    assert abstract.startswith(PLAIN_QUESTION + " 4 of the study's certified zeroing shares (claims), stated before")
     assert "## The claims as stated before the run" in (plan.report / "summary.md").read_text()
     (plan.results / REGISTRATION_FILE).unlink()
     abstract = _abstract(Path(write_confirmation(plan)).parent)
-    assert abstract.startswith(
+    assert abstract.removeprefix(PLAIN_QUESTION + " ").startswith(
         f"**No pre-registration record** (`{(plan.results / REGISTRATION_FILE).as_posix()}` is missing): the rule "
         "below is the file's current one, which nothing shows predates the results. "
     )

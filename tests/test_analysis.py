@@ -199,7 +199,7 @@ notes = "The model body ran in float32.\\n\\nA second paragraph."
         "baseline (0/1), random (0/1)",
     ]
     page = index.read_text()
-    assert "<b>This report is partial</b>: 4 of the 7 sweep points" in page
+    assert "<strong>This report is partial</strong>: 4 of the 7 sweep points" in page
     # the file's notes go to the Methods and caveats appendix, a blank line in them starting a paragraph
     assert "Notes on this run</h3>\n<p>The model body ran in float32.</p>\n<p>A second paragraph.</p>" in page
     assert "float32.\n\nA second paragraph." in (tmp_path / "report" / "summary.md").read_text()
@@ -216,9 +216,7 @@ notes = "The model body ran in float32.\\n\\nA second paragraph."
 
 
 def test_run_times_give_one_row_per_machine_and_dtype_of_a_resumed_sweep() -> None:
-    from types import SimpleNamespace
-
-    from headstats.report.sections.can_show import run_times
+    from headstats.stats.coverage import run_times
 
     amd = {"cpu": "AMD EPYC", "cores": 2, "torch_threads": 2, "bf16_units": []}
     xeon = {"cpu": "Xeon", "cores": 2, "torch_threads": 2, "bf16_units": ["avx512_bf16", "amx_bf16"]}
@@ -237,7 +235,7 @@ def test_run_times_give_one_row_per_machine_and_dtype_of_a_resumed_sweep() -> No
             "dtype": ["float32"] * 3 + ["bfloat16"] * 2,
         }
     )
-    table = run_times(SimpleNamespace(passes=passes)).set_index("dtype")
+    table = run_times(passes).set_index("dtype")
     assert len(table) == 2
     assert table.loc["float32", ["passes_timed", "reused_baseline", "last_finished"]].tolist() == [2, 1, "t2"]
     assert table["part_timed"].to_dict() == {"float32": 1, "bfloat16": 0}

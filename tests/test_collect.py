@@ -269,9 +269,9 @@ def test_hellaswag_score_tables_carry_their_source_documents_as_clusters(tmp_pat
         from test_tasks import build_data_dir
     except ImportError:
         from tests.test_tasks import build_data_dir
-    from headstats.report.sections.can_show import score_samples
     from headstats.report.sections.context import Context
     from headstats.stats import distances
+    from headstats.stats.coverage import score_samples
 
     data = build_data_dir(tmp_path / "data")
     tok = make_tokenizer(adds_bos=False)
@@ -285,5 +285,5 @@ def test_hellaswag_score_tables_carry_their_source_documents_as_clusters(tmp_pat
     assert distances.cluster_column(table) == "document"
     floor = distances.noise_floor(table, table["model"].iloc[0], depth_bins=0, n_split=4)
     assert floor["cluster"].eq("document").all() and floor["n_clusters"].eq(2).all()
-    shown = score_samples(Context(tmp_path / "out"))
+    shown = score_samples(Context(tmp_path / "out").scores)
     assert shown["cluster"].eq("document").all() and shown["n_clusters"].eq(2).all()

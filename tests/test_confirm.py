@@ -466,8 +466,9 @@ def test_the_abstract_names_each_claims_deciding_bound() -> None:
     ).assign(drop=0.1)
     verdicts = claim_verdicts(bounds, ["explicit-float32", "fused-float32"])
     assert _worst_lines(bounds, verdicts) == (
-        "\n\nNot confirmed, worst bound: a 1.30 (fused-float32). Confirmed, worst bound: b 0.90 (fused-float32). "
-        "Incomplete, worst bound so far: c 0.70 (explicit-float32)."
+        "\n\nNot confirmed, the largest bound on the accuracy lost: a up to 1.30 points on fused-float32. Confirmed, "
+        "the largest bound on the accuracy lost: b up to 0.90 points on fused-float32. Incomplete, the largest bound "
+        "on the accuracy lost so far: c up to 0.70 points on explicit-float32."
     )  # d has not run anywhere: nothing to say of it yet
 
 

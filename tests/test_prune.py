@@ -358,7 +358,8 @@ def test_frontier_runs_resumes_and_reports(model_dir, tmp_path, capsys) -> None:
     from headstats.jobs import checkpoint
     from headstats.jobs.evaluate import evaluate
     from headstats.jobs.frontier import ANSWER_COLUMNS, load_frontier
-    from headstats.report.frontier import certified_shares, read_points
+    from headstats.report.frontier import read_points
+    from headstats.stats.frontier import certified_shares
     from headstats.studies import dry_run, load_study
 
     analysis = tmp_path / "tiny_frontier.toml"
@@ -635,7 +636,7 @@ def test_the_family_wise_reading_adjusts_every_bound_for_the_planned_sequences()
     out of the family-wise reading, and the fixed sequence stops there."""
     import numpy as np
 
-    from headstats.report.frontier import add_family_bounds, certified_shares
+    from headstats.stats.frontier import add_family_bounds, certified_shares
     from headstats.stats.paired import drop_bound
 
     n, family, shares = 2000, 12, [0.02, 0.05, 0.1]
@@ -680,16 +681,21 @@ def test_the_speed_line_calls_noise_noise_only_when_every_ratio_lies_within_the_
         )
 
     quiet = _speed_line("m", group([1.03, 1.01, 1.02], [100, 100, 100]))
-    head = "m speed: roof x1.042 at 20% of heads (FLOPs); measured x1.00-x1.02, an identical copy x1.00-x1.03"
+    head = (
+        "`m` speed: removing 20% of heads can make it at most 1.042 times as fast (its [roof](glossary:roof)); "
+        "measured 1.00 to 1.02 times, while the unpruned model timed against an identical copy gave 1.00 to 1.03 times"
+    )
     assert quiet == head + ": within this machine's noise."
     loud = _speed_line("m", group([1.03, 1.30, 0.80], [100, 50, 200]))
     assert loud.endswith(
-        "; 1 of 4 pass their roof, the unpruned rate per batch size spanned x4.0: noise sets them, not pruning."
+        "; 1 of 4 exceed their roof and the unpruned model's own speed varied 4.0-fold: the machine's noise sets "
+        "them, not pruning."
     )
 
 
 def test_the_abstract_names_a_task_that_alone_certifies_a_larger_share() -> None:
-    from headstats.report.frontier import _shares, certified_shares
+    from headstats.report.frontier import _shares
+    from headstats.stats.frontier import certified_shares
 
     # PIQA certifies 2% and 5% (bounds 0.8, 0.9), ARC-Easy only 2%: every task 2%, PIQA alone 5%.
     points = pd.DataFrame(
@@ -706,8 +712,9 @@ def test_the_abstract_names_a_task_that_alone_certifies_a_larger_share() -> None
     # Family-wise, PIQA's 0.9 at 5% no longer certifies: the abstract says so beside the plain reading.
     wise = certified_shares(points.assign(upper_fw=points["upper"] + [0, 0.002, 0, 0, 0, 0]), 0.01, None, "upper_fw")
     both = certified.assign(certified_share_fw=wise["certified_share"])
-    assert _shares(both, "m") == "ahon_ln 2% (piqa 5%; fw 2%)"
-    assert _shares(certified.assign(certified_share_fw=certified["certified_share"]), "m") == "ahon_ln 2% (piqa 5%)"
+    assert _shares(both, "m") == "`ahon_ln` 2% (5% on piqa alone; 2% [family-wise](glossary:bonferroni))"
+    same = certified.assign(certified_share_fw=certified["certified_share"])
+    assert _shares(same, "m") == "`ahon_ln` 2% (5% on piqa alone)"
 
 
 def test_prune_takes_one_score_and_one_share_under_singular_flags(monkeypatch, capsys) -> None:

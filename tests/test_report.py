@@ -25,6 +25,7 @@ from headstats.report import sections
 from headstats.report import writer as report
 from headstats.report.sections.context import model_identity_text
 from headstats.stats import ranking
+from headstats.stats.coverage import fewest_questions_to_certify
 from headstats.stats.paired import (
     drop_bound_from_counts,
     minimum_detectable_drop,
@@ -298,8 +299,8 @@ def test_what_this_run_can_show_for_a_powered_task(results: Path, built: Path) -
 def test_questions_needed_to_certify_within_one_point() -> None:
     """With no changed answer the score bound of the drop is z^2 / (n + z^2): at most 1 point from
     n = 99 z^2 = 267.9 on, so 268 questions, and not one fewer, by the certification itself."""
-    n = int(questions_to_certify())
-    assert n == 268 and questions_to_certify(drop=1.0) == questions_to_certify(0, 0, 50, drop=1.0)
+    n = fewest_questions_to_certify()
+    assert n == 268 and questions_to_certify(drop=1.0) == questions_to_certify(0, 0, 50, drop=1.0) == n
     assert drop_bound_from_counts(0, 0, n).upper <= 0.01 < drop_bound_from_counts(0, 0, n - 1).upper
 
 
@@ -332,8 +333,8 @@ def test_report_on_a_single_score_sweep_says_the_task_is_at_chance(tiny_sweep: P
     assert row["n_questions"] == 8 and row["points_per_question"] == pytest.approx(12.5)
     assert row["chance"] == pytest.approx(25.0)
     assert row["baseline_low"] <= 25.0 <= row["baseline_high"] and row["at_chance"]
-    assert "<b><code>mmlu</code> is at chance for <code>tiny-llama</code></b>" in page
-    assert "includes chance (25.0%)" in page
+    assert "<strong>On <code>mmlu</code>, <code>tiny-llama</code> answers no better than guessing</strong>" in page
+    assert "against 25.0% by chance" in page
     assert '<p class="subtitle">Models: <code>tiny-llama</code>.</p>' in page
     ranks = pd.read_csv(tmp_path / "r" / "tables" / "mmlu_ranks.csv", index_col=0)
     assert ranks.loc["tiny-llama", "ahon_ln"] == 1  # the one score ranks first
@@ -561,9 +562,10 @@ def test_a_report_leads_with_its_answer(results: Path, built: Path) -> None:
     for model in ("base", "tuned"):  # the pre-specified score's first drop, interval and certified share
         c = curves[(curves["model"] == model) & (curves["score"] == "ahon_ln")].iloc[0]
         i = intervals[(intervals["model"] == model) & (intervals["score"] == "ahon_ln")].iloc[0]
-        first = ("≥ " if c["censored"] else "") + f"{c['within_1pt']:.1f}%"
-        low = ("≥ " if i["first_low_open"] else "") + f"{i['first_low']:.1f}"
-        assert f"mmlu {first} [{low}, " in html.unescape(abstract), model
+        value = f"{c['within_1pt']:.1f}% of heads"
+        first = f"not by {value}, the most tried, on mmlu" if c["censored"] else f"{value} on mmlu"
+        assert f"{first} (95% interval {i['first_low']:.1f} to " in " ".join(html.unescape(abstract).split()), model
+    assert " ".join(abstract.split()).startswith("This report switches off a growing share")
     assert parsed.links and set(parsed.links) <= parsed.ids  # every anchor resolves
     toc = page[page.index('<nav id="contents">') : page.index("</nav>")]
     assert "#what-this-run-can-show" in toc and "#methods-and-caveats" in toc
@@ -576,6 +578,24 @@ def test_a_report_leads_with_its_answer(results: Path, built: Path) -> None:
     )
     md = (built / "summary.md").read_text()
     assert len(md.split()) < 6000 and md.index("**Contents**") > md.index("![headline_curves]")
+
+
+def test_every_glossary_term_of_the_reports_is_an_anchor_of_the_glossary(tmp_path: Path) -> None:
+    """Reports link their terms to docs/statistics.md; each anchor they name exists there, a report in
+    the checkout links it relatively (the docs site's hook rewrites the published copies), and a
+    report elsewhere writes the plain word."""
+    root = Path(__file__).resolve().parents[1]
+    glossary = (root / "docs" / "statistics.md").read_text()
+    anchors = set(re.findall(r"\{#([\w-]+)\}", glossary))
+    used = set()
+    for source in (root / "headstats" / "report").rglob("*.py"):
+        used |= set(re.findall(r"term\([^()]*?,\s*\"([\w-]+)\"\)", source.read_text()))
+    assert used and used <= anchors, sorted(used - anchors)
+    assert report.glossary_link(root / "reports" / "embedded") == "../../docs/statistics.md"
+    writer = report.ReportWriter(tmp_path / "r", "t", dpi=30)
+    writer.abstract("An [interval](glossary:accuracy-interval) in words.")
+    writer.write()
+    assert "An interval in words." in (tmp_path / "r" / "summary.md").read_text()
 
 
 @pytest.mark.parametrize(("n", "in_place"), [(1, True), (3, True), (4, False)])
@@ -747,3 +767,17 @@ def test_a_stage_not_shown_to_learn_makes_no_comparison_in_the_main_table() -> N
         100,
     )
     assert stage_table(unscored).set_index("stage").loc["GRPO", "base → end, W1/IQR"] == NO_COMPARISON
+
+
+def test_the_docs_site_points_published_reports_at_its_glossary(tmp_path: Path) -> None:
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("docs_hooks", root / "docs" / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    page = tmp_path / "reports" / "embedded" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text('<a href="../../docs/statistics.md#certified">certified</a> <a href="#x">x</a>')
+    hooks.on_post_build({"site_dir": str(tmp_path)})
+    assert page.read_text() == '<a href="../../statistics/#certified">certified</a> <a href="#x">x</a>'

@@ -284,3 +284,32 @@ def test_ranks_ties_nan_correlation_and_top_k_on_hand_made_curves() -> None:
     assert table["model"].iloc[-1] == "Average"
     with pytest.raises(ValueError, match="several tasks"):
         ranking.rank_scores(curves.assign(task=["a"] * 4 + ["b"] * 4))
+
+
+def test_descriptive_score_tables_match_numpy() -> None:
+    from headstats.stats import describe
+
+    rng = np.random.default_rng(0)
+    rows = pd.DataFrame(
+        {
+            "dataset": "d",
+            "model": np.repeat(["a", "b"], 24),
+            "sample_id": np.tile(np.repeat([0, 1, 2], 8), 2),
+            "layer": np.tile(np.repeat([0, 1], 4), 6),
+            "head": np.tile([0, 1, 2, 3], 12),
+            "s": rng.normal(size=48),
+        }
+    )
+    quartiles = describe.score_quartiles(rows, lambda _: ["s"]).set_index("model")
+    for model in ("a", "b"):
+        values = rows.loc[rows["model"] == model, "s"].to_numpy()
+        want = np.quantile(values, [0.25, 0.5, 0.75])
+        got = quartiles.loc[model, ["s_q1", "s_median", "s_q3"]].to_numpy(float)
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+        assert quartiles.loc[model, "sequences"] == 3
+    means = describe.score_means(rows, ["s"])
+    assert means.loc["a", ["sequences", "layers", "heads"]].tolist() == [3, 2, 4]
+    assert means.loc["b", "s"] == pytest.approx(rows.loc[rows["model"] == "b", "s"].mean())
+    heads = describe.head_means(rows[rows["model"] == "a"], ["s"])
+    a = rows[rows["model"] == "a"]
+    assert heads.loc[(1, 2), "s"] == pytest.approx(a[(a["layer"] == 1) & (a["head"] == 2)]["s"].mean())

@@ -14,9 +14,9 @@ from matplotlib.figure import Figure
 from headstats.io import store
 from headstats.jobs.confirm import REGISTRATION_FILE, ConfirmPlan, amendments, claims_table, left_to_run
 from headstats.report.freshness import report_inputs
-from headstats.report.sections.can_show import run_times as pass_times
-from headstats.report.sections.context import ABSTRACT_WORDS, Context, word_count
+from headstats.report.sections.context import ABSTRACT_WORDS, Context, term, word_count
 from headstats.report.writer import ReportWriter
+from headstats.stats import coverage
 from headstats.stats.confirm import claim_bounds, claim_verdicts, path_agreement, path_baselines
 
 
@@ -30,14 +30,20 @@ def path_rows(plan: ConfirmPlan) -> dict[str, pd.DataFrame]:
     return out
 
 
+PLAIN_QUESTION = (
+    "An earlier study found attention heads that language models seemed to lose at almost no cost in accuracy; "
+    "this run checks those findings on test questions the study never saw."
+)
+
+
 def run_times(plan: ConfirmPlan) -> pd.DataFrame:
-    """Per path, model and machine (:func:`headstats.report.sections.can_show.run_times`): the timed
+    """Per path, model and machine (:func:`headstats.stats.coverage.run_times`): the timed
     passes, their wall and CPU hours and minutes per pass; a path resumed on another machine gives one
     row per machine. Empty (with its columns) before any pass."""
     frames = []
     for path in plan.paths:
         root = plan.results_of(path)
-        table = pass_times(Context(root)) if root.is_dir() else None
+        table = coverage.run_times(Context(root).passes) if root.is_dir() else None
         if table is not None and len(table):
             frames.append(table.assign(path=path.name))
     if not frames:
@@ -135,12 +141,9 @@ def _worst_lines(bounds: pd.DataFrame, verdicts: pd.DataFrame) -> str:
         if ran.empty:
             continue
         worst = ran.loc[ran.groupby("claim", sort=False)["drop_upper"].idxmax()]
-        said = ", ".join(f"{r.claim} {r.drop_upper:.2f} ({r.path})" for r in worst.itertuples())
-        parts.append(
-            f"{verdict.capitalize()}, worst bound so far: {said}."
-            if verdict == "incomplete"
-            else f"{verdict.capitalize()}, worst bound: {said}."
-        )
+        said = ", ".join(f"{r.claim} up to {r.drop_upper:.2f} points on {r.path}" for r in worst.itertuples())
+        so_far = " so far" if verdict == "incomplete" else ""
+        parts.append(f"{verdict.capitalize()}, the largest bound on the accuracy lost{so_far}: {said}.")
     return "\n\n" + " ".join(parts) if parts else ""
 
 
@@ -343,17 +346,18 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     decided = not counts.get("incomplete", 0)
     held_out = f"{sec.limit:,}" if sec.limit else "all"
     answer = (
-        f"Do the exploratory study's certified zeroing shares hold on questions it never saw? {k} claims, "
+        f"{k} of the study's {term('certified', 'certified')} zeroing shares (claims), "
         f"stated before this run, were tested on {held_out} held-out {sec.task} questions under "
         f"{len(plan.paths)} computation paths (attention kernel x model dtype): {int(counts.get('confirmed', 0))} "
         f"confirmed, {int(counts.get('not confirmed', 0))} not confirmed, {int(counts.get('incomplete', 0))} "
         f"incomplete ({ran} of {len(bounds)} claim-path runs done; {times['hours'].sum():.1f} hours of passes"
         f"{'; [what is left](#what-is-left-to-run)' if len(left) else ''}"
         f"{', which cannot change a verdict' if len(left) and decided else ''}). "
-        f"A claim is confirmed when the one-sided upper bound of its paired drop is at most {sec.drop:g} point on "
-        f"every path, at level {(1 - sec.confidence) / k:.3g} each (Bonferroni over the {k} claims)."
+        f"A claim is {term('confirmed', 'confirmed')} when the {term('upper bound', 'bound')} of its accuracy drop is "
+        f"at most {sec.drop:g} point on every path, at level {(1 - sec.confidence) / k:.3g} each "
+        f"({term('Bonferroni', 'bonferroni')} over the {k} claims)."
     )
-    answer = _registration_line(plan, changed, bool(rows)) + answer
+    answer = PLAIN_QUESTION + " " + _registration_line(plan, changed, bool(rows)) + answer
     if changed:
         answer = answer.replace("stated before this run", "stated before this run and amended after it")
     worst = _worst_lines(bounds, verdicts)

@@ -18,33 +18,27 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.jobs.frontier import Frontier, pruned_points, read_record
 from headstats.report.plots import score_style
+from headstats.report.sections.context import ABSTRACT_WORDS, term, word_count
 from headstats.report.writer import ReportWriter, anchor_slug
 from headstats.specs import FrontierSpec
-from headstats.stats.paired import (
-    drop_bound,
-    drop_bound_from_counts,
-    minimum_detectable_drop,
-    questions_to_certify,
-)
+from headstats.stats import frontier as frontier_stats
+from headstats.stats.frontier import CONFIDENCE
 
-CONFIDENCE = 0.95  # each point's one-sided bound
 LEGEND = "Reading the main table"  # the appendix heading the main table links to
 
 
 def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
     """(points: one row per model, score, share, task with accuracy and drop bound, and one per model
     at share 0; speed: one row per model, score, share, batch; runs: model -> run.json and baseline)."""
-    rows, speed, runs = [], [], {}
+    frames, speed, runs = [], [], {}
     for root in sorted(Path(results).glob("model=*")):
         model = root.name.removeprefix("model=")
         base_file = root / "points" / "baseline.parquet"
@@ -54,55 +48,31 @@ def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame,
         base_info = read_record(root / "points" / "baseline.json")
         runs[model] = {"run": read_record(root / "run.json"), "baseline": base_info}
         speed.extend(_speed_rows(base_info["speed"], model, "none", 0.0))
-        for task, frame in base.groupby("task"):
-            rows.append(
-                {
-                    "model": model,
-                    "score": "none",
-                    "share": 0.0,
-                    "task": task,
-                    "n": len(frame),
-                    "accuracy": frame["correct"].mean(),
-                    "drop": 0.0,
-                    "upper": 0.0,
-                    "lost": 0,
-                    "gained": 0,
-                    "mdd_80": minimum_detectable_drop(len(frame)),
-                }
-            )
+        frames.append(frontier_stats.baseline_rows(base).assign(model=model, score="none", share=0.0))
         for info_file in sorted((root / "points").glob("*.json")):
             if info_file.stem == "baseline":
                 continue
             info = read_record(info_file)
             answers = pd.read_parquet(info_file.with_suffix(".parquet"))
             rule = selection_name(info["score"], info.get("unit", "head"))
-            extra = {
-                "n_removed": info["n_removed"],
-                "params_ratio": info["params_after"] / info["params_before"],
-                **info["roof"],
-                "eval_seconds": info["eval_seconds"],
-            }
             speed.extend(_speed_rows(info["speed"], model, rule, info["share"]))
-            for task, frame in answers.groupby("task"):
-                merged = base[base["task"] == task].merge(frame, on="question_id", suffixes=("_base", ""))
-                bound = drop_bound(merged["correct_base"].to_numpy(), merged["correct"].to_numpy())
-                rows.append(
-                    {
-                        "model": model,
-                        "score": rule,
-                        "share": info["share"],
-                        "task": task,
-                        "n": bound.n,
-                        "accuracy": frame["correct"].mean(),
-                        "drop": bound.drop,
-                        "upper": bound.upper,
-                        "lost": bound.lost,
-                        "gained": bound.gained,
-                        "mdd_80": minimum_detectable_drop(bound.n),
-                        **extra,
-                    }
+            drops = frontier_stats.task_drops(base, answers)
+            frames.append(
+                drops.assign(
+                    model=model,
+                    score=rule,
+                    share=info["share"],
+                    n_removed=info["n_removed"],
+                    params_ratio=info["params_after"] / info["params_before"],
+                    **info["roof"],
+                    eval_seconds=info["eval_seconds"],
                 )
-    return pd.DataFrame(rows), pd.DataFrame(speed), runs
+            )
+    points = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if not points.empty:
+        first = ["model", "score", "share", "task"]
+        points = points[first + [c for c in points.columns if c not in first]]
+    return points, pd.DataFrame(speed), runs
 
 
 def selection_name(score: str, unit: str) -> str:
@@ -127,64 +97,10 @@ def _speed_rows(rows: list[dict], model: str, score: str, share: float) -> list[
     ]
 
 
-def speedups(speed: pd.DataFrame) -> pd.DataFrame:
-    """Pruned / unpruned tokens/s and KV-cache bytes per model, score, share and batch (at share 0:
-    the unpruned model against an identical copy, the measurement's own noise)."""
-    keys = ["model", "score", "share", "batch"]
-    u = speed[speed["role"] == "unpruned"].set_index(keys)
-    p = speed[speed["role"] == "pruned"].set_index(keys)
-    out = pd.DataFrame(
-        {
-            "prefill_speedup": p["prefill_tokens_per_s"] / u["prefill_tokens_per_s"],
-            "decode_speedup": p["decode_tokens_per_s"] / u["decode_tokens_per_s"],
-            "kv_ratio": p["kv_cache_bytes"] / u["kv_cache_bytes"],
-            "prefill_tok_s_unpruned": u["prefill_tokens_per_s"],
-            "decode_tok_s_unpruned": u["decode_tokens_per_s"],
-        }
-    )
-    return out.reset_index()
-
-
-def certified_shares(
-    points: pd.DataFrame, max_drop: float, shares: Sequence[float] | None = None, upper: str = "upper"
-) -> pd.DataFrame:
-    """Largest share of each model and score certified by the fixed-sequence reading, per task and
-    on every task at once (a share counts for "all" when certified on each task). ``shares``: the
-    planned grid; a share not measured yet ends the sequence like one not certified; ``upper``: the
-    column of bounds to read (``upper_fw`` for the family-wise reading)."""
-    rows = []
-    pruned = points[points["score"] != "none"]
-    for (model, score), group in pruned.groupby(["model", "score"]):
-        tasks = sorted(group["task"].unique())
-        grid = sorted(s for s in (shares if shares is not None else group["share"].unique()) if s > 0)
-        for task in [*tasks, "all"]:
-            best = 0.0
-            for share in grid:
-                at = group[group["share"] == share]
-                sel = at if task == "all" else at[at["task"] == task]
-                if len(sel) == 0 or not (sel[upper] <= max_drop).all():
-                    break
-                best = share
-            rows.append({"model": model, "score": score, "task": task, "certified_share": best})
-    return pd.DataFrame(rows)
-
-
 def family_size(frontier: Frontier) -> int:
     """The sequences a reader can pick the best of: every planned model x score x unit x task."""
     spec = frontier.prune
     return len(frontier.model_names(all_models=True)) * len(spec.scores) * len(spec.units) * len(spec.tasks)
-
-
-def add_family_bounds(points: pd.DataFrame, family: int, confidence: float = CONFIDENCE) -> pd.DataFrame:
-    """``points`` with ``upper_fw``: each drop's one-sided upper bound at level (1 - confidence) /
-    ``family`` (Bonferroni over the family's fixed sequences, so the largest certified share of any
-    of them holds at 1 - confidence family-wise); 0 for the unpruned rows."""
-    level = 1.0 - (1.0 - confidence) / family
-    upper = [
-        drop_bound_from_counts(int(r.lost), int(r.gained), int(r.n), level).upper if r.score != "none" else 0.0
-        for r in points.itertuples()
-    ]
-    return points.assign(upper_fw=upper)
 
 
 def _headline(table: pd.DataFrame, tasks: list[str], batch: int) -> Figure:
@@ -208,21 +124,22 @@ def _headline(table: pd.DataFrame, tasks: list[str], batch: int) -> Figure:
                     label=score,
                     capsize=2,
                 )
-                for _, r in rows.iterrows():
-                    ax.annotate(
-                        f"{r['share']:.0%}",
-                        (100 * r["drop"], r["decode_speedup"]),
-                        fontsize=7,
-                        xytext=(3, 3),
-                        textcoords="offset points",
-                    )
+                last = rows.iloc[-1]  # each line runs in share order: its largest share labelled, at its end
+                ax.annotate(
+                    f"{last['share']:.0%}",
+                    (100 * last["drop"], last["decode_speedup"]),
+                    color=style["color"],
+                    xytext=(4, 4),
+                    textcoords="offset points",
+                )
             ax.axvline(1.0, color="grey", linestyle=":", linewidth=1)
             ax.axhline(1.0, color="grey", linewidth=0.8)
             ax.set_title(f"{model}: {task}", fontsize=9)
             ax.set_xlabel("accuracy drop (points; bar to the 95% upper bound)", fontsize=8)
             ax.set_ylabel(f"decode speed-up (batch {batch})", fontsize=8)
-            ax.legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)), frameon=False)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))  # the legend below the panels, off the data
     return fig
 
 
@@ -237,21 +154,14 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
             f"{frontier.path} is timed in paired rounds: its report is headstats.report.frontier_paired's "
             "build_paired_report (headstats frontier FILE --stages report chooses it)"
         )
-    ratios = speedups(speed)
-    points["n_to_certify"] = [  # once per (model, score, share, task), before the rows repeat per batch
-        questions_to_certify(r.lost, r.gained, r.n, spec.max_drop) if r.score != "none" else math.nan
-        for r in points.itertuples()
-    ]
+    ratios = frontier_stats.speedups(speed)
+    # once per (model, score, share, task), before the rows repeat per batch
+    points = frontier_stats.add_questions_to_certify(points, spec.max_drop)
     family = family_size(frontier)
-    points = add_family_bounds(points, family)
+    points = frontier_stats.add_family_bounds(points, family)
     table = points.merge(ratios, on=["model", "score", "share"], how="left")
-    certified = certified_shares(points, spec.max_drop / 100, spec.shares).merge(
-        certified_shares(points, spec.max_drop / 100, spec.shares, "upper_fw").rename(
-            columns={"certified_share": "certified_share_fw"}
-        ),
-        on=["model", "score", "task"],
-    )
-    partial = unfinished_models(points, runs, len(pruned_points(spec)))
+    certified = frontier_stats.both_certified_shares(points, spec.max_drop / 100, spec.shares)
+    partial = frontier_stats.unfinished(points, list(runs), len(pruned_points(spec)))
     certified = certified[~certified["model"].isin(partial)]  # a missing share would read as "not certified"
     tasks = sorted(points["task"].unique())
     writer = ReportWriter(
@@ -278,12 +188,13 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         _headline(table, tasks, b_small),
         "speedup_vs_drop",
         f"Measured decode speed-up (batch {b_small}, pruned / unpruned tokens/s, side by side) against "
-        "the held-out accuracy drop, per score; labels are the shares of heads removed, bars reach the "
+        "the held-out accuracy drop, per score; each line runs from the smallest share of heads removed to the "
+        "largest (labelled), bars reach the "
         "one-sided 95% Tango upper bound; the dotted line is 1 point; 'none' at 0% is the unpruned model "
         "timed against an identical copy (the measurement's noise).",
     )
     writer.main_table(
-        _main_table(table, certified, spec),
+        _main_table(table, spec),
         "frontier",
         legend=f"Per model, score and share: heads removed, measured speed-ups at batch "
         f"{'/'.join(map(str, spec.speed_batches))}, the roof (speed-up if time followed the removed "
@@ -296,101 +207,103 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     return Path(writer.out) / "index.html"
 
 
-def unfinished_models(points: pd.DataFrame, runs: dict, planned: int) -> dict[str, int]:
-    """Models with a baseline but fewer than ``planned`` pruned points: model -> points done."""
-    done = points[points["score"] != "none"].drop_duplicates(["model", "score", "share"]).groupby("model").size()
-    return {m: int(done.get(m, 0)) for m in runs if done.get(m, 0) < planned}
-
-
-def _fmt_drop(row: pd.Series) -> str:
+def _fmt_drop(row) -> str:
     return f"{100 * row['drop']:+.1f} [{100 * row['upper']:.1f}]"
 
 
-def _main_table(table: pd.DataFrame, certified: pd.DataFrame, spec: FrontierSpec) -> pd.DataFrame:
-    rows = []
-    pruned = table[table["score"] != "none"]
-    for (model, score, share), group in pruned.groupby(["model", "score", "share"]):
-        row = {
-            "model": model,
-            "score": score,
-            "share": share,
-            "heads removed": int(group["n_removed"].iloc[0]),
-            "params": group["params_ratio"].iloc[0],
-        }
-        for batch in spec.speed_batches:
-            at = group[group["batch"] == batch].iloc[0]
-            row[f"prefill x (b{batch})"] = at["prefill_speedup"]
-            row[f"decode x (b{batch})"] = at["decode_speedup"]
-        first = group.iloc[0]
-        row["KV cache"] = first["kv_ratio"]
-        if "kv_bytes_saved_per_token" in group:
-            row["KV saved (B/token)"] = first["kv_bytes_saved_per_token"]
-        row["roof prefill x"] = 1 / (1 - first["prefill_flops_removed"])
-        row[f"roof decode x (b{min(spec.speed_batches)})"] = 1 / (
-            1 - first[f"decode_bytes_removed_b{min(spec.speed_batches)}"]
-        )
-        for task, at in group.groupby("task"):
-            r = at.iloc[0]
-            row[f"{task} drop [upper] (pts)"] = _fmt_drop(r)
-        rows.append(row)
-    return pd.DataFrame(rows)
+def _main_table(table: pd.DataFrame, spec: FrontierSpec) -> pd.DataFrame:
+    """:func:`headstats.stats.frontier.frontier_table` with each task's drop and bound as one
+    "+d.d [u.u]" column in points."""
+    out = frontier_stats.frontier_table(table, spec.speed_batches)
+    for task in sorted(table["task"].unique()):
+        if f"{task} drop" in out:
+            drops = out.pop(f"{task} drop")
+            uppers = out.pop(f"{task} upper")
+            pairs = zip(drops, uppers, strict=True)
+            out[f"{task} drop [upper] (pts)"] = [_fmt_drop({"drop": d, "upper": u}) for d, u in pairs]
+    return out
 
 
 def _alone(certified: pd.DataFrame, model: str, score: str, column: str = "certified_share") -> list[str]:
     """``score``'s largest share on every task, then each task on which alone it certifies more:
-    ["0%", "piqa 5%"]."""
+    ["0%", "5% on piqa alone"]."""
     mine = certified[(certified["model"] == model) & (certified["score"] == score)].set_index("task")[column]
     every = mine["all"]
-    return [f"{every:.0%}", *(f"{task} {share:.0%}" for task, share in mine.drop("all").items() if share > every)]
+    alone = [f"{share:.0%} on {task} alone" for task, share in mine.drop("all").items() if share > every]
+    return [f"{every:.0%}", *alone]
 
 
 def _shares(certified: pd.DataFrame, model: str) -> str:
-    """Each score's reading, with the family-wise one where it differs: "random 0% (piqa 2%; fw 0%)"."""
+    """Each score's reading in words, with the family-wise one where it differs:
+    "random 0% (2% on piqa alone; 0% family-wise)"."""
     out = []
     for score in certified.loc[certified["model"] == model, "score"].unique():
         plain, wise = _alone(certified, model, score), _alone(certified, model, score, "certified_share_fw")
-        inner = ", ".join(plain[1:]) + ("; fw " + ", ".join(wise) if wise != plain else "")
-        out.append(f"{score} {plain[0]}" + (f" ({inner.removeprefix('; ')})" if inner else ""))
+        inner = ", ".join(plain[1:])
+        if wise != plain:
+            inner += ("; " if inner else "") + ", ".join(wise) + " " + term("family-wise", "bonferroni")
+        out.append(f"`{score}` {plain[0]}" + (f" ({inner})" if inner else ""))
     return ", ".join(out)
 
 
 def _speed_line(model: str, group: pd.DataFrame) -> str:
-    """The measured speed-ups beside the roof and beside an identical copy's ratios (the noise): within
-    that noise, or how many ratios leave it, how many pass the roof (which removed FLOPs cannot
-    explain), and how much the unpruned model's own rate moved between points (the machine's variation)."""
-    noise, measured = group[group["score"] == "none"], group[group["score"] != "none"]
-    # A ratio beyond the copy's range may be pruning or noise; one above its roof cannot be pruning.
-    if noise.empty or measured.empty:
+    """The measured speed-ups beside the roof and beside an identical copy's ratios (the noise), in
+    words: within that noise, or how many ratios leave it, how many pass the roof (which removed
+    FLOPs cannot explain), and how much the unpruned model's own rate moved (the machine's variation)."""
+    noise = frontier_stats.speed_noise(group)
+    if noise is None:
         return ""
-    cols = ["prefill_speedup", "decode_speedup"]
-    top = measured["share"].max()
-    roof = 1 / (1 - measured.loc[measured["share"] == top, "prefill_flops_removed"].max())
-    ratios, lo, hi = measured[cols].to_numpy().ravel(), noise[cols].min().min(), noise[cols].max().max()
     line = (
-        f"{model} speed: roof x{roof:.3f} at {top:.0%} of heads (FLOPs); measured "
-        f"x{ratios.min():.2f}-x{ratios.max():.2f}, an identical copy x{lo:.2f}-x{hi:.2f}"
+        f"`{model}` speed: removing {noise.top_share:.0%} of heads can make it at most {noise.roof:.3f} times as "
+        f"fast (its {term('roof', 'roof')}); measured {noise.low:.2f} to {noise.high:.2f} times, while the unpruned "
+        f"model timed against an identical copy gave {noise.copy_low:.2f} to {noise.copy_high:.2f} times"
     )
-    if not ((ratios < lo) | (ratios > hi)).any():
+    if not noise.outside:
         return line + ": within this machine's noise."
-    roofs = 1 / (1 - measured["prefill_flops_removed"].to_numpy())
-    above = int((measured[cols].to_numpy() > roofs[:, None]).sum())
-    rate = group.groupby("batch")["prefill_tok_s_unpruned"].agg(lambda r: r.max() / r.min()).max()
     return line + (
-        f"; {above} of {len(ratios)} pass their roof, the unpruned rate per batch size spanned x{rate:.1f}: noise "
-        "sets them, not pruning."
+        f"; {noise.above_roof} of {noise.ratios} exceed their roof and the unpruned model's own speed varied "
+        f"{noise.rate_span:.1f}-fold: the machine's noise sets them, not pruning."
     )
+
+
+def _speed_summary(table: pd.DataFrame) -> list[str]:
+    """The abstract's words on speed: one sentence when every model's ratios are the machine's noise
+    (within an identical copy's, or past the roof), else :func:`_speed_line` per model."""
+    readings = {
+        model: frontier_stats.speed_noise(group.drop_duplicates(["score", "share", "batch"]))
+        for model, group in table.groupby("model")
+    }
+    readings = {m: r for m, r in readings.items() if r is not None}
+    if not readings:
+        return []
+    if all(not r.outside or r.above_roof for r in readings.values()):
+        r = list(readings.values())
+        return [
+            f"Speed: removing {max(x.top_share for x in r):.0%} of heads can make a model at most "
+            f"{max(x.roof for x in r):.3f} times as fast (its {term('roof', 'roof')}); measured, "
+            f"{min(x.low for x in r):.2f} to {max(x.high for x in r):.2f} times, as scattered as the unpruned "
+            f"model timed against an identical copy ({min(x.copy_low for x in r):.2f} to "
+            f"{max(x.copy_high for x in r):.2f}): the machine's noise, not pruning."
+        ]
+    return [
+        _speed_line(model, group.drop_duplicates(["score", "share", "batch"]))
+        for model, group in table.groupby("model")
+        if model in readings
+    ]
 
 
 def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: FrontierSpec, family: int) -> str:
     both = certified[certified["task"] == "all"]
     adjusted = bool((certified["certified_share"] != certified["certified_share_fw"]).any())
     parts = [
-        f"Largest share of heads certified within {spec.max_drop:g} point on every task (on one task "
-        f"alone{'; fw: family-wise' if adjusted else ''}):"
+        "This report removes a growing share of a model's attention heads for good and measures whether the "
+        "smaller model still answers test questions as well, and how much faster it runs. The largest share of "
+        f"heads {term('certified', 'certified')} to cost at most {spec.max_drop:g} point of accuracy on every task, "
+        "per model and the score that chose the heads:"
     ]
     for model, group in both.groupby("model"):
         best = group.sort_values("certified_share").iloc[-1]
-        line = f"{model}: {_shares(certified, model)}."
+        line = f"`{model}`: {_shares(certified, model)}."
         if best["certified_share"] > 0:
             at = table[
                 (table["model"] == model)
@@ -399,36 +312,30 @@ def _abstract(table: pd.DataFrame, certified: pd.DataFrame, batch: int, spec: Fr
                 & (table["batch"] == batch)
             ].iloc[0]
             line += (
-                f" At {best['score']} {best['certified_share']:.0%}: decode x{at['decode_speedup']:.2f}, "
-                f"prefill x{at['prefill_speedup']:.2f} (batch {batch}), KV cache x{at['kv_ratio']:.2f}, roof "
-                f"x{1 / (1 - at['prefill_flops_removed']):.2f} (FLOPs)."
+                f" At `{best['score']}` {best['certified_share']:.0%}: generating {at['decode_speedup']:.2f} and "
+                f"reading the prompt {at['prefill_speedup']:.2f} times as fast (batch {batch}), KV cache "
+                f"{at['kv_ratio']:.2f} times the size, {term('roof', 'roof')} "
+                f"{1 / (1 - at['prefill_flops_removed']):.2f}."
             )
         parts.append(line)
-    for model, group in table.groupby("model"):
-        line = _speed_line(model, group.drop_duplicates(["score", "share", "batch"]))
-        if line:
-            parts.append(line)
-    sizes = table[table["score"] == "none"].groupby("task")["n"].min()
-    cells = table[table["score"] != "none"].drop_duplicates(["model", "score", "share", "task"])
-    passed = cells["upper"] <= spec.max_drop / 100
-    finite = np.isfinite(cells["n_to_certify"])
-    # The range to size a rerun by: uncertified cells that lost no fewer answers than they gained (one
-    # that gained more would "certify" within a few dozen questions at its lucky shares).
-    reachable = cells.loc[~passed & finite & (cells["lost"] >= cells["gained"]), "n_to_certify"]
-    points = f"{spec.max_drop:g} point"
+    parts.extend(_speed_summary(table))
+    counts = frontier_stats.certification_counts(table, spec.max_drop / 100)
     line = (
         "Questions per task: "
-        + ", ".join(f"{t} {int(n):,}" for t, n in sizes.items())
-        + f"; {int(passed.sum())} of {len(cells)} (model, score, share, task) cells certified"
+        + ", ".join(f"{t} {int(n):,}" for t, n in counts.questions.items())
+        + f"; {counts.certified} of {counts.cells} measurements (one model, score, share and task each) certified"
     )
-    if len(reachable):
+    if not math.isnan(counts.need_low):
         line += (
-            f"; the others need {reachable.min():,.0f}-{reachable.max():,.0f} questions (`n_to_certify`), and "
-            f"{int((~finite).sum())} dropped {points} or more"
+            f"; the others would need {counts.need_low:,.0f} to {counts.need_high:,.0f} questions "
+            f"({term('questions to certify', 'questions-to-certify')}), and {counts.beyond} lost "
+            f"{spec.max_drop:g} point or more"
         )
     line += "."
     if adjusted:
-        line += f" fw: Bonferroni over the {family} planned (model, score, task) sequences."
+        line += f" Family-wise: adjusted for picking the best of {family} planned sequences."
+    if word_count("\n\n".join([*parts, line])) > ABSTRACT_WORDS:  # the counts stay, the sizing goes to the body
+        line = f"{counts.certified} of {counts.cells} measurements certified ([accuracy per task](#accuracy-per-task))."
     parts.append(line)
     return "\n\n".join(parts)
 
@@ -478,6 +385,10 @@ def _body(
         "steps with the KV cache). Score 'none' at share 0 times the unpruned model against an identical "
         "copy: its distance from 1 is the noise of the measurement on this machine."
     )
+    for model, group in table.groupby("model"):
+        line = _speed_line(model, group.drop_duplicates(["score", "share", "batch"]))
+        if line:
+            writer.text(line)
     writer.table(speed, "speed")
     writer.heading("Accuracy per task", 2)
     acc = table.drop_duplicates(["model", "score", "share", "task"])[

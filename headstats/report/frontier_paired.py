@@ -18,18 +18,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.jobs.frontier import Frontier, pruned_points
-from headstats.report.frontier import (
-    CONFIDENCE,
-    LEGEND,
-    add_family_bounds,
-    certified_shares,
-    family_size,
-    read_points,
-    run_notes,
-    unfinished_models,
-)
+from headstats.report.frontier import LEGEND, family_size, read_points, run_notes
 from headstats.report.plots import score_style
 from headstats.report.writer import ReportWriter, anchor_slug
+from headstats.stats.frontier import CONFIDENCE, add_family_bounds, both_certified_shares, unfinished
 from headstats.stats.speed import against_ceiling
 
 MIB = 2**20
@@ -172,13 +164,8 @@ def build_paired_report(frontier: Frontier, out: str | os.PathLike | None = None
     points = add_family_bounds(points, family)
     certified = pd.DataFrame(columns=["model", "score", "task", "certified_share", "certified_share_fw"])
     if (points["score"] != "none").any():
-        certified = certified_shares(points, spec.max_drop / 100, spec.shares).merge(
-            certified_shares(points, spec.max_drop / 100, spec.shares, "upper_fw").rename(
-                columns={"certified_share": "certified_share_fw"}
-            ),
-            on=["model", "score", "task"],
-        )
-    partial = unfinished_models(points, runs, len(pruned_points(spec)))
+        certified = both_certified_shares(points, spec.max_drop / 100, spec.shares)
+    partial = unfinished(points, list(runs), len(pruned_points(spec)))
     certified = certified[~certified["model"].isin(partial)]
     settings = _setting_order(speed)
     writer = ReportWriter(

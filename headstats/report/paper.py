@@ -31,6 +31,7 @@ import pandas as pd
 from headstats.engine.scores import get_score
 from headstats.report import plots
 from headstats.report.sections import add_curve_sections, write_provenance
+from headstats.report.sections.context import term
 from headstats.report.writer import ReportWriter
 from headstats.specs import PaperSpec
 from headstats.stats import ranking
@@ -136,11 +137,14 @@ def paper_abstract(t2: pd.DataFrame, curves: pd.DataFrame) -> str:
     average = t2[t2["model"] == "Average"].iloc[0]
     best = models["best_overall_score"].value_counts()
     return (
-        "How many attention heads can the study's models lose while MMLU accuracy stays within 1 point, and "
+        f"A published study switched off attention heads in {len(models)} language models and measured how much "
+        "their answers to MMLU test questions suffered; this report recomputes its main table from its published "
+        "numbers. How many attention heads can the study's models lose while MMLU accuracy stays "
+        f"{term('within 1 point', 'within-one-point')}, and "
         f"does the attention-sink score (`awft`) find them? Averaged over the {len(models)} models, `awft` zeroes "
         f"{average['awft']:.2f}% of heads within 1 point, the best other score {average['best_other']:.2f}% "
-        f"(per model {models['awft'].min():.1f}-{models['awft'].max():.1f}% against "
-        f"{models['best_other'].min():.1f}-{models['best_other'].max():.1f}%). The best score overall is "
+        f"(per model {models['awft'].min():.1f} to {models['awft'].max():.1f}% against "
+        f"{models['best_other'].min():.1f} to {models['best_other'].max():.1f}%). The best score overall is "
         + ", ".join(f"`{s}` for {n}" for s, n in best.items())
         + f" of {len(models)} models. Rebuilt from the study's {len(curves)} published curves with its own reading "
         "of 'within 1 point'; the published points carry no per-question answers, so these numbers have no "

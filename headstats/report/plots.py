@@ -120,6 +120,54 @@ def _ordered_scores(scores: Iterable[str]) -> list[str]:
     return sorted(set(scores), key=lambda s: (canonical.get(s, len(canonical)), s))
 
 
+MIN_TEXT_PX = 10  # the smallest text of a figure as a reader sees it in a report at 1280 px
+PAGE_WIDTH_PX = 1160  # a report's column at 1280 px (its body's width less its padding)
+CSS_PX_PER_PT = 96 / 72  # an SVG's size in pt, shown in CSS px
+
+
+def shown_scale(fig: Figure, width_px: float = PAGE_WIDTH_PX, max_height_px: float | None = None) -> float:
+    """How much a report shrinks ``fig``'s SVG (1: shown at its own size): to the page's column, and to
+    ``max_height_px`` where it has one (the headline)."""
+    w_in, h_in = fig.get_size_inches()
+    scale = min(1.0, width_px / (72 * w_in * CSS_PX_PER_PT))
+    if max_height_px:
+        scale = min(scale, max_height_px / (72 * h_in * CSS_PX_PER_PT))
+    return scale
+
+
+def make_legible(
+    fig: Figure, min_px: float = MIN_TEXT_PX, width_px: float = PAGE_WIDTH_PX, max_height_px: float | None = None
+) -> float:
+    """Raise every text of ``fig`` (titles, labels, tick labels, legends, annotations) to at least
+    ``min_px`` as shown in a report (:func:`shown_scale`), then lay the figure out again; returns that
+    smallest size in pt."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    smallest = math.ceil(10 * min_px / CSS_PX_PER_PT / shown_scale(fig, width_px, max_height_px)) / 10
+    if fig.canvas is None or not hasattr(fig.canvas, "get_renderer"):
+        FigureCanvasAgg(fig)
+    fig.canvas.draw()  # tick labels exist once drawn
+    changed = False
+    for ax in fig.axes:
+        for axis, name in ((ax.xaxis, "x"), (ax.yaxis, "y")):
+            labels = [t for t in axis.get_ticklabels(which="both") if t.get_text()]
+            if labels and min(t.get_fontsize() for t in labels) < smallest:
+                ax.tick_params(axis=name, which="both", labelsize=smallest)
+                changed = True
+    for text in fig.findobj(Text):
+        if text.get_text().strip() and text.get_fontsize() < smallest:
+            text.set_fontsize(smallest)
+            changed = True
+    if changed and fig.get_layout_engine() is None:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a figure tight_layout cannot fit keeps its layout
+            fig.tight_layout()
+    return smallest
+
+
 def save_figure(
     fig: Figure, directory: str | os.PathLike, name: str, formats: Sequence[str] = ("png", "svg"), dpi: int = 100
 ) -> dict[str, Path]:

@@ -29,10 +29,13 @@ import os
 import re
 import shlex
 from collections.abc import Iterator, Sequence
+from importlib import resources
 from pathlib import Path
 
+import jinja2
 import numpy as np
 import pandas as pd
+from markdown_it import MarkdownIt
 from matplotlib.figure import Figure
 
 from headstats.io import store
@@ -40,7 +43,7 @@ from headstats.io.assets import ELSEWHERE, cache_dir, portable_name
 from headstats.report import plots
 from headstats.report import sections as report_sections
 from headstats.report.freshness import INPUTS_KEY, report_inputs
-from headstats.report.sections.context import ABSTRACT_WORDS, IN_PAGE_LINK, Context, Section, word_count
+from headstats.report.sections.context import ABSTRACT_WORDS, Context, Section, word_count
 from headstats.specs import ReportSpec
 
 logger = logging.getLogger("headstats")
@@ -88,39 +91,38 @@ APPENDIX_TITLE = "Methods and caveats"
 APPENDIX_ANCHOR = "methods-and-caveats"
 MANIFEST_FILE = store.MANIFEST_FILE  # the files a build wrote: the only ones the next build may remove
 SVG_RATIO = 1.5  # embed a figure as SVG (crisp) unless its SVG is this many times its PNG's size
+HEADLINE_HEIGHT_PX = 640  # the headline figure's largest height on the page (report.css)
 MD_ROWS = 25  # rows of a table shown in summary.md; the CSV has them all
 
-_CSS = """
-*, *::before, *::after { box-sizing: border-box; }
-body { font-family: system-ui, sans-serif; max-width: 1200px; margin: 1.5em auto; padding: 0 1em; color: #222;
-line-height: 1.45; }
-h1 { font-size: 1.6em; margin: 0 0 .2em; } p.subtitle { margin-top: 0; color: #444; font-size: .9em; }
-h1, h2, h3, p, li, figcaption, summary { overflow-wrap: anywhere; }
-h2 { border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
-#abstract { font-size: 1.02em; background: #f6f8fa; border-left: 4px solid #225; padding: .4em .9em; margin: .6em 0; }
-#abstract p { margin: .3em 0; }
-.scroll { overflow-x: auto; max-width: 100%; margin: .5em 0 1.2em; }
-table.t { border-collapse: collapse; font-size: .82em; }
-table.t th, table.t td { border: 1px solid #ddd; padding: .2em .5em; text-align: right; }
-table.t th { background: #f4f4f4; } table.t td:first-child { text-align: left; }
-p.legend { font-size: .85em; color: #444; margin: -.8em 0 1em; }
-figure { margin: 1em 0 2em; } figure img { max-width: 100%; height: auto; }
-figure.headline { margin: .5em 0 1em; } figure.headline img { max-height: 640px; width: auto; }
-figcaption { font-size: .85em; color: #555; }
-nav#contents { font-size: .92em; columns: 2; column-gap: 2em; background: #fafafa; padding: .5em 1em;
-border: 1px solid #eee; } nav#contents ul { margin: 0; padding-left: 1.2em; } nav#contents > ul { padding-left: 0;
-list-style: none; } nav#contents h2 { margin: 0 0 .3em; border: 0; font-size: 1.05em; column-span: all; }
-code { background: #f4f4f4; padding: 0 .2em; } pre { background: #f8f8f8; padding: .6em; overflow-x: auto;
-max-width: 100%; font-size: .8em; } details { margin: .5em 0 1em; } summary { cursor: pointer; color: #225; }
-"""
+GLOSSARY_PAGE = Path("docs") / "statistics.md"  # the glossary's page in a checkout; its anchors are terms
+_GLOSSARY_LINK = re.compile(r"\[([^\]]+)\]\(glossary:([A-Za-z0-9_-]+)\)")
+_MARKDOWN = MarkdownIt("commonmark", {"html": False})
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("headstats.report", "templates"),
+    autoescape=jinja2.select_autoescape(default=True),
+    keep_trailing_newline=True,
+)
 
 
 def _inline_html(text: str) -> str:
-    """Markdown's inline code, bold and in-page links (``[text](#anchor)``) as HTML."""
-    escaped = html.escape(text)
-    escaped = re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped)
-    escaped = IN_PAGE_LINK.sub(r'<a href="\2">\1</a>', escaped)
-    return re.sub(r"\*\*([^*]+)\*\*", r"<b>\1</b>", escaped)
+    """One line of Markdown (code, bold, links) as HTML; raw HTML in ``text`` is escaped."""
+    return _MARKDOWN.renderInline(text)
+
+
+def _block_html(text: str) -> str:
+    """Markdown paragraphs (a blank line starts another) as HTML; raw HTML in ``text`` is escaped."""
+    return _MARKDOWN.render(text).strip()
+
+
+def glossary_link(out: str | os.PathLike) -> str | None:
+    """The glossary page as a link relative to the report folder ``out``, when ``out`` lies in a
+    checkout that has it (``../../docs/statistics.md`` for ``reports/<name>``; the docs site's hook
+    points the published copies at the site's page); None elsewhere."""
+    folder = Path(out).resolve()
+    for root in (folder, *folder.parents):
+        if (root / GLOSSARY_PAGE).is_file():
+            return Path(os.path.relpath(root / GLOSSARY_PAGE, folder)).as_posix()
+    return None
 
 
 def anchor_slug(text: str) -> str:
@@ -196,6 +198,7 @@ class ReportWriter:
         # Subfolders of ``out`` another headstats job writes (a comparison's score tables in OUT/results):
         # not this report's files, and not a user's either.
         self.elsewhere: tuple[str, ...] = ()
+        self.glossary = glossary_link(self.out)  # where [term](glossary:anchor) links lead; None: nowhere
 
     def hide(self, *paths: str | os.PathLike) -> None:
         """Name each of ``paths`` (a model folder, the results folder) by :func:`portable_name` in
@@ -204,6 +207,13 @@ class ReportWriter:
             for variant in {os.fspath(path), str(Path(path).expanduser().absolute())}:
                 if Path(variant).is_absolute() and portable_name(variant).startswith(ELSEWHERE):
                     self._hidden[variant.rstrip("/")] = portable_name(variant)
+
+    def _resolve(self, text: str) -> str:
+        """``text`` with each ``[term](glossary:anchor)`` pointed at the glossary page, or written as
+        the plain term where the report has no glossary beside it."""
+        if self.glossary is None:
+            return _GLOSSARY_LINK.sub(r"\1", text)
+        return _GLOSSARY_LINK.sub(lambda m: f"[{m[1]}]({self.glossary}#{m[2]})", text)
 
     def roots(self) -> list[tuple[str, str]]:
         """The local paths the text names otherwise, longest first (:func:`public_text`)."""
@@ -219,9 +229,9 @@ class ReportWriter:
                 f"an abstract has at most {ABSTRACT_WORDS} words, this one {words}: keep the answer and its main "
                 "numbers, and move the rest to the body"
             )
-        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", self._resolve(text)) if p.strip()]
         self._lead["abstract"] = (
-            '<div id="abstract">' + "".join(f"<p>{_inline_html(p)}</p>" for p in paragraphs) + "</div>",
+            '<div id="abstract">' + _block_html("\n\n".join(paragraphs)) + "</div>",
             "\n\n".join(paragraphs),
         )
 
@@ -247,8 +257,9 @@ class ReportWriter:
         frame = _public_frame(frame, self.roots())
         path = self._write_csv(frame, name, csv, False)
         more = f" [Full legend](#{full_legend})." if full_legend else ""
+        legend = self._resolve(legend)
         self._lead["table"] = (
-            self._table_html(frame, path, floatfmt, False) + f'<p class="legend">{_inline_html(legend + more)}</p>',
+            self._table_html(frame, path, floatfmt, False, legend=_inline_html(legend + more)),
             markdown_table(frame, floatfmt) + f"\n\n*{legend}{more}*",
         )
         return path
@@ -304,15 +315,24 @@ class ReportWriter:
 
     def text(self, text: str) -> None:
         """A paragraph; a blank line in ``text`` starts another (an analysis file's long notes)."""
-        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
-        self._stream.html.extend(f"<p>{_inline_html(p)}</p>" for p in paragraphs)
+        paragraphs = [p.strip() for p in re.split(r"\n\s*\n", self._resolve(text)) if p.strip()]
+        self._stream.html.append(_block_html("\n\n".join(paragraphs)))
         self._stream.md.append("\n\n".join(paragraphs))
 
     def _write_csv(self, frame: pd.DataFrame, name: str, csv: str | None, index: bool) -> Path:
         path = self.folder.path(csv or f"tables/{name}.csv")
         return store.write_atomic(path, lambda tmp: frame.to_csv(tmp, index=index))
 
-    def _table_html(self, frame: pd.DataFrame, path: Path, floatfmt: str, index: bool) -> str:
+    def _table_html(
+        self,
+        frame: pd.DataFrame,
+        path: Path,
+        floatfmt: str,
+        index: bool,
+        *,
+        legend: str = "",
+        collapsed: str = "",
+    ) -> str:
         # na_rep covers NaN only: a nullable count or flag (Int64, boolean) would print "<NA>".
         nullable = [c for c in frame.columns if isinstance(frame[c].dtype, pd.api.extensions.ExtensionDtype)]
         if nullable:
@@ -322,8 +342,9 @@ class ReportWriter:
         body = frame.to_html(
             index=index, border=0, classes="t", na_rep="", float_format=lambda v: format(v, floatfmt), escape=True
         )
-        rel = html.escape(path.relative_to(self.out).as_posix())
-        return f'<div class="scroll">{body}</div><p><small>CSV: <a href="{rel}">{rel}</a></small></p>'
+        return _TEMPLATES.get_template("table.html.j2").render(
+            table=body, csv=path.relative_to(self.out).as_posix(), legend=legend, collapsed=collapsed
+        )
 
     def table(
         self,
@@ -339,9 +360,7 @@ class ReportWriter:
         """Add a table (in a collapsed block titled ``collapsed`` if given) and write it as CSV."""
         frame = _public_frame(frame, self.roots())
         path = self._write_csv(frame, name, csv, index)
-        block = self._table_html(frame, path, floatfmt, index)
-        if collapsed:
-            block = f"<details><summary>{_inline_html(collapsed)}</summary>{block}</details>"
+        block = self._table_html(frame, path, floatfmt, index, collapsed=_inline_html(collapsed) if collapsed else "")
         self._stream.html.append(block)
         rel = path.relative_to(self.out).as_posix()
         if collapsed or self._collapsed:
@@ -359,15 +378,25 @@ class ReportWriter:
     def _figure_blocks(self, fig: Figure, name: str, caption: str, css_class: str = "") -> tuple[str, str]:
         for fmt in ("png", "svg"):
             self.folder.path(f"figures/{name}.{fmt}")
+        plots.make_legible(fig, max_height_px=HEADLINE_HEIGHT_PX if css_class == "headline" else None)
         paths = plots.save_figure(fig, self.out / "figures", name, dpi=self.dpi)
         svg, png = paths["svg"].read_bytes(), paths["png"].read_bytes()
         kind, data = ("svg+xml", svg) if len(svg) <= SVG_RATIO * len(png) else ("png", png)
-        encoded = base64.b64encode(data).decode("ascii")
-        rel_svg = paths["svg"].relative_to(self.out).as_posix()
-        klass = f' class="{css_class}"' if css_class else ""
-        block = (
-            f'<figure{klass}><img alt="{html.escape(name)}" src="data:image/{kind};base64,{encoded}">'
-            f'<figcaption>{_inline_html(caption)} <a href="{html.escape(rel_svg)}">(SVG)</a></figcaption></figure>'
+        caption = self._resolve(caption)
+        # Shown at the SVG's own size (1 pt = 4/3 CSS px) whichever file is embedded, so that a PNG's dpi
+        # does not change how large its text reads; the headline at most HEADLINE_HEIGHT_PX high.
+        w_in, h_in = fig.get_size_inches()
+        width = 72 * w_in * plots.CSS_PX_PER_PT
+        if css_class == "headline":
+            width = min(width, HEADLINE_HEIGHT_PX * w_in / h_in)
+        block = _TEMPLATES.get_template("figure.html.j2").render(
+            width=round(width),
+            css_class=css_class,
+            name=name,
+            kind=kind,
+            encoded=base64.b64encode(data).decode("ascii"),
+            caption=_inline_html(caption),
+            svg=paths["svg"].relative_to(self.out).as_posix(),
         )
         return block, f"![{name}]({paths['png'].relative_to(self.out).as_posix()})\n\n*{caption}*"
 
@@ -392,24 +421,19 @@ class ReportWriter:
 
     # --- rendering ---
 
-    def _contents(self) -> tuple[str, str]:
+    def _contents(self) -> tuple[list[dict], str]:
+        """The contents: level-2 entries with their level-3 children (for the page), and in Markdown."""
         entries = [*self._body.toc, (2, APPENDIX_TITLE, APPENDIX_ANCHOR)] if self._appendix.html else self._body.toc
         entries += [e for e in self._appendix.toc if e[0] <= 3 and self._appendix.html]
-        if not entries:
-            return "", ""
-        html_items, md_items, open_sub = [], [], False
+        tree: list[dict] = []
         for level, text, anchor in entries:
-            item = f'<li><a href="#{anchor}">{_inline_html(text)}</a>'
-            if level == 2:
-                html_items.append(("</ul></li>" if open_sub else "</li>" if html_items else "") + item)
-                open_sub = False
+            entry = {"text": _inline_html(text), "anchor": anchor, "children": []}
+            if level == 2 or not tree:
+                tree.append(entry)
             else:
-                html_items.append(("" if open_sub else "<ul>") + item + "</li>")
-                open_sub = True
-            md_items.append(("  " if level > 2 else "") + f"- [{text}](#{anchor})")
-        closing = "</ul></li>" if open_sub else "</li>"
-        nav = '<nav id="contents"><h2>Contents</h2><ul>' + "".join(html_items) + closing + "</ul></nav>"
-        return nav, "**Contents**\n\n" + "\n".join(md_items)
+                tree[-1]["children"].append(entry)
+        md = [("  " if level > 2 else "") + f"- [{text}](#{anchor})" for level, text, anchor in entries]
+        return tree, ("**Contents**\n\n" + "\n".join(md)) if md else ""
 
     def write(self) -> Path:
         """Write ``index.html`` and ``summary.md`` atomically; returns the HTML path."""
@@ -418,21 +442,21 @@ class ReportWriter:
 
         footer = f"Generated by headstats {__version__} on {stamp}."
         lead = [self._lead[k] for k in ("abstract", "headline", "table") if k in self._lead]
-        nav, md_nav = self._contents()
-        appendix_html, appendix_md = [], []
-        if self._appendix.html:
-            appendix_html = [f'<h2 id="{APPENDIX_ANCHOR}">{APPENDIX_TITLE}</h2>', *self._appendix.html]
-            appendix_md = [f"## {APPENDIX_TITLE}", *self._appendix.md]
-        page = (
-            f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{html.escape(self.title)}</title><style>{_CSS}</style></head><body>\n"
-            f"<h1>{html.escape(self.title)}</h1>\n"
-            + (f'<p class="subtitle">{_inline_html(self.subtitle)}</p>\n' if self.subtitle else "")
-            + "\n".join([*(h for h, _ in lead), nav, *self._body.html, *appendix_html])
-            + f"\n<hr><p><small>{html.escape(footer)}</small></p></body></html>\n"
+        contents, md_nav = self._contents()
+        page = _TEMPLATES.get_template("page.html.j2").render(
+            title=self.title,
+            css=(resources.files("headstats.report") / "templates" / "report.css").read_text(encoding="utf-8"),
+            subtitle=_inline_html(self._resolve(self.subtitle)) if self.subtitle else "",
+            lead=[h for h, _ in lead],
+            contents=contents,
+            body=self._body.html,
+            appendix=self._appendix.html,
+            appendix_title=APPENDIX_TITLE,
+            appendix_anchor=APPENDIX_ANCHOR,
+            footer=footer,
         )
-        head = f"# {self.title}\n\n" + (f"{self.subtitle}\n\n" if self.subtitle else "")
+        appendix_md = [f"## {APPENDIX_TITLE}", *self._appendix.md] if self._appendix.html else []
+        head = f"# {self.title}\n\n" + (f"{self._resolve(self.subtitle)}\n\n" if self.subtitle else "")
         parts = [*(m for _, m in lead), md_nav, *self._body.md, *appendix_md]
         md = head + "\n\n".join(p for p in parts if p) + f"\n\n---\n{footer}\n"
         index = self.folder.path("index.html")

@@ -13,10 +13,10 @@ import pandas as pd
 
 from headstats.engine.scores import score_ids as registered_score_ids
 from headstats.report import plots
-from headstats.report.sections.context import Context, Writer, fit_sentences
+from headstats.report.sections.context import Context, Writer, fit_sentences, term
 from headstats.report.sections.curves import MAIN_TABLE_LEGEND, MAIN_TABLE_LINE, main_table
 from headstats.report.sections.finetuning import finetuning_lead
-from headstats.stats import ranking
+from headstats.stats import coverage, describe, ranking
 from headstats.stats.summary import BASELINE
 
 # The score the abstract reads when the run has it: the study's best score, named before any run, so
@@ -54,9 +54,64 @@ def reading_text(curve: pd.Series, interval: pd.Series | None) -> str:
     return text
 
 
+PLAIN_QUESTION = (
+    "This report switches off a growing share of a language model's attention heads and asks how many can go "
+    "before it gets more than 1 in 100 test questions fewer right."
+)
+
+
+def reading_words(curve: pd.Series, interval: pd.Series | None, task: str) -> str:
+    """One curve's reading in words: the share of heads at which accuracy first fell 1 point on
+    ``task`` (or that it had not by the most tried), its 95% interval, and the share certified."""
+    if bool(curve.get("zeroes_none", False)):
+        return f"on {task} no head was zeroed"
+    value = float(curve["within_1pt"])
+    text = (
+        f"not by {value:.1f}% of heads, the most tried, on {task}"
+        if curve.get("censored")
+        else f"{value:.1f}% of heads on {task}"
+    )
+    inner = []
+    if interval is not None and bool(interval.get("first_unstable", False)):
+        inner.append(f"{term('unstable', 'unstable')}: not a finding")
+    elif interval is not None and pd.notna(interval.get("first_low")):
+        high = float(interval["first_high"])
+        upper = f"over {high:.1f}" if bool(interval["first_high_open"]) else f"{high:.1f}"
+        inner.append(f"95% interval {float(interval['first_low']):.1f} to {upper}%")
+    if pd.notna(curve.get("within_1pt_certified")):
+        share = float(curve["within_1pt_certified"])
+        inner.append(f"certified safe up to {share:.1f}%" if share > 0 else "none certified safe")
+    return text + (f" ({'; '.join(inner)})" if inner else "")
+
+
+def what_it_can_show_words(context: Context) -> list[str]:
+    """What the run's size lets it show, in words: the smallest drop it detects against 1 point, and
+    the tasks the model answers no better than chance."""
+    table = coverage.what_it_can_show(context.interventions, context.points, context.options.metric)
+    if table.empty:
+        return []
+    out = []
+    small = table[~table["can_certify_1pt"]]
+    if len(small):
+        n_low, n_high = int(small["n_questions"].min()), int(small["n_questions"].max())
+        sizes = f"{n_low}" if n_low == n_high else f"{n_low} to {n_high}"
+        mdd = float(small["min_detectable_drop"].min())
+        out.append(
+            f"With {sizes} questions per task this run cannot show a 1-point drop: the smallest drop it "
+            f"{term('detects', 'mde')} is about {mdd:.0f} points, and certifying 1 point needs at least "
+            f"{coverage.fewest_questions_to_certify()} questions, so read its curves as a demonstration."
+        )
+    for row in table[table["at_chance"]].itertuples(index=False):
+        out.append(
+            f"On {row.task}, `{row.model}` answers no better than guessing ({row.baseline:.0f}% against "
+            f"{row.chance:.0f}% by chance), so that curve cannot show which heads matter."
+        )
+    return out
+
+
 def intervention_abstract(context: Context) -> str:
-    """How many heads can be zeroed within 1 point, read on the pre-specified score, and how the
-    scores compare with random: the main numbers with their intervals, at most 150 words."""
+    """The plain question, what the run's size can show, then how many heads can be zeroed within 1
+    point on the pre-specified score and how the scores compare with random: at most 150 words."""
     points, curves, intervals = context.points, context.curves, context.curve_intervals
     models = list(dict.fromkeys(curves["model"].astype(str)))
     tasks = sorted(curves["task"].astype(str).unique())
@@ -67,11 +122,12 @@ def intervention_abstract(context: Context) -> str:
     top = 100 * float(pd.to_numeric(points["target"]).max())
     measured = [s for s in scores if s != "random"]
     chosen = PRESPECIFIED if PRESPECIFIED in measured else (measured[0] if measured else scores[0])
-    why = "the study's best score, chosen before the run" if chosen == PRESPECIFIED else "the first score run"
+    why = "the study's best score, fixed before the run" if chosen == PRESPECIFIED else "the first score run"
     sentences = [
-        f"How many attention heads can be zeroed while accuracy stays within 1 point of the baseline? "
-        f"{_names(models)} on {size_text} questions, heads zeroed by {len(scores)} "
-        f"score function{'s' if len(scores) != 1 else ''} at targets up to {top:.0f}% of heads."
+        PLAIN_QUESTION,
+        f"Here: {_names(models)} on {size_text} questions, heads chosen by {len(scores)} "
+        f"score function{'s' if len(scores) != 1 else ''}, up to {top:.0f}% of heads.",
+        *what_it_can_show_words(context),
     ]
     for model in models:
         parts = []
@@ -85,9 +141,14 @@ def intervention_abstract(context: Context) -> str:
                     (intervals["model"] == model) & (intervals["task"] == task) & (intervals["score"] == chosen)
                 ]
                 iv = hit.iloc[0] if len(hit) else None
-            parts.append(f"{task} {reading_text(row.iloc[0], iv)}")
-        if parts:
-            sentences.append(f"`{model}` with `{chosen}` ({why}), first 1-point drop at: " + "; ".join(parts) + ".")
+            parts.append(reading_words(row.iloc[0], iv, task))
+        if parts and model == models[0]:  # the first model's reading says how to read the others
+            sentences.append(
+                f"`{model}`, heads chosen by `{chosen}` ({why}): accuracy {term('first fell 1 point', 'first-drop')} "
+                f"at " + ", ".join(parts) + f" ({term('certified', 'certified')}: proven within 1 point at 95%)."
+            )
+        elif parts:
+            sentences.append(f"`{model}`: " + ", ".join(parts) + ".")
     if intervals is not None and not intervals.empty and intervals["reference"].ne("").any():
         verdicts = ranking.verdicts(intervals)
         counts = {
@@ -96,10 +157,10 @@ def intervention_abstract(context: Context) -> str:
         }
         ref = str(intervals.loc[intervals["reference"].ne(""), "reference"].iloc[0])
         sentences.append(
-            f"Against `{ref}` by curve area: {counts['better']} curves better, {counts['indistinguishable']} "
-            f"indistinguishable, {counts['worse']} worse (cluster-bootstrap p-values, Holm-adjusted over them)."
+            f"Against heads chosen at `{ref}`, by the area under each accuracy curve: {counts['better']} curves "
+            f"better, {counts['indistinguishable']} indistinguishable, {counts['worse']} worse "
+            f"({term('Holm', 'holm')}-adjusted {term('cluster bootstrap', 'cluster-bootstrap')})."
         )
-    sentences.append("Intervals are 95% cluster-bootstrap; certified values are one-sided 95% bounds.")
     return fit_sentences(sentences)
 
 
@@ -129,16 +190,17 @@ def intervention_lead(writer: Writer, context: Context) -> bool:
 
 def distribution_table(context: Context) -> pd.DataFrame:
     """Per (dataset, model): sequences scored, and the median and interquartile range of each score
-    the figures draw, pooled over (sequence, layer, head)."""
-    scores = context.scores
-    rows = []
-    for (dataset, model), here in scores.groupby(["dataset", "model"], sort=True):
-        row = {"dataset": dataset, "model": model, "sequences": int(here["sample_id"].nunique())}
-        for sid in context.figure_scores(here):
-            q1, med, q3 = here[sid].quantile([0.25, 0.5, 0.75])
-            row[f"{sid} median [IQR]"] = f"{med:.3g} [{q1:.3g}, {q3:.3g}]"
-        rows.append(row)
-    return pd.DataFrame(rows)
+    the figures draw, pooled over (sequence, layer, head) (:func:`headstats.stats.describe.score_quartiles`)."""
+    table = describe.score_quartiles(context.scores, context.figure_scores)
+    out = table[["dataset", "model", "sequences"]].copy()
+    for column in table.columns:
+        if column.endswith("_median"):
+            sid = column.removesuffix("_median")
+            out[f"{sid} median [IQR]"] = [
+                f"{med:.3g} [{q1:.3g}, {q3:.3g}]" if pd.notna(med) else ""
+                for q1, med, q3 in zip(table[f"{sid}_q1"], table[column], table[f"{sid}_q3"], strict=True)
+            ]
+    return out
 
 
 def distributions_lead(writer: Writer, context: Context) -> bool:

@@ -26,7 +26,8 @@ from headstats.stats.distances import score_columns
 from headstats.stats.summary import summarize_curves, summarize_interventions
 
 ABSTRACT_WORDS = 150  # the most words an abstract may have: read in 30 seconds
-IN_PAGE_LINK = re.compile(r"\[([^\]]+)\]\((#[A-Za-z0-9_-]+)\)")  # [text](#anchor) in a section's text
+# [text](#anchor) in a section's text, or [term](glossary:anchor): a term of the glossary (docs/statistics.md)
+IN_PAGE_LINK = re.compile(r"\[([^\]]+)\]\((#[A-Za-z0-9_-]+|glossary:[A-Za-z0-9_-]+)\)")
 STAGES = ("base", *FINETUNE_STAGES)  # a fine-tuning chain's stages in training order
 STAGE_NAMES = {"base": "base", "sft": "SFT", "dpo": "DPO", "grpo": "GRPO"}
 
@@ -35,6 +36,12 @@ def word_count(text: str) -> int:
     """Words of a text as a reader counts them (markdown marks and link targets do not count)."""
     plain = IN_PAGE_LINK.sub(r"\1", text).replace("`", "").replace("**", "")
     return len(plain.split())
+
+
+def term(text: str, anchor: str) -> str:
+    """``text`` linked to the glossary's entry ``anchor`` (docs/statistics.md#anchor); the writer
+    points the link at the glossary beside the report, or leaves the plain word where there is none."""
+    return f"[{text}](glossary:{anchor})"
 
 
 def fit_sentences(sentences: list[str], limit: int = ABSTRACT_WORDS) -> str:

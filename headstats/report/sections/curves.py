@@ -166,7 +166,9 @@ def _curve_figures(
     )
     step()
     shown = [m for m in (top_models or models[:3]) if m in models]
-    if shown:
+    measured = points[(points["score"] != BASELINE) & (points["score"] != "random") & points["model"].isin(shown)]
+    # With at most three curves per model besides random, the best three are all of them: the grid above.
+    if shown and measured.groupby("model")["score"].nunique().max() > 3:
         writer.figure(
             plots.top_curves(points, curves, shown, k=3, by=rank_by, labels=labels),
             f"{prefix}top_curves",

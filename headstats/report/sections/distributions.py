@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from headstats.report import plots
 from headstats.report.sections.context import Context, Writer
+from headstats.stats import describe
 
 
 def score_distributions(writer: Writer, context: Context) -> None:
@@ -13,11 +14,8 @@ def score_distributions(writer: Writer, context: Context) -> None:
     for dataset, rows, here in context.score_datasets():
         writer.heading(f"Dataset `{dataset}`", 3)
         sids = context.score_ids(rows)
-        counts = rows.groupby("model").agg(
-            sequences=("sample_id", "nunique"), layers=("layer", "nunique"), heads=("head", "nunique")
-        )
         writer.table(
-            counts.join(rows.groupby("model")[sids].mean()),
+            describe.score_means(rows, sids),
             f"means_{dataset}",
             index=True,
             collapsed="sequences, layers, heads and the mean of every score per model",
@@ -38,8 +36,7 @@ def score_distributions(writer: Writer, context: Context) -> None:
                 caption = f"Mean {names} per (layer, head) of {context.models.get(model, model)} on `{dataset}`."
                 if min(mine["layer"].nunique(), mine["head"].nunique()) < plots.MIN_HEATMAP:
                     writer.text(caption + " Too few layers or heads for a heatmap:")
-                    means = mine.groupby(["layer", "head"], observed=True)[drawn].mean()
-                    writer.table(means, f"heads_{model}_{dataset}", index=True)
+                    writer.table(describe.head_means(mine, drawn), f"heads_{model}_{dataset}", index=True)
                     continue
                 writer.figure(
                     plots.layer_head_heatmap(rows, drawn, model, dataset=dataset, model_label=labels.get(model)),
