@@ -246,4 +246,4 @@ def test_frontier_runs_both_units_times_them_in_paired_rounds_and_reports_kv_byt
         path.unlink()
     build_paired_report(F.load_frontier(analysis), tmp_path / "partial")
     summary = (tmp_path / "partial" / "summary.md").read_text()
-    assert "0 of 2 (no share is read until all are)" in summary and "identical copy (the control)" in summary
+    assert "0 of 2 (no share is read until all are)" in summary and "identical copy of itself (the control)" in summary

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 from headstats.jobs.frontier import Frontier, pruned_points
 from headstats.report.frontier import LEGEND, family_size, read_points, run_notes
 from headstats.report.plots import score_style
+from headstats.report.sections.context import term
 from headstats.report.writer import ReportWriter, anchor_slug
 from headstats.stats.frontier import CONFIDENCE, add_family_bounds, both_certified_shares, unfinished
 from headstats.stats.speed import against_ceiling
@@ -103,38 +104,43 @@ def _main_table(speed: pd.DataFrame, points: pd.DataFrame, settings: list[str]) 
     return pd.DataFrame(rows)
 
 
+def _times(row) -> str:
+    """A speed-up in words: how many times as fast, its 95% interval and the ceiling."""
+    return (
+        f"{row.speedup:.2f} times as fast ({row.low:.2f}-{row.high:.2f}; {term('ceiling', 'roof')} {row.ceiling:.2f})"
+    )
+
+
 def _abstract(speed: pd.DataFrame, points: pd.DataFrame, certified: pd.DataFrame, frontier: Frontier) -> str:
     spec = frontier.prune
     sizes = points[points["score"] == "none"].groupby("task")["n"].min()
-    questions = ", ".join(f"{t} {int(n):,} questions" for t, n in sizes.items())
+    questions = ", ".join(f"{int(n):,} {t} questions" for t, n in sizes.items())
     parts = [
-        f"Largest share of heads certified within {spec.max_drop:g} point ({questions}; one-sided 95% Tango "
-        "bound, fixed sequence over increasing shares):"
+        "This report removes a growing share of a model's attention heads for good and measures whether the "
+        f"smaller model still answers {questions} as well, and how much faster it runs on long prompts and "
+        f"long generations. The largest share of heads {term('certified', 'certified')} to cost at most "
+        f"{spec.max_drop:g} point of accuracy, per model and the score that chose the heads:"
     ]
     everywhere = certified[certified["task"] == "all"]
     for model, group in everywhere.groupby("model"):
         parts.append(f"{model}: " + ", ".join(f"{r.score} {r.certified_share:.0%}" for r in group.itertuples()) + ".")
     if everywhere.empty:
-        parts.append("none read yet: no model has run every point.")
+        parts.append("none can be read yet: no model has run every share.")
     control = speed[speed["score"] == "none"]
     for model, group in control.groupby("model"):
-        held = bool(group["contains_one"].all())
-        line = "; ".join(f"{r.setting} {_interval(pd.Series(r._asdict()))}" for r in group.itertuples())
-        parts.append(
-            f"{model}, identical copy (the control): {line}: "
-            + (
-                "every interval contains 1."
-                if held
-                else "an interval excludes 1: the machine's drift is in the numbers."
+        if bool(group["contains_one"].all()):
+            parts.append(
+                f"Timed against an identical copy of itself (the control), {model} shows no speed-up, as it "
+                f"should: every {term('95% interval', 'accuracy-interval')} contains 1."
             )
-        )
+        else:
+            line = "; ".join(f"{r.setting}: {_times(r)}" for r in group.itertuples())
+            parts.append(f"{model} against an identical copy: {line}; the machine's drift is in the numbers.")
     measured = speed[speed["score"] != "none"]
     for (model, score), group in measured.groupby(["model", "score"]):
         top = group[group["share"] == group["share"].max()]
-        cells = "; ".join(
-            f"{r.setting} {_interval(pd.Series(r._asdict()))} of a ceiling x{r.ceiling:.3f}" for r in top.itertuples()
-        )
-        parts.append(f"{model} {score} at {top['share'].iloc[0]:.0%} of heads: {cells}.")
+        cells = "; ".join(f"{r.setting}: {_times(r)}" for r in top.itertuples())
+        parts.append(f"{model} with {top['share'].iloc[0]:.0%} of its heads removed by {score}: {cells}.")
     return "\n\n".join(parts)
 
 
