@@ -67,7 +67,9 @@ def test_same_name_files_never_share_a_partition(model_dir: Path, tmp_path: Path
     for name, path in (("a", a), ("b", b)):
         collect(model_dir, path, tmp_path / f"only-{name}")
         alone[name] = headstats.read_scores(tmp_path / f"only-{name}").drop(columns="dataset").sort_values(KEY)
-    # Both files into one folder, one after the other and in one command: two partitions, own scores.
+    # Both files into one folder, one after the other and in one command: two partitions, own scores
+    # (a partition names its file by content: the sha256 of its dataset identity, not a local path).
+    sha_a = store.scan_provenance(tmp_path / "only-a")[0]["dataset_identity"]["sha256"]
     capsys.readouterr()
     for out, runs in ((tmp_path / "one-by-one", [str(a), str(b)]), (tmp_path / "one-command", [f"{a},{b}"])):
         for dataset in runs:
@@ -75,7 +77,7 @@ def test_same_name_files_never_share_a_partition(model_dir: Path, tmp_path: Path
         table = headstats.read_scores(out)
         assert table["dataset"].nunique() == 2 and all(d.startswith("docs-") for d in table["dataset"].unique())
         for part in store.find_partitions(out)[0]:
-            name = "a" if part.provenance["dataset_source"] == str(a) else "b"
+            name = "a" if part.provenance["dataset_identity"]["sha256"] == sha_a else "b"
             got = headstats.read_scores(part.path).drop(columns="dataset").sort_values(KEY)
             pd.testing.assert_frame_equal(got.reset_index(drop=True), alone[name].reset_index(drop=True))
     # The same file read through another column is other data: refused, and the scores stay a's.

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from headstats.io import store
 from headstats.jobs.compare import COMPARED, FORMAT_CHANGE, Comparison
@@ -24,6 +25,8 @@ from headstats.stats.compare import ANECDOTE_SEEDS, EQUIVALENT, MOVED, UNDETERMI
 VERDICT_COLOURS = {MOVED: "#b2182b", EQUIVALENT: "#1b7837", UNDETERMINED: "#777777"}
 SERIES_AXIS = {"given": "model (order given)", "params": "parameters", "step": "training step"}
 SHOWN_HEADS = 6  # moved heads named in a sentence; the table and CSV list all
+
+PLAIN_NUMBER = FuncFormatter(lambda value, _: f"{value:g}")  # tick labels without exponents
 
 
 def _label(result: Comparison, slug: str) -> str:
@@ -218,6 +221,7 @@ def headline_figure(result: Comparison) -> Figure:
     finite = d[["w1_iqr_high", "margin"]].to_numpy(dtype=float)
     top = np.nanmax(finite) if np.isfinite(finite).any() else 1.0
     ax.set_xscale("symlog", linthresh=max(top / 1000, 1e-4))
+    ax.xaxis.set_major_formatter(PLAIN_NUMBER)  # 0.01, not 10^-2: a superscript is too small to read
     ax.set_xlim(0, top * 1.5 if top > 0 else 1)
     ax.set_xlabel(f"W1 over {result.reference}'s IQR (90% interval); grey band: margin; |: split-half noise")
     legend = ax.legend(fontsize=7, loc="lower right", title="marker: compared model", title_fontsize=7)
@@ -268,6 +272,7 @@ def series_figure(result: Comparison) -> Figure:
     axes[-1].set_xlabel(SERIES_AXIS[result.spec.series])
     if result.spec.series == "params":
         axes[-1].set_xscale("log")
+        axes[-1].xaxis.set_minor_formatter(NullFormatter())  # the models' own ticks only
     return fig
 
 

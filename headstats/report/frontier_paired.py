@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 from headstats.jobs.frontier import Frontier, pruned_points
 from headstats.report.frontier import LEGEND, family_size, read_points, run_notes
 from headstats.report.plots import score_style
-from headstats.report.sections.context import term
+from headstats.report.sections.context import fit_sentences, term
 from headstats.report.writer import ReportWriter, anchor_slug
 from headstats.stats.frontier import CONFIDENCE, add_family_bounds, both_certified_shares, unfinished
 from headstats.stats.speed import against_ceiling
@@ -134,14 +134,16 @@ def _abstract(speed: pd.DataFrame, points: pd.DataFrame, certified: pd.DataFrame
                 f"should: every {term('95% interval', 'accuracy-interval')} contains 1."
             )
         else:
-            line = "; ".join(f"{r.setting}: {_times(r)}" for r in group.itertuples())
-            parts.append(f"{model} against an identical copy: {line}; the machine's drift is in the numbers.")
+            parts.append(
+                f"Timed against an identical copy of itself (the control), {model} shows a speed-up where there is "
+                "none: the machine's drift is in these numbers (see the speed at each setting)."
+            )
     measured = speed[speed["score"] != "none"]
     for (model, score), group in measured.groupby(["model", "score"]):
         top = group[group["share"] == group["share"].max()]
         cells = "; ".join(f"{r.setting}: {_times(r)}" for r in top.itertuples())
         parts.append(f"{model} with {top['share'].iloc[0]:.0%} of its heads removed by {score}: {cells}.")
-    return "\n\n".join(parts)
+    return fit_sentences(parts)  # the leading parts within the abstract's words; the body has every number
 
 
 def _machine(speed: pd.DataFrame, runs: dict) -> str:

@@ -39,7 +39,7 @@ def word_count(text: str) -> int:
 
 
 def term(text: str, anchor: str) -> str:
-    """``text`` linked to the glossary's entry ``anchor`` (docs/statistics.md#anchor); the writer
+    """``text`` linked to the glossary's entry ``anchor`` (an anchor of docs/statistics.md); the writer
     points the link at the glossary beside the report, or leaves the plain word where there is none."""
     return f"[{text}](glossary:{anchor})"
 
