@@ -93,7 +93,8 @@ def load_comparison(path: str | os.PathLike) -> tuple[CompareSpec, AnalysisHeade
     return replace(spec, scores_dir=spec.scores_dir or str(results)), header, report
 
 
-def _results_root(spec: CompareSpec) -> Path:
+def results_root(spec: CompareSpec) -> Path:
+    """Where a comparison's score tables go: ``scores_dir``, else ``OUT/results``."""
     return Path(spec.scores_dir) if spec.scores_dir else Path(spec.out or ".") / "results"
 
 
@@ -164,7 +165,7 @@ def plan_units(spec: CompareSpec) -> list[Unit]:
     """The collections of a comparison, in the order :func:`collect_all` runs them: every model (the
     replicates included) on every dataset under the compared format, and the reference under the
     format change (``auto`` is resolved when the reference loads; listed here as ``auto``)."""
-    root = _results_root(spec)
+    root = results_root(spec)
     units = [Unit(m, d, spec.prompt_format, root / COMPARED) for m in all_models(spec) for d in spec.data]
     return units + [Unit(spec.models[0], d, spec.format_change, root / FORMAT_CHANGE) for d in spec.data]
 
@@ -233,7 +234,7 @@ def collect_all(spec: CompareSpec) -> tuple[dict[str, str], list[str], str, dict
     from headstats.io.tasks import collection_source
     from headstats.jobs.collect import collect_scores
 
-    root = _results_root(spec)
+    root = results_root(spec)
     store.ensure_writable(root)
     names = all_models(spec)
     paths = {name: resolve_model_path(split_dtype(name)[0]) for name in names}  # unknown names fail first
@@ -349,7 +350,7 @@ def run_comparison(spec: CompareSpec) -> Comparison:
     started = time.perf_counter()
     slugs, datasets, change, facts = collect_all(spec)
     collected = time.perf_counter()
-    root = _results_root(spec)
+    root = results_root(spec)
     reference, others = slugs[spec.models[0]], [slugs[m] for m in spec.models[1:]]
     scores = store.read_scores(root / COMPARED)
     scores = scores[scores["dataset"].astype(str).isin(datasets) & scores["model"].isin(list(slugs.values()))]

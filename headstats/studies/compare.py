@@ -11,11 +11,18 @@ also resumes a stopped collection). Its units: one collection per (model, datase
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from headstats.jobs.compare import COMPARED, FORMAT_CHANGE, auto_format_change, collect_all, plan_units, split_dtype
+from headstats.jobs.compare import (
+    COMPARED,
+    FORMAT_CHANGE,
+    auto_format_change,
+    collect_all,
+    plan_units,
+    results_root,
+    split_dtype,
+)
 from headstats.jobs.dryrun import WorkUnit, measure_collection
 from headstats.options import narrow
 from headstats.specs import AnalysisHeader, CollectSpec, CompareSpec, LoadOptions, RunSpec
@@ -82,12 +89,8 @@ def measure(unit: Unit, model, tokenizer, probe: int, rng) -> WorkUnit:
     collect = narrow(spec, CollectSpec)
     if folder == FORMAT_CHANGE:
         collect = replace(collect, prompt_format=auto_format_change(spec, tokenizer))
-    root = Path(study_results(spec)) / folder
+    root = results_root(spec) / folder
     return measure_collection(root, collect, unit.model, model, tokenizer, dataset, probe, rng)
-
-
-def study_results(spec: CompareSpec) -> str:
-    return spec.scores_dir or os.fspath(Path(spec.out or ".") / "results")
 
 
 def run(study: Study, run: RunSpec, *, resources=None, progress: bool = True) -> None:
