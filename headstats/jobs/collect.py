@@ -238,7 +238,8 @@ def write_scores(run: Collection, model: PreTrainedModel, tokenizer: PreTrainedT
     schema = store.score_schema(run.ids, question_keys=questions is not None, documents=bool(documents))
     pending = ((sample_id, tokens) for sample_id, tokens in run.sequences(tokenizer) if sample_id not in done)
     writer = store.PartWriter(run.partition, schema, run.provenance, spec.rows_per_part, spec.part_seconds)
-    desc = f"{run.model_name} on {source.name}"
+    # the partition's model name, which tells apart local folders named alike (sft/step-40, grpo/step-40)
+    desc = f"{run.partition.parent.name.removeprefix('model=')} on {source.name}"
     bar = tqdm(total=max(run.todo(done), 0), desc=desc, unit="seq", disable=not spec.progress)
     n_new = 0
     try:
