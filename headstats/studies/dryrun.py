@@ -58,7 +58,8 @@ def dry_run_units(kind: StudyKind, units: list[Unit], *, probe_sequences: int = 
             continue
         needs = [u for u in live if u.load is not None and not u.done]
         if not needs:
-            logger.info("%s[%s] no pass left: not loaded", label, name)
+            counted = "no pass left" if all(u.done for u in live) else "counted from records"
+            logger.info("%s[%s] %s: not loaded", label, name, counted)
             rows += [_row(u, None) for u in live]
             continue
         logger.info("%s[%s] loading (dry run)", label, name)
