@@ -724,8 +724,8 @@ class RunSpec(Spec):
         flag="--paths",
         toml=False,
     )
-    seeds: tuple[int, ...] | None = option(
-        None, "comma-separated subset of a fine-tuning study's seeds to train or score now", toml=False
+    only_seeds: tuple[int, ...] | None = option(
+        None, "comma-separated subset of a fine-tuning study's seeds to train or score now", flag="--seeds", toml=False
     )
     results_dir: str | None = option(
         None,
@@ -914,10 +914,10 @@ class FinetuneDesign(Spec):
     recipe_hash: str = option(
         "", "the hash, without the seed, of the recipe every chain trains with (in its directory's name)", cli=False
     )
-    base: str | None = option(
+    base_model: str | None = option(
         None, "the base model every chain starts from (default: the one a chain of this recipe records)", cli=False
     )
-    recipe: str | None = option(
+    recipe_file: str | None = option(
         None, "the recipe file every chain trains with (default: the recipe a chain of this recipe records)", cli=False
     )
     chains: str = option("", "the folder the chains are built in", cli=False)

@@ -44,8 +44,8 @@ def study_file(
         "texts": TEXTS,
         "margin": 0.12,
         "min_seeds": min_seeds,
-        **({"base": base} if base else {}),
-        **({"recipe": recipe} if recipe else {}),
+        **({"base_model": base} if base else {}),
+        **({"recipe_file": recipe} if recipe else {}),
     }
 
     def value(v):
@@ -146,7 +146,7 @@ def test_the_plan_counts_steps_and_texts_before_and_after_a_partial_run(tiny_stu
     assert counts(units, "collect") == [(n, f"{texts} (not trained yet)", TEXTS, TEXTS) for n in names]
 
     ft.finetune(base=str(base), out=study.spec.chains, recipe=recipe, seed=0, stages=("sft",), eval_size=6, log=print)
-    units = plan_study(study, stages=every, seeds=(0,))
+    units = plan_study(study, stages=every, only_seeds=(0,))
     assert counts(units, "train") == [("seed-0", "sft", 0, 2), ("seed-0", "dpo", 2, 2), ("seed-0", "grpo", 2, 2)]
     assert counts(units, "collect") == [
         ("base", texts, TEXTS, TEXTS),
@@ -155,17 +155,17 @@ def test_the_plan_counts_steps_and_texts_before_and_after_a_partial_run(tiny_stu
         ("seed-0 grpo@2", f"{texts} (not trained yet)", TEXTS, TEXTS),
     ]
 
-    run_study(path, stages=("collect",), seeds=(0,), progress=False)
+    run_study(path, stages=("collect",), only_seeds=(0,), progress=False)
     results = study.spec.results / "seed-0"
     chain = study.spec.chain(0)
     slugs = {models.model_slug(str(chain / "base")), models.model_slug(str(chain / "sft" / "step-00002"))}
     assert {p.model for p in store.find_partitions(results, "scores")[0]} == slugs  # the score script's layout
     assert (results / "_chain" / "metrics.json").is_file()  # the learning evidence, kept beside the tables
-    units = plan_study(study, stages=("collect",), seeds=(0,))
+    units = plan_study(study, stages=("collect",), only_seeds=(0,))
     assert [u.left for u in units] == [0, 0, TEXTS, TEXTS]
 
-    run_study(path, stages=("train",), seeds=(0,), progress=False)
-    assert counts(plan_study(study, stages=("train",), seeds=(0,)), "train") == [
+    run_study(path, stages=("train",), only_seeds=(0,), progress=False)
+    assert counts(plan_study(study, stages=("train",), only_seeds=(0,)), "train") == [
         ("seed-0", s, 0, 2) for s in ("sft", "dpo", "grpo")
     ]
 
@@ -190,11 +190,11 @@ def test_a_seed_the_design_lacks_and_a_kind_option_elsewhere_are_refused(tmp_pat
         tmp_path, chains=tmp_path / "chains", seeds=[0, 1], stage_ends=["sft@2"], recipe_hash="abc", base="tiny"
     )
     with pytest.raises(ValueError, match=r"seeds: 5 not in .*seeds.toml's design \(its seeds: 0, 1\)"):
-        plan_study(load_study(path), seeds=(5,))
+        plan_study(load_study(path), only_seeds=(5,))
     other = tmp_path / "analysis.toml"
     other.write_text('[models]\nnames = ["smollm2-135m"]\n[collect]\ndatasets = ["wikipedia"]\n')
     with pytest.raises(ValueError, match=r"is an analysis file, which has no --seeds \(only a fine-tuning file has\)"):
-        plan_study(load_study(other), seeds=(1,))
+        plan_study(load_study(other), only_seeds=(1,))
 
 
 def test_a_design_that_contradicts_itself_is_refused(tmp_path: Path) -> None:

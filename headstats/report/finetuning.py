@@ -109,7 +109,7 @@ def headline_figure(decision: SeedDecision) -> Figure:
     ax.hlines(y[bounded], x[bounded], upper[bounded], color="#444444", linewidth=0.8, zorder=2)
     ax.scatter(x[shown], y[shown], c=[c for c, s in zip(colours, shown, strict=True) if s], s=24, zorder=3)
     for i in np.flatnonzero(~shown):
-        ax.text(0, y[i], " no seeds scored", va="center", fontsize=7, color="#777777")
+        ax.text(0, y[i], " too few seeds to decide", va="center", fontsize=7, color="#777777")
     ax.axvline(0, color="#444444", linewidth=0.8)
     ax.axvline(decision.margin, color="#b2182b", linewidth=0.8, linestyle="--")
     ax.set_yticks(y, [f"{r.stage} · {r.dataset} · {r.score}" for r in v.itertuples()], fontsize=7)

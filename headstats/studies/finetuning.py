@@ -50,17 +50,17 @@ def load(path: Path) -> Study:
 
 def chosen_seeds(study: SeedStudy, run: RunSpec) -> list[int]:
     """The seeds ``run`` chooses (``--seeds``), in the design's order; a seed the design lacks is refused."""
-    if not run.seeds:
+    if not run.only_seeds:
         return list(study.design.seeds)
-    unknown = [s for s in run.seeds if s not in study.design.seeds]
+    unknown = [s for s in run.only_seeds if s not in study.design.seeds]
     if unknown:
         raise SpecError(
-            "seeds",
+            "only_seeds",
             f"{', '.join(map(str, unknown))} not in {study.path}'s design (its seeds: "
             f"{', '.join(map(str, study.design.seeds))})",
             label="--seeds",
         )
-    return [s for s in study.design.seeds if s in run.seeds]
+    return [s for s in study.design.seeds if s in run.only_seeds]
 
 
 def results_of(study: SeedStudy, run: RunSpec) -> Path:
@@ -218,7 +218,7 @@ FINETUNING = register_kind(
         report=report,
         note=FINETUNING_NOTE,
         check=check,
-        takes=("seeds", "results_dir"),
+        takes=("only_seeds", "results_dir"),
         example="analyses/finetuning_confirm.toml",
     )
 )

@@ -148,7 +148,7 @@ def not_found_here(name: str) -> str | None:
 
 STUDY_KINDS: Registry[StudyKind] = Registry("study kind")
 # RunSpec options that only the kinds naming them in ``takes`` read, and their flags.
-KIND_OPTIONS = {"seeds": "--seeds", "results_dir": "--results"}
+KIND_OPTIONS = {"only_seeds": "--seeds", "results_dir": "--results"}
 
 
 def register_kind(kind: StudyKind) -> StudyKind:

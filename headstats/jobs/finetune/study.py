@@ -36,7 +36,7 @@ CHAIN_RECORDS = "_chain"  # under RESULTS/seed-N: copies of the chain's metrics.
 BASE = "base"
 # Keys that change neither the checkpoints compared, the texts nor the rule (where things are, the
 # stated power and hours): left out of the design's hash.
-UNDECIDING = ("chains", "base", "recipe", "power_moved", "power_equivalent", "cpu_hours")
+UNDECIDING = ("chains", "base_model", "recipe_file", "power_moved", "power_equivalent", "cpu_hours")
 COLLECT_UNDECIDING = ("batch_size", "data_dir", "progress", "part_seconds", "rows_per_part")
 STEADY_GAP_S = 900.0  # a longer pause between a collection's parts is a stop, not scoring time
 
@@ -105,8 +105,8 @@ class SeedStudy:
 def _base_slug(design: FinetuneDesign, models: tuple[str, ...], path: Path) -> str:
     from headstats.io.models import model_slug
 
-    if design.base:
-        return model_slug(design.base)
+    if design.base_model:
+        return model_slug(design.base_model)
     marker = f"-{design.recipe_hash}-seed-"
     for name in models:
         folder = Path(name).expanduser()
@@ -120,7 +120,7 @@ def _base_slug(design: FinetuneDesign, models: tuple[str, ...], path: Path) -> s
         return found[0].name.split(marker)[0]
     raise ValueError(
         f"{path}: [design] names no base and [models] no chain of recipe {design.recipe_hash} under {design.chains}: "
-        "give [design] base (the model every chain starts from)"
+        "give [design] base_model (the model every chain starts from)"
     )
 
 
@@ -250,9 +250,9 @@ def chain_recipe(study: SeedStudy) -> tuple[Recipe, str]:
     from headstats.jobs.finetune.layout import base_identity
 
     design = study.design
-    recipe, base, where = None, design.base, "[design]"
-    if design.recipe:
-        recipe, where = read_recipe(design.recipe), design.recipe
+    recipe, base, where = None, design.base_model, "[design]"
+    if design.recipe_file:
+        recipe, where = read_recipe(design.recipe_file), design.recipe_file
     if recipe is None or base is None:
         for seed in design.seeds:
             record = layout.read_json(study.chain(seed) / layout.RECIPE_FILE)
@@ -264,7 +264,7 @@ def chain_recipe(study: SeedStudy) -> tuple[Recipe, str]:
     if recipe is None or not base:
         raise ValueError(
             f"{study.path}: no chain of recipe {design.recipe_hash} is here to read its recipe from: give [design] "
-            "recipe (the recipe file) and base"
+            "recipe_file and base_model"
         )
     digest = recipe.recipe_digest(base_identity(base))
     if digest != design.recipe_hash:
@@ -285,15 +285,10 @@ def train_seed(study: SeedStudy, seed: int, log=None) -> None:
     recipe = Recipe.from_kwargs({"seed": seed}, base=recipe)
     if chain_dir(base, study.chains, recipe) != study.chain(seed):
         raise ValueError(f"{study.path}: seed {seed}'s chain would be built in {chain_dir(base, study.chains, recipe)}")
-    stages = [s for s in STAGES if s in {stage for stage, _ in study.stage_ends} or _before_an_end(study, s)]
+    stages = STAGES[: max(STAGES.index(s) for s, _ in study.stage_ends) + 1]  # up to the last stage end
     started = time.monotonic()
     finetune(base=base, seed=seed, out=str(study.chains), stages=tuple(stages), recipe=recipe, log=log)
     logger.info("[seed-%d] chain trained (%.0f min)", seed, (time.monotonic() - started) / 60)
-
-
-def _before_an_end(study: SeedStudy, stage: str) -> bool:
-    last = max(STAGES.index(s) for s, _ in study.stage_ends)
-    return STAGES.index(stage) <= last
 
 
 def copy_chain_records(study: SeedStudy, seed: int, results: Path) -> None:
@@ -356,7 +351,8 @@ def texts_left(
 def seed_tables(study: SeedStudy, results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(score rows of the study's seeds, one row per checkpoint: ``model``, ``stage``, ``seed``), read
     from ``RESULTS/seed-N/`` alone; each table's stage and seed come from its provenance (the
-    checkpoint's record). Empty frames before any table."""
+    checkpoint's record). A checkpoint enters once every dataset's table holds the design's texts
+    (one still collecting is named and left out). Empty frames before any table."""
     columns = ["model", "dataset", "sample_id", *(study.collect.scores or ())]
     frames, rows = [], []
     for seed in study.design.seeds:
@@ -372,7 +368,14 @@ def seed_tables(study: SeedStudy, results: Path) -> tuple[pd.DataFrame, pd.DataF
         frames.append(table[columns])
     checkpoints = pd.DataFrame(sorted(set(rows)), columns=["model", "stage", "seed"])
     scores = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
-    return scores, checkpoints
+    texts = scores.groupby(["model", "dataset"], observed=True)["sample_id"].nunique()
+    whole = texts[texts >= study.design.texts].reset_index().groupby("model")["dataset"].nunique()
+    complete = set(whole[whole >= len(study.datasets)].index.astype(str))
+    partial = sorted(set(checkpoints["model"]) - complete)
+    if partial:  # a table still collecting would cut every distance to the texts it holds
+        logger.info("left out until every dataset holds its %d texts: %s", study.design.texts, ", ".join(partial))
+    checkpoints = checkpoints[checkpoints["model"].isin(complete)].reset_index(drop=True)
+    return scores[scores["model"].astype(str).isin(complete)], checkpoints
 
 
 def chain_metrics(study: SeedStudy, results: Path) -> dict[int, dict]:
