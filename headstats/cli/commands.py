@@ -304,7 +304,6 @@ def add_run(sub: Subparsers) -> None:
         epilog=examples(
             "headstats run analyses/embedded.toml --dry-run",
             "headstats run analyses/prune_embedded.toml --stages time,report",
-            "headstats run analyses/finetuning_confirm.toml --stages collect --seeds 0,1",
         ),
     )
     add_spec(p, RunSpec)
