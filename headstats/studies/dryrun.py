@@ -40,7 +40,7 @@ def dry_run_units(kind: StudyKind, units: list[Unit], *, probe_sequences: int = 
     absent: list[str] = []
     refused: list[str] = []
     missing: list[str] = []
-    device = "?"
+    device = "this machine (no model loaded)"
     for (label, name), group in groupby(units, key=lambda u: (u.label, u.model)):
         group = list(group)
         if any(u.absent for u in group):
