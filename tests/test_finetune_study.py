@@ -324,3 +324,38 @@ def test_with_three_seeds_scored_the_report_is_undetermined(tmp_path: Path) -> N
     assert sentences["sentence"].tolist() == ["undetermined: 3 of 8 seeds scored"] * 2
     assert set(pd.read_csv(index.parent / "tables" / "verdicts.csv")["verdict"]) == {S.UNDETERMINED}
     assert "after SFT it is undetermined: 3 of 8 seeds scored" in (index.parent / "summary.md").read_text()
+
+
+def test_the_plan_reads_steps_from_the_chain_folders_and_texts_from_the_results_given(tmp_path: Path) -> None:
+    """Without a model or a trainer: a stage end with its record is finished, a stage's saved trainer
+    state counts its steps done; the texts left are the collection planner's sample less the sample
+    ids of the checkpoint's table, in the folder ``--results`` names (the file's results otherwise)."""
+    from headstats.io.models import model_slug
+    from headstats.jobs.collect import collection_sample
+
+    (tmp_path / "texts.txt").write_text("\n\n".join(f"Text {i} is here." for i in range(6)))
+    chain = tmp_path / "chains" / "tiny-abc-seed-0"
+    path = study_file(
+        tmp_path, chains=tmp_path / "chains", seeds=[0, 1], stage_ends=["sft@4", "dpo@2"], recipe_hash="abc",
+        base="tiny", dataset=str(tmp_path / "texts.txt"),
+    )  # fmt: skip
+    for stage, step in (("base", 0), ("sft", 4)):
+        folder = chain / "base" if stage == "base" else chain / stage / f"step-{step:05d}"
+        folder.mkdir(parents=True)
+        (folder / "HEADSTATS_CHECKPOINT.json").write_text(
+            json.dumps({"stage": stage, "step": step, "chain": chain.name})
+        )
+    (chain / "dpo" / "_trainer" / "checkpoint-1").mkdir(parents=True)
+    study = load_study(path)
+    name, sample = collection_sample(str(tmp_path / "texts.txt"), study.spec.collect)  # the partition's dataset=
+    done = sorted(sample)[:3]
+    elsewhere = tmp_path / "elsewhere"
+    frame = pd.DataFrame({"sample_id": done, "layer": 0, "head": 0, "ahon_ln": 1.0, "awft": 1.0})
+    slug = model_slug(str(chain / "sft" / "step-00004"))
+    write_table(elsewhere, 0, slug, "sft", frame.assign(model=slug, dataset=name), name)
+
+    units = plan_study(study, stages=("train", "collect"), only_seeds=(0,))
+    assert counts(units, "train") == [("seed-0", "sft", 0, 4), ("seed-0", "dpo", 1, 2)]
+    assert [u.left for u in units if u.stage == "collect"] == [TEXTS, TEXTS, TEXTS]
+    units = plan_study(study, stages=("collect",), only_seeds=(0,), results_dir=str(elsewhere))
+    assert [(u.model, u.left) for u in units] == [("base", TEXTS), ("seed-0 sft@4", TEXTS - 3), ("seed-0 dpo@2", TEXTS)]
