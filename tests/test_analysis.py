@@ -55,10 +55,13 @@ def test_the_embedded_analysis_runs_the_real_embedded_model_on_bundled_data() ->
     ],
 )
 def test_bad_analysis_files_are_refused_before_any_work(tmp_path: Path, text: str, message: str) -> None:
+    """Through the file's kind: a [design] file is a fine-tuning study, checked by its own loader."""
+    from headstats.studies import load_study
+
     path = tmp_path / "bad.toml"
     path.write_text(text)
     with pytest.raises((ValueError, FileNotFoundError), match=message):
-        load_analysis(path)
+        load_study(path)
 
 
 def test_the_fine_tuning_confirmation_reads_its_design_and_dry_runs_before_its_chains_exist(
