@@ -20,8 +20,9 @@ from headstats.options import Spec, SpecError, check_device, compose, option
 LAUNCHERS: tuple[str, ...] = ("local", "slurm", "debug")
 METRICS: tuple[str, ...] = ("correct", "correct_norm")
 STAGES: tuple[str, ...] = ("collect", "ablate", "report")
-# Every stage a study kind may have (headstats.studies): time = a frontier's finished points timed again.
-RUN_STAGES: tuple[str, ...] = ("collect", "ablate", "time", "report")
+# Every stage a study kind may have (headstats.studies): train = a fine-tuning study's chains trained (run
+# only when named), time = a frontier's finished points timed again.
+RUN_STAGES: tuple[str, ...] = ("train", "collect", "ablate", "time", "report")
 SUMMARY_FORMATS: tuple[str, ...] = ("table", "csv", "json")
 SUMMARY_TABLES: tuple[str, ...] = ("both", "points", "curves")
 # How a sweep's passes compute attention: chosen by its scores, or pinned (SweepSpec.attention_kernel).
@@ -723,6 +724,15 @@ class RunSpec(Spec):
         flag="--paths",
         toml=False,
     )
+    only_seeds: tuple[int, ...] | None = option(
+        None, "comma-separated subset of a fine-tuning study's seeds to train or score now", flag="--seeds", toml=False
+    )
+    results_dir: str | None = option(
+        None,
+        "a fine-tuning study's score tables: write and read them here instead of the file's results folder",
+        flag="--results",
+        toml=False,
+    )
     dry_run: bool = option(
         False,
         "print what would run (sequences, passes, batched forward passes) and an estimated time measured on a "
@@ -894,14 +904,21 @@ HOLM_FAMILIES: tuple[str, ...] = ("stage_end", "all")
 
 @compose(Equivalence)
 class FinetuneDesign(Spec):
-    """``[design]`` of an analysis file: the pre-registered decision of a fine-tuning comparison with
-    seeds as the unit (the file's comment block gives the reasons). Checked when the file loads, so a
-    misspelt key fails before any work; the report that decides reads it."""
+    """``[design]`` of a fine-tuning study file (the table that marks its kind,
+    :mod:`headstats.studies.finetuning`): the chains, seeds and stage ends, and the pre-registered
+    decision with seeds as the unit (the file's comment block gives the reasons). Checked when the file
+    loads, so a misspelt key fails before any work; the report that decides reads it."""
 
     WHAT: ClassVar[str] = "design"
 
     recipe_hash: str = option(
         "", "the hash, without the seed, of the recipe every chain trains with (in its directory's name)", cli=False
+    )
+    base_model: str | None = option(
+        None, "the base model every chain starts from (default: the one a chain of this recipe records)", cli=False
+    )
+    recipe_file: str | None = option(
+        None, "the recipe file every chain trains with (default: the recipe a chain of this recipe records)", cli=False
     )
     chains: str = option("", "the folder the chains are built in", cli=False)
     seeds: tuple[int, ...] = option((), "the training seeds, one chain each", cli=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -54,29 +55,39 @@ def test_the_embedded_analysis_runs_the_real_embedded_model_on_bundled_data() ->
     ],
 )
 def test_bad_analysis_files_are_refused_before_any_work(tmp_path: Path, text: str, message: str) -> None:
+    """Through the file's kind: a [design] file is a fine-tuning study, checked by its own loader."""
+    from headstats.studies import load_study
+
     path = tmp_path / "bad.toml"
     path.write_text(text)
     with pytest.raises((ValueError, FileNotFoundError), match=message):
-        load_analysis(path)
+        load_study(path)
 
 
 def test_the_fine_tuning_confirmation_reads_its_design_and_dry_runs_before_its_chains_exist(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
-    """The pre-registered design loads with every key checked, and a dry run names the checkpoints not
-    trained yet instead of failing on the first (the file's chains moved to an empty folder here)."""
-    spec = load_analysis(ANALYSES / "finetuning_confirm.toml")
-    design = spec.design
-    assert design is not None and len(design.seeds) == 12 and design.margin == 0.12
+    """The pre-registered design loads through its kind (fine-tuning, marked by [design]) with every key
+    checked, its [models] the checkpoints the design derives; an analysis loader refuses it, naming the
+    command; its dry run counts every step and text of the checkpoints not trained yet instead of failing
+    on the first (the file's chains moved to an empty folder here)."""
+    from headstats.studies import load_study
+
+    study = load_study(ANALYSES / "finetuning_confirm.toml")
+    assert study.kind == "fine-tuning"
+    spec, design = study.spec, study.spec.design
+    assert len(design.seeds) == 12 and design.margin == 0.12
     assert design.stage_ends == ("sft@40", "dpo@30", "grpo@40") and spec.collect.limit == design.texts
-    chains = [m for m in spec.models if m.startswith(f"{design.chains}/gemma3-270m-{design.recipe_hash}-seed-")]
-    assert len(chains) == len(spec.models) == 1 + 3 * len(design.seeds)
-    assert load_analysis(ANALYSES / "embedded.toml").design is None
+    with pytest.raises(
+        ValueError, match=r"is a fine-tuning study file \(it has \[design\]\): run it with headstats run"
+    ):
+        load_analysis(ANALYSES / "finetuning_confirm.toml")
     moved = tmp_path / "finetuning_confirm.toml"
     moved.write_text((ANALYSES / "finetuning_confirm.toml").read_text().replace(design.chains, str(tmp_path)))
-    assert main(["run", "--dry-run", str(moved), "--stages", "collect"]) == 0
+    assert main(["run", "--dry-run", str(moved), "--stages", "train,collect"]) == 0
     out = capsys.readouterr().out
-    assert f"{len(spec.models)} model folder(s) not written yet" in out and "(nothing to run)" in out
+    assert out.count("(not trained yet)") == 3 * (1 + 3 * len(design.seeds))
+    assert len(re.findall(r"^ *seed-\d+ +train ", out, flags=re.M)) == 3 * len(design.seeds)
 
 
 def test_missing_analysis_file_is_a_clear_cli_error(capsys: pytest.CaptureFixture) -> None:

@@ -644,10 +644,10 @@ def test_the_confirmation_scores_no_text_of_the_fine_tuning_material():
 
     from headstats.io.models import resolve_model_path
     from headstats.io.tasks import collection_source
-    from headstats.jobs.analysis import load_analysis
+    from headstats.jobs.finetune.study import load_seed_study
 
     analyses = Path(__file__).resolve().parent.parent / "analyses"
-    spec = load_analysis(analyses / "finetuning_confirm.toml")
+    spec = load_seed_study(analyses / "finetuning_confirm.toml")
     recipe = ft.read_recipe(analyses / "finetuning_confirm_recipe.json")
     material: set[str] = set()
     for stage in ft.STAGES:
@@ -660,7 +660,7 @@ def test_the_confirmation_scores_no_text_of_the_fine_tuning_material():
     tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("gemma3-270m"))
     tokenizer.chat_template = recipe.chat_template
     collect = spec.collect
-    for dataset in spec.collect_datasets:
+    for dataset in spec.datasets:
         source = collection_source(dataset)
         sequences = list(
             source.iter_sequences(

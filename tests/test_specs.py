@@ -165,7 +165,7 @@ def test_a_field_shared_by_commands_has_each_commands_default_and_names() -> Non
     assert RunSpec(analysis="a.toml").stages == STAGES and FinetuneSpec().stages == FINETUNE_STAGES
     assert SweepSpec().seed == 0 and FinetuneSpec().seed is None  # unset: the recipe's seed
     assert FinetuneSpec().out == "finetune" and FinetuneSpec(seed=3).seed == 3
-    with pytest.raises(SpecError, match="unknown stage 'sft': choose from collect, ablate, time, report"):
+    with pytest.raises(SpecError, match="unknown stage 'sft': choose from train, collect, ablate, time, report"):
         RunSpec(analysis="a.toml", stages=("sft",))
     with pytest.raises(SpecError, match="unknown stage 'report': choose from sft, dpo, grpo"):
         FinetuneSpec(stages=("report",))
@@ -176,7 +176,7 @@ def test_a_field_shared_by_commands_has_each_commands_default_and_names() -> Non
         for command, parser in _commands(build_parser()).items()
         if command in ("run", "finetune", "ablate")
     }
-    assert "(one of: collect, ablate, time, report;" in helps["run"]["stages"]
+    assert "(one of: train, collect, ablate, time, report;" in helps["run"]["stages"]
     assert "(one of: sft, dpo, grpo;" in helps["finetune"]["stages"]
     assert "(default: 0)" in helps["ablate"]["seed"] and "default" not in helps["finetune"]["seed"]
     assert "(default: finetune)" in helps["finetune"]["out"]
@@ -224,7 +224,9 @@ def test_analysis_files_are_checked_key_by_key(tmp_path: Path, text: str, messag
 def test_the_shipped_analyses_use_only_declared_keys() -> None:
     from headstats.jobs.compare import is_comparison, load_comparison
     from headstats.jobs.confirm import is_confirmation, load_confirmation
+    from headstats.jobs.finetune.study import load_seed_study
     from headstats.jobs.frontier import is_frontier, load_frontier
+    from headstats.studies import kind_of
 
     for path in sorted((Path(__file__).parent.parent / "analyses").glob("*.toml")):
         if is_confirmation(path):  # a confirmation file: [confirm] and [[claims]]
@@ -235,6 +237,9 @@ def test_the_shipped_analyses_use_only_declared_keys() -> None:
             continue
         if is_comparison(path):  # headstats compare: [compare]
             assert len(load_comparison(path)[0].models) >= 2, path
+            continue
+        if kind_of(path).name == "fine-tuning":  # a seed study: [design]
+            assert load_seed_study(path).design.seeds, path
             continue
         spec = load_analysis(path)
         assert spec.report_options.n_boot >= 1 and all(a.task for a in spec.ablate), path

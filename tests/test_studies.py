@@ -15,13 +15,19 @@ COMMITTED = sorted(p.name for p in (ROOT / "analyses").glob("*.toml"))
 # The kind each committed file is, by the table it has (none: an analysis).
 KINDS = {"compare_embedded.toml": "comparison", "finetuning_compare.toml": "comparison", "confirm.toml": "confirmation"}
 KINDS |= {name: "frontier" for name in ("prune_embedded.toml", "prune_certify.toml", "prune_pooled.toml")}
+KINDS["finetuning_confirm.toml"] = "fine-tuning"
+# finetuning_embedded.toml stays an analysis: its one chain and seed replicate are scored with zeroing
+# sweeps ([[ablate]]) and a cross-family model (optional), and its report is the analysis report of
+# every checkpoint (25/50/100% of each stage); the fine-tuning kind decides over seeds of one recipe,
+# stage ends only, with a pre-registered [design], which that exploratory file has not.
 FINISHED = ("prune_embedded.toml", "prune_certify.toml")  # prune_pooled.toml's points are committed as they finish
 
 
 def test_the_registry_lists_what_it_has_when_asked_for_what_it_lacks() -> None:
-    assert list(STUDY_KINDS) == ["analysis", "comparison", "confirmation", "frontier"]
+    assert list(STUDY_KINDS) == ["analysis", "comparison", "confirmation", "fine-tuning", "frontier"]
     with pytest.raises(
-        KeyError, match="unknown study kind 'sweep': registered are analysis, comparison, confirmation, frontier"
+        KeyError,
+        match="unknown study kind 'sweep': registered are analysis, comparison, confirmation, fine-tuning, frontier",
     ):
         STUDY_KINDS.get("sweep")
     registry: Registry[int] = Registry("thing")
@@ -84,6 +90,12 @@ def test_every_committed_study_file_plans_its_units_without_loading_a_model(
 
         assert len(here) == len(expand(spec)) and all(u.stage == "ablate" for u in here)
         assert all(u.done for u in here), "every committed path's sweep is finished"
+    elif kind.name == "fine-tuning":  # its chains train outside the repository: here or not, every unit counted
+        design = spec.design
+        assert [u.stage for u in units].count("train") == len(design.seeds) * len(design.stage_ends)
+        collections = [u for u in units if u.stage == "collect"]
+        assert len(collections) == (1 + len(design.seeds) * len(design.stage_ends)) * len(spec.datasets)
+        assert all(u.load is None and 0 <= u.left <= u.total == design.texts for u in units if u.stage == "collect")
     else:
         from headstats.jobs.compare import all_models
 

@@ -296,7 +296,8 @@ def add_run(sub: Subparsers) -> None:
         description="Run the stages of a study file, skipping work that is already done. The file's kind decides "
         "what its stages compute (headstats.studies): an analysis collects score tables and runs zeroing sweeps, "
         "a confirmation ([confirm]) runs each computation path's sweeps, a frontier ([prune]) prunes and evaluates, "
-        "a comparison ([compare]) collects every model; the report stage rebuilds the report from the results. "
+        "a comparison ([compare]) collects every model, a fine-tuning study ([design]) trains its seeds' chains "
+        "(--stages train) and scores their checkpoints; the report stage rebuilds the report from the results. "
         "--dry-run counts what is left of each unit and times it on this machine. --dtype and --device override "
         "the file's settings; in a confirmation file each computation path sets the dtype, and --paths chooses "
         "among them.",

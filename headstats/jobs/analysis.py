@@ -29,8 +29,7 @@ Layout of a file (all sections optional except ``models``)::
 
 Each section is a spec of :mod:`headstats.specs` (``[models]``: :class:`ModelsSection`,
 ``[collect]``: :class:`CollectSection`, ``[[ablate]]``: :class:`AblateSection`, ``[report_options]``:
-:class:`ReportSpec`, and ``[design]``, a fine-tuning comparison's pre-registered decision:
-:class:`FinetuneDesign`): its keys are that spec's fields, with the same names as the command-line
+:class:`ReportSpec`): its keys are that spec's fields, with the same names as the command-line
 flags and the Python keywords. An unknown key or a value of the wrong type is refused when the file
 is loaded, naming the file, the section and the key, before any model loads.
 """
@@ -53,7 +52,6 @@ from headstats.specs import (
     AnalysisHeader,
     CollectSection,
     CollectSpec,
-    FinetuneDesign,
     LoadOptions,
     ModelsSection,
     ReportSpec,
@@ -68,7 +66,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 logger = logging.getLogger("headstats")
-SECTIONS = ("models", "collect", "ablate", "report_options", "design")
+SECTIONS = ("models", "collect", "ablate", "report_options")
 
 
 @dataclass
@@ -84,7 +82,6 @@ class AnalysisSpec:
     collect_section: CollectSection
     ablate: list[AblateSection]
     report_options: ReportSpec = field(default_factory=ReportSpec)
-    design: FinetuneDesign | None = None  # a pre-registered fine-tuning decision ([design])
 
     @property
     def models(self) -> list[str]:
@@ -153,6 +150,7 @@ FILE_KINDS = {
     "prune": ("frontier", "headstats run"),
     "confirm": ("confirmation", "headstats run"),
     "compare": ("comparison", "headstats run"),
+    "design": ("fine-tuning study", "headstats run"),
 }
 
 
@@ -181,9 +179,6 @@ def load_analysis(path: str | Path) -> AnalysisSpec:
         raise SpecError("ablate", f"{path}: ablate must be [[ablate]] sections, not {sections!r}", label="")
     ablations = [AblateSection.from_toml(t, f"{path}: [[ablate]] #{i + 1}") for i, t in enumerate(sections)]
     report_options = ReportSpec.from_toml(section_table(raw, "report_options", path), f"{path}: [report_options]")
-    design = None
-    if "design" in raw:
-        design = FinetuneDesign.from_toml(section_table(raw, "design", path), f"{path}: [design]")
     name, results, report = header.folders(path)
     return AnalysisSpec(
         name=name,
@@ -195,7 +190,6 @@ def load_analysis(path: str | Path) -> AnalysisSpec:
         collect_section=collect,
         ablate=ablations,
         report_options=report_options,
-        design=design,
     )
 
 

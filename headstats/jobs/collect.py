@@ -168,10 +168,7 @@ def plan_collection(
     max_length = _cap_max_length(model, spec.max_length)
     fmt = resolve_format(spec.prompt_format, tokenizer, model_name=identity["model"], model_type=identity["model_type"])
     param = next(model.parameters())
-    keys = list(source.keys()) if (spec.limit is not None or hasattr(source, "task")) else None
-    wanted = None
-    if spec.limit is not None:
-        wanted = set(source.select(spec.limit, sample=spec.sample, seed=spec.seed, keys=keys))
+    keys, wanted = planned_sample(source, spec)
     inputs = dict(
         model=identity["model"],
         revision=identity["revision"],
@@ -199,6 +196,38 @@ def plan_collection(
     )
     run.check()  # before anything is created
     return run
+
+
+def planned_sample(source, spec: CollectSpec) -> tuple[list | None, set[int] | None]:
+    """The source's (sample id, subject, question id) keys where a collection needs them, and the
+    sample ids its limit takes (None: every document); no model needed."""
+    keys = list(source.keys()) if (spec.limit is not None or hasattr(source, "task")) else None
+    wanted = None
+    if spec.limit is not None:
+        wanted = set(source.select(spec.limit, sample=spec.sample, seed=spec.seed, keys=keys))
+    return keys, wanted
+
+
+def collection_sample(dataset: str, spec: CollectSpec) -> tuple[str, set[int]]:
+    """The name of ``dataset``'s source (its partitions' ``dataset=``) and the sample ids a collection
+    under ``spec`` scores, as :func:`plan_collection` draws them, without a model."""
+    from headstats.io.tasks import collection_source
+
+    source = collection_source(dataset, data_dir=spec.data_dir, text_column=spec.text_column)
+    keys, wanted = planned_sample(source, spec)
+    if wanted is None:
+        wanted = {k for k, *_ in keys} if keys is not None else set(range(len(source)))
+    return source.name, wanted
+
+
+def texts_left(out: str | os.PathLike, name: str, sample: tuple[str, set[int]]) -> tuple[int, int]:
+    """(documents left, documents) of the collection of ``sample`` (:func:`collection_sample`) by the
+    model ``name`` (as given to :func:`~headstats.io.models.load_model`) into ``out``: the sample ids
+    its partition lacks."""
+    dataset, wanted = sample
+    partition = store.table_dir(out, "scores", model_slug(name), dataset)
+    done = store.stored_sample_ids(partition) if store.has_data(partition) else set()
+    return len(wanted - done), len(wanted)
 
 
 def collected_scores(scores: tuple[str, ...] | None, partition: Path) -> tuple[str, ...]:

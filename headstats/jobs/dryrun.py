@@ -119,7 +119,10 @@ class DryRun:
                 "saved seq": u.saved if u.stage in ("ablate", "prune") else "-",
                 "forwards left": u.forwards_left,
                 "tok/s": "-" if u.tokens_per_s is None else round(u.tokens_per_s),
-                "est. time": _duration(u.seconds_left),
+                # -: work left with neither a probe nor a recorded rate to time it
+                "est. time": "-"
+                if u.passes_left and u.seconds is None and not u.tokens_per_s
+                else _duration(u.seconds_left),
             }
             for u in self.units
         ]

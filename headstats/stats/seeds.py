@@ -309,6 +309,63 @@ def decide(
     return kept, verdicts.reset_index(drop=True), stage_sentences(verdicts)
 
 
+def study_decision(
+    distances: pd.DataFrame,
+    learning: pd.DataFrame,
+    *,
+    seeds: Sequence[int],
+    datasets: Sequence[str],
+    score_ids: Sequence[str],
+    margin: float,
+    alpha: float = 0.05,
+    min_seeds: int = 8,
+    stages: Sequence[str] = STAGES,
+    family: str = "stage_end",
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """:func:`decide` over every cell a design names (``stages`` x ``datasets`` x ``score_ids``), with
+    the seeds scored so far (``distances`` may be empty). Returns (kept: every seed of ``seeds`` at
+    every stage, verdicts: every cell, sentences: per stage end ``seeds_scored``, ``seeds_kept`` and
+    the ``sentence``, which is "undetermined: N of M seeds scored" while fewer than ``min_seeds`` kept
+    seeds are scored)."""
+    kept = seeds_kept(learning, stages, seeds=seeds)
+    verdicts = pd.DataFrame(columns=[*CELL, "n_seeds", "seeds", "margin", "verdict"])
+    if len(distances):
+        _, verdicts, _ = decide(
+            distances, learning, margin=margin, alpha=alpha, min_seeds=min_seeds, stages=stages, family=family
+        )
+    cells = pd.DataFrame(list(itertools.product(stages, datasets, score_ids)), columns=CELL)
+    verdicts = cells.merge(verdicts, on=CELL, how="left")
+    verdicts["n_seeds"] = verdicts["n_seeds"].fillna(0).astype(int)
+    verdicts["seeds"] = verdicts["seeds"].fillna("")
+    verdicts["margin"] = margin
+    verdicts["verdict"] = verdicts["verdict"].fillna(UNDETERMINED)
+    ok = set(kept.loc[kept["kept"].astype(bool), ["seed", "stage"]].itertuples(index=False, name=None))
+    rows = []
+    for stage in stages:
+        scored = sorted(
+            set(distances.loc[(distances["stage"] == stage) & (distances["comparison"] == FROM_BASE), "seed"])
+        )
+        n_kept = sum((int(s), stage) in ok for s in scored)
+        cells_of = verdicts[verdicts["stage"] == stage]
+        if n_kept < min_seeds:
+            sentence = f"{UNDETERMINED}: {len(scored)} of {len(seeds)} seeds scored"
+        else:
+            sentence = str(stage_sentences(cells_of)["sentence"].iloc[0])
+        counts = cells_of["verdict"].value_counts().to_dict()
+        rows.append(
+            {
+                "stage": stage,
+                "seeds_scored": len(scored),
+                "seeds_kept": n_kept,
+                "sentence": sentence,
+                "cells": len(cells_of),
+                **counts,
+            }
+        )
+    sentences = pd.DataFrame(rows).fillna(0)
+    return kept, verdicts, sentences
+
+
 __all__ = [
     "BASE",
     "EQUIVALENT",
@@ -326,4 +383,5 @@ __all__ = [
     "sign_flip_pvalue",
     "sign_flip_upper_bound",
     "stage_sentences",
+    "study_decision",
 ]

@@ -7,6 +7,7 @@ analysis           (no kind table)   collect, ablate, report                coll
 confirmation       ``[confirm]``     ablate, report                         each path's sweeps
 frontier           ``[prune]``       collect, ablate, time, report          frontier points, timings
 comparison         ``[compare]``     collect, report                        collections
+fine-tuning        ``[design]``      train, collect, report                 training steps, texts
 =================  ================  =====================================  ==============================
 
 :mod:`headstats.studies.registry` holds the registry (:data:`STUDY_KINDS`, :func:`register_kind`) and
@@ -17,7 +18,7 @@ that registers a :class:`StudyKind`, imported here.
 
 from __future__ import annotations
 
-from headstats.studies import analysis, compare, confirm, frontier  # noqa: F401  (each registers its kind)
+from headstats.studies import analysis, compare, confirm, finetuning, frontier  # noqa: F401  (each registers its kind)
 from headstats.studies.dryrun import dry_run
 from headstats.studies.registry import (
     STUDY_KINDS,

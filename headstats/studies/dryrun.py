@@ -40,7 +40,7 @@ def dry_run_units(kind: StudyKind, units: list[Unit], *, probe_sequences: int = 
     absent: list[str] = []
     refused: list[str] = []
     missing: list[str] = []
-    device = "?"
+    device = "this machine (no model loaded)"
     for (label, name), group in groupby(units, key=lambda u: (u.label, u.model)):
         group = list(group)
         if any(u.absent for u in group):
@@ -58,7 +58,8 @@ def dry_run_units(kind: StudyKind, units: list[Unit], *, probe_sequences: int = 
             continue
         needs = [u for u in live if u.load is not None and not u.done]
         if not needs:
-            logger.info("%s[%s] no pass left: not loaded", label, name)
+            counted = "no pass left" if all(u.done for u in live) else "counted from records"
+            logger.info("%s[%s] %s: not loaded", label, name, counted)
             rows += [_row(u, None) for u in live]
             continue
         logger.info("%s[%s] loading (dry run)", label, name)

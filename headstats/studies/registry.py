@@ -126,6 +126,7 @@ class StudyKind:
     # check(study, run, grid): refuses what the kind would ignore; grid names a launcher flag given, or None
     check: Callable[[Study, RunSpec, str | None], None] = field(default=lambda study, run, grid: None)
     grid: bool = False  # whether its units may run as launcher jobs (--launcher)
+    takes: tuple[str, ...] = ()  # the RunSpec options only some kinds take (KIND_OPTIONS) that this one does
     example: str = ""  # a committed file of this kind
 
     @property
@@ -146,6 +147,8 @@ def not_found_here(name: str) -> str | None:
 
 
 STUDY_KINDS: Registry[StudyKind] = Registry("study kind")
+# RunSpec options that only the kinds naming them in ``takes`` read, and their flags.
+KIND_OPTIONS = {"only_seeds": "--seeds", "results_dir": "--results"}
 
 
 def register_kind(kind: StudyKind) -> StudyKind:
@@ -178,6 +181,15 @@ def checked_run(kind: StudyKind, study: Study, run: RunSpec, grid: str | None = 
     flag that set one, or None) and its stages."""
     from headstats.options import SpecError
 
+    for name, flag in KIND_OPTIONS.items():
+        if getattr(run, name) is not None and name not in kind.takes:
+            takers = [k.article for _, k in STUDY_KINDS.items() if name in k.takes]
+            raise SpecError(
+                name,
+                f"{study.path.as_posix()} is {kind.article} file, which has no {flag} (only "
+                f"{' or '.join(takers) or 'no'} file has): leave it out",
+                label=flag,
+            )
     kind.check(study, run, grid)
     if grid and not kind.grid:
         raise SpecError(

@@ -32,6 +32,7 @@ from headstats.jobs.finetune.recipe import STAGES, Recipe
 RECIPE_FILE = "recipe.json"
 METRICS_FILE = "metrics.json"
 CHECKPOINT_FILE = "HEADSTATS_CHECKPOINT.json"
+TRAINER_DIR = "_trainer"  # a stage's trainer state while it trains, under the stage's directory
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,22 @@ def read_json(path: Path) -> dict:
     if not path.is_file():
         return {}
     return store.read_json(path, "remove it, and the next run of the chain writes it again (no checkpoint is lost)")
+
+
+def steps_done(root: Path, stage: str, steps: int) -> int:
+    """How many of ``stage``'s ``steps`` the chain at ``root`` has trained, from its folders alone: all
+    of them once its end checkpoint is complete, else the last step a finished checkpoint or the saved
+    trainer state (:data:`TRAINER_DIR`, from which the stage resumes) holds."""
+    if is_complete(checkpoint_path(root, stage, steps)):
+        return steps
+    saved = [0]
+    for folder in (root / stage).glob("step-*"):
+        if folder.name[5:].isdigit() and is_complete(folder):
+            saved.append(int(folder.name[5:]))
+    for folder in (root / stage / TRAINER_DIR).glob("checkpoint-*"):
+        if folder.name[11:].isdigit():
+            saved.append(int(folder.name[11:]))
+    return min(max(saved), steps)
 
 
 def iter_checkpoints(root: str | os.PathLike) -> Iterator[Checkpoint]:

@@ -29,9 +29,9 @@ import torch
 
 from headstats.jobs import finetune_data as fd
 from headstats.jobs.finetune import layout
+from headstats.jobs.finetune.layout import TRAINER_DIR
 from headstats.jobs.finetune.recipe import Recipe, StageRecipe
 
-TRAINER_DIR = "_trainer"  # a stage's trainer state while it trains, under the stage's directory
 # Steps between saves of the trainer state: a stage with few checkpoints loses at most this many
 # steps to an interruption (a save of Gemma-3 270M's weights and Adam state takes seconds).
 RESUME_EVERY = 10

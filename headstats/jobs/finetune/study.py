@@ -1,0 +1,412 @@
+"""A fine-tuning seed study: a study file with ``[design]`` (``analyses/finetuning_confirm.toml``), its
+chains, what is left of their training and scoring, and the tables its decision reads.
+
+The design names one chain per seed, all of one recipe, under its ``chains`` folder
+(``<base>-<recipe hash>-seed-<N>``, :mod:`~headstats.jobs.finetune.layout`); its stage ends
+(``sft@40``) are the checkpoints compared with the base, which every chain saves with the same
+weights and chat template and which is scored once, with the first seed. Each seed's score tables go
+to ``RESULTS/seed-N/model=<chain>-<stage>-<step>/dataset=<name>/`` (the ``[collect]`` settings), and a
+copy of its chain's records (``metrics.json``, ``recipe.json``) to ``RESULTS/seed-N/_chain/``, so the
+decision is rebuilt from the results folder alone when no chain is present.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from headstats.io import store
+from headstats.jobs.analysis import read_analysis_file, section_table
+from headstats.jobs.finetune import layout
+from headstats.jobs.finetune.recipe import STAGES, Recipe, read_recipe
+from headstats.options import narrow
+from headstats.specs import CollectSection, CollectSpec, FinetuneDesign, ModelsSection
+
+logger = logging.getLogger("headstats")
+
+SECTIONS = ("models", "collect", "design")
+CHAIN_RECORDS = "_chain"  # under RESULTS/seed-N: copies of the chain's metrics.json and recipe.json
+BASE = "base"
+# Keys that change neither the checkpoints compared, the texts nor the rule (where things are, the
+# stated power and hours): left out of the design's hash.
+UNDECIDING = ("chains", "base_model", "recipe_file", "power_moved", "power_equivalent", "cpu_hours")
+COLLECT_UNDECIDING = ("batch_size", "data_dir", "progress", "part_seconds", "rows_per_part")
+STEADY_GAP_S = 900.0  # a longer pause between a collection's parts is a stop, not scoring time
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One checkpoint a seed study scores: the base (with the first seed) or a seed's stage end."""
+
+    seed: int
+    stage: str
+    step: int
+    path: Path
+
+    @property
+    def label(self) -> str:
+        return BASE if self.stage == BASE else f"seed-{self.seed} {self.stage}@{self.step}"
+
+    @property
+    def finished(self) -> bool:
+        return layout.is_complete(self.path)
+
+
+@dataclass(frozen=True)
+class SeedStudy:
+    """A checked fine-tuning study file."""
+
+    name: str
+    path: Path
+    description: str
+    results: Path
+    report: Path
+    design: FinetuneDesign
+    collect_section: CollectSection
+    base_slug: str  # the chains' leading name part: <base_slug>-<recipe hash>-seed-N
+
+    @property
+    def collect(self) -> CollectSpec:
+        return narrow(self.collect_section, CollectSpec)
+
+    @property
+    def datasets(self) -> list[str]:
+        return list(self.collect_section.datasets)
+
+    @property
+    def chains(self) -> Path:
+        return Path(self.design.chains).expanduser()
+
+    @property
+    def stage_ends(self) -> list[tuple[str, int]]:
+        return [(end.split("@")[0], int(end.split("@")[1])) for end in self.design.stage_ends]
+
+    def chain(self, seed: int) -> Path:
+        return self.chains / f"{self.base_slug}-{self.design.recipe_hash}-seed-{seed}"
+
+    def checkpoints(self, seed: int) -> list[Checkpoint]:
+        """The seed's checkpoints the study scores: the base with the first seed, then its stage ends."""
+        root = self.chain(seed)
+        base = [Checkpoint(seed, BASE, 0, root / BASE)] if seed == self.design.seeds[0] else []
+        ends = [Checkpoint(seed, s, n, layout.checkpoint_path(root, s, n)) for s, n in self.stage_ends]
+        return base + ends
+
+    def seed_results(self, seed: int, results: Path | None = None) -> Path:
+        return (results or self.results) / f"seed-{seed}"
+
+
+def _base_slug(design: FinetuneDesign, models: tuple[str, ...], path: Path) -> str:
+    from headstats.io.models import model_slug
+
+    if design.base_model:
+        return model_slug(design.base_model)
+    marker = f"-{design.recipe_hash}-seed-"
+    for name in models:
+        folder = Path(name).expanduser()
+        if folder.is_relative_to(Path(design.chains).expanduser()):
+            chain = folder.relative_to(Path(design.chains).expanduser()).parts[0]
+            if marker in chain:
+                return chain.split(marker)[0]
+    chains = Path(design.chains).expanduser()
+    found = sorted(chains.glob(f"*{marker}*")) if chains.is_dir() else []
+    if found:
+        return found[0].name.split(marker)[0]
+    raise ValueError(
+        f"{path}: [design] names no base and [models] no chain of recipe {design.recipe_hash} under {design.chains}: "
+        "give [design] base_model (the model every chain starts from)"
+    )
+
+
+def load_seed_study(path: str | Path) -> SeedStudy:
+    """Parse and check a fine-tuning study file: every key, and that ``[models]`` (when given) lists
+    exactly the checkpoints the design derives, before any work starts."""
+    path = Path(path)
+    raw, header = read_analysis_file(
+        path, SECTIONS, what="fine-tuning study file", example="analyses/finetuning_confirm.toml"
+    )
+    names: tuple[str, ...] = ()
+    if "models" in raw:  # optional: when given, the design's checkpoints, listed
+        names = ModelsSection.from_toml(section_table(raw, "models", path), f"{path}: [models]").names
+    collect = CollectSection.from_toml(section_table(raw, "collect", path), f"{path}: [collect]")
+    design = FinetuneDesign.from_toml(section_table(raw, "design", path), f"{path}: [design]")
+    _check_design(design, collect, path)
+    name, results, report = header.folders(path)
+    slug = _base_slug(design, names, path)
+    study = SeedStudy(name, path, header.description, results, report, design, collect, slug)
+    if names:
+        derived = {str(c.path) for seed in design.seeds for c in study.checkpoints(seed)}
+        given = {str(Path(n).expanduser()) for n in names}
+        extra, lacking = sorted(given - derived), sorted(derived - given)
+        if extra or lacking:
+            first = f"lists {extra[0]}, which the design does not derive" if extra else f"lacks {lacking[0]}"
+            raise ValueError(
+                f"{path}: [models] {first} ({len(extra)} extra, {len(lacking)} missing): list the design's "
+                f"checkpoints ({design.chains}/{study.base_slug}-{design.recipe_hash}-seed-N/STAGE/step-NNNNN and "
+                "the first seed's base), or leave [models] out"
+            )
+    return study
+
+
+def _check_design(design: FinetuneDesign, collect: CollectSection, path: Path) -> None:
+    where = f"{path}: [design]"
+    for key in ("recipe_hash", "chains", "seeds", "stage_ends"):
+        if not getattr(design, key):
+            raise ValueError(f"{where} has no {key}: a seed study names its chains, seeds and stage ends")
+    if len(set(design.seeds)) != len(design.seeds):
+        raise ValueError(f"{where} lists a seed twice: {list(design.seeds)}")
+    stages = [end.split("@")[0] for end in design.stage_ends]
+    if stages != [s for s in STAGES if s in stages]:
+        raise ValueError(f"{where} stage_ends must follow the chain's order ({', '.join(STAGES)}), once each")
+    if not collect.datasets:
+        raise ValueError(f"{path}: [collect] has no datasets: name those the stage ends are scored on")
+    if collect.limit != design.texts:
+        raise ValueError(
+            f"{path}: [collect] limit = {collect.limit} but [design] texts = {design.texts}: they are one number"
+        )
+    if not collect.scores:
+        raise ValueError(f"{path}: [collect] names no scores: list those the decision reads")
+
+
+def registration(study: SeedStudy) -> dict:
+    """Every key that decides the study's verdicts (the recipe's hash, seeds, stage ends, texts,
+    margin, rule, and the texts' sampling and scores), with their SHA-256: the design's hash the
+    results record."""
+    import hashlib
+
+    keys = {k: v for k, v in study.design.settings().items() if k not in UNDECIDING}
+    keys["collect"] = {
+        k: v for k, v in study.collect_section.settings().items() if k not in COLLECT_UNDECIDING and v is not None
+    }
+    keys = json.loads(json.dumps(keys, sort_keys=True, default=list))
+    return {"keys": keys, "sha256": hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()}
+
+
+# --- what is left -----------------------------------------------------------------------------------
+
+
+def steps_left(study: SeedStudy, seed: int) -> list[tuple[str, int, int]]:
+    """Per stage end of ``seed``'s chain: (stage, steps left, steps), read from the chain's folders."""
+    root = study.chain(seed)
+    return [(stage, steps - layout.steps_done(root, stage, steps), steps) for stage, steps in study.stage_ends]
+
+
+def seconds_per_step(study: SeedStudy) -> dict[str, float]:
+    """Per stage: the median seconds per training step the study's chains recorded (``metrics.json``
+    ``run.seconds_per_step``); a stage no chain has finished is absent."""
+    measured: dict[str, list[float]] = {}
+    for seed in study.design.seeds:
+        metrics = layout.read_json(study.chain(seed) / layout.METRICS_FILE)
+        for stage, record in metrics.items():
+            value = (record.get("run") or {}).get("seconds_per_step") if isinstance(record, dict) else None
+            if isinstance(value, (int, float)) and value > 0:
+                measured.setdefault(stage, []).append(float(value))
+    return {stage: statistics.median(values) for stage, values in measured.items()}
+
+
+def _part_time(path: Path) -> float | None:
+    stamp = path.name.split("-")[1] if path.name.count("-") >= 2 else ""
+    if len(stamp) != 23 or not stamp.isdigit():
+        return None
+    when = datetime.strptime(stamp[:14], "%Y%m%d%H%M%S").replace(tzinfo=timezone.utc)
+    return when.timestamp() + int(stamp[14:]) / 1e9
+
+
+def seconds_per_text(results: Path) -> float | None:
+    """Seconds per text of the collections under ``results``, measured from their part files' close
+    times (each part's texts over the time since the one before, or since the table was created;
+    pauses longer than :data:`STEADY_GAP_S` are stops, not counted); None before any part."""
+    import pyarrow.parquet as pq
+
+    if not results.is_dir():
+        return None
+    seconds = texts = 0.0
+    for partition in store.find_partitions(results, "scores")[0]:
+        created = (partition.provenance or {}).get("created")
+        times = [datetime.fromisoformat(created).timestamp()] if isinstance(created, str) else []
+        parts = sorted((t, f) for f in store.data_files(partition.path) if (t := _part_time(f)) is not None)
+        previous = times[0] if times else None
+        for when, file in parts:
+            if previous is not None and 0 < when - previous <= STEADY_GAP_S:
+                seconds += when - previous
+                texts += len(set(pq.read_table(file, columns=["sample_id"]).column(0).to_pylist()))
+            previous = when
+    return seconds / texts if texts else None
+
+
+# --- running ----------------------------------------------------------------------------------------
+
+
+def chain_recipe(study: SeedStudy) -> tuple[Recipe, str]:
+    """The recipe and base every chain of ``study`` trains with: the design's ``recipe`` file and
+    ``base``, or those a chain of its recipe hash records; refused unless they hash to the design's
+    ``recipe_hash``."""
+    from headstats.jobs.finetune.layout import base_identity
+
+    design = study.design
+    recipe, base, where = None, design.base_model, "[design]"
+    if design.recipe_file:
+        recipe, where = read_recipe(design.recipe_file), design.recipe_file
+    if recipe is None or base is None:
+        for seed in design.seeds:
+            record = layout.read_json(study.chain(seed) / layout.RECIPE_FILE)
+            if record:
+                recipe = recipe or Recipe.from_dict(record["recipe"])
+                base = base or record.get("base")
+                where = f"{study.chain(seed) / layout.RECIPE_FILE}"
+                break
+    if recipe is None or not base:
+        raise ValueError(
+            f"{study.path}: no chain of recipe {design.recipe_hash} is here to read its recipe from: give [design] "
+            "recipe_file and base_model"
+        )
+    digest = recipe.recipe_digest(base_identity(base))
+    if digest != design.recipe_hash:
+        raise ValueError(
+            f"{study.path}: the recipe of {where} with base {base} hashes to {digest}, not the design's recipe_hash "
+            f"{design.recipe_hash}: give the recipe the design registered"
+        )
+    return recipe, base
+
+
+def train_seed(study: SeedStudy, seed: int, log=None) -> None:
+    """Build (or finish) ``seed``'s chain with the design's recipe (:func:`headstats.jobs.finetune.finetune`),
+    its stages up to the design's last stage end."""
+    from headstats.jobs.finetune import finetune
+    from headstats.jobs.finetune.layout import chain_dir
+
+    recipe, base = chain_recipe(study)
+    recipe = Recipe.from_kwargs({"seed": seed}, base=recipe)
+    if chain_dir(base, study.chains, recipe) != study.chain(seed):
+        raise ValueError(f"{study.path}: seed {seed}'s chain would be built in {chain_dir(base, study.chains, recipe)}")
+    stages = STAGES[: max(STAGES.index(s) for s, _ in study.stage_ends) + 1]  # up to the last stage end
+    started = time.monotonic()
+    finetune(base=base, seed=seed, out=str(study.chains), stages=tuple(stages), recipe=recipe, log=log)
+    logger.info("[seed-%d] chain trained (%.0f min)", seed, (time.monotonic() - started) / 60)
+
+
+def copy_chain_records(study: SeedStudy, seed: int, results: Path) -> None:
+    """The chain's ``metrics.json`` and ``recipe.json`` copied to ``RESULTS/seed-N/_chain/`` (the
+    learning evidence the report reads when no chain is present)."""
+    folder = study.seed_results(seed, results) / CHAIN_RECORDS
+    for name in (layout.METRICS_FILE, layout.RECIPE_FILE):
+        record = layout.read_json(study.chain(seed) / name)
+        if record:
+            folder.mkdir(parents=True, exist_ok=True)
+            store.write_json_atomic(record, folder / name)
+
+
+def collect_seed(study: SeedStudy, seed: int, results: Path, load_options: dict, *, progress: bool = True) -> None:
+    """Score each finished checkpoint of ``seed`` on the study's datasets into ``RESULTS/seed-N/``
+    (resuming: a collection adds only the texts its table lacks); a checkpoint still training is named
+    and skipped."""
+    from headstats.io.models import load_model
+    from headstats.jobs.collect import collect_scores
+
+    out = study.seed_results(seed, results)
+    collect = CollectSpec.from_kwargs({"progress": progress}, base=study.collect)
+    samples: dict = {}
+    for checkpoint in study.checkpoints(seed):
+        if not checkpoint.finished:
+            logger.info("[seed-%d] %s is not finished: skipped (rerun when it is)", seed, checkpoint.label)
+            continue
+        left = [d for d in study.datasets if texts_left(study, checkpoint, d, results, samples)[0]]
+        if not left:
+            continue
+        logger.info("[seed-%d] scoring %s", seed, checkpoint.label)
+        model, tokenizer = load_model(str(checkpoint.path), **load_options)
+        for dataset in left:
+            result = collect_scores(model, tokenizer, dataset, store.ensure_writable(out), spec=collect)
+            logger.info(
+                "[seed-%d] %s %s: %d texts (%d new)", seed, checkpoint.label, dataset, result.n_samples, result.n_new
+            )
+        del model
+    copy_chain_records(study, seed, results)
+
+
+def texts_left(
+    study: SeedStudy, checkpoint: Checkpoint, dataset: str, results: Path, samples: dict | None = None
+) -> tuple[int, int]:
+    """(texts left, texts) of ``checkpoint``'s collection of ``dataset``: the collection planner's
+    sample (:func:`~headstats.jobs.collect.collection_sample`, kept in ``samples`` per dataset when
+    given) counted against its partition; no model loaded."""
+    from headstats.jobs.collect import collection_sample
+    from headstats.jobs.collect import texts_left as collection_left
+
+    samples = {} if samples is None else samples
+    if dataset not in samples:
+        samples[dataset] = collection_sample(dataset, study.collect)
+    return collection_left(study.seed_results(checkpoint.seed, results), str(checkpoint.path), samples[dataset])
+
+
+# --- the decision's inputs --------------------------------------------------------------------------
+
+
+def seed_tables(study: SeedStudy, results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(score rows of the study's seeds, one row per checkpoint: ``model``, ``stage``, ``seed``), read
+    from ``RESULTS/seed-N/`` alone; each table's stage and seed come from its provenance (the
+    checkpoint's record). A checkpoint enters once every dataset's table holds the design's texts
+    (one still collecting is named and left out). Empty frames before any table."""
+    columns = ["model", "dataset", "sample_id", *(study.collect.scores or ())]
+    frames, rows = [], []
+    for seed in study.design.seeds:
+        folder = study.seed_results(seed, results)
+        if not folder.is_dir() or not store.find_partitions(folder, "scores")[0]:
+            continue
+        for p in store.find_partitions(folder, "scores")[0]:
+            info = (p.provenance or {}).get("checkpoint") or {}
+            if not info.get("stage") or info.get("seed") is None:
+                raise ValueError(f"{p.path}: its provenance records no checkpoint stage and seed; not a chain's table")
+            rows.append((p.model, info["stage"], int(info["seed"])))
+        table = store.read_scores(folder, columns=columns)
+        frames.append(table[columns])
+    checkpoints = pd.DataFrame(sorted(set(rows)), columns=["model", "stage", "seed"])
+    scores = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+    texts = scores.groupby(["model", "dataset"], observed=True)["sample_id"].nunique()
+    whole = texts[texts >= study.design.texts].reset_index().groupby("model")["dataset"].nunique()
+    complete = set(whole[whole >= len(study.datasets)].index.astype(str))
+    partial = sorted(set(checkpoints["model"]) - complete)
+    if partial:  # a table still collecting would cut every distance to the texts it holds
+        logger.info("left out until every dataset holds its %d texts: %s", study.design.texts, ", ".join(partial))
+    checkpoints = checkpoints[checkpoints["model"].isin(complete)].reset_index(drop=True)
+    return scores[scores["model"].astype(str).isin(complete)], checkpoints
+
+
+def chain_metrics(study: SeedStudy, results: Path) -> dict[int, dict]:
+    """Each seed's ``metrics.json``: its chain's where the chain is here, else the copy under
+    ``RESULTS/seed-N/_chain/``; a seed with neither is absent."""
+    metrics = {}
+    for seed in study.design.seeds:
+        for path in (
+            study.chain(seed) / layout.METRICS_FILE,
+            study.seed_results(seed, results) / CHAIN_RECORDS / layout.METRICS_FILE,
+        ):
+            record = layout.read_json(path)
+            if record:
+                metrics[seed] = record
+                break
+    return metrics
+
+
+__all__ = [
+    "Checkpoint",
+    "SeedStudy",
+    "chain_metrics",
+    "chain_recipe",
+    "collect_seed",
+    "copy_chain_records",
+    "load_seed_study",
+    "registration",
+    "seconds_per_step",
+    "seconds_per_text",
+    "seed_tables",
+    "steps_left",
+    "texts_left",
+    "train_seed",
+]

@@ -1,0 +1,185 @@
+"""The report of a fine-tuning seed study (``headstats run FILE --stages report`` on a file with
+``[design]``): the study's sentence per stage end first, one figure, the main table.
+
+It renders the finished tables of :func:`headstats.stats.seeds.study_decision` (the verdict per
+stage end x dataset x score over the seeds whose stages learned, and the sentence per stage end)
+through the report writer; the design's registered keys and their hash are written beside them
+(``design.json``) and recorded in the page, so a reader can check the report against the
+pre-registered file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from headstats.report.writer import ReportWriter
+from headstats.stats.seeds import (
+    EQUIVALENT,
+    MOVED,
+    MOVED_BEYOND_MARGIN,
+    MOVED_WITHIN_MARGIN,
+    UNDETERMINED,
+)
+
+VERDICT_COLOURS = {
+    MOVED_BEYOND_MARGIN: "#b2182b",
+    MOVED: "#ef8a62",
+    MOVED_WITHIN_MARGIN: "#5aae61",
+    EQUIVALENT: "#1b7837",
+    UNDETERMINED: "#777777",
+}
+MAIN_COLUMNS = [
+    "stage",
+    "dataset",
+    "score",
+    "n_seeds",
+    "from_base",
+    "between_seeds",
+    "mean_delta",
+    "upper_bound",
+    "p_moved_holm",
+    "p_equivalent",
+    "verdict",
+]
+
+
+@dataclass(frozen=True)
+class SeedDecision:
+    """What the report shows: the decision's tables and the design they follow."""
+
+    title: str
+    seeds: tuple[int, ...]  # every seed of the design
+    margin: float
+    alpha: float
+    min_seeds: int
+    family: str
+    verdicts: pd.DataFrame
+    sentences: pd.DataFrame
+    learning: pd.DataFrame  # per (seed, stage): the primary metric's change, its interval, kept and reason
+    distances: pd.DataFrame
+    registration: dict  # {"keys": ..., "sha256": ...}
+    design_file: str
+    design_sha256: str
+    rebuild: str  # the command that rebuilds the report
+
+
+def _stage_sentence(row: pd.Series) -> str:
+    sentence = str(row["sentence"])
+    stage = str(row["stage"]).upper()
+    if sentence.startswith(UNDETERMINED):
+        return f"after {stage} it is {sentence} ({int(row['seeds_kept'])} of them learned)"
+    return f"after {stage} it {sentence}"
+
+
+def abstract(decision: SeedDecision) -> str:
+    """The study's sentence per stage end, then the cells' verdicts in numbers."""
+    stages = "; ".join(_stage_sentence(r) for _, r in decision.sentences.iterrows())
+    counts = decision.verdicts["verdict"].value_counts()
+    decided = len(decision.verdicts) - int(counts.get(UNDETERMINED, 0))
+    first = (
+        f"**Does fine-tuning barely change attention heads?** The claim holds at a stage end when every dataset × "
+        f"score cell moved less than the [margin](#the-design) of {decision.margin:g} W1/IQR beyond training noise "
+        f"(the distances between seeds): {stages}."
+    )
+    parts = [f"{int(v)} {k}" for k, v in counts.items() if k != UNDETERMINED]
+    second = (
+        f"Of {len(decision.verdicts)} cells, {decided} are decided" + (f" ({', '.join(parts)})" if parts else "") + "."
+    )
+    return f"{first}\n\n{second}"
+
+
+def headline_figure(decision: SeedDecision) -> Figure:
+    """Per cell, mean(delta) (base -> stage distance less the seed -> seed one) with its one-sided upper
+    bound, coloured by verdict; the lines at 0 (training noise) and at the margin."""
+    v = decision.verdicts.reset_index(drop=True)
+    fig = Figure(figsize=(7.5, 1.4 + 0.24 * len(v)), layout="constrained")
+    ax = fig.subplots()
+    y = np.arange(len(v))
+    x = v["mean_delta"].to_numpy(dtype=float) if "mean_delta" in v else np.full(len(v), np.nan)
+    upper = v["upper_bound"].to_numpy(dtype=float) if "upper_bound" in v else np.full(len(v), np.nan)
+    colours = [VERDICT_COLOURS.get(str(k), "#777777") for k in v["verdict"]]
+    shown = np.isfinite(x)
+    bounded = shown & np.isfinite(upper)
+    ax.hlines(y[bounded], x[bounded], upper[bounded], color="#444444", linewidth=0.8, zorder=2)
+    ax.scatter(x[shown], y[shown], c=[c for c, s in zip(colours, shown, strict=True) if s], s=24, zorder=3)
+    for i in np.flatnonzero(~shown):
+        ax.text(0, y[i], " too few seeds to decide", va="center", fontsize=7, color="#777777")
+    ax.axvline(0, color="#444444", linewidth=0.8)
+    ax.axvline(decision.margin, color="#b2182b", linewidth=0.8, linestyle="--")
+    ax.set_yticks(y, [f"{r.stage} · {r.dataset} · {r.score}" for r in v.itertuples()], fontsize=7)
+    ax.invert_yaxis()
+    finite = np.concatenate([x[shown], upper[bounded], [decision.margin, 0.0]])
+    ax.set_xlim(min(finite.min() * 1.1, -0.02), max(finite.max() * 1.1, decision.margin * 1.5))
+    ax.set_xlabel(
+        "mean(delta): distance base → stage end beyond the seeds' (W1/IQR)\n"
+        f"line: its {1 - decision.alpha:.0%} upper bound; dashed: the margin"
+    )
+    for verdict, colour in VERDICT_COLOURS.items():
+        if (v["verdict"] == verdict).any():
+            ax.scatter([], [], c=colour, s=24, label=verdict)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    return fig
+
+
+def write_seed_report(decision: SeedDecision, out: Path, inputs: dict | None = None) -> Path:
+    """Write the seed study's report to ``out``; returns ``out/index.html``. ``inputs``: what the build
+    read (:func:`headstats.report.freshness.report_inputs`), recorded in its manifest."""
+    n_scored = int(decision.sentences["seeds_scored"].max()) if len(decision.sentences) else 0
+    subtitle = (
+        f"{len(decision.seeds)} seeds in the design, {n_scored} scored; design {decision.design_file}, registered "
+        f"keys' SHA-256 `{decision.registration['sha256'][:16]}`."
+    )
+    writer = ReportWriter(out, decision.title, subtitle=subtitle)
+    writer.abstract(abstract(decision))
+    writer.headline(
+        headline_figure(decision),
+        "verdicts",
+        "Per stage end × dataset × score: how far the stage end moved beyond training noise, mean(delta) in W1 over "
+        "the base's IQR, with its upper bound; colour: the verdict.",
+    )
+    main = decision.verdicts[[c for c in MAIN_COLUMNS if c in decision.verdicts]]
+    writer.main_table(
+        main,
+        "verdicts",
+        legend="Seeds kept, mean base -> stage and seed -> seed W1/IQR, their difference with its upper bound, the "
+        "Holm-adjusted p of 'moved', the p of 'equivalent', the verdict.",
+        full_legend="the-design",
+    )
+    writer.heading("The study's sentence per stage end")
+    writer.table(decision.sentences, "sentences")
+    writer.heading("Learning per seed")
+    writer.text(
+        "A seed enters a stage end's cells only when that stage and every earlier stage of its chain learned: the "
+        "95% paired interval of its primary metric's change on the evidence split excludes 0 in the training "
+        "direction. A seed kept out is listed here with its reason."
+    )
+    writer.table(decision.learning, "learning")
+    with writer.appendix():
+        writer.heading("The design", 3)
+        writer.text(
+            f"Margin {decision.margin:g} W1/IQR in every cell; one-sided sign-flip tests over seeds at "
+            f"{decision.alpha:g}: 'moved' (mean(delta) > 0) and 'beyond the margin' (mean(delta) > margin), Holm "
+            f"over the family `{decision.family}`; 'equivalent' (mean(delta) < margin) per cell. A stage end with "
+            f"fewer than {decision.min_seeds} seeds that learned is undetermined. delta_s = d(base, end_s) − "
+            "(2 b_s − B), b_s the mean distance of seed s's end to the other seeds' and B the mean over all pairs. "
+            f"The file `{decision.design_file}` (SHA-256 `{decision.design_sha256}`) states the reasons; its "
+            f"deciding keys hash to `{decision.registration['sha256']}` (`design.json`)."
+        )
+        writer.details(
+            "The registered keys", json.dumps(decision.registration, indent=2, sort_keys=True), file="design.json"
+        )
+        writer.heading("Rebuild", 3)
+        writer.text(f"`{decision.rebuild}` rebuilds this report from the score tables and chain records alone.")
+        writer.table(decision.distances, "distances", collapsed="Every base -> stage and seed -> seed distance")
+    writer.inputs = inputs
+    return writer.write()
+
+
+__all__ = ["SeedDecision", "abstract", "headline_figure", "write_seed_report"]

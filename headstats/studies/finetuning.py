@@ -1,0 +1,226 @@
+"""The fine-tuning kind: a seed study, a file with ``[design]`` (``analyses/finetuning_confirm.toml``;
+:mod:`headstats.jobs.finetune.study`).
+
+Its stages: train (each chosen seed's chain built or finished with the design's recipe; run only
+when named), collect (each finished checkpoint scored on the design's texts into ``RESULTS/seed-N/``,
+resuming) and report (the pre-registered decision from the score tables and the chains' learning
+records alone). Its units, counted from the chain folders and the results folder without loading a
+model: per seed and stage the training steps left (timed at the seconds per step the study's chains
+recorded), and per seed, checkpoint and dataset the texts left (timed at the seconds per text its
+collections took). ``--seeds`` chooses seeds; ``--results`` puts the score tables elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from headstats.jobs.dryrun import WorkUnit
+from headstats.jobs.finetune.study import (
+    SeedStudy,
+    chain_metrics,
+    collect_seed,
+    load_seed_study,
+    registration,
+    seconds_per_step,
+    seconds_per_text,
+    seed_tables,
+    steps_left,
+    texts_left,
+    train_seed,
+)
+from headstats.options import SpecError
+from headstats.specs import RunSpec
+from headstats.studies.registry import Study, StudyKind, Unit, register_kind
+
+logger = logging.getLogger("headstats")
+
+FINETUNING_NOTE = (
+    "a fine-tuning study: train = optimizer steps left per seed and stage (passes left: steps left/steps), timed at "
+    "the median seconds per step the study's finished chains recorded (their metrics.json), the learning "
+    "measurements not included; collect = texts left per checkpoint and dataset (sequences: texts left), timed at "
+    "the seconds per text of the study's collections so far (their part files); a checkpoint not trained yet is "
+    "counted with all its texts. -: no rate recorded yet. No model is loaded."
+)
+
+
+def load(path: Path) -> Study:
+    return Study("fine-tuning", Path(path), load_seed_study(path))
+
+
+def chosen_seeds(study: SeedStudy, run: RunSpec) -> list[int]:
+    """The seeds ``run`` chooses (``--seeds``), in the design's order; a seed the design lacks is refused."""
+    if not run.only_seeds:
+        return list(study.design.seeds)
+    unknown = [s for s in run.only_seeds if s not in study.design.seeds]
+    if unknown:
+        raise SpecError(
+            "only_seeds",
+            f"{', '.join(map(str, unknown))} not in {study.path}'s design (its seeds: "
+            f"{', '.join(map(str, study.design.seeds))})",
+            label="--seeds",
+        )
+    return [s for s in study.design.seeds if s in run.only_seeds]
+
+
+def results_of(study: SeedStudy, run: RunSpec) -> Path:
+    return Path(run.results_dir).expanduser() if run.results_dir else study.results
+
+
+def _seconds(left: int, rate: float | None) -> float | None:
+    return None if rate is None or not left else left * rate
+
+
+def plan(study: Study, run: RunSpec) -> list[Unit]:
+    spec: SeedStudy = study.spec
+    results = results_of(spec, run)
+    per_step = seconds_per_step(spec) if "train" in run.stages else {}
+    per_text = seconds_per_text(results) if "collect" in run.stages else None
+    samples: dict = {}
+    units: list[Unit] = []
+    for seed in chosen_seeds(spec, run):
+        label = f"[seed-{seed}] "
+        if "train" in run.stages:
+            for stage, left, steps in steps_left(spec, seed):
+                seconds = _seconds(left, per_step.get(stage))
+                counted = WorkUnit(
+                    f"seed-{seed}", "train", stage, steps, None, None, None, left, steps, 1, None, seconds=seconds
+                )
+                units.append(
+                    Unit(
+                        f"seed-{seed}",
+                        "train",
+                        stage,
+                        "training steps",
+                        left,
+                        steps,
+                        None,
+                        counted=counted,
+                        label=label,
+                    )
+                )
+        if "collect" in run.stages:
+            batch = spec.collect.batch_size
+            for checkpoint in spec.checkpoints(seed):
+                for dataset in spec.datasets:
+                    if checkpoint.finished:
+                        left, total = texts_left(spec, checkpoint, dataset, results, samples)
+                        what = dataset
+                    else:
+                        left = total = spec.design.texts
+                        what = f"{dataset} (not trained yet)"
+                    seconds = _seconds(left, per_text)
+                    counted = WorkUnit(
+                        checkpoint.label, "collect", what, total, left, None, None, int(left > 0), 1, batch, None,
+                        seconds=seconds,
+                    )  # fmt: skip
+                    units.append(
+                        Unit(
+                            checkpoint.label, "collect", what, "texts", left, total, None, counted=counted, label=label
+                        )
+                    )
+    return units
+
+
+def measure(unit: Unit, model, tokenizer, probe: int, rng) -> WorkUnit:
+    raise AssertionError("a fine-tuning study's units are counted and timed from recorded rates; no model loads")
+
+
+def run(study: Study, run: RunSpec, *, resources=None, progress: bool = True) -> None:
+    spec: SeedStudy = study.spec
+    seeds = chosen_seeds(spec, run)
+    if "train" in run.stages:
+        for seed in seeds:
+            logger.info("[seed-%d] training %s", seed, spec.chain(seed).name)
+            train_seed(spec, seed, log=logger.info)
+    if "collect" in run.stages:
+        from headstats.jobs.analysis import given_load
+
+        for seed in seeds:
+            collect_seed(spec, seed, results_of(spec, run), given_load(run), progress=progress)
+    return None
+
+
+def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
+    """The decision over every seed of the design scored so far, from ``RESULTS`` alone (and each
+    chain's metrics.json where the chain is here)."""
+    from headstats.report.finetuning import SeedDecision, write_seed_report
+    from headstats.report.freshness import file_sha256, report_inputs
+    from headstats.stats import seeds as seed_stats
+
+    spec: SeedStudy = study.spec
+    design, results = spec.design, results_of(spec, run)
+    scores, checkpoints = seed_tables(spec, results)
+    score_ids = list(spec.collect.scores or ())
+    if (checkpoints["stage"] == seed_stats.BASE).any():
+        distances = seed_stats.seed_distances(scores, checkpoints, score_ids)
+    else:  # nothing to measure from before the base is scored
+        distances = _no_distances()
+    learning = seed_stats.learning_by_seed(chain_metrics(spec, results))
+    stages = [stage for stage, _ in spec.stage_ends]
+    kept, verdicts, sentences = seed_stats.study_decision(
+        distances,
+        learning,
+        seeds=list(design.seeds),
+        datasets=spec.datasets,
+        score_ids=score_ids,
+        margin=design.margin,
+        alpha=design.alpha,
+        min_seeds=design.min_seeds,
+        stages=stages,
+        family=design.family,
+    )
+    table = kept.merge(learning, on=["seed", "stage"], how="left")
+    rebuild = f"headstats run {study.path.as_posix()} --stages report"
+    decision = SeedDecision(
+        title=spec.description or spec.name,
+        seeds=tuple(design.seeds),
+        margin=float(design.margin),
+        alpha=design.alpha,
+        min_seeds=design.min_seeds,
+        family=design.family,
+        verdicts=verdicts,
+        sentences=sentences,
+        learning=table,
+        distances=distances,
+        registration=registration(spec),
+        design_file=study.path.as_posix(),
+        design_sha256=file_sha256(study.path),
+        rebuild=rebuild + (f" --results {run.results_dir}" if run.results_dir else ""),
+    )
+    inputs = report_inputs(results, registration(spec)["keys"], study.path, report=spec.report)
+    return write_seed_report(decision, spec.report, inputs if results.is_dir() else None)
+
+
+def _no_distances():
+    import pandas as pd
+
+    from headstats.stats.seeds import CELL
+
+    return pd.DataFrame(columns=[*CELL, "comparison", "seed", "other", "w1", "iqr", "n_texts", "w1_iqr"])
+
+
+def check(study: Study, run: RunSpec, grid: str | None) -> None:
+    chosen_seeds(study.spec, run)
+
+
+FINETUNING = register_kind(
+    StudyKind(
+        name="fine-tuning",
+        section="design",
+        description="seed chains of one recipe trained, scored and decided against training noise "
+        "(analyses/finetuning_confirm.toml)",
+        stages=("train", "collect", "report"),
+        load=load,
+        plan=plan,
+        measure=measure,
+        run=run,
+        report=report,
+        note=FINETUNING_NOTE,
+        check=check,
+        takes=("only_seeds", "results_dir"),
+        example="analyses/finetuning_confirm.toml",
+    )
+)
+
+__all__ = ["FINETUNING"]

