@@ -340,3 +340,26 @@ def test_a_score_without_a_rank_is_marked_not_left_pale() -> None:
     marked = [p for p in ax.patches if p.get_label() == "no rank"]
     assert [(p.get_x(), p.get_y()) for p in marked] == [(1, 0)]  # column avvn_ln, row g
     assert [t.get_text() for t in ax.texts].count("none") == 1
+
+
+def test_annotations_that_overlap_are_moved_apart_inside_their_axes() -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4, 3))
+    ax = fig.add_subplot()
+    ax.plot([0, 1, 1], [0, 1, 0.98])
+    alone = ax.annotate("alone", (0, 0), xytext=(4, 4), textcoords="offset points")
+    crowd = [
+        ax.annotate(f"{share}%", (1, y), xytext=(4, 4), textcoords="offset points")
+        for share, y in ((30, 1), (20, 0.98))
+    ]
+    FigureCanvasAgg(fig)
+    plots.make_legible(fig)
+    renderer = fig.canvas.get_renderer()
+    first, second = (note.get_window_extent(renderer) for note in crowd)
+    assert not first.overlaps(second)
+    inside = ax.get_window_extent(renderer)
+    for note in crowd:
+        box = note.get_window_extent(renderer)
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+    assert alone.xyann == (4, 4) and alone.get_horizontalalignment() == "left"  # nothing in its way: unmoved

@@ -33,13 +33,14 @@ X_LABEL = "heads zeroed (realised %)"
 MAX_CURVES = 8  # curves in one panel: beyond this, colours repeat and no curve can be followed
 MIN_HEATMAP = 3  # rows and columns a heatmap needs; a smaller matrix is a few numbers, shown as a table
 # One colour and one marker per score family: colours Okabe-Ito-like (distinguishable in colour-blind
-# vision), the study's best score (ahon) in the most salient one; the marker keeps apart ahon, lthon
-# and avvn, three warm colours that thin lines do not. Normalisation shows in the line style.
+# vision), the study's best score (ahon) in the most salient one; any two of them, grey and black are
+# at least 21 CIEDE2000 apart (tests/test_browser.py holds figures to 15). The marker keeps apart ahon,
+# lthon and avvn, three warm colours. Normalisation shows in the line style.
 _FAMILY_LOOKS = {
     "awft": ("#0173b2", "s"),
     "entropy": ("#029e73", "D"),
     "ftvvn": ("#cc78bc", "P"),
-    "avvn": ("#ca9161", "v"),
+    "avvn": ("#8c564b", "v"),
     "lthon": ("#de8f05", "X"),
     "ahon": ("#d55e00", "^"),
     "fhon": ("#56b4e9", "<"),
@@ -139,8 +140,8 @@ def make_legible(
     fig: Figure, min_px: float = MIN_TEXT_PX, width_px: float = PAGE_WIDTH_PX, max_height_px: float | None = None
 ) -> float:
     """Raise every text of ``fig`` (titles, labels, tick labels, legends, annotations) to at least
-    ``min_px`` as shown in a report (:func:`shown_scale`), then lay the figure out again; returns that
-    smallest size in pt."""
+    ``min_px`` as shown in a report (:func:`shown_scale`), lay the figure out again and move
+    annotations off other texts (:func:`separate_annotations`); returns that smallest size in pt."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.text import Text
 
@@ -165,7 +166,48 @@ def make_legible(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a figure tight_layout cannot fit keeps its layout
             fig.tight_layout()
+    separate_annotations(fig)
     return smallest
+
+
+# Places tried around an annotated point, in offset points with the text's alignment: beside it
+# up-right first (where the curves' end labels go), then the other corners, then further out.
+_ANNOTATION_PLACES = [
+    ((dx * side, dy * up), "left" if side > 0 else "right", "bottom" if up > 0 else "top")
+    for dx, dy in ((4, 4), (4, 14), (12, 24))
+    for up in (1, -1)
+    for side in (1, -1)
+]
+
+
+def separate_annotations(fig: Figure, gap_px: float = 2.0) -> None:
+    """Move each annotation of ``fig`` placed at an offset from its point (``textcoords="offset
+    points"``) that overlaps another text or leaves its axes to the first place around its point
+    where it does neither; one that fits nowhere stays where it was drawn."""
+    from matplotlib.text import Annotation, Text
+
+    renderer = fig.canvas.get_renderer()
+    notes = [t for ax in fig.axes for t in ax.texts if isinstance(t, Annotation) and t.anncoords == "offset points"]
+    shown = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and t not in notes]
+    taken = [t.get_window_extent(renderer).padded(gap_px) for t in shown]
+    for note in notes:
+        if not (note.get_visible() and note.get_text().strip()):
+            continue
+        inside = note.axes.get_window_extent(renderer)
+        drawn = (note.xyann, note.get_horizontalalignment(), note.get_verticalalignment())
+        for offset, ha, va in [drawn, *_ANNOTATION_PLACES]:
+            note.xyann = offset
+            note.set_horizontalalignment(ha)
+            note.set_verticalalignment(va)
+            box = note.get_window_extent(renderer)
+            fits = inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+            if fits and not any(box.overlaps(other) for other in taken):
+                break
+        else:
+            note.xyann = drawn[0]
+            note.set_horizontalalignment(drawn[1])
+            note.set_verticalalignment(drawn[2])
+        taken.append(note.get_window_extent(renderer).padded(gap_px))
 
 
 def save_figure(
