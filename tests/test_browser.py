@@ -182,9 +182,10 @@ def _measured(browser, tmp_path: Path, fig: Figure) -> dict:
 
 
 def test_the_layout_checks_find_overlapping_labels_and_a_legend_on_data(browser, tmp_path) -> None:
-    fig = Figure(figsize=(4, 3))
+    fig = Figure(figsize=(5, 3), layout="constrained")
     ax = fig.add_subplot()
     ax.plot([0, 1], [0.5, 0.5], color="C0", label="a line across the middle")
+    ax.set(xlim=(0, 1), ylim=(0, 1))
     ax.text(0.1, 0.8, "first label")
     ax.text(0.15, 0.8, "second label")
     ax.legend(loc="center")
@@ -197,7 +198,6 @@ def test_the_layout_checks_find_overlapping_labels_and_a_legend_on_data(browser,
     ax.texts[1].set_position((0.1, 0.2))
     ax.get_legend().remove()
     fig.legend(loc="outside right upper")
-    fig.set_layout_engine("constrained")
     m = _measured(browser, tmp_path, fig)
     assert overlapping_labels(m) == [] and legends_on_data(m) == []
     assert len(m["legends"]) == 1 and m["legends"][0]["covered"] == 0
