@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib as mpl
 import numpy as np
 import pandas as pd
 import pytest
@@ -241,6 +242,23 @@ def test_more_models_than_a_panel_holds_become_small_multiples(score_table) -> N
         assert len(labels) <= plots.MAX_CURVES and labels[0] == "c0"  # the reference in every panel
     drawn = {label for ax in fig.axes for label in (line.get_label() for line in ax.lines)}
     assert drawn == {f"c{i}" for i in range(10)}
+
+
+def test_each_model_keeps_one_look_across_small_multiples(score_table) -> None:
+    """Beyond tab10's 10 colours a colour is not a row's position: a model looks the same in every
+    panel, no two models look alike, and the reference is black."""
+    names = [f"c{i}" for i in range(12)]
+    many = pd.concat([score_table[score_table["model"] == "m1"].assign(model=name) for name in names])
+    fig = plots.ecdf(many, ["awft", "ahon_ln"], names)
+    looks: dict[str, set] = {}
+    for ax in fig.axes:
+        for line in ax.lines:
+            looks.setdefault(line.get_label(), set()).add((mpl.colors.to_hex(line.get_color()), line.get_linestyle()))
+    assert set(looks) == set(names) and all(len(seen) == 1 for seen in looks.values())
+    assert len({next(iter(seen)) for seen in looks.values()}) == len(names)
+    assert looks["c0"] == {("#000000", "-")}
+    with pytest.raises(ValueError, match="30 models are more than one figure tells apart"):
+        plots.ecdf(many, "awft", names + [f"d{i}" for i in range(18)])
 
 
 def test_headline_curves_one_panel_per_model_and_task(published) -> None:

@@ -650,17 +650,17 @@ def ecdf(
     fig = Figure(figsize=(5.0 * len(ids), 3.8 * len(groups)), layout="constrained")
     axes = fig.subplots(len(groups), len(ids), squeeze=False)
     levels = np.linspace(0.0, 1.0, quantiles)
-    palette = dict(zip(models, sns.color_palette("tab10", max(len(models), 1)), strict=False))
+    looks = _model_looks(models)
     rows = {m: _one_dataset(model_rows(scores, m), m, dataset) for m in models}
     names = dict(labels or {})
     for g, group in enumerate(groups):
         for ax, sid in zip(axes[g], ids, strict=True):
-            for k, model in enumerate(group):
+            for model in group:
                 ax.plot(
                     np.quantile(_values(rows[model], model, sid), levels),
                     levels,
                     linewidth=1.5,
-                    color=palette[model] if len(models) <= 10 else mpl.colormaps["viridis"](k / max(1, len(group) - 1)),
+                    **looks[model],
                     label=names.get(model, model),
                 )
             ax.set_xlabel(f"{score_label(sid)}\ninactive when {SCORES[sid].inactive_when} the threshold", fontsize=8)
@@ -669,6 +669,31 @@ def ecdf(
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
     return fig
+
+
+# Colours for more models than tab10 holds: Okabe-Ito's without its yellow (too pale on white) and
+# with a brown, any two at least 20 CIEDE2000 apart; black is the reference's.
+_MANY_MODELS = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#8c564b")
+_MANY_STYLES = ("-", "--", ":", "-.")
+
+
+def _model_looks(models: Sequence[str]) -> dict[str, dict[str, object]]:
+    """One look per model, the same in every panel of a figure: tab10's colours for up to 10 models;
+    beyond, the first model (the reference) black and the others a colour of :data:`_MANY_MODELS`
+    and a line style, so that no two models look alike (a colour repeats only with another style)."""
+    if len(models) <= 10:
+        return {
+            m: {"color": mpl.colors.to_hex(mpl.colormaps["tab10"](i)), "linestyle": "-"} for i, m in enumerate(models)
+        }
+    if len(models) - 1 > len(_MANY_MODELS) * len(_MANY_STYLES):
+        raise ValueError(
+            f"{len(models)} models are more than one figure tells apart "
+            f"({1 + len(_MANY_MODELS) * len(_MANY_STYLES)}): draw them in several figures"
+        )
+    looks = {models[0]: {"color": "#000000", "linestyle": "-"}}
+    for i, model in enumerate(models[1:]):
+        looks[model] = {"color": _MANY_MODELS[i % len(_MANY_MODELS)], "linestyle": _MANY_STYLES[i // len(_MANY_MODELS)]}
+    return looks
 
 
 def layer_head_heatmap(
