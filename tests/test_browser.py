@@ -4,7 +4,9 @@ driven by Playwright for Python (never a browser download: ``playwright install`
 At 1280 px each report loads with no failed image and no console error, never scrolls sideways,
 every link of its contents (and every other in-page link) lands on an element of the page, and the
 abstract and the headline figure lie within the first 1,200 px. Every figure's text is at least 10 px as
-shown (its SVG's font sizes times the size the page shows it at), and no figure appears twice. Without
+shown (its SVG's font sizes times the size the page shows it at), and no figure appears twice. Every
+SVG figure of a report, opened on its own, has no two labels that overlap, no legend over its data,
+and series colours that can be told apart and mean one thing (tests/figure_checks.py). Without
 playwright or chromium the test is skipped and says which is missing and how to install it.
 """
 
@@ -17,6 +19,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from figure_checks import ciede2000, colour_problems, legends_on_data, measure, overlapping_labels
+from matplotlib.figure import Figure
+
+from headstats.report.plots import save_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted(p.parent for p in (ROOT / "reports").glob("*/index.html"))
@@ -140,3 +146,91 @@ def figure_problems(report: Path, figures: list[dict]) -> list[str]:
     if small:
         problems.append(f"figure text below {MIN_TEXT_PX} px at {WIDTH} px (smallest, px): {small}")
     return problems
+
+
+@pytest.mark.parametrize("report", REPORTS, ids=[p.name for p in REPORTS])
+def test_a_committed_reports_figures_have_no_overlap_and_distinct_colours(browser, report: Path) -> None:
+    if report.name in BUILT_BEFORE_THE_FIGURE_RULE:  # it cannot be rebuilt, so its figures cannot be redrawn
+        pytest.skip(f"{report.name}: {BUILT_BEFORE_THE_FIGURE_RULE[report.name]}")
+    figures = sorted((report / "figures").glob("*.svg"))
+    assert figures, f"{report.name} has no SVG figure"
+    page = browser.new_page()
+    try:
+        problems = {svg.stem: layout_problems(measure(page, svg)) for svg in figures}
+    finally:
+        page.close()
+    failing = {name: found for name, found in problems.items() if found}
+    assert not failing, "\n".join(f"{report.name}/figures/{name}.svg: {'; '.join(p)}" for name, p in failing.items())
+
+
+def layout_problems(measured: dict) -> list[str]:
+    """Overlapping labels, legends over data, and colours that cannot be told apart or mean two things."""
+    return overlapping_labels(measured) + legends_on_data(measured) + colour_problems(measured)
+
+
+def _measured(browser, tmp_path: Path, fig: Figure) -> dict:
+    page = browser.new_page()
+    try:
+        return measure(page, save_figure(fig, tmp_path, "figure", formats=("svg",))["svg"])
+    finally:
+        page.close()
+
+
+def test_the_layout_checks_find_overlapping_labels_and_a_legend_on_data(browser, tmp_path) -> None:
+    fig = Figure(figsize=(5, 3), layout="constrained")
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [0.5, 0.5], color="C0", label="a line across the middle")
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+    ax.text(0.1, 0.8, "first label")
+    ax.text(0.15, 0.8, "second label")
+    ax.legend(loc="center")
+    m = _measured(browser, tmp_path, fig)
+    (overlap,) = overlapping_labels(m)
+    assert overlap.startswith("'first label' overlaps 'second label' by ")
+    (covered,) = legends_on_data(m)
+    assert "the legend of a line across the middle" in covered and "px of data" in covered
+    # Apart, and the legend outside the axes: nothing to report.
+    ax.texts[1].set_position((0.1, 0.2))
+    ax.get_legend().remove()
+    fig.legend(loc="outside right upper")
+    m = _measured(browser, tmp_path, fig)
+    assert overlapping_labels(m) == [] and legends_on_data(m) == []
+    assert len(m["legends"]) == 1 and m["legends"][0]["covered"] == 0
+
+
+def test_the_colour_check_finds_close_colours_and_a_colour_with_two_meanings(browser, tmp_path) -> None:
+    fig = Figure(figsize=(6, 3), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    left.plot([0, 1], [0, 1], color="tab:blue", label="model a")
+    left.plot([0, 1], [1, 0], color="tab:orange", label="model b")
+    right.plot([0, 1], [0, 1], color="tab:blue", label="model a")
+    right.plot([0, 1], [1, 0], color="tab:green", label="model c")
+    for ax in (left, right):
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1))
+    assert colour_problems(_measured(browser, tmp_path, fig)) == []
+    # One colour for two models; one model in two colours; two colours 11.6 apart.
+    right.lines[1].set_color("tab:orange")
+    right.lines[0].set_color("#de8f05")
+    left.lines[0].set_color("#ca9161")
+    for ax in (left, right):
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1))
+    problems = colour_problems(_measured(browser, tmp_path, fig))
+    assert "'model a' is drawn 2 ways in one figure" in problems
+    assert "'model b' and 'model c' look the same" in problems
+    close = "colours rgb(202, 145, 97) (model a) and rgb(222, 143, 5) (model a) are 11.6 CIEDE2000 apart"
+    assert any(p.startswith(close) for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("lab1", "lab2", "expected"),
+    [  # pairs 1, 2, 7, 17 and 31 of Sharma, Wu and Dalal (2005), Table 1
+        ((50, 2.6772, -79.7751), (50, 0, -82.7485), 2.0425),
+        ((50, -1.3802, -84.2814), (50, 0, -82.7485), 1.0000),
+        ((50, 0, 0), (50, -1, 2), 2.3669),
+        ((50, 2.5, 0), (73, 25, -18), 27.1492),
+        ((22.7233, 20.0904, -46.6940), (23.0331, 14.9730, -42.5619), 2.0373),
+    ],
+)
+def test_ciede2000_matches_the_published_test_pairs(lab1, lab2, expected) -> None:
+    assert ciede2000(lab1, lab2) == pytest.approx(expected, abs=5e-5)
+    assert ciede2000(lab2, lab1) == pytest.approx(expected, abs=5e-5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import matplotlib as mpl
 import numpy as np
 import pandas as pd
 import pytest
@@ -243,6 +244,23 @@ def test_more_models_than_a_panel_holds_become_small_multiples(score_table) -> N
     assert drawn == {f"c{i}" for i in range(10)}
 
 
+def test_each_model_keeps_one_look_across_small_multiples(score_table) -> None:
+    """Beyond tab10's 10 colours a colour is not a row's position: a model looks the same in every
+    panel, no two models look alike, and the reference is black."""
+    names = [f"c{i}" for i in range(12)]
+    many = pd.concat([score_table[score_table["model"] == "m1"].assign(model=name) for name in names])
+    fig = plots.ecdf(many, ["awft", "ahon_ln"], names)
+    looks: dict[str, set] = {}
+    for ax in fig.axes:
+        for line in ax.lines:
+            looks.setdefault(line.get_label(), set()).add((mpl.colors.to_hex(line.get_color()), line.get_linestyle()))
+    assert set(looks) == set(names) and all(len(seen) == 1 for seen in looks.values())
+    assert len({next(iter(seen)) for seen in looks.values()}) == len(names)
+    assert looks["c0"] == {("#000000", "-")}
+    with pytest.raises(ValueError, match="30 models are more than one figure tells apart"):
+        plots.ecdf(many, "awft", names + [f"d{i}" for i in range(18)])
+
+
 def test_headline_curves_one_panel_per_model_and_task(published) -> None:
     points, curves = published
     two = pd.concat([points, points.assign(task="mmlu_cloze")])
@@ -340,3 +358,26 @@ def test_a_score_without_a_rank_is_marked_not_left_pale() -> None:
     marked = [p for p in ax.patches if p.get_label() == "no rank"]
     assert [(p.get_x(), p.get_y()) for p in marked] == [(1, 0)]  # column avvn_ln, row g
     assert [t.get_text() for t in ax.texts].count("none") == 1
+
+
+def test_annotations_that_overlap_are_moved_apart_inside_their_axes() -> None:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(4, 3))
+    ax = fig.add_subplot()
+    ax.plot([0, 1, 1], [0, 1, 0.98])
+    alone = ax.annotate("alone", (0, 0), xytext=(4, 4), textcoords="offset points")
+    crowd = [
+        ax.annotate(f"{share}%", (1, y), xytext=(4, 4), textcoords="offset points")
+        for share, y in ((30, 1), (20, 0.98))
+    ]
+    FigureCanvasAgg(fig)
+    plots.make_legible(fig)
+    renderer = fig.canvas.get_renderer()
+    first, second = (note.get_window_extent(renderer) for note in crowd)
+    assert not first.overlaps(second)
+    inside = ax.get_window_extent(renderer)
+    for note in crowd:
+        box = note.get_window_extent(renderer)
+        assert inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+    assert alone.xyann == (4, 4) and alone.get_horizontalalignment() == "left"  # nothing in its way: unmoved

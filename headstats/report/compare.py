@@ -8,13 +8,14 @@ statistic of :mod:`headstats.stats.compare`) through the report writer
 
 from __future__ import annotations
 
+import math
 import shlex
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from headstats.io import store
 from headstats.jobs.compare import COMPARED, FORMAT_CHANGE, Comparison
@@ -220,11 +221,24 @@ def headline_figure(result: Comparison) -> Figure:
     ax.invert_yaxis()
     finite = d[["w1_iqr_high", "margin"]].to_numpy(dtype=float)
     top = np.nanmax(finite) if np.isfinite(finite).any() else 1.0
-    ax.set_xscale("symlog", linthresh=max(top / 1000, 1e-4))
+    linthresh = max(top / 1000, 1e-4)
+    ax.set_xscale("symlog", linthresh=linthresh)
+    right = top * 1.5 if top > 0 else 1
+    # 0, then the decades of the log part: a tick inside the linear part would print over 0.
+    decades = range(math.ceil(math.log10(linthresh)), math.floor(math.log10(right)) + 1)
+    ax.xaxis.set_major_locator(FixedLocator([0.0, *(10.0**k for k in decades)]))
     ax.xaxis.set_major_formatter(PLAIN_NUMBER)  # 0.01, not 10^-2: a superscript is too small to read
-    ax.set_xlim(0, top * 1.5 if top > 0 else 1)
-    ax.set_xlabel(f"W1 over {result.reference}'s IQR (90% interval); grey band: margin; |: split-half noise")
-    legend = ax.legend(fontsize=7, loc="lower right", title="marker: compared model", title_fontsize=7)
+    ax.set_xlim(0, right)
+    ax.set_xlabel(f"W1 over {result.reference}'s IQR (90% interval)\ngrey band: margin; |: split-half noise")
+    legend = fig.legend(
+        *ax.get_legend_handles_labels(),
+        loc="outside lower center",
+        ncol=max(1, len(others)),
+        fontsize=7,
+        title="marker: compared model",
+        title_fontsize=7,
+        frameon=False,
+    )
     for handle in legend.legend_handles:
         handle.set_color("#444444")
     ax.grid(axis="x", alpha=0.3)

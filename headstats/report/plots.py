@@ -33,13 +33,14 @@ X_LABEL = "heads zeroed (realised %)"
 MAX_CURVES = 8  # curves in one panel: beyond this, colours repeat and no curve can be followed
 MIN_HEATMAP = 3  # rows and columns a heatmap needs; a smaller matrix is a few numbers, shown as a table
 # One colour and one marker per score family: colours Okabe-Ito-like (distinguishable in colour-blind
-# vision), the study's best score (ahon) in the most salient one; the marker keeps apart ahon, lthon
-# and avvn, three warm colours that thin lines do not. Normalisation shows in the line style.
+# vision), the study's best score (ahon) in the most salient one; any two of them, grey and black are
+# at least 21 CIEDE2000 apart (tests/test_browser.py holds figures to 15). The marker keeps apart ahon,
+# lthon and avvn, three warm colours. Normalisation shows in the line style.
 _FAMILY_LOOKS = {
     "awft": ("#0173b2", "s"),
     "entropy": ("#029e73", "D"),
     "ftvvn": ("#cc78bc", "P"),
-    "avvn": ("#ca9161", "v"),
+    "avvn": ("#8c564b", "v"),
     "lthon": ("#de8f05", "X"),
     "ahon": ("#d55e00", "^"),
     "fhon": ("#56b4e9", "<"),
@@ -139,8 +140,8 @@ def make_legible(
     fig: Figure, min_px: float = MIN_TEXT_PX, width_px: float = PAGE_WIDTH_PX, max_height_px: float | None = None
 ) -> float:
     """Raise every text of ``fig`` (titles, labels, tick labels, legends, annotations) to at least
-    ``min_px`` as shown in a report (:func:`shown_scale`), then lay the figure out again; returns that
-    smallest size in pt."""
+    ``min_px`` as shown in a report (:func:`shown_scale`), lay the figure out again and move
+    annotations off other texts (:func:`separate_annotations`); returns that smallest size in pt."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.text import Text
 
@@ -165,7 +166,48 @@ def make_legible(
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a figure tight_layout cannot fit keeps its layout
             fig.tight_layout()
+    separate_annotations(fig)
     return smallest
+
+
+# Places tried around an annotated point, in offset points with the text's alignment: beside it
+# up-right first (where the curves' end labels go), then the other corners, then further out.
+_ANNOTATION_PLACES = [
+    ((dx * side, dy * up), "left" if side > 0 else "right", "bottom" if up > 0 else "top")
+    for dx, dy in ((4, 4), (4, 14), (12, 24))
+    for up in (1, -1)
+    for side in (1, -1)
+]
+
+
+def separate_annotations(fig: Figure, gap_px: float = 2.0) -> None:
+    """Move each annotation of ``fig`` placed at an offset from its point (``textcoords="offset
+    points"``) that overlaps another text or leaves its axes to the first place around its point
+    where it does neither; one that fits nowhere stays where it was drawn."""
+    from matplotlib.text import Annotation, Text
+
+    renderer = fig.canvas.get_renderer()
+    notes = [t for ax in fig.axes for t in ax.texts if isinstance(t, Annotation) and t.anncoords == "offset points"]
+    shown = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and t not in notes]
+    taken = [t.get_window_extent(renderer).padded(gap_px) for t in shown]
+    for note in notes:
+        if not (note.get_visible() and note.get_text().strip()):
+            continue
+        inside = note.axes.get_window_extent(renderer)
+        drawn = (note.xyann, note.get_horizontalalignment(), note.get_verticalalignment())
+        for offset, ha, va in [drawn, *_ANNOTATION_PLACES]:
+            note.xyann = offset
+            note.set_horizontalalignment(ha)
+            note.set_verticalalignment(va)
+            box = note.get_window_extent(renderer)
+            fits = inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
+            if fits and not any(box.overlaps(other) for other in taken):
+                break
+        else:
+            note.xyann = drawn[0]
+            note.set_horizontalalignment(drawn[1])
+            note.set_verticalalignment(drawn[2])
+        taken.append(note.get_window_extent(renderer).padded(gap_px))
 
 
 def save_figure(
@@ -608,17 +650,17 @@ def ecdf(
     fig = Figure(figsize=(5.0 * len(ids), 3.8 * len(groups)), layout="constrained")
     axes = fig.subplots(len(groups), len(ids), squeeze=False)
     levels = np.linspace(0.0, 1.0, quantiles)
-    palette = dict(zip(models, sns.color_palette("tab10", max(len(models), 1)), strict=False))
+    looks = _model_looks(models)
     rows = {m: _one_dataset(model_rows(scores, m), m, dataset) for m in models}
     names = dict(labels or {})
     for g, group in enumerate(groups):
         for ax, sid in zip(axes[g], ids, strict=True):
-            for k, model in enumerate(group):
+            for model in group:
                 ax.plot(
                     np.quantile(_values(rows[model], model, sid), levels),
                     levels,
                     linewidth=1.5,
-                    color=palette[model] if len(models) <= 10 else mpl.colormaps["viridis"](k / max(1, len(group) - 1)),
+                    **looks[model],
                     label=names.get(model, model),
                 )
             ax.set_xlabel(f"{score_label(sid)}\ninactive when {SCORES[sid].inactive_when} the threshold", fontsize=8)
@@ -627,6 +669,31 @@ def ecdf(
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
     return fig
+
+
+# Colours for more models than tab10 holds: Okabe-Ito's without its yellow (too pale on white) and
+# with a brown, any two at least 20 CIEDE2000 apart; black is the reference's.
+_MANY_MODELS = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#8c564b")
+_MANY_STYLES = ("-", "--", ":", "-.")
+
+
+def _model_looks(models: Sequence[str]) -> dict[str, dict[str, object]]:
+    """One look per model, the same in every panel of a figure: tab10's colours for up to 10 models;
+    beyond, the first model (the reference) black and the others a colour of :data:`_MANY_MODELS`
+    and a line style, so that no two models look alike (a colour repeats only with another style)."""
+    if len(models) <= 10:
+        return {
+            m: {"color": mpl.colors.to_hex(mpl.colormaps["tab10"](i)), "linestyle": "-"} for i, m in enumerate(models)
+        }
+    if len(models) - 1 > len(_MANY_MODELS) * len(_MANY_STYLES):
+        raise ValueError(
+            f"{len(models)} models are more than one figure tells apart "
+            f"({1 + len(_MANY_MODELS) * len(_MANY_STYLES)}): draw them in several figures"
+        )
+    looks = {models[0]: {"color": "#000000", "linestyle": "-"}}
+    for i, model in enumerate(models[1:]):
+        looks[model] = {"color": _MANY_MODELS[i % len(_MANY_MODELS)], "linestyle": _MANY_STYLES[i // len(_MANY_MODELS)]}
+    return looks
 
 
 def layer_head_heatmap(
