@@ -1021,7 +1021,7 @@ class FrontierSpec(Spec):
     )
     prefill_lengths: tuple[int, ...] = option((2048,), "prompt tokens of each timed prefill (paired timing)", minimum=1)
     decode_contexts: tuple[int, ...] = option(
-        (1024,), "KV-cache tokens before the timed new_tokens decode steps (paired timing)", minimum=1
+        (1024, 4096), "KV-cache tokens before the timed new_tokens decode steps (paired timing)", minimum=1
     )
     time_cap: float = option(60.0, "seconds of paired rounds per setting and point at most", minimum=1)
     time_target: float = option(

@@ -12,8 +12,8 @@ in one process: the models take turns within every repeat (the order alternating
 shared machine falls on all of them alike, and the median over repeats is reported.
 
 :func:`time_breakdown` splits the same prefill and decode time by component (attention projections,
-the attention core, MLPs, lm_head, and the rest), which shows where a pruned model's time goes that
-its removed FLOPs did not carry.
+the KV-cache update, the attention core, MLPs, lm_head, and the rest), which shows where a pruned
+model's time goes that its removed FLOPs did not carry.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
+from transformers import Cache, PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
 from headstats.engine.prefix import cache_argument
@@ -317,7 +317,7 @@ def phase_timer(model: PreTrainedModel, setting: Setting, ids: torch.Tensor) -> 
     return decode
 
 
-COMPONENTS = ("attention projections", "attention core", "mlp", "lm_head", "rest")
+COMPONENTS = ("attention projections", "cache update", "attention core", "mlp", "lm_head", "rest")
 
 
 def _components(model: PreTrainedModel) -> dict[str, list[torch.nn.Module]]:
@@ -348,8 +348,18 @@ class _Clock:
 @contextlib.contextmanager
 def _component_clock(model: PreTrainedModel, device: torch.device) -> Iterator[_Clock]:
     """A :class:`_Clock` summing the time inside each component's modules while the block runs
-    (forward hooks; on CUDA each hook synchronises, which slows the run but not the split)."""
+    (forward hooks; on CUDA each hook synchronises, which slows the run but not the split), and the
+    time of every KV-cache update (transformers' ``Cache.update``, timed while the block runs)."""
     clock, started, handles = _Clock(), {}, []
+    update = Cache.update
+
+    def timed_update(cache: Cache, *args: object, **kwargs: object) -> object:
+        _sync(device)
+        start = time.perf_counter()
+        out = update(cache, *args, **kwargs)
+        _sync(device)
+        clock.spent["cache update"] += time.perf_counter() - start
+        return out
 
     def before(module: torch.nn.Module, *_: object) -> None:
         _sync(device)
@@ -367,16 +377,19 @@ def _component_clock(model: PreTrainedModel, device: torch.device) -> Iterator[_
             for module in modules:
                 handles.append(module.register_forward_pre_hook(before))
                 handles.append(module.register_forward_hook(after(group)))
+        Cache.update = timed_update
         yield clock
     finally:
+        Cache.update = update
         for handle in handles:
             handle.remove()
 
 
 def _split(spent: Counter, total: float) -> dict[str, float]:
-    core = spent["attention"] - spent["attention projections"]
+    core = spent["attention"] - spent["attention projections"] - spent["cache update"]
     named = {
         "attention projections": spent["attention projections"],
+        "cache update": spent["cache update"],
         "attention core": core,
         "mlp": spent["mlp"],
         "lm_head": spent["lm_head"],

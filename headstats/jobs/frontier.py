@@ -63,13 +63,13 @@ ADDED_SETTINGS = {
     "prune": {
         "units": ["head"],
         "timing": "medians",
-        "prefill_lengths": [2048],
-        "decode_contexts": [1024],
-        "time_cap": 60.0,
-        "time_target": 0.01,
     }
 }
 DECISION = ("max_drop",)  # how the report reads the points, not what they are: left out of the settings
+# Where and how long paired timing measures: every speed row names its setting, and the time stage
+# (retime_model) measures finished points again at the file's current settings, so changing them (a
+# 4,096-token cache added) keeps a run's folder; left out of the settings as well.
+TIMED = ("prefill_lengths", "decode_contexts", "time_cap", "time_target")
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def check_run_record(frontier: Frontier, root: Path, machine: dict) -> dict:
     ``root/run.json`` when there is one (another run's folder is refused), else recorded there."""
     # Where the model runs is not part of what the run is: the same folder is timed again on a GPU.
     load = {k: v for k, v in narrow(frontier.models, LoadOptions).settings().items() if k not in PLACEMENT}
-    prune = {k: v for k, v in frontier.prune.settings().items() if k not in DECISION}
+    prune = {k: v for k, v in frontier.prune.settings().items() if k not in DECISION + TIMED}
     settings = portable_record(json.loads(json.dumps({"prune": prune, "load": load})))
     assert isinstance(settings, dict)
     record = root / "run.json"
@@ -183,7 +183,7 @@ def check_run_record(frontier: Frontier, root: Path, machine: dict) -> dict:
             part: {
                 k: v
                 for k, v in {**ADDED_SETTINGS.get(part, {}), **values}.items()
-                if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT and k not in DECISION
+                if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT + DECISION + TIMED
             }
             if isinstance(values, dict)
             else values
