@@ -1027,6 +1027,13 @@ class FrontierSpec(Spec):
     time_target: float = option(
         0.01, "paired rounds stop once the interval's half-width is this (0.01 = 1%)", minimum=0
     )
+    time_clock: str = option(
+        "wall",
+        "what paired rounds count: wall (elapsed seconds) or cpu (the process's CPU seconds, on a CPU: without the "
+        "time other processes of a shared machine held the core)",
+        choices=("wall", "cpu"),
+        noun="clock",
+    )
     units: tuple[str, ...] = option(
         ("head",),
         "what each point removes: head (query heads), kv-group (whole KV groups, so the KV cache shrinks), or both",

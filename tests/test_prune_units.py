@@ -232,13 +232,21 @@ def test_frontier_runs_both_units_times_them_in_paired_rounds_and_reports_kv_byt
     assert set(table["score"]) == {"none", "ahon_ln", "ahon_ln/kv-group"}
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "ahon_ln/kv-group" in summary and "KV saved" in summary and "identical copy" in summary
-    # The time stage times every finished point again by the same protocol and keeps the earlier rows.
+    # The time stage times every finished point again by the same protocol and keeps the earlier rows;
+    # a longer KV cache added to the file is timed too (the folder resumes), and the report shows it
+    # beside the others.
+    analysis.write_text(analysis.read_text().replace("decode_contexts = [12]", "decode_contexts = [12, 40]"))
     calls.clear()
-    assert main(["frontier", str(analysis), "--stages", "time", "-q"]) == 0
-    assert len(calls) == 3 * 2
+    assert main(["frontier", str(analysis), "--stages", "time,report", "-q"]) == 0
+    assert len(calls) == 3 * 3
     again = json.loads((points / "ahon_ln-kv-group-0.500.json").read_text())
     assert again["earlier_speed"][0]["speed"] == group["speed"] and again["removed_heads"] == group["removed_heads"]
-    assert {row["setting"] for row in again["speed"]} == set(by_setting) and all("low" in r for r in again["speed"])
+    longer = "decode 2 after 40 x1"
+    assert {row["setting"] for row in again["speed"]} == {*by_setting, longer}
+    assert all("low" in r for r in again["speed"])
+    assert next(r for r in again["speed"] if r["setting"] == longer)["kv_bytes_saved"] == 40 * 3 * 2 * 16 * 4
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert f"{longer}: x [95%]" in summary and "decode 2 after 12 x1: x [95%]" in summary
     # A run stopped after its baseline reports the control alone and says what is left.
     from headstats.report.frontier_paired import build_paired_report
 
