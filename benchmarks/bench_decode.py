@@ -2,7 +2,7 @@
 
     headstats prune --model smollm2-135m --unit kv-group --share 0.3 --out /tmp/pruned-kv30
     OMP_NUM_THREADS=1 python benchmarks/bench_decode.py --model smollm2-135m --pruned /tmp/pruned-kv30 \
-        [--contexts 1024,4096] [--batches 1,8] [--new-tokens 16] [--repeats 3] [--dtype float32]
+        [--contexts 1024,4096] [--batches 1,8] [--new-tokens 16] [--repeats 3] [--dtype float32] [--clock cpu]
 
 For every batch size and cache length, milliseconds per decoded token of each model without hooks
 (``--repeats`` paired rounds, :func:`headstats.jobs.timing.paired_rounds`, the pruned model's
@@ -71,26 +71,28 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--clock", default="wall", choices=("wall", "cpu"), help="what every timing counts")
     args = parser.parse_args()
 
     model, _ = headstats.load_model(args.model, dtype=args.dtype, device="cpu")
     pruned, _ = headstats.load_model(args.pruned, dtype=args.dtype, device="cpu")
     floor = dispatch_model(model)
     info = machine_info(torch.device("cpu"))
-    print(f"machine: {info['cpu']} | torch threads: {info['torch_threads']} | dtype {args.dtype}")
+    print(f"machine: {info['cpu']} | torch threads: {info['torch_threads']} | dtype {args.dtype} | clock {args.clock}")
     before, after = inference_cost(model), inference_cost(pruned)
     for batch in (int(x) for x in args.batches.split(",")):
         for context in (int(x) for x in args.contexts.split(",")):
             setting = Setting("decode", batch, context, args.new_tokens)
             ids = random_prompts(model, setting)
-            runs = {"unpruned": phase_timer(model, setting, ids), "pruned": phase_timer(pruned, setting, ids)}
-            runs["floor"] = phase_timer(floor, setting, ids % floor.config.get_text_config().vocab_size)
+            models = {"unpruned": model, "pruned": pruned}
+            runs = {name: phase_timer(m, setting, ids, args.clock) for name, m in models.items()}
+            runs["floor"] = phase_timer(floor, setting, ids % floor.config.get_text_config().vocab_size, args.clock)
             rounds = max(2, args.repeats)
             plain = paired_rounds(runs, "unpruned", min_rounds=rounds, max_rounds=rounds)
             del runs
             per_token = {m: 1e3 * statistics.median(t) / setting.tokens for m, t in plain.seconds.items()}
             shape = {"batch": batch, "prompt_length": context, "new_tokens": args.new_tokens, "repeats": args.repeats}
-            rows = time_breakdown({"unpruned": model, "pruned": pruned}, **shape)
+            rows = time_breakdown({"unpruned": model, "pruned": pruned}, **shape, clock=args.clock)
             ms = {(r["model"], r["component"]): 1e3 * r["seconds_per_token"] for r in rows if r["phase"] == "decode"}
             total = {m: sum(ms[m, c] for c in COMPONENTS) for m in ("unpruned", "pruned")}
             roof = setting_ceiling(before, after, setting)
