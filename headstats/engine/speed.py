@@ -433,7 +433,7 @@ def time_breakdown(
     """Where prefill and decode time goes, per model, on the same random prompts as
     :func:`time_inference` (models in alternating turns, medians over ``repeats``). One row per model,
     phase and component of :data:`COMPONENTS` with its seconds per token; ``rest`` is the phase's
-    wall time less the named components (embedding, norms, rotary tables, masks, sampling, Python
+    time less the named components (embedding, norms, rotary tables, masks, sampling, Python
     between modules). ``clock``: as :func:`phase_timer`'s (``cpu`` on a shared CPU machine)."""
     ids = _warm_prompts(models, batch, prompt_length, seed)
     device, names = ids.device, list(models)
