@@ -2,18 +2,21 @@
 memory, and the arithmetic roof of the removed heads.
 
     python benchmarks/bench_prune.py [--model smollm2-135m] [--score ahon_ln] [--share 0.3]
-        [--batches 1,8] [--prompt-length 128] [--new-tokens 32] [--max-seconds 120] [--dtype float32]
-        [--calibration-limit 32] [--device cpu]
+        [--unit head|kv-group] [--batches 1,8] [--prompt-length 128] [--new-tokens 32]
+        [--decode-contexts 1024,4096] [--max-seconds 120] [--dtype float32] [--calibration-limit 32]
+        [--device cpu]
 
 The heads are selected as ``headstats prune`` selects them (the score's mean over a seeded sample of
 the bundled Wikipedia passages) and removed from a copy of the model. Printed:
 
 - the equivalence check: max relative logit difference between the pruned model and the unpruned
   one with the same heads zeroed (``headstats.ablate_heads``), fp32;
-- per batch size and phase (prefill of the prompt; cached decoding after it): the speed-up of the
-  pruned model and of an identical copy (the control) over the unpruned one, from paired interleaved
-  rounds until the 95% interval is within 1% or ``--max-seconds`` pass
-  (:func:`headstats.jobs.timing.paired_rounds`), and the KV-cache bytes after prefill;
+- per batch size and setting (prefill of the prompt; cached decoding after it; cached decoding after
+  a 1,024- and a 4,096-token cache, ``--decode-contexts``): the speed-up of the pruned model and of an
+  identical copy (the control) over the unpruned one, from paired interleaved rounds until the 95%
+  interval is within 1% or ``--max-seconds`` pass (:func:`headstats.jobs.timing.paired_rounds`),
+  beside its ceiling (:func:`headstats.engine.speed.setting_ceiling`), and the KV-cache bytes after
+  prefill;
 - peak memory: on CUDA the peak allocated bytes of each model's run; on CPU the peak resident set of
   a fresh process per model doing the same work (so neither model's allocations count for the other);
 - the roof: the share of per-token FLOPs (prefill) and of the bytes a decode step reads (weights +
@@ -47,11 +50,12 @@ from headstats.engine.speed import (
     inference_cost,
     phase_timer,
     random_prompts,
+    setting_ceiling,
     time_breakdown,
     time_inference,
 )
 from headstats.io.models import machine_info
-from headstats.jobs.prune import calibration_set, head_means, select_heads
+from headstats.jobs.prune import calibration_set, head_means, kv_group_size, select_heads
 from headstats.jobs.timing import paired_rounds
 
 
@@ -85,6 +89,10 @@ def _peak_child(path: str, args: argparse.Namespace, batch: int) -> int:
     return int(out.stdout.strip().splitlines()[-1])
 
 
+def _contexts(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
 def _print_breakdown(rows: list[dict]) -> None:
     """Milliseconds per token by component and phase, both models, and the attention's share of the
     unpruned time: removing a share s of the heads can save at most about s of that share."""
@@ -110,9 +118,13 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--score", default="ahon_ln")
     parser.add_argument("--share", type=float, default=0.3)
+    parser.add_argument("--unit", default="head", choices=("head", "kv-group"), help="what is removed")
     parser.add_argument("--batches", default="1,8")
     parser.add_argument("--prompt-length", type=int, default=128)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument(
+        "--decode-contexts", default="1024,4096", help="KV-cache tokens of the long decode settings ('' for none)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="rounds of the time breakdown")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="paired timing per setting at most")
     parser.add_argument("--dtype", default="float32")
@@ -127,12 +139,14 @@ def main() -> None:
     print(f"machine: {info['cpu']} | bf16 units: {info['bf16_units'] or 'none'} | torch threads: "
           f"{info['torch_threads']} | device: {device}{' | ' + info['gpu'] if 'gpu' in info else ''}")  # fmt: skip
     calibration = calibration_set(tokenizer, "wikipedia", limit=args.calibration_limit, model_name=args.model)
-    heads = select_heads(head_means(model, calibration, args.score), args.score, args.share)
+    means = head_means(model, calibration, args.score)
+    heads = select_heads(means, args.score, args.share, unit=args.unit, group_size=kv_group_size(model))
     pruned = copy.deepcopy(model)
     prune_heads(pruned, heads)
     layers, per_layer = model.config.num_hidden_layers, model.config.num_attention_heads
     sizes = f"{count_parameters(model):,} -> {count_parameters(pruned):,}"
-    print(f"{args.model}: removed {len(heads)} of {layers * per_layer} heads by {args.score} (share {args.share:g}); "
+    print(f"{args.model}: removed {len(heads)} of {layers * per_layer} heads by {args.score} (share {args.share:g}, "
+          f"unit {args.unit}); "
           f"parameters {sizes}")  # fmt: skip
     if args.dtype == "float32":
         gap = _equivalence(model, pruned, heads, tokenizer)
@@ -159,16 +173,19 @@ def main() -> None:
                              new_tokens=args.new_tokens, repeats=1)  # fmt: skip
         u, p = res
         print(f"\nbatch {batch} (prompt {args.prompt_length}, {args.new_tokens} new tokens):")
-        for phase in ("prefill", "decode"):
-            setting = Setting(phase, batch, args.prompt_length, args.new_tokens)
+        settings = [Setting(phase, batch, args.prompt_length, args.new_tokens) for phase in ("prefill", "decode")]
+        settings += [Setting("decode", batch, c, args.new_tokens) for c in _contexts(args.decode_contexts)]
+        for setting in settings:
             ids = random_prompts(model, setting)
             runs = {name: phase_timer(m, setting, ids) for name, m in models.items()}
             timed = paired_rounds(runs, "unpruned", max_seconds=args.max_seconds)
-            rows.extend(timed.rows(setting=setting.name, batch=batch))
+            roof = setting_ceiling(before, after, setting)
+            rows.extend(timed.rows(setting=setting.name, batch=batch, context=setting.context, **roof))
             note = "" if timed.resolved else ", not resolved to 1%"
             for name, up in timed.speedups.items():
                 print(f"  {setting.name:<26} {name:<7} x{up.speedup:.3f} [{up.low:.3f}, {up.high:.3f}] "
-                      f"({up.rounds} paired rounds{note})")  # fmt: skip
+                      f"({up.rounds} paired rounds{note}); "
+                      f"ceiling x{roof['ceiling']:.3f} ({roof['ceiling_basis']})")  # fmt: skip
         print(f"  {'KV cache bytes':<18} unpruned {u['kv_cache_bytes']:10,}  pruned {p['kv_cache_bytes']:10,}  "
               f"ratio {p['kv_cache_bytes'] / u['kv_cache_bytes']:.3f}")  # fmt: skip
         if u["peak_cuda_bytes"]:

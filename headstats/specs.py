@@ -1038,11 +1038,18 @@ class FrontierSpec(Spec):
     )
     prefill_lengths: tuple[int, ...] = option((2048,), "prompt tokens of each timed prefill (paired timing)", minimum=1)
     decode_contexts: tuple[int, ...] = option(
-        (1024,), "KV-cache tokens before the timed new_tokens decode steps (paired timing)", minimum=1
+        (1024, 4096), "KV-cache tokens before the timed new_tokens decode steps (paired timing)", minimum=1
     )
     time_cap: float = option(60.0, "seconds of paired rounds per setting and point at most", minimum=1)
     time_target: float = option(
         0.01, "paired rounds stop once the interval's half-width is this (0.01 = 1%)", minimum=0
+    )
+    time_clock: str = option(
+        "wall",
+        "what paired rounds count: wall (elapsed seconds) or cpu (the process's CPU seconds, on a CPU: without the "
+        "time other processes of a shared machine held the core)",
+        choices=("wall", "cpu"),
+        noun="clock",
     )
     units: tuple[str, ...] = option(
         ("head",),

@@ -580,18 +580,21 @@ def test_inference_cost_counts_the_pruned_shapes() -> None:
     assert cache_bytes(cache) == cost.kv_bytes(7, batch=2) + 2 * 2 * 7 * 4
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma3"])
-def test_time_breakdown_puts_time_where_it_was_spent(monkeypatch: pytest.MonkeyPatch, family: str) -> None:
-    """On a clock that moves only inside modules, by a different amount per kind of module, each
-    component gets exactly its modules' time per token in both phases (projections apart from the
-    attention core they sit in, the embedding in the rest), and the hooks go afterwards."""
+@pytest.mark.parametrize(
+    ("family", "which"), [("llama", "wall"), ("gpt2", "wall"), ("gemma3", "wall"), ("llama", "cpu")]
+)
+def test_time_breakdown_puts_time_where_it_was_spent(monkeypatch: pytest.MonkeyPatch, family: str, which: str) -> None:
+    """On a clock that moves only inside modules and KV-cache updates, by a different amount per kind,
+    each component gets exactly its time per token in both phases (projections and the cache update
+    apart from the attention core they sit in, the embedding in the rest), by the clock asked for (the
+    wall's, or the process's CPU seconds), and the hooks and the cache's timer go afterwards."""
     import time
 
     from headstats.engine.speed import COMPONENTS, time_breakdown
 
     model = tiny_model(family, attn="headstats")
     clock = [0.0]
-    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(time, "process_time" if which == "cpu" else "perf_counter", lambda: clock[0])
 
     def costs(module: torch.nn.Module, seconds: float) -> None:  # registered before the breakdown's hooks
         module.register_forward_hook(lambda *_: clock.__setitem__(0, clock[0] + seconds))
@@ -607,19 +610,32 @@ def test_time_breakdown_puts_time_where_it_was_spent(monkeypatch: pytest.MonkeyP
         costs(module, 0.1)
     for module in layers:
         costs(module, 0.01)  # runs after its projections: the attention core
+    from transformers import cache_utils
+
+    for layer_class in (cache_utils.DynamicLayer, cache_utils.DynamicSlidingWindowLayer):
+        update = layer_class.update
+
+        def slow_update(self, *args, _update=update, **kwargs):  # inside the attention module, timed apart
+            clock[0] += 0.001
+            return _update(self, *args, **kwargs)
+
+        monkeypatch.setattr(layer_class, "update", slow_update)
+    cache_update = cache_utils.Cache.update
     for name, module in model.named_modules():
         if name.endswith(".mlp"):
             costs(module, 1.0)
     costs(model.get_output_embeddings(), 10.0)
     costs(model.get_input_embeddings(), 100.0)
     hooks = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
-    rows = pd.DataFrame(time_breakdown({"m": model}, batch=2, prompt_length=6, new_tokens=3, repeats=3))
+    rows = pd.DataFrame(time_breakdown({"m": model}, batch=2, prompt_length=6, new_tokens=3, repeats=3, clock=which))
     assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()) == hooks
+    assert cache_utils.Cache.update is cache_update
     assert list(rows["component"].unique()) == list(COMPONENTS)
     per_token = rows.set_index(["phase", "component"])["seconds_per_token"]
     n = len(layers)
     step = {
         "attention projections": 0.1 * len(projections),
+        "cache update": 0.001 * n,
         "attention core": 0.01 * n,
         "mlp": 1.0 * n,
         "lm_head": 10.0,

@@ -232,13 +232,21 @@ def test_frontier_runs_both_units_times_them_in_paired_rounds_and_reports_kv_byt
     assert set(table["score"]) == {"none", "ahon_ln", "ahon_ln/kv-group"}
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "ahon_ln/kv-group" in summary and "KV saved" in summary and "identical copy" in summary
-    # The time stage times every finished point again by the same protocol and keeps the earlier rows.
+    # The time stage times every finished point again by the same protocol and keeps the earlier rows;
+    # a longer KV cache added to the file is timed too (the folder resumes), and the report shows it
+    # beside the others.
+    analysis.write_text(analysis.read_text().replace("decode_contexts = [12]", "decode_contexts = [12, 40]"))
     calls.clear()
-    assert main(["frontier", str(analysis), "--stages", "time", "-q"]) == 0
-    assert len(calls) == 3 * 2
+    assert main(["frontier", str(analysis), "--stages", "time,report", "-q"]) == 0
+    assert len(calls) == 3 * 3
     again = json.loads((points / "ahon_ln-kv-group-0.500.json").read_text())
     assert again["earlier_speed"][0]["speed"] == group["speed"] and again["removed_heads"] == group["removed_heads"]
-    assert {row["setting"] for row in again["speed"]} == set(by_setting) and all("low" in r for r in again["speed"])
+    longer = "decode 2 after 40 x1"
+    assert {row["setting"] for row in again["speed"]} == {*by_setting, longer}
+    assert all("low" in r for r in again["speed"])
+    assert next(r for r in again["speed"] if r["setting"] == longer)["kv_bytes_saved"] == 40 * 3 * 2 * 16 * 4
+    summary = (tmp_path / "report" / "summary.md").read_text()
+    assert f"{longer}: x [95%]" in summary and "decode 2 after 12 x1: x [95%]" in summary
     # A run stopped after its baseline reports the control alone and says what is left.
     from headstats.report.frontier_paired import build_paired_report
 
@@ -247,3 +255,33 @@ def test_frontier_runs_both_units_times_them_in_paired_rounds_and_reports_kv_byt
     build_paired_report(F.load_frontier(analysis), tmp_path / "partial")
     summary = (tmp_path / "partial" / "summary.md").read_text()
     assert "0 of 2 (no share is read until all are)" in summary and "identical copy of itself (the control)" in summary
+
+
+def test_a_frontier_folder_resumes_when_only_where_it_is_timed_changes(tmp_path) -> None:
+    """Paired timing decodes after a 1,024- and a 4,096-token cache by default. The timed settings are
+    not what a point is (the time stage measures finished points again): a folder recorded with the
+    1,024-token cache alone, or before paired timing had settings, resumes with both; another unit
+    list is still refused."""
+    from headstats.engine.speed import Setting
+    from headstats.jobs import frontier as F
+    from headstats.options import SpecError
+
+    plain = F.load_frontier(_tiny_frontier(tmp_path))
+    assert plain.prune.decode_contexts == (1024, 4096)
+    assert [s for s in F.timed_settings(plain.prune) if s.phase == "decode" and s.batch == 1] == [
+        Setting("decode", 1, 1024, 32),
+        Setting("decode", 1, 4096, 32),
+    ]
+    root = F.model_root(plain, "m")
+    F.check_run_record(plain, root, {"cpu": "here"})
+    run = json.loads((root / "run.json").read_text())
+    for recorded in ({"decode_contexts": [1024], "time_cap": 30.0}, {}):
+        prune = {k: v for k, v in run["settings"]["prune"].items() if k not in F.TIMED}
+        run["settings"]["prune"] = {**prune, **recorded}
+        F.write_json_atomic(run, root / "run.json")
+        F.check_run_record(plain, root, {"cpu": "here"})
+    longer = F.load_frontier(_tiny_frontier(tmp_path, "decode_contexts = [1024, 4096, 8192]\n"))
+    F.check_run_record(longer, root, {"cpu": "here"})
+    both = F.load_frontier(_tiny_frontier(tmp_path, 'units = ["head", "kv-group"]\n'))
+    with pytest.raises(SpecError, match=r"holds a frontier run with other settings \(prune\)"):
+        F.check_run_record(both, root, {"cpu": "here"})

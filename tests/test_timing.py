@@ -120,6 +120,33 @@ def test_a_decode_setting_decodes_from_the_same_cache_every_call() -> None:
         Setting("train", 1, 1)
 
 
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_the_cpu_clock_counts_the_process_cpu_seconds_not_the_wall(phase, monkeypatch) -> None:
+    """On a shared machine a run's wall time holds the time other processes held the core; the cpu
+    clock (time.process_time) counts only this process's seconds. Here the wall clock runs 10x faster
+    than the CPU clock: each timer reads its own clock only."""
+    import time
+
+    model = tiny_model("llama", attn="sdpa").eval()
+    setting = Setting(phase, batch=1, context=6, new_tokens=2)
+    ticks = {"cpu": 0.0, "wall": 0.0}
+
+    def tick(name: str, step: float):
+        def now() -> float:
+            ticks[name] += step
+            return ticks[name]
+
+        return now
+
+    monkeypatch.setattr(time, "process_time", tick("cpu", 1.0))
+    monkeypatch.setattr(time, "perf_counter", tick("wall", 10.0))
+    ids = random_prompts(model, setting)
+    assert phase_timer(model, setting, ids, clock="cpu")() == 1.0  # one tick between start and stop
+    assert phase_timer(model, setting, ids)() == 10.0
+    with pytest.raises(ValueError, match="a timing clock is one of wall, cpu, got 'gpu'"):
+        phase_timer(model, setting, ids, clock="gpu")
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen2"])
 def test_uneven_groups_run_as_padded_grouped_attention_equal_to_zeroing(family, monkeypatch) -> None:
     model = tiny_model(family, attn="sdpa").eval()

@@ -12,8 +12,8 @@ in one process: the models take turns within every repeat (the order alternating
 shared machine falls on all of them alike, and the median over repeats is reported.
 
 :func:`time_breakdown` splits the same prefill and decode time by component (attention projections,
-the attention core, MLPs, lm_head, and the rest), which shows where a pruned model's time goes that
-its removed FLOPs did not carry.
+the KV-cache update, the attention core, MLPs, lm_head, and the rest), which shows where a pruned
+model's time goes that its removed FLOPs did not carry.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
-from transformers import PreTrainedModel
+from transformers import Cache, PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
 from headstats.engine.prefix import cache_argument
@@ -142,31 +142,47 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+CLOCKS = ("wall", "cpu")
+
+
+def _clock(name: str, device: torch.device) -> Callable[[], float]:
+    if name not in CLOCKS:
+        raise ValueError(f"a timing clock is one of {', '.join(CLOCKS)}, got {name!r}")
+    if name == "cpu" and device.type != "cpu":
+        raise ValueError(f"the cpu clock times work on the CPU; a model on {device.type} is timed with clock 'wall'")
+    return time.process_time if name == "cpu" else time.perf_counter
+
+
 @torch.no_grad()
 def _run(
-    model: PreTrainedModel, ids: torch.Tensor, new_tokens: int, after_prefill: Callable[[], None] = lambda: None
+    model: PreTrainedModel,
+    ids: torch.Tensor,
+    new_tokens: int,
+    after_prefill: Callable[[], None] = lambda: None,
+    clock: str = "wall",
 ) -> tuple[float, float, int, int]:
     """(prefill seconds, decode seconds, KV-cache bytes after prefill, peak CUDA bytes or 0);
     ``after_prefill`` is called between the two phases, outside both clocks."""
     device = ids.device
+    now = _clock(clock, device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     _sync(device)
-    start = time.perf_counter()
+    start = now()
     out = model(input_ids=ids, use_cache=True)
     _sync(device)
-    prefill = time.perf_counter() - start
+    prefill = now() - start
     after_prefill()
     key = cache_argument(model)  # the output names its cache as the forward does
     cache = getattr(out, key)
     kv = cache_bytes(cache)
     token = out.logits[:, -1:].argmax(-1)
-    start = time.perf_counter()
+    start = now()
     for _ in range(new_tokens):
         out = model(input_ids=token, use_cache=True, **{key: cache})
         token = out.logits[:, -1:].argmax(-1)
     _sync(device)
-    decode = time.perf_counter() - start
+    decode = now() - start
     peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
     return prefill, decode, kv, peak
 
@@ -278,11 +294,16 @@ def random_prompts(model: PreTrainedModel, setting: Setting, seed: int = 0) -> t
     return ids.to(next(model.parameters()).device)
 
 
-def phase_timer(model: PreTrainedModel, setting: Setting, ids: torch.Tensor) -> Callable[[], float]:
+def phase_timer(
+    model: PreTrainedModel, setting: Setting, ids: torch.Tensor, clock: str = "wall"
+) -> Callable[[], float]:
     """A function that runs the setting's work once on ``model`` and returns its seconds. For a decode
     setting the prompt is prefilled once here; every call decodes from a copy of that cache (copied
-    outside the clock), so each call does the same work."""
+    outside the clock), so each call does the same work. ``clock``: ``wall`` (elapsed seconds, what a
+    user waits) or ``cpu`` (the CPU seconds of this process, on a CPU: the time it ran, without the
+    time other processes of a shared machine held its core; with one torch thread, the work itself)."""
     device = ids.device
+    now = _clock(clock, device)
     key = cache_argument(model)
     # Generation computes the logits of the last position only; so does the timed work, where the model can.
     last = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
@@ -290,10 +311,10 @@ def phase_timer(model: PreTrainedModel, setting: Setting, ids: torch.Tensor) -> 
     @torch.no_grad()
     def prefill() -> float:
         _sync(device)
-        start = time.perf_counter()
+        start = now()
         model(input_ids=ids, use_cache=True, **last)
         _sync(device)
-        return time.perf_counter() - start
+        return now() - start
 
     if setting.phase == "prefill":
         return prefill
@@ -307,17 +328,17 @@ def phase_timer(model: PreTrainedModel, setting: Setting, ids: torch.Tensor) -> 
     def decode() -> float:
         cache, token = copy.deepcopy(prompt_cache), first
         _sync(device)
-        start = time.perf_counter()
+        start = now()
         for _ in range(setting.new_tokens):
             out = model(input_ids=token, use_cache=True, **{key: cache}, **last)
             token = out.logits[:, -1:].argmax(-1)
         _sync(device)
-        return time.perf_counter() - start
+        return now() - start
 
     return decode
 
 
-COMPONENTS = ("attention projections", "attention core", "mlp", "lm_head", "rest")
+COMPONENTS = ("attention projections", "cache update", "attention core", "mlp", "lm_head", "rest")
 
 
 def _components(model: PreTrainedModel) -> dict[str, list[torch.nn.Module]]:
@@ -346,19 +367,31 @@ class _Clock:
 
 
 @contextlib.contextmanager
-def _component_clock(model: PreTrainedModel, device: torch.device) -> Iterator[_Clock]:
+def _component_clock(model: PreTrainedModel, device: torch.device, clock: str = "wall") -> Iterator[_Clock]:
     """A :class:`_Clock` summing the time inside each component's modules while the block runs
-    (forward hooks; on CUDA each hook synchronises, which slows the run but not the split)."""
-    clock, started, handles = _Clock(), {}, []
+    (forward hooks; on CUDA each hook synchronises, which slows the run but not the split), and the
+    time of every KV-cache update (transformers' ``Cache.update``, timed while the block runs), by
+    ``clock`` (as :func:`phase_timer`'s)."""
+    now = _clock(clock, device)
+    totals, started, handles = _Clock(), {}, []
+    update = Cache.update
+
+    def timed_update(cache: Cache, *args: object, **kwargs: object) -> object:
+        _sync(device)
+        start = now()
+        out = update(cache, *args, **kwargs)
+        _sync(device)
+        totals.spent["cache update"] += now() - start
+        return out
 
     def before(module: torch.nn.Module, *_: object) -> None:
         _sync(device)
-        started[id(module)] = time.perf_counter()
+        started[id(module)] = now()
 
     def after(group: str) -> Callable[..., None]:
         def hook(module: torch.nn.Module, *_: object) -> None:
             _sync(device)
-            clock.spent[group] += time.perf_counter() - started.pop(id(module))
+            totals.spent[group] += now() - started.pop(id(module))
 
         return hook
 
@@ -367,16 +400,19 @@ def _component_clock(model: PreTrainedModel, device: torch.device) -> Iterator[_
             for module in modules:
                 handles.append(module.register_forward_pre_hook(before))
                 handles.append(module.register_forward_hook(after(group)))
-        yield clock
+        Cache.update = timed_update
+        yield totals
     finally:
+        Cache.update = update
         for handle in handles:
             handle.remove()
 
 
 def _split(spent: Counter, total: float) -> dict[str, float]:
-    core = spent["attention"] - spent["attention projections"]
+    core = spent["attention"] - spent["attention projections"] - spent["cache update"]
     named = {
         "attention projections": spent["attention projections"],
+        "cache update": spent["cache update"],
         "attention core": core,
         "mlp": spent["mlp"],
         "lm_head": spent["lm_head"],
@@ -392,20 +428,21 @@ def time_breakdown(
     new_tokens: int = 32,
     repeats: int = 3,
     seed: int = 0,
+    clock: str = "wall",
 ) -> list[dict]:
     """Where prefill and decode time goes, per model, on the same random prompts as
     :func:`time_inference` (models in alternating turns, medians over ``repeats``). One row per model,
     phase and component of :data:`COMPONENTS` with its seconds per token; ``rest`` is the phase's
-    wall time less the named components (embedding, norms, rotary tables, masks, sampling, Python
-    between modules)."""
+    time less the named components (embedding, norms, rotary tables, masks, sampling, Python
+    between modules). ``clock``: as :func:`phase_timer`'s (``cpu`` on a shared CPU machine)."""
     ids = _warm_prompts(models, batch, prompt_length, seed)
     device, names = ids.device, list(models)
     runs: dict[str, list[dict[tuple[str, str], float]]] = {name: [] for name in names}
     for name in _turns(names, repeats):
-        with _component_clock(models[name], device) as clock:
-            prefill, decode, _, _ = _run(models[name], ids, new_tokens, clock.mark)
-        split = {("prefill", c): t / (batch * prompt_length) for c, t in _split(clock.marks[0], prefill).items()}
-        decoded = _split(clock.spent - clock.marks[0], decode)
+        with _component_clock(models[name], device, clock) as spent:
+            prefill, decode, _, _ = _run(models[name], ids, new_tokens, spent.mark, clock)
+        split = {("prefill", c): t / (batch * prompt_length) for c, t in _split(spent.marks[0], prefill).items()}
+        decoded = _split(spent.spent - spent.marks[0], decode)
         runs[name].append(split | {("decode", c): t / (batch * max(new_tokens, 1)) for c, t in decoded.items()})
     return [
         {

@@ -63,13 +63,13 @@ ADDED_SETTINGS = {
     "prune": {
         "units": ["head"],
         "timing": "medians",
-        "prefill_lengths": [2048],
-        "decode_contexts": [1024],
-        "time_cap": 60.0,
-        "time_target": 0.01,
     }
 }
 DECISION = ("max_drop",)  # how the report reads the points, not what they are: left out of the settings
+# Where and how long paired timing measures: every speed row names its setting, and the time stage
+# (retime_model) measures finished points again at the file's current settings, so changing them (a
+# 4,096-token cache added) keeps a run's folder; left out of the settings as well.
+TIMED = ("prefill_lengths", "decode_contexts", "time_cap", "time_target", "time_clock")
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def check_run_record(frontier: Frontier, root: Path, machine: dict) -> dict:
     ``root/run.json`` when there is one (another run's folder is refused), else recorded there."""
     # Where the model runs is not part of what the run is: the same folder is timed again on a GPU.
     load = {k: v for k, v in narrow(frontier.models, LoadOptions).settings().items() if k not in PLACEMENT}
-    prune = {k: v for k, v in frontier.prune.settings().items() if k not in DECISION}
+    prune = {k: v for k, v in frontier.prune.settings().items() if k not in DECISION + TIMED}
     settings = portable_record(json.loads(json.dumps({"prune": prune, "load": load})))
     assert isinstance(settings, dict)
     record = root / "run.json"
@@ -183,7 +183,7 @@ def check_run_record(frontier: Frontier, root: Path, machine: dict) -> dict:
             part: {
                 k: v
                 for k, v in {**ADDED_SETTINGS.get(part, {}), **values}.items()
-                if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT and k not in DECISION
+                if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT + DECISION + TIMED
             }
             if isinstance(values, dict)
             else values
@@ -248,12 +248,13 @@ def timed_settings(spec: FrontierSpec) -> list[Setting]:
 def paired_speed(spec: FrontierSpec, models: dict) -> list[dict]:
     """The candidate's (``pruned``) speed-up over ``unpruned`` at every timed setting, from paired,
     interleaved rounds (:func:`headstats.jobs.timing.paired_rounds`): at most ``time_cap`` seconds of
-    rounds per setting, fewer once the interval's half-width reaches ``time_target``. One row per setting,
+    rounds per setting, fewer once the interval's half-width reaches ``time_target``, each run counted by
+    ``time_clock`` (:func:`headstats.engine.speed.phase_timer`). One row per setting,
     with the machine's 1-minute load average before and after its rounds (the load of a shared machine)."""
     rows = []
     for setting in timed_settings(spec):
         ids = random_prompts(models["unpruned"], setting, spec.seed)
-        runs = {name: phase_timer(model, setting, ids) for name, model in models.items()}
+        runs = {name: phase_timer(model, setting, ids, spec.time_clock) for name, model in models.items()}
         load = os.getloadavg()[0]
         rounds = paired_rounds(runs, "unpruned", target=spec.time_target, max_seconds=spec.time_cap)
         rows.extend(
@@ -266,6 +267,7 @@ def paired_speed(spec: FrontierSpec, models: dict) -> list[dict]:
                 context=setting.context,
                 new_tokens=setting.new_tokens,
                 tokens=setting.tokens,
+                clock=spec.time_clock,
             )
         )
         del runs
