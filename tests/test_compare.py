@@ -470,3 +470,37 @@ def test_the_report_stage_reads_the_tables_alone(
         "collect first"
     )
     assert not (tmp_path / "third").exists()
+
+
+def test_the_headline_figure_keeps_a_colour_per_model_and_its_legend_off_the_data(
+    folders: dict[str, Path], report: Path
+) -> None:
+    """One colour per compared model throughout the figure, the verdict as the marker's fill (filled:
+    moved beyond the margin), and the legend outside the axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from headstats.jobs.compare import read_comparison
+    from headstats.report.compare import colours, headline_figure
+    from headstats.specs import CompareSpec
+
+    names = tuple(str(folders[name]) for name in ("base", "copy", "scaled"))
+    spec = CompareSpec(
+        models=names, data=(str(folders["corpus"]),), scores_dir=str(report / "results"), n_resamples=20,
+        head_permutations=99,
+    )  # fmt: skip
+    result = read_comparison(spec)
+    fig = headline_figure(result)
+    ax = fig.axes[0]
+    markers = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert len(markers) == len(result.distances)
+    colour = colours(result.others)
+    for other in result.others:  # each model's markers in its own colour, as many as its distances
+        mine = [m for m in markers if m.get_color() == colour[other]]
+        assert len(mine) == int((result.distances["model_b"] == other).sum())
+    assert len(set(colour.values())) == len(result.others)
+    filled = sum(m.get_fillstyle() == "full" for m in markers)
+    assert filled == int((result.distances["verdict"] == MOVED).sum())
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    (legend,) = fig.legends
+    assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))

@@ -106,7 +106,7 @@ def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
     from headstats.report.compare import write_comparison
 
     loaded: LoadedComparison = study.spec
-    spec = with_run(loaded.spec, run)
+    spec = replace(with_run(loaded.spec, run), out=str(loaded.report))  # as headstats compare --out records it
     result = read_comparison(spec, collect_with=f"headstats run {study.path} --stages collect")
     logger.info("statistics %.0f s", result.timings["statistics_s"])
     title = loaded.header.description or None
