@@ -220,6 +220,14 @@ def _verdict_handles(verdicts: list[str]) -> list[Line2D]:
     ]  # fmt: skip
 
 
+def _two_columns(left: list[Line2D], right: list[Line2D]) -> list[Line2D]:
+    """Legend handles that a two-column legend (filled column by column) shows as ``left`` beside
+    ``right``, the shorter padded with blank entries."""
+    rows = max(len(left), len(right))
+    blank = Line2D([], [], linestyle="none", label=" ")
+    return [*left, *[blank] * (rows - len(left)), *right, *[blank] * (rows - len(right))]
+
+
 def headline_figure(result: Comparison) -> Figure:
     """Distance over the reference's IQR with its interval per dataset × score, one colour per compared
     model (the verdict as the marker's fill), the margin as a grey band from 0, and the split-half noise
@@ -227,7 +235,8 @@ def headline_figure(result: Comparison) -> Figure:
     d = result.distances
     pairs = d[["dataset", "score"]].drop_duplicates().reset_index(drop=True)
     n_rows, others = len(pairs), result.others
-    fig = Figure(figsize=(7.5, 1.6 + 0.24 * n_rows * max(1, len(others)) ** 0.5), layout="constrained")
+    # rows dense enough that the figure, at most HEADLINE_HEIGHT_PX high, is shown wide enough for legible text
+    fig = Figure(figsize=(7.5, 1.6 + 0.17 * n_rows * max(1, len(others)) ** 0.5), layout="constrained")
     ax = fig.subplots()
     step = 0.7 / max(len(others), 1)
     for i, pair in pairs.iterrows():
@@ -254,11 +263,13 @@ def headline_figure(result: Comparison) -> Figure:
     top = np.nanmax(finite) if np.isfinite(finite).any() else 1.0
     ax.set_xscale("symlog", linthresh=max(top / 1000, 1e-4))
     ax.xaxis.set_major_formatter(PLAIN_NUMBER)  # 0.01, not 10^-2: a superscript is too small to read
+    # the symlog axis's linear stretch puts 0 and the first decade side by side: the decade's label alone
+    ax.set_xticks([t for t in ax.get_xticks() if t != 0 or top <= 0])
     ax.set_xlim(0, top * 1.5 if top > 0 else 1)
-    ax.set_xlabel(f"W1 over {result.reference}'s IQR (90% interval); grey band: margin; |: split-half noise")
+    ax.set_xlabel(f"W1 over {result.reference}'s IQR (90% interval)")
     models = [Line2D([], [], color=colour[o], marker="s", linestyle="none", label=labels.get(o, o)) for o in others]
-    handles = models + _verdict_handles(list(d["verdict"].unique()))
-    fig.legend(handles=handles, loc="outside upper center", ncol=min(len(handles), 3), frameon=False)
+    fig.legend(handles=_two_columns(models, _verdict_handles(list(d["verdict"].unique()))),
+               loc="outside upper center", ncol=2, frameon=False)  # fmt: skip
     ax.grid(axis="x", alpha=0.3)
     return fig
 
