@@ -18,8 +18,8 @@ normal, one dimension, in IQR units), so that d(base, end_s) = |mu + sigma z_s| 
 sigma |z_s - z_t|, each distance measured with text-sampling noise of standard deviation ``omega``.
 Per cell, ``sigma`` is set from the one existing seed pair (E|z_s - z_t| = 2 / sqrt(pi), so sigma =
 d(seed 0, seed 1) * sqrt(pi) / 2) and ``omega`` from the bootstrap interval of the base -> stage distance
-on 32 texts, scaled to the design's texts (sqrt(32 / texts)); both from
-reports/finetuning-embedded/tables/finetuning_tests.csv. ``mu`` is solved so that the expected delta
+on 32 texts, scaled to the design's texts (sqrt(32 / texts)); both from the exploratory run's stage-end
+distances, analyses/finetuning_exploratory_distances.csv (its chains and score tables were not kept). ``mu`` is solved so that the expected delta
 equals the margin (power of the moved test) or 0 (power of the equivalence test at "no movement beyond
 training noise"; at mu = 0 the expected delta is negative, about -0.33 sigma, so 0 is the harder case).
 Power is given per cell (27: 3 stage ends x 3 datasets x 3 scores), summarised by its smallest value,
@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-TABLE = Path(__file__).resolve().parent.parent / "reports/finetuning-embedded/tables/finetuning_tests.csv"
+TABLE = Path(__file__).resolve().parent / "finetuning_exploratory_distances.csv"
 EXPLORATORY_TEXTS = 32  # texts per dataset behind the exploratory table's intervals
 STAGE_ENDS = {"sft": 40, "dpo": 30, "grpo": 40}
 SCORES = ("ahon_ln", "awft", "entropy_ln")

@@ -41,11 +41,6 @@ WIDTH = 1280
 FOLD = 1200  # px: the abstract and the headline figure must end above this
 MIN_TEXT_PX = 10  # the smallest figure text a reader is shown
 COLUMN = 1160  # px: a report's column at 1280 px
-# Reports whose inputs are not committed, built before the figure rule: they fail it until rebuilt.
-BUILT_BEFORE_THE_FIGURE_RULE = {
-    "finetuning-embedded": "its checkpoints and results are not committed; rebuild it with the commands at the "
-    "top of analyses/finetuning_embedded.toml",
-}
 SVG_WIDTH = re.compile(r'<svg[^>]*\bviewBox="[\d.]+ [\d.]+ ([\d.]+) [\d.]+"')
 SVG_FONT = re.compile(r"font-size: ?([\d.]+)px")
 
@@ -118,9 +113,6 @@ def test_a_committed_report_reads_in_a_browser(browser, report: Path) -> None:
     assert m["abstract"] is not None and m["abstract"]["bottom"] <= FOLD, m["abstract"]
     assert m["headline"] is not None and m["headline"]["top"] < m["headline"]["bottom"] <= FOLD, m["headline"]
     problems = figure_problems(report, m["figures"])
-    if report.name in BUILT_BEFORE_THE_FIGURE_RULE:
-        assert problems, f"{report.name} now meets the figure rule: take it out of BUILT_BEFORE_THE_FIGURE_RULE"
-        pytest.xfail(f"{report.name}: {BUILT_BEFORE_THE_FIGURE_RULE[report.name]} ({'; '.join(problems)})")
     assert problems == [], problems
 
 
@@ -150,8 +142,6 @@ def figure_problems(report: Path, figures: list[dict]) -> list[str]:
 
 @pytest.mark.parametrize("report", REPORTS, ids=[p.name for p in REPORTS])
 def test_a_committed_reports_figures_have_no_overlap_and_distinct_colours(browser, report: Path) -> None:
-    if report.name in BUILT_BEFORE_THE_FIGURE_RULE:  # it cannot be rebuilt, so its figures cannot be redrawn
-        pytest.skip(f"{report.name}: {BUILT_BEFORE_THE_FIGURE_RULE[report.name]}")
     figures = sorted((report / "figures").glob("*.svg"))
     assert figures, f"{report.name} has no SVG figure"
     page = browser.new_page()

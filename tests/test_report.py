@@ -645,11 +645,10 @@ def test_the_report_writer_keeps_its_promises(tmp_path: Path) -> None:
     assert "(2 more rows in [`tables/cut2.csv`](tables/cut2.csv))" in md
 
 
-def test_a_fine_tuning_report_leads_with_its_answer_and_draws_checkpoints_in_training_order(
-    results: Path, tmp_path: Path
-) -> None:
+def test_checkpoints_are_listed_and_drawn_in_training_order_under_short_labels(results: Path, tmp_path: Path) -> None:
     """Checkpoints named by stage and step are listed and drawn in training order (SFT 6 before SFT 12
-    before SFT 25, not as text sorts them) under short labels, and the page leads with the chain's answer."""
+    before SFT 25, not as text sorts them) under short labels, and the page leads with its answer (a
+    chain's comparison is ``headstats compare --series step``; here the analysis report of its tables)."""
     frame = store.read_scores(results / "scores" / "model=base" / "dataset=wide").drop(columns=["model", "dataset"])
     root = tmp_path / "results"
     rng = np.random.default_rng(3)
@@ -669,104 +668,10 @@ def test_a_fine_tuning_report_leads_with_its_answer_and_draws_checkpoints_in_tra
         parsed.order.index("div#abstract") < parsed.order.index("figure.headline") < parsed.order.index("nav#contents")
     )
     assert set(parsed.links) <= parsed.ids and all(parsed.tables_boxed)
-    labels = pd.read_csv(out / "tables" / "finetuning_checkpoints.csv")
-    assert list(labels["label"]) == ["base", "SFT 6", "SFT 12", "SFT 25"]
-    svg = (out / "figures" / "headline_finetuning.svg").read_text()
-    steps = pd.read_csv(out / "tables" / "finetuning_tests.csv")["cumulative_step"]
-    assert list(dict.fromkeys(steps)) == [6, 12, 25]  # training order, not the order names sort in
-    assert "chain-0123abcd" not in svg  # short labels, in training order
-
-
-def test_a_distance_is_above_seed_noise_only_when_its_interval_clears_the_seed_interval() -> None:
-    """The main table counts, and the abstract names, the distances from the base whose interval lies
-    wholly above the same (dataset, score)'s distance between seeds; touching intervals do not count."""
-    from headstats.report.sections.finetuning import BEYOND, beyond_seeds
-
-    base = {"dataset": ["d1", "d1", "d2"], "score": ["ahon", "awft", "ahon"], "stage": "sft", "step": 4}
-    tests = pd.concat(
-        [
-            pd.DataFrame(
-                {**base, "comparison": "from base", "model_b": "s", "w1_iqr": [0.40, 0.10, 0.20]}
-                | {"w1_iqr_low": [0.35, 0.08, 0.15], "w1_iqr_high": [0.45, 0.12, 0.25]}
-            ),
-            pd.DataFrame(
-                {**base, "comparison": "between seeds", "model_b": "s1", "w1_iqr": [0.05, 0.09, 0.12]}
-                | {"w1_iqr_low": [0.04, 0.07, 0.10], "w1_iqr_high": [0.06, 0.11, 0.15]}
-            ),
-        ],
-        ignore_index=True,
-    )
-    end = pd.Series({"stage": "sft", "model": "s", "step": 4})
-    found = beyond_seeds(tests, end).set_index(["dataset", "score"])["beyond"]
-    assert found.to_dict() == {("d1", "ahon"): True, ("d1", "awft"): False, ("d2", "ahon"): False}  # 0.15 = 0.15
-    assert beyond_seeds(tests[tests["comparison"] == "from base"], end).empty  # no replicate: nothing to say
-    assert BEYOND == "above seed noise"
-
-
-def test_a_stage_not_shown_to_learn_makes_no_comparison_in_the_main_table() -> None:
-    """The main table gives a stage's distances only when it learned: a scored stage that did not
-    learn, and a trained stage that was not scored, get their verdict and no distance; the abstract's
-    "end" is the last stage that learned."""
-    from headstats.report.sections.finetuning import NO_COMPARISON, ChainAnalysis, finetuning_abstract, stage_table
-
-    chain = pd.DataFrame(
-        {
-            "model": ["b", "s", "d", "g"],
-            "stage": ["base", "sft", "dpo", "grpo"],
-            "step": [0, 4, 3, 4],
-            "primary": True,
-            "cumulative_step": [0, 4, 7, 11],
-            "label": ["base", "SFT 4", "DPO 3", "GRPO 4"],
-        }
-    )
-    learning = pd.DataFrame(
-        {
-            "stage": ["sft", "dpo", "grpo"],
-            "metric": ["answer_loss", "reward_margin", "sampled_reward"],
-            "primary": True,
-            "primary_chain": True,
-            "seed": 0,
-            "change": [-1.0, 6.0, 0.05],
-            "ci_low": [-1.5, 5.0, -0.01],
-            "ci_high": [-0.5, 7.0, 0.11],
-            "learned": [True, True, False],
-        }
-    )
-    tests = pd.DataFrame(
-        {
-            "comparison": "from base",
-            "model_b": ["s", "d", "g"],
-            "stage": ["sft", "dpo", "grpo"],
-            "step": [4, 3, 4],
-            "w1_iqr": [0.1, 0.2, 0.9],
-            "p_holm": [0.001, 0.001, 0.001],
-            "n_seq_a": 32,
-        }
-    )
-    empty = pd.DataFrame()
-    analysis = ChainAnalysis(chain, "m", ["d1"], ["ahon"], {}, learning, empty, tests, empty, empty, 100)
-    table = stage_table(analysis).set_index("stage")
-    assert table.loc["SFT (to step 4)", "base → end, W1/IQR"] == "0.10 [0.10–0.10]"
-    assert table.loc["GRPO (to step 4)", "base → end, W1/IQR"] == NO_COMPARISON
-    assert table.loc["GRPO (to step 4)", "distributions moved (Holm p ≤ 0.01)"] == ""
-    assert "not shown" in table.loc["GRPO (to step 4)"].iloc[0]
-    text = finetuning_abstract(analysis)
-    assert "Not shown to learn: GRPO" in text and "At the end of DPO, the last stage that learned" in text
-    assert "0.20 IQR" in text and "0.90" not in text
-    unscored = ChainAnalysis(
-        chain[chain["stage"] != "grpo"],
-        "m",
-        ["d1"],
-        ["ahon"],
-        {},
-        learning,
-        empty,
-        tests[tests["stage"] != "grpo"],
-        empty,
-        empty,
-        100,
-    )
-    assert stage_table(unscored).set_index("stage").loc["GRPO", "base → end, W1/IQR"] == NO_COMPARISON
+    labels = pd.read_csv(out / "tables" / "model_labels.csv")
+    assert list(labels["label"]) == ["base", "SFT 6", "SFT 12", "SFT 25"]  # not the order names sort in
+    svg = (out / "figures" / "w1_matrix_ahon_wide.svg").read_text()
+    assert "chain-0123abcd" not in svg and svg.index("SFT 6") < svg.index("SFT 12") < svg.index("SFT 25")
 
 
 def test_the_docs_site_points_published_reports_at_its_glossary(tmp_path: Path) -> None:

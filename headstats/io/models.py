@@ -492,6 +492,17 @@ def checkpoint_info(path: Path) -> dict:
     return info if isinstance(info, dict) else {}
 
 
+def trainer_step(path: Path) -> int | None:
+    """The ``global_step`` a Trainer checkpoint folder records (``trainer_state.json``), or None."""
+    folder = Path(path).expanduser()
+    state = folder / "trainer_state.json"
+    try:
+        step = json.loads(state.read_text()).get("global_step") if str(path) and state.is_file() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) else None
+
+
 # The ``transformers_version`` a config.json carries names the library that wrote the file, not the
 # model: transformers 5.25 converting the same GGUF weights as 5.24 changed only that line, and with it
 # the identity of every committed run. The fingerprint reads the stamp as this fixed value, the version
@@ -537,9 +548,9 @@ def model_slug(name: str) -> str:
     checkpoint of ``headstats finetune`` its chain, stage and step (``gemma3-270m-<hash>-sft-15``:
     every stage has a ``step-00015``, so the folder name alone would mix them)."""
     base = name.rstrip("/").removeprefix(assets.ELSEWHERE + "/")
-    if os.path.sep in base and Path(base).exists():
-        base = Path(base).name
-        info, folder = checkpoint_info(Path(name)), Path(name).resolve()
+    if os.path.sep in base and Path(base).expanduser().exists():
+        base = Path(base).expanduser().name
+        info, folder = checkpoint_info(Path(name).expanduser()), Path(name).expanduser().resolve()
         if info.get("stage") == "base":  # OUT/<chain>/base
             base = f"{folder.parent.name}-base"
         elif info.get("stage") and info.get("step") is not None:  # OUT/<chain>/<stage>/step-N

@@ -29,7 +29,7 @@ from headstats.engine.scoring import iter_score_tables
 from headstats.engine.zeroing import warn_tied_scores
 from headstats.io import store
 from headstats.io.assets import portable_name
-from headstats.io.models import model_from_table, model_identity, model_location, model_slug
+from headstats.io.models import model_from_table, model_identity, model_location, model_slug, trainer_step
 from headstats.jobs.resume import check_key, jsonable, recorded_key, settings_key
 from headstats.specs import CollectSpec
 
@@ -188,6 +188,8 @@ def plan_collection(
         bos_token=getattr(tokenizer, "bos_token", None),
         attn_implementation="headstats",
         options=jsonable(spec.kwargs()),
+        n_parameters=sum(p.numel() for p in model.parameters()),
+        **({"trainer_step": step} if (step := trainer_step(Path(str(model.config.name_or_path or "")))) else {}),
     )
     provenance = store.make_provenance(settings, **{**fmt.provenance(), **identity, **settings, **facts})
     defaults = collect_key(CollectSpec(), **inputs)

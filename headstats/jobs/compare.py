@@ -171,28 +171,27 @@ def plan_units(spec: CompareSpec) -> list[Unit]:
 
 
 STEP_NAME = re.compile(r"(?:step|checkpoint|ckpt|iter)[-_]?0*(\d+)$", re.IGNORECASE)
+# the table name model_slug gives a checkpoint of ``headstats finetune``: <chain>-<stage>-<step>, or <chain>-base
+CHAIN_SLUG = re.compile(r"^(?P<chain>.+)-(?:(?P<stage>sft|dpo|grpo)-(?P<step>\d+)|(?P<base>base))$")
+CHAINS = "chains"  # RESULTS/chains/<chain>/: each fine-tuning chain's recipe and metrics, as collected
 
 
-def checkpoint_step(path: str) -> tuple[str | None, int | None]:
-    """(stage, step) of a model folder: what ``headstats finetune`` wrote beside it, else the step of a
-    folder named like ``step-00040`` / ``checkpoint-500``, else a ``trainer_state.json``'s
-    ``global_step``; (None, None) for anything else (an embedded name, a Hub id)."""
-    from headstats.io.models import checkpoint_info
-
-    folder = Path(path)
-    if not folder.is_dir():
-        return None, None
-    info = checkpoint_info(folder)
+def checkpoint_step(name: str, slug: str, provenance: dict) -> tuple[str | None, int | None]:
+    """(stage, step) of a compared model, from what its score tables record: the ``headstats finetune``
+    checkpoint record (``HEADSTATS_CHECKPOINT.json``, kept in the provenance), else a table named like a
+    chain's checkpoint (``<chain>-sft-40``, ``<chain>-base``), else the step of a folder named like
+    ``step-00040`` / ``checkpoint-500``, else a ``trainer_state.json``'s ``global_step``; (None, None) for
+    anything else (an embedded name, a Hub id)."""
+    info = provenance.get("checkpoint") or {}
     if info.get("stage") is not None:
         return str(info["stage"]), int(info.get("step") or 0)
-    match = STEP_NAME.search(folder.name)
+    match = CHAIN_SLUG.match(slug)
+    if match:
+        return ("base", 0) if match["base"] else (match["stage"], int(match["step"]))
+    match = STEP_NAME.search(Path(split_dtype(name)[0].rstrip("/")).name)
     if match:
         return None, int(match.group(1))
-    state = folder / "trainer_state.json"
-    try:
-        step = json.loads(state.read_text()).get("global_step") if state.is_file() else None
-    except (OSError, ValueError):
-        step = None
+    step = provenance.get("trainer_step")
     return None, (int(step) if isinstance(step, int) else None)
 
 
@@ -208,29 +207,47 @@ def chain_root(path: str) -> Path | None:
     return None
 
 
-def chain_learning(paths: list[str], seed: int = 0) -> pd.DataFrame:
-    """:func:`~headstats.stats.learning.learning_verdicts` of every fine-tuning chain that ``paths``
-    (model folders) belong to, with the chain's folder name and seed: did each stage learn on its
-    held-out examples? Empty when no model is a chain's."""
+def record_chains(paths: list[str], root: Path) -> None:
+    """Copy the recipe and metrics of every fine-tuning chain that ``paths`` (model folders) belong to
+    into ``root/chains/<chain>/``, so that the report reads whether each stage learned from the results
+    alone, wherever the checkpoints are."""
+    from headstats.jobs.finetune.layout import METRICS_FILE, RECIPE_FILE
+
+    for chain in dict.fromkeys(r for r in map(chain_root, paths) if r is not None):
+        folder = root / CHAINS / chain.name
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in (METRICS_FILE, RECIPE_FILE):
+            source, target = chain / name, folder / name
+            data = source.read_bytes() if source.is_file() else None
+            if data is not None and (not target.is_file() or target.read_bytes() != data):
+                store.write_atomic(target, lambda tmp, data=data: tmp.write_bytes(data))
+
+
+def chain_learning(chains: list[str], root: Path, seed: int = 0) -> pd.DataFrame:
+    """:func:`~headstats.stats.learning.learning_verdicts` of the fine-tuning chains named ``chains``,
+    from their metrics recorded under ``root/chains/`` (:func:`record_chains`), with the chain's name and
+    seed: did each stage learn on its held-out examples? Empty when none is recorded."""
     from headstats.jobs.finetune.layout import METRICS_FILE, RECIPE_FILE
     from headstats.stats.learning import learning_verdicts
 
     frames = []
-    for root in dict.fromkeys(r for r in map(chain_root, paths) if r is not None):
-        metrics = json.loads((root / METRICS_FILE).read_text())
-        record = json.loads((root / RECIPE_FILE).read_text()) if (root / RECIPE_FILE).is_file() else {}
+    for chain in dict.fromkeys(chains):
+        folder = root / CHAINS / chain
+        if not (folder / METRICS_FILE).is_file():
+            continue
+        metrics = json.loads((folder / METRICS_FILE).read_text())
+        record = json.loads((folder / RECIPE_FILE).read_text()) if (folder / RECIPE_FILE).is_file() else {}
         chain_seed = (record.get("recipe") or {}).get("seed")
-        frames.append(learning_verdicts(metrics, seed=seed).assign(chain=root.name, chain_seed=chain_seed))
+        frames.append(learning_verdicts(metrics, seed=seed).assign(chain=chain, chain_seed=chain_seed))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def collect_all(spec: CompareSpec) -> tuple[dict[str, str], list[str], str, dict[str, dict]]:
+def collect_all(spec: CompareSpec) -> None:
     """Collect every model (replicates included) on every dataset, resuming what is there, and the
-    reference under the format change; returns (user name -> model slug, dataset partition names, the
-    format change, user name -> its facts: ``params``, ``stage``, ``step``)."""
+    reference under the format change; record the fine-tuning chains the models belong to."""
     import torch
 
-    from headstats.io.models import load_model, resolve_model_path
+    from headstats.io.models import load_model, model_slug, resolve_model_path
     from headstats.io.tasks import collection_source
     from headstats.jobs.collect import collect_scores
 
@@ -240,61 +257,157 @@ def collect_all(spec: CompareSpec) -> tuple[dict[str, str], list[str], str, dict
     paths = {name: resolve_model_path(split_dtype(name)[0]) for name in names}  # unknown names fail first
     for name in spec.data:
         collection_source(name, data_dir=spec.data_dir, text_column=spec.text_column)
+    slugs = {name: model_slug(name) for name in names}
+    duplicates = sorted({s for s in slugs.values() if list(slugs.values()).count(s) > 1})
+    if duplicates:
+        raise ValueError(f"two of the models share the table name {duplicates[0]!r}: give folders with different names")
     collect, load = narrow(spec, CollectSpec), narrow(spec, LoadOptions)
-    slugs: dict[str, str] = {}
-    facts: dict[str, dict] = {}
-    datasets: list[str] = []
-    change = spec.format_change
     for i, name in enumerate(names):
         base, dtype = split_dtype(name)
         model, tokenizer = load_model(base, **{**load.kwargs(), **({"dtype": dtype} if dtype else {})})
         if dtype:  # its own tables: the name (and so the slug) says the dtype
             model.headstats_name = name
-        stage, step = checkpoint_step(paths[name])
-        facts[name] = {
-            "params": sum(p.numel() for p in model.parameters()), "stage": stage, "step": step, "path": paths[name],
-        }  # fmt: skip
         for dataset in spec.data:
             done = collect_scores(model, tokenizer, dataset, root / COMPARED, spec=collect)
-            slugs[name] = _partition_value(done.partition.parent)
-            if i == 0:
-                datasets.append(_partition_value(done.partition))
             log.info("%s on %s: %d texts (%d new)", name, dataset, done.n_samples, done.n_new)
         if i == 0:
-            change = auto_format_change(spec, tokenizer)
-            other = replace(collect, prompt_format=change)
+            other = replace(collect, prompt_format=auto_format_change(spec, tokenizer))
             for dataset in spec.data:
                 done = collect_scores(model, tokenizer, dataset, root / FORMAT_CHANGE, spec=other)
-                log.info("%s on %s as %s: %d texts (%d new)", name, dataset, change, done.n_samples, done.n_new)
+                log.info(
+                    "%s on %s as %s: %d texts (%d new)", name, dataset, other.prompt_format, done.n_samples, done.n_new
+                )
         del model
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
-    duplicates = {s for s in slugs.values() if list(slugs.values()).count(s) > 1}
-    if duplicates:
+    record_chains(list(paths.values()), root)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """What the score tables of a comparison hold, found without loading a model: per user name its
+    table name (slug) and provenance, the dataset partitions, the format change."""
+
+    slugs: dict[str, str]  # user name -> model slug
+    provenance: dict[str, dict]  # user name -> the provenance of its first dataset's table
+    datasets: list[str]  # the dataset partitions, in the order of spec.data
+    format_change: str
+
+
+def _same_folder(partition: Path, provenance: dict, folder: Path) -> bool:
+    """Whether the table in ``partition`` was collected from the model folder ``folder``: where it lay
+    relative to the table (``model_from_table``), else its recorded path (``model_path``)."""
+    from headstats.io.assets import local_path
+
+    here = provenance.get("model_from_table")
+    recorded = partition / str(here) if here else local_path(str(provenance.get("model_path") or ""))
+    return bool(here or provenance.get("model_path")) and os.path.normpath(recorded.absolute()) == os.path.normpath(
+        folder.absolute()
+    )
+
+
+def stored_slug(name: str, tables: Path) -> str:
+    """The table name under ``tables`` of the model the user named ``name``, as :func:`collect_all`
+    wrote it (:func:`~headstats.io.models.model_slug`); for a folder that is no longer there, the table
+    whose provenance records that folder (the caller refuses a name whose table is not there)."""
+    from headstats.io.models import model_slug
+
+    slug = model_slug(name)
+    if (tables / f"model={slug}").is_dir() or split_dtype(name)[1]:
+        return slug
+    folder = Path(name).expanduser()
+    for model_dir in sorted(tables.glob("model=*")):
+        for partition in sorted(model_dir.glob("dataset=*")):
+            if _same_folder(partition, store.read_provenance(partition) or {}, folder):
+                return _partition_value(model_dir)
+    return slug
+
+
+def _dataset_partition(model_dir: Path, dataset: str) -> Path | None:
+    """The partition of ``model_dir`` that holds ``dataset`` (a bundled name or a file, as given to
+    collect): the one named so, else the one whose provenance records it as its source."""
+    from headstats.io.assets import portable_name
+
+    if (model_dir / f"dataset={dataset}").is_dir():
+        return model_dir / f"dataset={dataset}"
+    for partition in sorted(model_dir.glob("dataset=*")):
+        if (store.read_provenance(partition) or {}).get("dataset_source") == portable_name(dataset):
+            return partition
+    return None
+
+
+def stored_tables(spec: CompareSpec, collect_with: str) -> Stored:
+    """The comparison's score tables under its results folder, checked before any statistic: each
+    missing one is refused in one line that names it and ``collect_with`` (the command that collects
+    it). Reads the tables' folders and records only; no model is loaded."""
+    root = results_root(spec)
+    tables = root / COMPARED
+
+    def missing(what: str) -> ValueError:
+        return ValueError(f"{what} is not collected: run {collect_with} first")
+
+    if not tables.is_dir():
+        raise missing(f"no score table under {tables}")
+    slugs, provenance, datasets = {}, {}, []
+    for i, name in enumerate(all_models(spec)):
+        slug = stored_slug(name, tables)
+        for dataset in spec.data:
+            partition = _dataset_partition(tables / f"model={slug}", dataset)
+            if partition is None or not store.has_data(partition):
+                raise missing(f"the score table of {name} on {dataset} ({tables}/model={slug})")
+            record = store.read_provenance(partition) or {}
+            fmt = (record.get("settings") or {}).get("prompt_format", spec.prompt_format)
+            if fmt != spec.prompt_format:
+                raise ValueError(
+                    f"{partition} holds prompt format {fmt!r}, the comparison asks for {spec.prompt_format!r}: "
+                    "give another results folder, or the format the tables hold"
+                )
+            provenance.setdefault(name, record)
+            if i == 0:
+                datasets.append(_partition_value(partition))
+        slugs[name] = slug
+    reference = slugs[spec.models[0]]
+    changes = set()
+    for dataset in datasets:
+        partition = root / FORMAT_CHANGE / f"model={reference}" / f"dataset={dataset}"
+        if not store.has_data(partition):
+            raise missing(f"the format-change table of {spec.models[0]} on {dataset} ({partition})")
+        record = store.read_provenance(partition) or {}
+        changes.add(str((record.get("settings") or {}).get("prompt_format", spec.format_change)))
+    (change,) = changes if len(changes) == 1 else (None,)
+    if change is None or spec.format_change not in ("auto", change):
         raise ValueError(
-            f"two of the models share the table name {sorted(duplicates)[0]!r}: give folders with different names"
+            f"{root / FORMAT_CHANGE} holds the format change {', '.join(sorted(changes))}, the comparison asks "
+            f"for {spec.format_change!r}: give another results folder, or format_change = the one it holds"
         )
-    return slugs, datasets, change, facts
+    return Stored(slugs, provenance, datasets, change)
 
 
-def series_facts(spec: CompareSpec, slugs: dict[str, str], facts: dict[str, dict]) -> pd.DataFrame:
-    """One row per model: ``slug``, ``name``, ``role`` (reference, compared, replicate), ``replicate_of``,
-    ``params``, ``stage``, ``step``, ``label`` (``SFT 40`` for a fine-tuning checkpoint, else the slug)
-    and, with ``--series``, ``order`` and ``position`` (the x of the series figure: the order given,
-    the parameter count, or the step, counted on across a chain's stages)."""
+def series_facts(spec: CompareSpec, stored: Stored) -> pd.DataFrame:
+    """One row per model, from what its tables record: ``slug``, ``name``, ``role`` (reference, compared,
+    replicate), ``replicate_of``, ``params``, ``stage``, ``step``, ``chain``, ``seed`` and ``label``
+    (``SFT 40`` for a fine-tuning checkpoint, ``SFT 40 (seed 1)`` for a replicate's, else the slug);
+    :func:`order_series` adds ``order`` and ``position`` to a series."""
     from headstats.stats.learning import STAGES
 
     of = {r: model for model, members in replicate_groups(spec).items() for r in members[1:]}
     rows = []
-    for name, slug in slugs.items():
+    for name, slug in stored.slugs.items():
         role = "reference" if name == spec.models[0] else "compared" if name in spec.models else "replicate"
-        f = facts.get(name, {})
-        stage, step = f.get("stage"), f.get("step")
+        record = stored.provenance.get(name, {})
+        info = record.get("checkpoint") or {}
+        stage, step = checkpoint_step(name, slug, record)
+        match = CHAIN_SLUG.match(slug)
+        chain = info.get("chain") or (match["chain"] if match else None)
+        seed = info.get("seed")
         label = slug if stage is None else "base" if stage == "base" else f"{stage.upper()} {step}"
+        if role == "replicate" and stage is not None and seed is not None:
+            label += f" (seed {seed})"
         rows.append(
             {
-                "slug": slug, "name": name, "role": role, "replicate_of": slugs.get(of.get(name, ""), ""),
-                "params": f.get("params"), "stage": stage, "step": step, "label": label,
+                "slug": slug, "name": name, "role": role, "replicate_of": stored.slugs.get(of.get(name, ""), ""),
+                "params": record.get("n_parameters"), "stage": stage, "step": step, "chain": chain, "seed": seed,
+                "label": label,
             }
         )  # fmt: skip
     frame = pd.DataFrame(rows)
@@ -341,15 +454,32 @@ def _same_architecture(scores: pd.DataFrame, a: str, b: str) -> bool:
 
 
 def run_comparison(spec: CompareSpec) -> Comparison:
-    """Collect what is missing, then compute every statistic of the comparison (no report)."""
+    """Collect what is missing (:func:`collect_all`), then compute every statistic of the comparison
+    from its tables (:func:`read_comparison`; no report)."""
+    if len(spec.models) < 2:
+        raise ValueError("a comparison needs a reference and at least one other model: headstats compare REF OTHER")
+    started = time.perf_counter()
+    collect_all(spec)
+    result = read_comparison(spec)
+    result.timings["collect_s"] = time.perf_counter() - started - result.timings["statistics_s"]
+    return result
+
+
+COLLECT_WITH = "headstats compare with the same models and --data"
+
+
+def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comparison:
+    """Every statistic of the comparison, from its score tables and their records alone (no model is
+    loaded, nothing under the results folder is written); a table that is not there is refused in one
+    line naming it and ``collect_with``."""
     from headstats.stats import compare as stats
     from headstats.stats.compare import compare_distributions, head_changes, left_out_scores, yardstick_distances
 
     if len(spec.models) < 2:
         raise ValueError("a comparison needs a reference and at least one other model: headstats compare REF OTHER")
     started = time.perf_counter()
-    slugs, datasets, change, facts = collect_all(spec)
-    collected = time.perf_counter()
+    stored = stored_tables(spec, collect_with)
+    slugs, datasets, change = stored.slugs, stored.datasets, stored.format_change
     root = results_root(spec)
     reference, others = slugs[spec.models[0]], [slugs[m] for m in spec.models[1:]]
     scores = store.read_scores(root / COMPARED)
@@ -381,7 +511,7 @@ def run_comparison(spec: CompareSpec) -> Comparison:
         n_boot=spec.n_resamples,
         seed=spec.seed,
     )
-    table = series_facts(spec, slugs, facts)
+    table = series_facts(spec, stored)
     unit = stats.reference_unit(distances)
     step_margins = spec.margin if spec.margin is not None else margins
     same = {other: _same_architecture(scores, reference, other) for other in others}
@@ -433,13 +563,13 @@ def run_comparison(spec: CompareSpec) -> Comparison:
         head_summary=pd.concat(summaries, ignore_index=True) if summaries else pd.DataFrame(),
         heads=pd.concat(heads, ignore_index=True) if heads else pd.DataFrame(),
         same_architecture=same,
-        timings={"collect_s": collected - started, "statistics_s": finished - collected},
+        timings={"statistics_s": finished - started},
         facts=table,
         series=series,
         steps=steps,
         replicates=replicates,
         seeds=seeds,
-        learning=chain_learning([f["path"] for f in facts.values()], seed=spec.seed),
+        learning=chain_learning([c for c in table["chain"] if isinstance(c, str)], root, seed=spec.seed),
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from headstats.io import store
@@ -23,7 +24,6 @@ from headstats.report.freshness import report_inputs
 from headstats.report.writer import ReportWriter
 from headstats.stats.compare import ANECDOTE_SEEDS, EQUIVALENT, MOVED, UNDETERMINED
 
-VERDICT_COLOURS = {MOVED: "#b2182b", EQUIVALENT: "#1b7837", UNDETERMINED: "#777777"}
 SERIES_AXIS = {"given": "model (order given)", "params": "parameters", "step": "training step"}
 SHOWN_HEADS = 6  # moved heads named in a sentence; the table and CSV list all
 
@@ -190,35 +190,76 @@ def main_table(result: Comparison) -> pd.DataFrame:
     )
 
 
+# Okabe and Ito's colours (their yellow left out: too faint on white), told apart with any colour vision:
+# one per compared model, or per score, in a figure.
+MODEL_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
+# the verdict as the marker's fill, so that colour keeps one meaning (the model): filled moved beyond the
+# margin, hollow equivalent within it, half-filled undetermined
+VERDICT_FILL = {MOVED: "full", EQUIVALENT: "none", UNDETERMINED: "left"}
+VERDICT_WORDS = {MOVED: "moved beyond the margin", EQUIVALENT: "equivalent within it", UNDETERMINED: "undetermined"}
+
+
+def colours(keys: list[str]) -> dict[str, str]:
+    """One distinguishable colour per key, in order (:data:`MODEL_COLOURS`; repeated past seven)."""
+    return {key: MODEL_COLOURS[i % len(MODEL_COLOURS)] for i, key in enumerate(keys)}
+
+
+def _marker(ax, x: float, y: float, colour: str, verdict: str, marker: str = "o", size: float = 6) -> None:
+    fill = VERDICT_FILL.get(verdict, "none")
+    ax.plot(
+        [x], [y], linestyle="none", marker=marker, markersize=size, color=colour, markeredgecolor=colour,
+        fillstyle=fill, markerfacecoloralt="white", markerfacecolor=colour if fill != "none" else "white", zorder=3,
+    )  # fmt: skip
+
+
+def _verdict_handles(verdicts: list[str]) -> list[Line2D]:
+    return [
+        Line2D([], [], linestyle="none", marker="o", markersize=6, color="#444444", fillstyle=VERDICT_FILL[v],
+               markerfacecoloralt="white", markerfacecolor="#444444" if v != EQUIVALENT else "white",
+               label=VERDICT_WORDS[v])
+        for v in (MOVED, EQUIVALENT, UNDETERMINED) if v in verdicts
+    ]  # fmt: skip
+
+
+def _two_columns(left: list[Line2D], right: list[Line2D]) -> list[Line2D]:
+    """Legend handles that a two-column legend (filled column by column) shows as ``left`` beside
+    ``right``, the shorter padded with blank entries."""
+    rows = max(len(left), len(right))
+    blank = Line2D([], [], linestyle="none", label=" ")
+    return [*left, *[blank] * (rows - len(left)), *right, *[blank] * (rows - len(right))]
+
+
 def headline_figure(result: Comparison) -> Figure:
-    """Distance over the reference's IQR with its interval per dataset × score (one marker per compared
-    model), the margin as a grey band from 0, and the split-half noise of the texts as a small mark."""
+    """Distance over the reference's IQR with its interval per dataset × score, one colour per compared
+    model (the verdict as the marker's fill), the margin as a grey band from 0, and the split-half noise
+    of the texts as a small mark; the legend above the axes, off the data."""
     d = result.distances
     pairs = d[["dataset", "score"]].drop_duplicates().reset_index(drop=True)
     n_rows, others = len(pairs), result.others
-    fig = Figure(figsize=(7.5, 1.2 + 0.28 * n_rows * max(1, len(others)) ** 0.5), layout="constrained")
+    # rows dense enough that the figure, at most HEADLINE_HEIGHT_PX high, is shown wide enough for legible text
+    fig = Figure(figsize=(7.5, 1.6 + 0.17 * n_rows * max(1, len(others)) ** 0.5), layout="constrained")
     ax = fig.subplots()
     step = 0.7 / max(len(others), 1)
-    markers = "os^Dv<>p"
     for i, pair in pairs.iterrows():
         here = d[(d["dataset"] == pair["dataset"]) & (d["score"] == pair["score"])]
         margin = here["margin"].iloc[0]
         if np.isfinite(margin):
-            ax.barh(i, margin, height=0.8, color="#dddddd", zorder=0)
+            ax.barh(i, margin, height=0.8, color="#e4e4e4", zorder=0)
         noise = here["noise_iqr"].max()
         if np.isfinite(noise):
             ax.plot([noise], [i], marker="|", color="#555555", markersize=10, zorder=1)
+    labels, colour = _labels(result), colours(others)
     for j, other in enumerate(others):
         rows = d[d["model_b"] == other].merge(pairs.reset_index(), on=["dataset", "score"])
         y = rows["index"].to_numpy() + (j - (len(others) - 1) / 2) * step
         x = rows["w1_iqr"].to_numpy()
         lo = np.clip(x - rows["w1_iqr_low"].to_numpy(), 0, None)
         hi = np.clip(rows["w1_iqr_high"].to_numpy() - x, 0, None)
-        colours = [VERDICT_COLOURS[v] for v in rows["verdict"]]
-        ax.errorbar(x, y, xerr=[lo, hi], fmt="none", ecolor="#444444", elinewidth=0.8, zorder=2)
-        ax.scatter(x, y, c=colours, marker=markers[j % len(markers)], s=22, zorder=3, label=other)
-    ax.set_yticks(range(n_rows), [f"{r.dataset} · {r.score}" for r in pairs.itertuples()], fontsize=7)
-    ax.invert_yaxis()
+        ax.errorbar(x, y, xerr=[lo, hi], fmt="none", ecolor=colour[other], elinewidth=0.9, zorder=2)
+        for xi, yi, verdict in zip(x, y, rows["verdict"], strict=True):
+            _marker(ax, xi, yi, colour[other], verdict)
+    ax.set_yticks(range(n_rows), [f"{r.dataset} · {r.score}" for r in pairs.itertuples()])
+    ax.set_ylim(n_rows - 0.5, -0.5)
     finite = d[["w1_iqr_high", "margin"]].to_numpy(dtype=float)
     top = np.nanmax(finite) if np.isfinite(finite).any() else 1.0
     linthresh = max(top / 1000, 1e-4)
@@ -230,26 +271,24 @@ def headline_figure(result: Comparison) -> Figure:
     ax.xaxis.set_major_formatter(PLAIN_NUMBER)  # 0.01, not 10^-2: a superscript is too small to read
     ax.set_xlim(0, right)
     ax.set_xlabel(f"W1 over {result.reference}'s IQR (90% interval)\ngrey band: margin; |: split-half noise")
-    legend = fig.legend(
-        *ax.get_legend_handles_labels(),
-        loc="outside lower center",
-        ncol=max(1, len(others)),
-        fontsize=7,
-        title="marker: compared model",
-        title_fontsize=7,
-        frameon=False,
-    )
-    for handle in legend.legend_handles:
-        handle.set_color("#444444")
+    models = [Line2D([], [], color=colour[o], marker="s", linestyle="none", label=labels.get(o, o)) for o in others]
+    fig.legend(handles=_two_columns(models, _verdict_handles(list(d["verdict"].unique()))),
+               loc="outside upper center", ncol=2, frameon=False)  # fmt: skip
     ax.grid(axis="x", alpha=0.3)
     return fig
 
 
+def series_scores(result: Comparison) -> list[str]:
+    """The scores the series figure draws: the first as many as it has colours (the table has all)."""
+    return list(dict.fromkeys(result.distances["score"]))[: len(MODEL_COLOURS)]
+
+
 def series_figure(result: Comparison) -> Figure:
-    """W1/IQR from the reference against the series' position (one panel per dataset, one line per
-    score; filled: moved beyond the margin), the margin per score dashed, the seed yardstick's largest
-    distance dotted."""
-    d, facts = result.distances, result.facts
+    """W1/IQR from the reference against the series' position (one panel per dataset, one colour per
+    score of :func:`series_scores` throughout; the verdict as the marker's fill), the margin per score
+    dashed, the seed yardstick's largest distance dotted; the legend above the panels, off the data."""
+    facts = result.facts
+    d = result.distances[result.distances["score"].isin(series_scores(result))]
     pos = facts.set_index("slug")["position"].astype(float)
     rows = d[d["model_b"].isin(result.series)].assign(x=lambda f: f["model_b"].map(pos))
     if result.reference in pos.index:  # the reference is the series' point at distance 0
@@ -259,30 +298,34 @@ def series_figure(result: Comparison) -> Figure:
         )  # fmt: skip
         rows = pd.concat([start, rows], ignore_index=True)
     datasets = list(dict.fromkeys(rows["dataset"]))
-    fig = Figure(figsize=(7.5, 2.6 * len(datasets) + 0.4), layout="constrained")
+    colour = colours(list(dict.fromkeys(rows["score"])))
+    fig = Figure(figsize=(7.5, 2.6 * len(datasets) + 0.8), layout="constrained")
     axes = np.atleast_1d(fig.subplots(len(datasets), 1, sharex=True))
-    cycle = [f"C{i}" for i in range(10)]
     for ax, dataset in zip(axes, datasets, strict=True):
         here = rows[rows["dataset"] == dataset]
-        for k, (score, line) in enumerate(here.groupby("score", sort=False)):
+        for score, line in here.groupby("score", sort=False):
             line = line.sort_values("x")
-            colour = cycle[k % len(cycle)]
             below = np.clip(line["w1_iqr"] - line["w1_iqr_low"], 0, None)
             above = np.clip(line["w1_iqr_high"] - line["w1_iqr"], 0, None)
-            ax.errorbar(line["x"], line["w1_iqr"], yerr=[below, above], color=colour, lw=1, elinewidth=0.6, label=score)
-            moved = line["verdict"] == MOVED
-            ax.scatter(line["x"], line["w1_iqr"], s=18, facecolors=np.where(moved, colour, "white"), edgecolors=colour)
+            ax.errorbar(line["x"], line["w1_iqr"], yerr=[below, above], color=colour[score], lw=1, elinewidth=0.6)
+            for xi, yi, verdict in zip(line["x"], line["w1_iqr"], line["verdict"], strict=True):
+                _marker(ax, xi, yi, colour[score], verdict, size=5)
             if np.isfinite(line["margin"].iloc[0]):
-                ax.axhline(line["margin"].iloc[0], color=colour, ls="--", lw=0.6)
+                ax.axhline(line["margin"].iloc[0], color=colour[score], ls="--", lw=0.8)
             if "seed_max" in line and np.isfinite(line["seed_max"].iloc[0]):
-                ax.axhline(line["seed_max"].iloc[0], color=colour, ls=":", lw=0.6)
-        ax.set_title(dataset, fontsize=8, loc="left")
-        ax.set_ylabel("W1 / reference IQR", fontsize=7)
+                ax.axhline(line["seed_max"].iloc[0], color=colour[score], ls=":", lw=0.8)
+        ax.set_title(dataset, loc="left")
+        ax.set_ylabel("W1 / reference IQR")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=6, ncol=4, loc="upper left")
+    scores = [Line2D([], [], color=c, marker="s", linestyle="none", label=s) for s, c in colour.items()]
+    lines = [Line2D([], [], color="#444444", ls="--", lw=0.8, label="margin")]
+    if "seed_max" in rows and rows["seed_max"].notna().any():
+        lines.append(Line2D([], [], color="#444444", ls=":", lw=0.8, label="largest seed-vs-seed"))
+    handles = scores + lines + _verdict_handles(list(rows["verdict"].unique()))
+    fig.legend(handles=handles, loc="outside upper center", ncol=min(len(handles), 4), frameon=False)
     ticks = rows.drop_duplicates("model_b")
     labels = _labels(result)
-    axes[-1].set_xticks(ticks["x"], [labels.get(m, m) for m in ticks["model_b"]], fontsize=6, rotation=30, ha="right")
+    axes[-1].set_xticks(ticks["x"], [labels.get(m, m) for m in ticks["model_b"]], rotation=30, ha="right")
     axes[-1].set_xlabel(SERIES_AXIS[result.spec.series])
     if result.spec.series == "params":
         axes[-1].set_xscale("log")
@@ -298,8 +341,14 @@ def _write_series(writer: ReportWriter, result: Comparison) -> None:
         series_figure(result),
         "series",
         "Distance from the reference (W1 over its IQR, 90% interval) along the series, one panel per dataset and a "
-        "line per score (filled: moved beyond the margin); dashed: the margin; dotted: the largest seed-vs-seed "
-        "distance when replicates are given.",
+        "colour per score (filled: moved beyond the margin, hollow: equivalent, half-filled: undetermined); dashed: "
+        "the margin; dotted: the largest seed-vs-seed distance when replicates are given."
+        + (
+            f" The first {len(series_scores(result))} of the {result.distances['score'].nunique()} scores; the "
+            "table below has every one."
+            if result.distances["score"].nunique() > len(series_scores(result))
+            else ""
+        ),
     )
     steps = result.steps
     labels = _labels(result)
@@ -509,8 +558,9 @@ def write_comparison(result: Comparison, out: Path, *, analysis: str | None = No
     writer.headline(
         headline_figure(result),
         "distances",
-        "Distance of each compared model from the reference per dataset × score (colour: verdict; red moved beyond "
-        "the margin, green equivalent, grey undetermined), with the margin and the split-half noise.",
+        "Distance of each compared model (one colour each) from the reference per dataset × score, with the margin "
+        "(grey band) and the split-half noise (|); filled: moved beyond the margin, hollow: equivalent within it, "
+        "half-filled: undetermined.",
     )
     writer.main_table(
         main_table(result),

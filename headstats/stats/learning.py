@@ -142,29 +142,6 @@ def learning_verdicts(metrics: dict, *, n_boot: int = 4000, confidence: float = 
     return pd.DataFrame(rows, columns=columns)
 
 
-def training_signal(metrics: dict) -> pd.DataFrame:
-    """Per stage: logged training steps, the share whose gradient norm was exactly 0, and for GRPO the
-    share of steps at which every group of completions had all-equal rewards (no advantage, so no
-    gradient from the reward) and the mean share of such groups per step."""
-    rows = []
-    for stage in STAGES:
-        history = (metrics.get(stage) or {}).get("log_history") or []
-        steps = [e for e in history if "grad_norm" in e]
-        if not steps:
-            continue
-        row = {
-            "stage": stage,
-            "steps": len(steps),
-            "zero_gradient_share": float(np.mean([float(e["grad_norm"]) == 0.0 for e in steps])),
-        }
-        flat = [float(e["frac_reward_zero_std"]) for e in steps if "frac_reward_zero_std" in e]
-        if flat:
-            row["all_equal_steps_share"] = float(np.mean([f >= 1.0 for f in flat]))
-            row["all_equal_groups_mean"] = float(np.mean(flat))
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 __all__ = [
     "DIRECTION",
     "PRIMARY",
@@ -172,5 +149,4 @@ __all__ = [
     "mean_interval",
     "paired_change",
     "proportion",
-    "training_signal",
 ]

@@ -3,8 +3,9 @@
 
 Its stages: collect (every model on every dataset, and the reference once more under the other
 prompt format, the margin's yardstick) and report (the statistics of :mod:`headstats.stats.compare`
-and the answer-first report; it collects first whatever is missing, so ``--stages report`` alone
-also resumes a stopped collection). Its units: one collection per (model, dataset), planned by
+and the answer-first report, from the score tables and their records alone: it loads no model and
+writes nothing under the results folder; a missing table is refused with the command that collects
+it). Its units: one collection per (model, dataset), planned by
 :func:`~headstats.jobs.collect.plan_collection` once the model loads.
 """
 
@@ -94,18 +95,22 @@ def measure(unit: Unit, model, tokenizer, probe: int, rng) -> WorkUnit:
 
 
 def run(study: Study, run: RunSpec, *, resources=None, progress: bool = True) -> None:
-    if "collect" in run.stages and "report" not in run.stages:  # the report stage collects what is missing itself
+    if "collect" in run.stages:
         collect_all(with_run(study.spec.spec, run))
     return None
 
 
 def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
-    from headstats.studies.runner import compare
+    """The report from the committed tables alone (:func:`~headstats.jobs.compare.read_comparison`)."""
+    from headstats.jobs.compare import read_comparison
+    from headstats.report.compare import write_comparison
 
     loaded: LoadedComparison = study.spec
-    spec = with_run(loaded.spec, run)
+    spec = replace(with_run(loaded.spec, run), out=str(loaded.report))  # as headstats compare --out records it
+    result = read_comparison(spec, collect_with=f"headstats run {study.path} --stages collect")
+    logger.info("statistics %.0f s", result.timings["statistics_s"])
     title = loaded.header.description or None
-    return compare(spec.models, out=loaded.report, spec=spec, analysis=study.path, title=title)
+    return write_comparison(result, loaded.report, analysis=str(study.path), title=title)
 
 
 COMPARISON = register_kind(

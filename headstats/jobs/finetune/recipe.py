@@ -54,7 +54,7 @@ class StageRecipe(Spec):
 
 # Defaults sized for Gemma-3 270M on 2 CPU cores (fp32, embeddings frozen), each stage so that its
 # held-out learning metric moves by more than its paired interval (run times and learning evidence
-# of the default chain: reports/finetuning-embedded/). DPO needs a learning rate at which its steps
+# of the default chain: docs/findings/finetuning.md). DPO needs a learning rate at which its steps
 # move the implicit reward; GRPO needs groups whose rewards differ (an all-equal group has no
 # gradient): 8 completions per prompt of a sum with partial credit for closeness, halved unless the
 # reply is the number alone (finetune_data.ADDITION_NUMBER_ONLY), sampled at a temperature low enough

@@ -19,7 +19,6 @@ from headstats.report.sections.contrast import format_contrast
 from headstats.report.sections.curves import add_curve_sections, interventions
 from headstats.report.sections.distances import between_models
 from headstats.report.sections.distributions import score_distributions
-from headstats.report.sections.finetuning import fine_tuning
 from headstats.report.sections.overlap import score_overlap
 from headstats.report.sections.provenance import provenance, write_provenance
 from headstats.report.sections.stability import across_datasets
@@ -30,7 +29,6 @@ SECTIONS: list[Section] = [
     score_distributions,  # per dataset: means of every score, ECDFs, layer x head maps
     score_overlap,  # do two scores select the same heads?
     between_models,  # W1 distances with intervals, p-values and noise floors
-    fine_tuning,  # a fine-tuning chain: learning evidence, W1 against steps, which heads move
     format_contrast,  # the same models under another prompt format (ReportSpec.contrast)
     across_datasets,  # rank stability and per-layer W1 of each model's heads
     interventions,  # per task: points, curves, within 1 point, rankings

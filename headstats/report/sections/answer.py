@@ -15,7 +15,6 @@ from headstats.engine.scores import score_ids as registered_score_ids
 from headstats.report import plots
 from headstats.report.sections.context import Context, Writer, fit_sentences, term
 from headstats.report.sections.curves import MAIN_TABLE_LEGEND, MAIN_TABLE_LINE, main_table
-from headstats.report.sections.finetuning import finetuning_lead
 from headstats.stats import coverage, describe, ranking
 from headstats.stats.summary import BASELINE
 
@@ -182,9 +181,6 @@ def intervention_lead(writer: Writer, context: Context) -> bool:
     return True
 
 
-# --- fine-tuning: see headstats.report.sections.finetuning (finetuning_lead) ----------------------
-
-
 # --- score tables alone ---------------------------------------------------------------------------
 
 
@@ -236,7 +232,7 @@ def distributions_lead(writer: Writer, context: Context) -> bool:
     return True
 
 
-LEADS = (finetuning_lead, intervention_lead, distributions_lead)
+LEADS = (intervention_lead, distributions_lead)
 
 
 def the_answer(writer: Writer, context: Context) -> None:

@@ -9,13 +9,12 @@ from tqdm.auto import tqdm
 
 from headstats.report import plots
 from headstats.report.sections.context import Context, Writer, permutation_resolution
-from headstats.report.sections.finetuning import analyse_chain
 from headstats.stats import distances
 
 
 def between_models(writer: Writer, context: Context) -> None:
     scores, opt = context.scores, context.options
-    if scores is None or analyse_chain(context) is not None:  # a chain's comparisons: the fine-tuning section
+    if scores is None:
         return
     datasets = sorted(scores["dataset"].unique())
     order = context.model_order  # a chain's checkpoints by training step, then the other models

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from headstats.report import plots
 from headstats.report.sections.context import Context, Writer
-from headstats.report.sections.finetuning import analyse_chain
 from headstats.stats import overlap
 
 
@@ -13,9 +12,6 @@ def score_overlap(writer: Writer, context: Context) -> None:
         return
     writer.heading("Overlap of the heads scores select")
     for dataset, rows, here in context.score_datasets():
-        chain = analyse_chain(context)
-        if chain is not None:  # a chain's checkpoints are compared in the fine-tuning section: here its base
-            here = [m for m in here if m == chain.base or m not in set(chain.chain["model"])]
         pair = context.figure_scores(rows)
         writer.heading(f"Dataset `{dataset}`", 3)
         if len(pair) == 2:
