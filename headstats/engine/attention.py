@@ -38,6 +38,13 @@ OUT_PROJ_NAMES = ("o_proj", "out_proj", "c_proj", "dense", "o")
 # Chunking keeps score memory linear in S; it does not change any number.
 DEFAULT_CHUNK_BYTES = int(os.environ.get("HEADSTATS_CHUNK_BYTES", 256 * 2**20))
 
+# Query rows per block of the explicit kernel under a boolean mask. Each block computes its rows
+# over the keys some row of it may see (:func:`key_window`), so causal attention costs about
+# (1 + 1 / blocks) / 2 of the whole rows x keys square and a sliding window about its width; the
+# masked keys skipped have probability exactly 0. Blocks of 128 rows keep each product large
+# enough for the BLAS kernels (benchmarks/README.md, collection speed).
+BLOCK_ROWS = 128
+
 # The observer of the forward pass in progress (a :class:`headstats.engine.probe.Probe`), set by its
 # pre-forward hook and reset by its post-forward hook; None outside a probed forward pass, where the
 # registered function is plain SDPA. It needs ``attend(...)``, ``num_heads`` and ``chunk_bytes``.
@@ -134,10 +141,12 @@ def attention_with_stats(
     if not (needs_weights or materialise) and softcap is None and boolean:
         chunks = _fused_rows(query, key, v32, attention_mask, scaling, chunk, cache)
     else:
+        if boolean and attention_mask is not None:
+            chunk = min(chunk, BLOCK_ROWS)
         chunks = _explicit_rows(query, key, v32, attention_mask, scaling, softcap, chunk, cache)
     out = torch.empty(b, s, h, d, dtype=query.dtype, device=query.device)
     sums = {sid: torch.zeros(b, h, dtype=torch.float32, device=query.device) for sid in raw_ids}
-    for start, probs, logits, o in chunks:
+    for start, probs, logits, o, key_start in chunks:
         stop = start + o.shape[2]
         out[:, start:stop] = o.transpose(1, 2).to(out.dtype)
         if not stats:
@@ -146,14 +155,16 @@ def attention_with_stats(
         # Row and key positions are counted over all K positions (a cached prefix first), so the
         # diagonal, the first token and the pooling span are those of the whole sequence.
         rows = S.TokenRows(
-            probs=probs,
-            logits=logits,
+            probs_window=probs,
+            logits_window=logits,
             start=offset + start,
             kv_values=v32[:, :, offset + start : offset + stop],
             group_size=group,
             outputs=o,
             first=first,
             out_proj_gram=out_proj_gram,
+            key_start=key_start,
+            n_keys=k_len,
         )
         computed: dict[S.TokenStat, torch.Tensor] = {}
         span = range(offset + start, offset + stop)
@@ -177,7 +188,7 @@ def token_stat(score_id: str, score: S.Score, rows: S.TokenRows) -> torch.Tensor
     try:
         return score.stat(rows)  # type: ignore[misc]
     except (AttributeError, TypeError) as err:
-        if rows.probs is not None or "NoneType" not in str(err):
+        if rows.probs_window is not None or "NoneType" not in str(err):
             raise
         raise ValueError(
             f"score {score_id!r} read the attention probabilities (rows.probs or rows.logits), which were not "
@@ -191,8 +202,9 @@ def rows_per_chunk(batch: int, heads: int, length: int, chunk_bytes: int) -> int
     return max(1, min(length, chunk_bytes // max(1, batch * heads * length * 4)))
 
 
-RowChunk = tuple[int, torch.Tensor | None, torch.Tensor | None, torch.Tensor]
-"""(first query row, probabilities (B, H, C, S) or None, logits or None, head outputs (B, H, C, D) fp32)"""
+RowChunk = tuple[int, torch.Tensor | None, torch.Tensor | None, torch.Tensor, int]
+"""(first query row, probabilities (B, H, C, W) or None, logits or None, head outputs (B, H, C, D) fp32,
+the key position of the probabilities' first column)"""
 
 
 def _explicit_rows(
@@ -205,31 +217,55 @@ def _explicit_rows(
     chunk: int,
     cache: dict,
 ) -> Iterator[RowChunk]:
-    """Attention with the probabilities materialised, ``chunk`` query rows at a time."""
+    """Attention with the probabilities materialised, ``chunk`` query rows at a time; under a
+    boolean mask each chunk over its :func:`key_window` only."""
     b, h, s, d = query.shape
     kvh, k_len = key.shape[1], key.shape[2]
     group = h // kvh
-    k32 = key.float().transpose(-1, -2)
+    k32 = key.float()
     neg = torch.finfo(torch.float32).min
+    boolean = isinstance(attention_mask, RowMask) or (attention_mask is not None and attention_mask.dtype == torch.bool)
     for start in range(0, s, chunk):
         stop = min(s, start + chunk)
         c = stop - start
+        lo, hi, blocked = 0, k_len, None
+        if boolean:
+            lo, hi, blocked = key_window(attention_mask, start, stop, cache)  # type: ignore[arg-type]
         # Scaling q before the product saves a pass over the (rows x keys) logits.
         q = (query[:, :, start:stop].float() * scaling).reshape(b, kvh, group * c, d)
-        logits = torch.matmul(q, k32).view(b, h, c, k_len)
+        logits = torch.matmul(q, k32[:, :, lo:hi].transpose(-1, -2)).view(b, h, c, hi - lo)
         if softcap is not None:
             logits = torch.tanh(logits / softcap) * softcap
-        if attention_mask is not None:
-            if isinstance(attention_mask, RowMask) or attention_mask.dtype == torch.bool:
-                logits = logits.masked_fill_(_blocked(attention_mask, start, stop, cache), neg)
-            else:
-                logits = logits.add_(attention_mask[:, :, start:stop].float()).clamp_min_(neg)
-                logits = _see_itself(logits, start + k_len - s, neg)
+        if blocked is not None:
+            logits = logits.masked_fill_(blocked, neg)
+        elif attention_mask is not None:
+            logits = logits.add_(attention_mask[:, :, start:stop].float()).clamp_min_(neg)
+            logits = _see_itself(logits, start + k_len - s, neg)
         probs = torch.softmax(logits, dim=-1)
-        o = torch.matmul(probs.view(b, kvh, group * c, k_len), v32).view(b, h, c, d)
-        yield start, probs, logits, o
+        o = torch.matmul(probs.view(b, kvh, group * c, hi - lo), v32[:, :, lo:hi]).view(b, h, c, d)
+        yield start, probs, logits, o, lo
         # Drop this chunk before computing the next, so one chunk is alive at a time.
         del q, logits, probs, o
+
+
+def key_window(mask: torch.Tensor | RowMask, start: int, stop: int, cache: dict) -> tuple[int, int, torch.Tensor]:
+    """``(lo, hi, blocked)``: the keys ``[lo, hi)`` that some row of ``[start, stop)`` may see, in
+    some sequence of the batch, and :func:`_blocked` over them (B, 1, rows, hi - lo). Every key
+    outside the window is blocked for every row, so its probability is exactly 0 and it adds
+    nothing to a row's softmax, head output or any sum over keys. Computed once per mask and chunk
+    per forward pass (layers of one type share their mask)."""
+    key = ("window", id(mask), start, stop)
+    if key in cache:
+        return cache[key]
+    blocked = _blocked(mask, start, stop, cache)
+    seen = (~blocked).flatten(0, -2).any(0).nonzero()
+    # Every row sees itself, so the window is never empty.
+    lo, hi = int(seen[0]), int(seen[-1]) + 1
+    window = (lo, hi, blocked[..., lo:hi])
+    if not isinstance(mask, RowMask):
+        # The whole boolean mask exists already; its chunks together are of its size.
+        cache[key] = window
+    return window
 
 
 def _see_itself(logits: torch.Tensor, first_key: int, neg: float) -> torch.Tensor:
@@ -264,7 +300,7 @@ def _fused_rows(
         o = torch.nn.functional.scaled_dot_product_attention(
             query[:, :, start:stop].float(), k32, v32, attn_mask=allowed, scale=scaling, enable_gqa=True
         )
-        yield start, None, None, o
+        yield start, None, None, o, 0
         del allowed, o
 
 

@@ -42,19 +42,47 @@ class TokenRows:
     """What one layer's attention exposes for a chunk of query rows ``[start, start + C)``.
 
     Shapes: B sequences, H query heads, C query rows, S key positions, D head dim. All tensors are
-    fp32. ``probs`` and ``logits`` are already masked (a masked key has probability exactly 0 and a
-    finite, very negative logit), so sums over keys need no further masking; every row, padded
-    ones included, sees at least itself.
+    fp32. The attention rows are kept over the keys ``[key_start, key_start + W)`` only
+    (``probs_window``, ``logits_window``): every key outside that window is masked for every row of
+    the chunk (causal attention reaches no key after the chunk's last row, a sliding window none
+    before its first row's reach), so its probability is exactly 0 and computing it is skipped.
+    ``probs`` and ``logits`` are the same rows over all S keys, built when a statistic reads them.
+    Both are already masked (a masked key has probability exactly 0 and the finite logit
+    ``torch.finfo(torch.float32).min``), so sums over keys need no further masking; every row,
+    padded ones included, sees at least itself.
     """
 
-    probs: torch.Tensor | None  # (B, H, C, S) attention probabilities A[t, s]; None when no score needs them
-    logits: torch.Tensor | None  # (B, H, C, S) pre-softmax logits z[t, s] (after mask and softcap)
+    probs_window: torch.Tensor | None  # (B, H, C, W) A[t, key_start + j]; None when no score needs them
+    logits_window: torch.Tensor | None  # (B, H, C, W) pre-softmax logits (after mask and softcap)
     start: int  # position of the chunk's first query row
     kv_values: torch.Tensor  # (B, KVH, C, D) value vectors of the chunk's tokens, per KV head
     group_size: int  # query heads per KV head (GQA); query head h reads KV head h // group_size
     outputs: torch.Tensor  # (B, H, C, D) head outputs O[t] = sum_s A[t, s] V[s]
     first: torch.Tensor  # (B,) index of each sequence's first valid token
     out_proj_gram: torch.Tensor | None = None  # (H, D, D) W_h^T W_h of each head's W_O slice
+    key_start: int = 0  # key position of the window's first column
+    n_keys: int | None = None  # S, every key position (None: the window holds them all)
+
+    @cached_property
+    def probs(self) -> torch.Tensor | None:
+        """(B, H, C, S) attention probabilities A[t, s] over every key position."""
+        return self._whole(self.probs_window, 0.0)
+
+    @cached_property
+    def logits(self) -> torch.Tensor | None:
+        """(B, H, C, S) pre-softmax logits z[t, s] over every key position."""
+        import torch
+
+        return self._whole(self.logits_window, torch.finfo(torch.float32).min)
+
+    def _whole(self, window: torch.Tensor | None, masked: float) -> torch.Tensor | None:
+        import torch
+
+        if window is None or self.n_keys is None or (self.key_start == 0 and window.shape[-1] == self.n_keys):
+            return window
+        whole = torch.full((*window.shape[:-1], self.n_keys), masked, dtype=window.dtype, device=window.device)
+        whole[..., self.key_start : self.key_start + window.shape[-1]] = window
+        return whole
 
     @cached_property
     def output_norm(self) -> torch.Tensor:
@@ -69,13 +97,15 @@ class TokenRows:
         the row; rows whose diagonal probability underflows are recomputed exactly."""
         import torch
 
-        b, h, c, _ = self.probs.shape
-        diag = torch.arange(self.start, self.start + c, device=self.probs.device).view(1, 1, c, 1).expand(b, h, c, 1)
-        p_tt = self.probs.gather(-1, diag).squeeze(-1)
-        lse = self.logits.gather(-1, diag).squeeze(-1) - torch.log(p_tt)
+        probs, logits = self.probs_window, self.logits_window
+        b, h, c, _ = probs.shape
+        first = self.start - self.key_start
+        diag = torch.arange(first, first + c, device=probs.device).view(1, 1, c, 1).expand(b, h, c, 1)
+        p_tt = probs.gather(-1, diag).squeeze(-1)
+        lse = logits.gather(-1, diag).squeeze(-1) - torch.log(p_tt)
         tiny = p_tt < 1e-30
         if tiny.any():
-            lse[tiny] = torch.logsumexp(self.logits[tiny], dim=-1)
+            lse[tiny] = torch.logsumexp(logits[tiny], dim=-1)
         return lse
 
 
@@ -83,21 +113,29 @@ class TokenRows:
 
 
 def first_token_weight(rows: TokenRows) -> torch.Tensor:
-    """A[t, first]: how much of query t's attention lands on the sequence's first token."""
-    b, h, c, _ = rows.probs.shape
-    index = rows.first.view(b, 1, 1, 1).expand(b, h, c, 1)
-    return rows.probs.gather(-1, index).squeeze(-1)
+    """A[t, first]: how much of query t's attention lands on the sequence's first token (0 where
+    the first token lies outside the chunk's key window, where every row has it masked)."""
+    import torch
+
+    probs = rows.probs_window
+    b, h, c, width = probs.shape
+    column = rows.first - rows.key_start
+    inside = (column >= 0) & (column < width)
+    index = column.clamp(0, width - 1).view(b, 1, 1, 1).expand(b, h, c, 1)
+    weight = probs.gather(-1, index).squeeze(-1)
+    return torch.where(inside.view(b, 1, 1), weight, torch.zeros_like(weight))
 
 
 def attention_entropy(rows: TokenRows) -> torch.Tensor:
     """-sum_s A ln A, written as lse(z) - sum_s A z.
 
     The two are equal for a softmax (ln A = z - lse), and the second needs no logarithm per
-    element and no special case for A = 0 (masked keys have A = 0 exactly, so they add nothing).
+    element and no special case for A = 0 (masked keys have A = 0 exactly, so they add nothing,
+    which is also why the sum may run over the key window alone).
     """
     import torch
 
-    return rows.log_normaliser - torch.einsum("bhcs,bhcs->bhc", rows.probs, rows.logits)
+    return rows.log_normaliser - torch.linalg.vecdot(rows.probs_window, rows.logits_window)
 
 
 def value_norm(rows: TokenRows) -> torch.Tensor:
@@ -206,7 +244,7 @@ register_score = register  # the public name (``headstats.register_score``)
 
 
 # What a token statistic may read of a TokenRows that only the explicit kernel provides.
-WEIGHT_FIELDS = frozenset({"probs", "logits", "log_normaliser"})
+WEIGHT_FIELDS = frozenset({"probs", "logits", "probs_window", "logits_window", "log_normaliser"})
 
 
 def _needs_weights(score: Score) -> bool:
@@ -236,8 +274,8 @@ def _fields_read(stat: TokenStat) -> set[str]:
     b, h, c, d = 1, 2, 2, 2
     logits = torch.zeros(b, h, c, c)
     rows = _ReadRecorder(
-        probs=torch.softmax(logits, dim=-1),
-        logits=logits,
+        probs_window=torch.softmax(logits, dim=-1),
+        logits_window=logits,
         start=0,
         kv_values=torch.ones(b, h, c, d),
         group_size=1,
