@@ -508,3 +508,27 @@ def test_the_headline_figure_keeps_a_colour_per_model_and_its_legend_off_the_dat
     fig.draw(renderer)
     (legend,) = fig.legends
     assert not legend.get_window_extent(renderer).overlaps(ax.get_window_extent(renderer))
+
+
+def test_an_abstract_past_its_word_limit_keeps_the_answers_and_sends_the_rest_to_the_body(
+    folders: dict[str, Path], report: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A comparison of many models, a series and seeds makes long abstracts: the report is written all
+    the same, the first model's answer kept, the margin's definition and the seed sentence moved out."""
+    import headstats.report.compare as compare_report
+    from headstats.report.sections.context import word_count
+
+    monkeypatch.setattr(compare_report, "ABSTRACT_WORDS", 70)
+    args = [str(folders[name]) for name in ("base", "copy", "scaled")]
+    options = ["--data", str(folders["corpus"]), "--device", "cpu", "--n-resamples", "200"]
+    code = main(
+        ["compare", *args, *options, "--head-permutations", "99", "--series", "given", "--replicates",
+         str(folders["noisy"]), "--scores-dir", str(report / "results"), "--out", str(tmp_path / "out"), "-q"]
+    )  # fmt: skip
+    assert code == 0
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    lead = summary.split("![", 1)[0].split("\n\n", 2)[2]  # after the title and the sample line
+    assert word_count(lead) <= 70
+    assert lead.startswith("**scaled vs base**")  # the series end's answer first
+    assert "The margin: how far" not in lead and "[Seed replicates]" not in lead
+    assert "## " in summary.split("![", 1)[1]  # the body still holds every section

@@ -21,6 +21,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 from headstats.io import store
 from headstats.jobs.compare import COMPARED, FORMAT_CHANGE, Comparison
 from headstats.report.freshness import report_inputs
+from headstats.report.sections.context import ABSTRACT_WORDS, word_count
 from headstats.report.writer import ReportWriter
 from headstats.stats.compare import ANECDOTE_SEEDS, EQUIVALENT, MOVED, UNDETERMINED
 
@@ -109,14 +110,21 @@ def seeds_sentence(result: Comparison) -> str:
 
 
 def learning_sentence(result: Comparison) -> str:
-    """Whether each stage of the fine-tuning chain learned, on its held-out examples (primary metrics)."""
+    """Whether each stage of the fine-tuning chain learned, on its held-out examples: the stages that did
+    in a word, any that did not (or have no interval) with their change; the numbers are in the body."""
     rows = _primary_learning(result)
-    said = [
+    learned = [r.stage.upper() for r in rows.itertuples() if r.learned is True]
+    others = [
         f"{r.stage.upper()} {r.metric} {r.change:+.3g} [{r.ci_low:+.3g}, {r.ci_high:+.3g}]"
-        + ("" if r.learned is True else " (did not learn)" if r.learned is False else " (no interval)")
+        + (" (did not learn)" if r.learned is False else " (no interval)")
         for r in rows.itertuples()
+        if r.learned is not True
     ]
-    return "**[Did each stage learn?](#did-each-stage-learn)** Held-out, end − start: " + "; ".join(said) + "."
+    said = []
+    if learned:
+        said.append(f"{', '.join(learned)} improved on held-out examples")
+    said.extend(others)
+    return "**[Did each stage learn?](#did-each-stage-learn)** " + "; ".join(said) + "."
 
 
 def _primary_learning(result: Comparison) -> pd.DataFrame:
@@ -140,22 +148,33 @@ def abstract_models(result: Comparison) -> list[str]:
 
 
 def abstract(result: Comparison) -> str:
+    """The answer: a sentence per compared model the abstract speaks of, whether each stage learned, the
+    series and the seed yardstick, the margin's definition. Whatever would take it past
+    :data:`ABSTRACT_WORDS` words goes, least needed first (the margin's definition, the seed sentence, the
+    series sentence, then the later models' sentences): each has its section in the body."""
     shown = abstract_models(result)
-    lines = [sentence(result, other, first=i == 0) for i, other in enumerate(shown)]
-    if len(shown) < len(result.others):
-        lines.append(f"[Every compared model](#every-compared-model): {len(result.others) - len(shown)} more.")
-    if not result.learning.empty:
-        lines.insert(0, learning_sentence(result))
-    if result.spec.series and not result.steps.empty:
-        lines.append(series_sentence(result))
-    if not result.seeds.empty:
-        lines.append(seeds_sentence(result))
+    models = [sentence(result, other, first=i == 0) for i, other in enumerate(shown)]
+    learning = [learning_sentence(result)] if not result.learning.empty else []
+    series = [series_sentence(result)] if result.spec.series and not result.steps.empty else []
+    seeds = [seeds_sentence(result)] if not result.seeds.empty else []
+    margin = []
     if result.spec.margin is None:
-        lines.append(
+        margin.append(
             f"The margin: how far {result.reference} itself moves when its prompts use the `{result.format_change}` "
             f"format instead of `{result.spec.prompt_format}`, on the same texts."
         )
-    return "\n\n".join(lines)
+
+    def text(models: list[str], optional: list[list[str]]) -> str:
+        more = len(result.others) - len(models)
+        tail = [f"[Every compared model](#every-compared-model): {more} more."] if more else []
+        return "\n\n".join([*learning, *models, *tail, *(line for part in optional for line in part)])
+
+    optional = [series, seeds, margin]
+    while optional and word_count(text(models, optional)) > ABSTRACT_WORDS:
+        optional.pop()
+    while len(models) > 1 and word_count(text(models, optional)) > ABSTRACT_WORDS:
+        models.pop()
+    return text(models, optional)
 
 
 def _labels(result: Comparison) -> dict[str, str]:
