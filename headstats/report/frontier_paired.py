@@ -41,7 +41,7 @@ def _setting_order(speed: pd.DataFrame) -> list[str]:
 def _headline(speed: pd.DataFrame, points: pd.DataFrame, max_drop: float) -> Figure:
     """Per model and setting: the speed-up with its interval against the held-out drop's upper bound."""
     models, settings = sorted(speed["model"].unique()), _setting_order(speed)
-    fig = Figure(figsize=(4.2 * len(settings), 3.4 * len(models)))
+    fig = Figure(figsize=(4.2 * len(settings), 3.4 * len(models) + 0.5), layout="constrained")
     axes = fig.subplots(len(models), len(settings), squeeze=False)
     bounds = points.groupby(["model", "score", "share"])["upper"].max().rename("bound").reset_index()
     for i, model in enumerate(models):
@@ -76,8 +76,10 @@ def _headline(speed: pd.DataFrame, points: pd.DataFrame, max_drop: float) -> Fig
             ax.set_title(f"{model}: {setting}", fontsize=9)
             ax.set_xlabel("accuracy drop's one-sided 95% upper bound (points)", fontsize=8)
             ax.set_ylabel("speed-up (95% interval)", fontsize=8)
-            ax.legend(fontsize=7)
-    fig.tight_layout()
+    # one legend for every panel, above them: inside an axes it covered the points
+    handles = {label: handle for ax in axes.flat for handle, label in zip(*ax.get_legend_handles_labels(), strict=True)}
+    fig.legend(handles.values(), handles.keys(), loc="outside upper center", ncol=len(handles), fontsize=8,
+               frameon=False)  # fmt: skip
     return fig
 
 
