@@ -6,8 +6,9 @@
 #
 # Resumable: run it again after an interruption. A seed whose chain finished is skipped (its
 # seed-N.done marker); an unfinished one resumes where `headstats finetune` left it (finished
-# checkpoints are kept, a stage resumes from its last saved trainer state). A second copy started
-# while one runs exits at once (a lock).
+# checkpoints are kept, a stage resumes from its last saved trainer state). Each seed has its own lock:
+# a second copy started while one runs trains the seeds nobody is training (two copies, two cores:
+# half the wall time), and skips the one the first copy holds.
 #
 # Everything lives under ROOT (default /root/.cache/headstats/finetuning-confirm), outside every git
 # worktree, so that it outlives them:
@@ -27,12 +28,8 @@ CODE=$ROOT/code
 LOGS=$ROOT/logs
 mkdir -p "$ROOT/chains" "$LOGS"
 
-exec 9>"$ROOT/train.lock"
-if ! flock -n 9; then
-  echo "$(date -u +%FT%TZ) another copy is training (lock $ROOT/train.lock): nothing started" >> "$LOGS/train.log"
-  exit 1
-fi
-
+exec 9>"$ROOT/clone.lock"
+flock 9  # one copy at a time makes or checks the pinned clone
 if [ ! -f "$ROOT/code.commit" ]; then
   git -C "$HERE" rev-parse HEAD > "$ROOT/code.commit.tmp"
   rm -rf "$CODE"
@@ -45,11 +42,21 @@ if [ "$(git -C "$CODE" rev-parse HEAD)" != "$COMMIT" ] || [ -n "$(git -C "$CODE"
   echo "$(date -u +%FT%TZ) $CODE is not the pinned commit $COMMIT unchanged: restore it (git -C $CODE checkout --detach $COMMIT)" >> "$LOGS/train.log"
   exit 1
 fi
+flock -u 9
 
 export PYTHONPATH=$CODE HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 for SEED in $SEEDS; do
   if [ -f "$LOGS/seed-$SEED.done" ]; then
     echo "$(date -u +%FT%TZ) seed $SEED: finished before, skipped" >> "$LOGS/train.log"
+    continue
+  fi
+  exec 8>"$ROOT/seed-$SEED.lock"
+  if ! flock -n 8; then
+    echo "$(date -u +%FT%TZ) seed $SEED: another copy is training it, skipped" >> "$LOGS/train.log"
+    continue
+  fi
+  if [ -f "$LOGS/seed-$SEED.done" ]; then  # finished while this copy waited
+    flock -u 8
     continue
   fi
   echo "$(date -u +%FT%TZ) seed $SEED: training (code $COMMIT, threads ${OMP_NUM_THREADS:-unset})" >> "$LOGS/train.log"
@@ -62,5 +69,11 @@ for SEED in $SEEDS; do
     echo "$(date -u +%FT%TZ) seed $SEED: failed after $(( ($(date +%s) - start) / 60 )) min (see seed-$SEED.log); stopping" >> "$LOGS/train.log"
     exit 1
   fi
+  flock -u 8
 done
-echo "$(date -u +%FT%TZ) every seed finished" >> "$LOGS/train.log"
+left=$(for S in $SEEDS; do [ -f "$LOGS/seed-$S.done" ] || echo "$S"; done | tr '\n' ' ')
+if [ -z "$left" ]; then
+  echo "$(date -u +%FT%TZ) every seed finished" >> "$LOGS/train.log"
+else
+  echo "$(date -u +%FT%TZ) this copy is done; seeds still training in another copy: $left" >> "$LOGS/train.log"
+fi
