@@ -14,7 +14,7 @@ from scipy import stats
 import headstats
 from headstats.engine.prefix import cache_argument
 from headstats.engine.prune import HeadMap, prune_heads
-from headstats.engine.speed import Setting, phase_timer, random_prompts
+from headstats.engine.speed import Setting, phase_timer, random_prompts, relocate_weights
 from headstats.jobs.timing import paired_rounds
 from headstats.stats.speed import paired_speedup
 
@@ -118,6 +118,42 @@ def test_a_decode_setting_decodes_from_the_same_cache_every_call() -> None:
     assert setting.tokens == 6 and setting.name == "decode 3 after 10 x2"
     with pytest.raises(ValueError, match="a timed phase is 'prefill' or 'decode', got 'train'"):
         Setting("train", 1, 1)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_every_timed_run_moves_the_weights_to_fresh_memory_keeping_values_and_ties(family) -> None:
+    """A model's memory layout changes its speed, so each timed run first relocates its weights (outside
+    the clock): every parameter and buffer gets a new address, the values and the logits stay exactly
+    the same, and tied embeddings stay one tensor."""
+    model = tiny_model(family).eval()
+    tied = model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    assert tied == (family == "gpt2")  # GPT-2 ties its embeddings; this Llama does not
+    ids = torch.randint(0, model.config.vocab_size, (2, 7), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+
+    def addresses() -> list[int]:
+        return [t.data_ptr() for t in [*model.parameters(), *model.buffers()]]
+
+    def values() -> list[torch.Tensor]:
+        return [t.detach().clone() for t in model.state_dict().values()]
+
+    first, kept = addresses(), values()
+    relocate_weights(model)
+    assert all(a != b for a, b in zip(first, addresses(), strict=True))
+    assert all(torch.equal(a, b) for a, b in zip(kept, values(), strict=True))
+    assert (model.get_input_embeddings().weight is model.get_output_embeddings().weight) == tied
+    with torch.no_grad():
+        assert torch.equal(model(input_ids=ids).logits, before)
+    for phase in ("prefill", "decode"):
+        setting = Setting(phase, batch=1, context=6, new_tokens=2)
+        timer = phase_timer(model, setting, random_prompts(model, setting))
+        seen = addresses()
+        timer()
+        assert all(a != b for a, b in zip(seen, addresses(), strict=True)), phase
+        seen = addresses()
+        phase_timer(model, setting, random_prompts(model, setting), relocate=False)()
+        assert addresses() == seen
 
 
 @pytest.mark.parametrize("phase", ["prefill", "decode"])

@@ -2,7 +2,9 @@
 
 One round runs every model once on the same work (:func:`headstats.engine.speed.phase_timer`), in an
 order that reverses from round to round (A B C, C B A, A B C, ...), so drift and slow spells of a
-shared machine fall alike on all. Warm-up rounds run first and are discarded. Rounds continue until
+shared machine fall alike on all; the timed functions (:func:`headstats.engine.speed.phase_timer`)
+move each model's weights to fresh memory before every run, so a lucky memory layout is not taken
+for a speed-up. Warm-up rounds run first and are discarded. Rounds continue until
 every candidate's speed-up over the reference (:func:`headstats.stats.speed.paired_speedup`) is known
 to within ``target`` (the 95% interval's half-width, 0.01 = 1%) after at least ``min_rounds``, or
 until ``max_seconds`` of timing or ``max_rounds`` rounds; then the widths reached are reported as
