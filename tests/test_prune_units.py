@@ -223,7 +223,7 @@ def test_frontier_runs_both_units_times_them_in_paired_rounds_and_reports_kv_byt
     assert prefill["ceiling"] == pytest.approx(before.prefill_flops(24) / after.prefill_flops(24))
     for row in (decode, prefill):
         assert row["rounds"] >= 6 and row["low"] <= row["speedup"] <= row["high"]
-        assert row["torch_threads"] >= 1 and row["load_before"] >= 0
+        assert row["torch_threads"] >= 1 and row["load_before"] >= 0 and row["relocated"] is True
     baseline = json.loads((points / "baseline.json").read_text())
     assert {r["candidate"] for r in baseline["speed"]} == {"pruned"}  # an identical copy, the control
     assert all(r["ceiling"] == 1 and r["kv_bytes_saved"] == 0 for r in baseline["speed"])
@@ -232,6 +232,7 @@ def test_frontier_runs_both_units_times_them_in_paired_rounds_and_reports_kv_byt
     assert set(table["score"]) == {"none", "ahon_ln", "ahon_ln/kv-group"}
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "ahon_ln/kv-group" in summary and "KV saved" in summary and "identical copy" in summary
+    assert "each model's weights moved to fresh memory before every run" in summary
     # The time stage times every finished point again by the same protocol and keeps the earlier rows;
     # a longer KV cache added to the file is timed too (the folder resumes), and the report shows it
     # beside the others.

@@ -268,6 +268,7 @@ def paired_speed(spec: FrontierSpec, models: dict) -> list[dict]:
                 new_tokens=setting.new_tokens,
                 tokens=setting.tokens,
                 clock=spec.time_clock,
+                relocated=True,  # phase_timer moves the weights to fresh memory before every run
             )
         )
         del runs

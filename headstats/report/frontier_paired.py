@@ -148,6 +148,12 @@ def _abstract(speed: pd.DataFrame, points: pd.DataFrame, certified: pd.DataFrame
     return fit_sentences(parts)  # the leading parts within the abstract's words; the body has every number
 
 
+def _relocated(speed: pd.DataFrame) -> bool:
+    """Whether every row was timed with the weights moved to fresh memory before each run (rows timed
+    before the protocol did so lack the column)."""
+    return "relocated" in speed and bool(speed["relocated"].fillna(False).astype(bool).all())
+
+
 def _machine(speed: pd.DataFrame, runs: dict) -> str:
     lines = []
     for model, info in runs.items():
@@ -220,7 +226,9 @@ def build_paired_report(frontier: Frontier, out: str | os.PathLike | None = None
     writer.heading("Speed at each setting", 2)
     writer.text(
         "Paired, interleaved rounds (the unpruned model and the candidate on the same random prompts, the order "
-        "reversing every round, one warm-up round discarded); the speed-up is the geometric mean of the rounds' "
+        "reversing every round, one warm-up round discarded"
+        + (", each model's weights moved to fresh memory before every run" if _relocated(speed) else "")
+        + "); the speed-up is the geometric mean of the rounds' "
         f"time ratios with a t interval on their logarithms; rounds stop at a half-width of {spec.time_target:.0%} "
         f"or after {spec.time_cap:g} s per setting (then the width reached is reported; `resolved` says which). "
         "Ceiling: the ratio of FLOPs (prefill) or of bytes a decode step reads (weights plus the KV cache); "
