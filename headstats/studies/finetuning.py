@@ -7,7 +7,9 @@ resuming) and report (the pre-registered decision from the score tables and the 
 records alone). Its units, counted from the chain folders and the results folder without loading a
 model: per seed and stage the training steps left (timed at the seconds per step the study's chains
 recorded), and per seed, checkpoint and dataset the texts left (timed at the seconds per text its
-collections took). ``--seeds`` chooses seeds; ``--results`` puts the score tables elsewhere.
+collections took). A seed's units run together: its chain trained up to each stage end in turn, then
+its checkpoints scored (one still training is named and skipped), each copying the chain's records
+next to its scores. ``--seeds`` chooses seeds; ``--results`` puts the score tables elsewhere.
 """
 
 from __future__ import annotations
