@@ -569,6 +569,7 @@ def test_bf16_paths_on_a_cpu_without_bf16_units_warn_with_the_measured_cost(monk
     assert slow_bf16_warning(paths, "cpu") is None
 
 
+@pytest.mark.integration  # the run plans its paths' sweeps, resolving the embedded models' folders
 def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths_runs_them_last(
     monkeypatch, tmp_path, caplog
 ) -> None:
@@ -576,18 +577,24 @@ def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths
 
     from headstats.io import models
     from headstats.jobs import confirm
+    from headstats.pipeline import run_confirmation
     from headstats.specs import RunSpec
+    from headstats.studies import confirm as confirmation_kind
 
     plan = confirm.load_confirmation("analyses/confirm.toml")
-    plan = replace(plan, results=tmp_path / "results")  # nothing runs: run_model_stages is replaced
+    plan = replace(plan, results=tmp_path / "results")  # nothing runs: each path's sweep is replaced
     ran: list[tuple[str, str]] = []
     quiet: list[bool] = []  # whether loading a bf16 body would still warn (the run has said it)
 
-    def run_model_stages(spec, model, run, progress) -> None:
-        ran.append((spec.name, model))
-        quiet.append(models._BF16_COST_SAID.get())
+    def run_unit(unit, session) -> None:
+        ran.append((unit.work[0].name, unit.model))
+        session.model(unit)
 
-    monkeypatch.setattr(confirm, "run_model_stages", run_model_stages)
+    def run_paths(plan, run) -> None:
+        run_confirmation(plan, run, progress=False, stages=("ablate",))
+
+    monkeypatch.setattr(confirmation_kind, "run_unit", run_unit)
+    monkeypatch.setattr(models, "load_model", lambda name, **kwargs: (quiet.append(models._BF16_COST_SAID.get()), None))
     monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {})  # nothing begun (the integration test reads it)
     everything = [(spec.name, spec.models[0]) for _, spec in confirm.expand(plan)]
     fp32 = [unit for unit in everything if "float32" in unit[0]]
@@ -596,7 +603,7 @@ def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths
 
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
     assert confirm.left_for_bf16_units(plan, RunSpec(device="cpu")) == {}
-    confirm.run_paths(plan, RunSpec(device="cpu"), progress=False)
+    run_paths(plan, RunSpec(device="cpu"))
     assert ran == everything  # bf16 units: the file's order, model by model
 
     ran.clear()
@@ -611,7 +618,7 @@ def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths
     waiting = confirm.left_for_bf16_units(plan, RunSpec(device="cpu"))
     assert waiting == {(name, model): why.format(name) for name, model in pairs} and len(pairs) == 4
     with caplog.at_level("WARNING", logger="headstats"), pytest.raises(confirm.PathsLeftError) as left:
-        confirm.run_paths(plan, RunSpec(device="cpu"), progress=False)
+        run_paths(plan, RunSpec(device="cpu"))
     assert ran == fp32  # the bf16 paths are not begun: no saved batch ties them to this CPU's kernels
     assert str(left.value) == "4 path and model pair(s) not run on this machine, every other one ran:\n" + "\n".join(
         f"[{name}] {model}: {why.format(name)}" for name, model in pairs
@@ -621,13 +628,14 @@ def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths
     # --paths naming them runs them here anyway, after the fp32 ones, with the warning.
     ran.clear()
     caplog.clear()
+    quiet.clear()
     named = RunSpec(device="cpu", only_paths=tuple(dict.fromkeys(path.name for path, _ in confirm.expand(plan))))
     assert confirm.left_for_bf16_units(plan, named) == {}
     with caplog.at_level("WARNING", logger="headstats"):
-        confirm.run_paths(plan, named, progress=False)
+        run_paths(plan, named)
     assert ran == fp32 + bf16
     assert "has no bf16 matrix units" in caplog.text and "left for another machine" not in caplog.text
-    assert quiet[-len(ran) :] == [True] * len(ran)  # said once, not again per model it loads
+    assert quiet and all(quiet)  # said once, not again per model it loads
     assert not models._BF16_COST_SAID.get()  # and only inside the run
     # Only a bf16 pair not begun waits: one with no pass left has nothing to run, and one with a finished
     # pass or saved batches goes on here when this kind of CPU began it (other kernels: refused_here's).
@@ -644,7 +652,7 @@ def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths
     assert list(confirm.left_for_bf16_units(plan, RunSpec(device="cpu"))) == [("fused-bfloat16", "gemma3-270m")]
     ran.clear()
     with pytest.raises(confirm.PathsLeftError) as left:
-        confirm.run_paths(plan, RunSpec(device="cpu"), progress=False)
+        run_paths(plan, RunSpec(device="cpu"))
     assert str(left.value).endswith(f":\n[fused-bfloat16] gemma3-270m: {why.format('fused-bfloat16')}")
     assert ran == fp32 + [unit for unit in bf16 if unit[1] != "gemma3-270m" or "explicit" in unit[0]]
     # A pair other bf16 kernels began is left with that reason, which --paths cannot override.
@@ -656,34 +664,38 @@ def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths
     }
     ran.clear()
     with pytest.raises(confirm.PathsLeftError) as left:
-        confirm.run_paths(plan, named, progress=False)
+        run_paths(plan, named)
     assert ran == [unit for unit in fp32 + bf16 if unit != ("confirm explicit-bfloat16 smollm2-135m", "smollm2-135m")]
     assert str(left.value).endswith(":\n[explicit-bfloat16] smollm2-135m: its baseline ran on other kernels")
 
 
+@pytest.mark.integration  # the run plans its paths' sweeps, resolving the embedded models' folders
 def test_a_path_other_bf16_kernels_began_is_left_while_every_other_runs(monkeypatch, tmp_path) -> None:
     from dataclasses import replace
 
     from headstats.io import models
     from headstats.jobs import confirm
     from headstats.jobs.sweep import MixedKernelsError
+    from headstats.pipeline import run_confirmation
     from headstats.specs import RunSpec
+    from headstats.studies import confirm as confirmation_kind
 
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
     plan = replace(confirm.load_confirmation("analyses/confirm.toml"), results=tmp_path / "results")
     ran: list[tuple[str, str]] = []
 
-    def run_model_stages(spec, model, run, progress) -> None:
-        if "explicit-bfloat16" in spec.name and model == "smollm2-135m":
+    def run_unit(unit, session) -> None:
+        spec = unit.work[0]
+        if "explicit-bfloat16" in spec.name and unit.model == "smollm2-135m":
             raise MixedKernelsError("its baseline ran on other kernels")
-        ran.append((spec.name, model))
+        ran.append((spec.name, unit.model))
 
-    monkeypatch.setattr(confirm, "run_model_stages", run_model_stages)
+    monkeypatch.setattr(confirmation_kind, "run_unit", run_unit)
     # The preflight from the results folders finds nothing (none here); the sweep itself refuses.
     monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {})
     everything = [(spec.name, m) for _, spec in confirm.expand(plan) for m in spec.models]
     with pytest.raises(confirm.PathsLeftError) as refused:
-        confirm.run_paths(plan, RunSpec(device="cpu"), progress=False)
+        run_confirmation(plan, RunSpec(device="cpu"), progress=False, stages=("ablate",))
     left = [u for u in everything if "explicit-bfloat16" in u[0] and u[1] == "smollm2-135m"]
     assert len(left) == 1 and ran == [u for u in everything if u not in left]
     assert str(refused.value) == (
@@ -790,21 +802,26 @@ def test_what_is_left_to_run_and_where_it_may_run_comes_from_the_results_folders
     }
 
 
-def test_a_confirmation_that_leaves_a_path_for_another_machine_still_reports_what_ran(monkeypatch) -> None:
+@pytest.mark.integration  # the run plans its paths' sweeps, resolving the embedded models' folders
+def test_a_confirmation_that_leaves_a_path_for_another_machine_still_reports_what_ran(monkeypatch, tmp_path) -> None:
+    from dataclasses import replace
+
     from headstats import pipeline
+    from headstats.io import models
     from headstats.jobs import confirm
     from headstats.studies import confirm as confirmation_kind
 
     written: list[str] = []
-
-    def refuse(plan, run, progress) -> None:
-        raise confirm.PathsLeftError("1 path and model pair(s) not run on this machine")
-
-    monkeypatch.setattr(confirmation_kind, "run_paths", refuse)
+    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
+    monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {("fused-float32", "gemma3-270m"): "a reason"})
+    monkeypatch.setattr(confirmation_kind, "run_unit", lambda unit, session: None)
     monkeypatch.setattr(confirmation_kind, "write_confirmation", lambda plan, progress: written.append(plan.name))
-    plan = confirm.load_confirmation("analyses/confirm.toml")
-    with pytest.raises(confirm.PathsLeftError, match="not run on this machine"):
+    plan = replace(confirm.load_confirmation("analyses/confirm.toml"), results=tmp_path / "results")
+    with pytest.raises(confirm.PathsLeftError, match="not run on this machine") as left:
         pipeline.run_confirmation(plan, progress=False)
+    assert str(left.value) == (
+        "1 path and model pair(s) not run on this machine, every other one ran:\n[fused-float32] gemma3-270m: a reason"
+    )
     assert written == ["confirm"]
     with pytest.raises(confirm.PathsLeftError):
         pipeline.run_confirmation(plan, progress=False, stages=("ablate",))

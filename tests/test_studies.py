@@ -50,7 +50,7 @@ def test_every_committed_study_file_plans_its_units_without_loading_a_model(
 ) -> None:
     """The planner counts each unit from the file and the results folder alone: per model the file's
     collections and sweeps (a sweep's passes and reused points make up its scores x targets), per
-    model and task a frontier's points, per path a confirmation's sweeps, per model and dataset a
+    model a frontier's points (a dry-run row per task), per path a confirmation's sweeps, per model and dataset a
     comparison's collections. Where nothing needs a model, ``headstats run --dry-run`` says so without
     loading one."""
     import headstats.io.models as models
@@ -77,8 +77,9 @@ def test_every_committed_study_file_plans_its_units_without_loading_a_model(
     elif kind.name == "frontier":
         prune = spec.prune
         points = 1 + len(prune.scores) * len([s for s in prune.shares if s > 0]) * len(prune.units)
-        sweeps = [u for u in here if u.stage == "ablate"]
-        assert [(u.what, u.total) for u in sweeps] == [(t, points) for t in prune.tasks] * len(spec.models.names)
+        sweeps = [u for u in here if u.stage == "ablate"]  # a point answers every task: one unit, a row per task
+        assert [(u.what, u.total) for u in sweeps] == [(", ".join(prune.tasks), points)] * len(spec.models.names)
+        assert all([row.what for row in u.counted] == list(prune.tasks) for u in sweeps)
         assert all(0 <= u.left <= u.total for u in sweeps)
         if name in FINISHED:
             assert all(u.left == 0 for u in sweeps), "the committed frontier points are all there"
@@ -134,3 +135,57 @@ def test_the_frontier_command_is_run_for_frontier_files_only(capsys: pytest.Capt
     assert f"{confirm} is a confirmation file (it has [confirm]): run it with headstats run {confirm}" in (
         capsys.readouterr().err
     )
+
+
+def test_the_runner_runs_each_unit_with_work_left_once_and_the_report_after_all(
+    tiny_llama_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``run_study`` is one loop over the planned units: the kind's ``run`` is called once per unit
+    with work left, never for a unit with nothing left, and the report comes after every unit."""
+    from dataclasses import replace
+
+    from headstats.studies import run_study
+
+    path = tmp_path / "tiny.toml"
+    path.write_text(
+        f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n'
+        f'[models]\nnames = ["{tiny_llama_dir}"]\n[collect]\ndatasets = ["piqa"]\nlimit = 3\n'
+        '[[ablate]]\ntask = "piqa"\nlimit = 4\nscores = ["random"]\ntargets = [0, 0.5]\n'
+        '[[ablate]]\ntask = "arc_easy"\nlimit = 3\nscores = ["random"]\ntargets = [0.5]\n'
+        "[report_options]\nn_boot = 20\nn_perm = 20\n"
+    )
+    kind = STUDY_KINDS.get("analysis")
+    events: list[tuple[str, ...]] = []
+
+    def run(unit, session):
+        events.append((unit.stage, unit.what, unit.left))
+        return kind.run(unit, session)
+
+    def report(study, run, *, progress=True):
+        events.append(("report",))
+        return kind.report(study, run, progress=progress)
+
+    monkeypatch.setitem(STUDY_KINDS._entries, "analysis", replace(kind, run=run, report=report))
+
+    # Nothing run yet: every unit once (a sweep's passes counted from the results folder), the report last.
+    index = run_study(path, progress=False)
+    assert index is not None and index.is_file()
+    assert events == [("collect", "piqa", None), ("ablate", "piqa", 2), ("ablate", "arc_easy", 2), ("report",)]
+
+    # A stopped sweep: only its unit runs again; the finished sweep is not run.
+    (point,) = (tmp_path / "results").rglob("task=arc_easy/point-random-0.5.parquet")
+    point.unlink()
+    events.clear()
+    run_study(path, progress=False, stages=("ablate", "report"))
+    assert events == [("ablate", "arc_easy", 1), ("report",)] and point.is_file()
+
+    # Everything done: no unit runs, the report is rebuilt.
+    files = {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*.parquet")}
+    events.clear()
+    run_study(path, progress=False, stages=("ablate", "report"))
+    assert events == [("report",)]
+    # A collection's texts are counted on its loaded model, so with every stage its unit runs and adds nothing.
+    events.clear()
+    run_study(path, progress=False)
+    assert events == [("collect", "piqa", None), ("report",)]
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "results").rglob("*.parquet")} == files

@@ -1,10 +1,11 @@
-"""Declarative analyses (``analyses/NAME.toml``): reading and checking a file, and running its models'
-stages, collection and sweeps.
+"""Declarative analyses (``analyses/NAME.toml``): reading and checking a file, and the sweep points
+it plans.
 
 An analysis file says which models, datasets, score ids, targets, tasks and limits to use. Each
-model's stages skip what is already done (collection resumes by sample id, sweeps skip finished
-points); :func:`headstats.pipeline.run_analysis` runs them and then rebuilds the report from the
-Parquet results alone (``headstats run``). Relative paths in the file are relative to the working
+collection and sweep skips what is already done (collection resumes by sample id, sweeps skip
+finished points); :func:`headstats.pipeline.run_analysis` runs them, one unit at a time
+(:mod:`headstats.studies.analysis`), and then rebuilds the report from the Parquet results alone
+(``headstats run``). Relative paths in the file are relative to the working
 directory (where ``headstats run`` is called).
 
 Layout of a file (all sections optional except ``models``)::
@@ -55,8 +56,6 @@ from headstats.specs import (
     LoadOptions,
     ModelsSection,
     ReportSpec,
-    Resources,
-    RunSpec,
     SweepSpec,
 )
 
@@ -209,36 +208,6 @@ def merged_load(spec: AnalysisSpec, load: LoadOptions | None = None) -> LoadOpti
     return spec.load if load is None else replace(spec.load, **given_load(load))
 
 
-def needs_model(spec: AnalysisSpec, run: RunSpec) -> bool:
-    """Whether ``run`` has a stage that loads the file's models (collection or sweeps to run)."""
-    return bool(("collect" in run.stages and spec.collect_datasets) or ("ablate" in run.stages and spec.ablate))
-
-
-def run_models(spec: AnalysisSpec, run: RunSpec, *, resources: Resources | None = None, progress: bool = True) -> None:
-    """Collection and sweeps of every model ``run`` selects, resuming finished work. With
-    ``resources`` (a launcher; see :mod:`headstats.jobs.grid`) each model runs as one grid job."""
-    models = spec.selected_models(run.all_models, run.only_models)
-    if resources is None or resources.launcher is None:
-        for name in models:
-            run_model_stages(spec, name, run, progress=progress)
-        return
-    from headstats.io.models import model_slug
-    from headstats.jobs.grid import FunctionJob, run_grid
-
-    jobs = [
-        FunctionJob(
-            f"{spec.name} {name}",
-            run_model_stages,
-            {"analysis": str(spec.path), "model": name, "run": run, "progress": False},
-            output_paths=(str(store.partition_dir(spec.results, model=model_slug(name))),),
-        )
-        for name in models
-    ]
-    if resources.folder is None:
-        resources = replace(resources, folder=str(spec.results / "_grid"))
-    logger.info(run_grid(jobs, resources, progress=progress).summary())
-
-
 def planned_points(spec: AnalysisSpec, models: Sequence[str], load: LoadOptions | None = None) -> pd.DataFrame:
     """Every sweep point ``spec`` plans for ``models`` (the baseline included): columns model (the
     results' slug), task, score, target. Planned without loading a model."""
@@ -254,26 +223,3 @@ def planned_points(spec: AnalysisSpec, models: Sequence[str], load: LoadOptions 
                 {"model": where[1], "task": plan.task_name, "score": p.score, "target": p.target} for p in plan.points
             ]
     return pd.DataFrame(rows, columns=["model", "task", "score", "target"])
-
-
-def run_model_stages(analysis: AnalysisSpec | str, model: str, run: RunSpec, *, progress: bool = True) -> None:
-    """The collection and sweeps of ``run.stages`` for one model of an analysis (also the unit of a
-    grid job), loaded with the file's options and those ``run`` sets."""
-    from headstats.io.models import load_model
-    from headstats.jobs.collect import collect_scores
-    from headstats.jobs.sweep import run_sweep
-
-    spec = analysis if isinstance(analysis, AnalysisSpec) else load_analysis(analysis)
-    logger.info("[%s] loading", model)
-    loaded, tokenizer = load_model(model, **merged_load(spec, run).kwargs())
-    if "collect" in run.stages:
-        collect = replace(spec.collect, progress=progress)
-        for dataset in spec.collect_datasets:
-            logger.info("[%s] collecting scores on %s", model, dataset)
-            result = collect_scores(loaded, tokenizer, dataset, spec.results, spec=collect)
-            logger.info("[%s] %s: %d sequences (%d new)", model, dataset, result.n_samples, result.n_new)
-    if "ablate" in run.stages:
-        for ablation in spec.ablate:
-            logger.info("[%s] ablation sweep on %s: %s", model, ablation.task, ", ".join(ablation.scores or ()))
-            sweep = replace(narrow(ablation, SweepSpec), progress=progress)
-            run_sweep(loaded, str(ablation.task), tokenizer=tokenizer, out=spec.results, spec=sweep)

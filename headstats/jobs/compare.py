@@ -162,12 +162,17 @@ class Unit:
 
 
 def plan_units(spec: CompareSpec) -> list[Unit]:
-    """The collections of a comparison, in the order :func:`collect_all` runs them: every model (the
-    replicates included) on every dataset under the compared format, and the reference under the
-    format change (``auto`` is resolved when the reference loads; listed here as ``auto``)."""
+    """The collections of a comparison, in the order they run, a model's together: every model (the
+    replicates included) on every dataset under the compared format, the reference first and then
+    under the format change as well (``auto`` is resolved when the reference loads; listed here as
+    ``auto``)."""
     root = results_root(spec)
-    units = [Unit(m, d, spec.prompt_format, root / COMPARED) for m in all_models(spec) for d in spec.data]
-    return units + [Unit(spec.models[0], d, spec.format_change, root / FORMAT_CHANGE) for d in spec.data]
+    units = []
+    for i, name in enumerate(all_models(spec)):
+        units += [Unit(name, d, spec.prompt_format, root / COMPARED) for d in spec.data]
+        if i == 0:
+            units += [Unit(name, d, spec.format_change, root / FORMAT_CHANGE) for d in spec.data]
+    return units
 
 
 STEP_NAME = re.compile(r"(?:step|checkpoint|ckpt|iter)[-_]?0*(\d+)$", re.IGNORECASE)
@@ -242,45 +247,60 @@ def chain_learning(chains: list[str], root: Path, seed: int = 0) -> pd.DataFrame
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def collect_all(spec: CompareSpec) -> None:
-    """Collect every model (replicates included) on every dataset, resuming what is there, and the
-    reference under the format change; record the fine-tuning chains the models belong to."""
-    import torch
-
-    from headstats.io.models import load_model, model_slug, resolve_model_path
+def check_models(spec: CompareSpec) -> list[Path]:
+    """Before any collection: the results folder writable, every model found, every dataset readable
+    and no two models sharing a table name. Returns the models' folders."""
+    from headstats.io.models import model_slug, resolve_model_path
     from headstats.io.tasks import collection_source
-    from headstats.jobs.collect import collect_scores
 
-    root = results_root(spec)
-    store.ensure_writable(root)
+    store.ensure_writable(results_root(spec))
     names = all_models(spec)
-    paths = {name: resolve_model_path(split_dtype(name)[0]) for name in names}  # unknown names fail first
+    paths = [resolve_model_path(split_dtype(name)[0]) for name in names]  # unknown names fail first
     for name in spec.data:
         collection_source(name, data_dir=spec.data_dir, text_column=spec.text_column)
-    slugs = {name: model_slug(name) for name in names}
-    duplicates = sorted({s for s in slugs.values() if list(slugs.values()).count(s) > 1})
+    slugs = [model_slug(name) for name in names]
+    duplicates = sorted({s for s in slugs if slugs.count(s) > 1})
     if duplicates:
         raise ValueError(f"two of the models share the table name {duplicates[0]!r}: give folders with different names")
-    collect, load = narrow(spec, CollectSpec), narrow(spec, LoadOptions)
-    for i, name in enumerate(names):
-        base, dtype = split_dtype(name)
-        model, tokenizer = load_model(base, **{**load.kwargs(), **({"dtype": dtype} if dtype else {})})
-        if dtype:  # its own tables: the name (and so the slug) says the dtype
-            model.headstats_name = name
-        for dataset in spec.data:
-            done = collect_scores(model, tokenizer, dataset, root / COMPARED, spec=collect)
-            log.info("%s on %s: %d texts (%d new)", name, dataset, done.n_samples, done.n_new)
-        if i == 0:
-            other = replace(collect, prompt_format=auto_format_change(spec, tokenizer))
-            for dataset in spec.data:
-                done = collect_scores(model, tokenizer, dataset, root / FORMAT_CHANGE, spec=other)
-                log.info(
-                    "%s on %s as %s: %d texts (%d new)", name, dataset, other.prompt_format, done.n_samples, done.n_new
-                )
-        del model
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    record_chains(list(paths.values()), root)
+    return paths
+
+
+def collect_unit(spec: CompareSpec, unit: Unit, model, tokenizer) -> None:
+    """One collection of :func:`plan_units`, resuming what is there, with ``unit.model`` loaded; the
+    format change's ``auto`` resolved from its tokenizer."""
+    from headstats.jobs.collect import collect_scores
+
+    if split_dtype(unit.model)[1]:  # its own tables: the name (and so the slug) says the dtype
+        model.headstats_name = unit.model
+    collect = narrow(spec, CollectSpec)
+    if unit.root.name == FORMAT_CHANGE:
+        collect = replace(collect, prompt_format=auto_format_change(spec, tokenizer))
+    done = collect_scores(model, tokenizer, unit.dataset, unit.root, spec=collect)
+    log.info(
+        "%s on %s as %s: %d texts (%d new)", unit.model, unit.dataset, collect.prompt_format, done.n_samples, done.n_new
+    )
+
+
+def collect_all(spec: CompareSpec) -> None:
+    """Collect every model (replicates included) on every dataset, resuming what is there, and the
+    reference under the format change (:func:`plan_units`, each model loaded once); record the
+    fine-tuning chains the models belong to."""
+    import torch
+
+    from headstats.io.models import load_model
+
+    paths = check_models(spec)
+    load = narrow(spec, LoadOptions)
+    loaded = None
+    for unit in plan_units(spec):
+        if loaded is None or loaded[0] != unit.model:
+            loaded = None
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            base, dtype = split_dtype(unit.model)
+            loaded = (unit.model, *load_model(base, **{**load.kwargs(), **({"dtype": dtype} if dtype else {})}))
+        collect_unit(spec, unit, loaded[1], loaded[2])
+    record_chains(list(map(str, paths)), results_root(spec))
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ import hashlib
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,6 @@ from headstats.jobs.analysis import (
     AnalysisSpec,
     merged_load,
     read_analysis_file,
-    run_model_stages,
     section_table,
     top_level_keys,
 )
@@ -481,48 +479,6 @@ def path_run(run: RunSpec) -> RunSpec:
     return replace(run, stages=("ablate",), dtype=None, all_models=False, only_models=None, only_paths=None)
 
 
-def run_paths(plan: ConfirmPlan, run: RunSpec, *, progress: bool = True) -> None:
-    """The sweeps of every path of ``plan`` (or of ``run``'s ``--paths`` and ``--models``), resuming
-    finished points, in :func:`expand`'s order. What :func:`left_here` names is not begun: on a CPU
-    without bf16 units the bf16 paths (unless ``--paths`` names them; they then run after the fp32
-    ones), and a (path, model) that this machine's bf16 kernels may not continue, which is also left
-    if the sweep itself finds it (:class:`~headstats.jobs.sweep.MixedKernelsError`). The others run;
-    :class:`PathsLeftError` then names every pair left, with the reason."""
-    from headstats.io.models import bf16_cost_said
-    from headstats.jobs.sweep import MixedKernelsError
-
-    store.ensure_writable(plan.results)
-    chosen = selected(plan, run)
-    register(plan)
-    waiting = left_here(plan, run)
-    left = [
-        f"[{path.name}] {m}: {waiting[path.name, m]}"
-        for path, spec in chosen
-        for m in spec.models
-        if (path.name, m) in waiting
-    ]
-    for line in left:
-        logger.warning("left for another machine: %s", line)
-    chosen = [(path, spec) for path, spec in chosen if not any((path.name, m) in waiting for m in spec.models)]
-    warning = slow_bf16_warning([path for path, _ in chosen], run.device)
-    if warning:  # bf16 paths named by --paths or begun here, on a CPU without bf16 units: after the fp32 ones
-        logger.warning(warning)
-        chosen = sorted(chosen, key=lambda unit: unit[0].dtype == "bfloat16")
-    with bf16_cost_said() if warning else nullcontext():  # said above: each bf16 load need not say it again
-        for path, spec in chosen:
-            for model in spec.models:
-                logger.info("[%s] %s: %s", path.name, model, ", ".join(spec.ablate[0].scores or ()))
-                try:
-                    run_model_stages(spec, model, path_run(run), progress=progress)
-                except MixedKernelsError as err:
-                    logger.error("[%s] %s left for another machine: %s", path.name, model, err)
-                    left.append(f"[{path.name}] {model}: {err}")
-    if left:
-        raise PathsLeftError(
-            f"{len(left)} path and model pair(s) not run on this machine, every other one ran:\n" + "\n".join(left)
-        )
-
-
 __all__ = [
     "REGISTRATION_FILE",
     "ComputePath",
@@ -543,7 +499,6 @@ __all__ = [
     "refused_here",
     "register",
     "registration",
-    "run_paths",
     "selected",
     "slow_bf16_warning",
 ]

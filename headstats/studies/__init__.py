@@ -11,9 +11,10 @@ fine-tuning        ``[design]``      train, collect, report                 trai
 =================  ================  =====================================  ==============================
 
 :mod:`headstats.studies.registry` holds the registry (:data:`STUDY_KINDS`, :func:`register_kind`) and
-the :class:`Study` / :class:`Unit` types; :mod:`headstats.studies.runner` runs a file of any kind
-(``headstats run FILE``), :mod:`headstats.studies.dryrun` is the one dry run. A new kind is one module
-that registers a :class:`StudyKind`, imported here.
+the :class:`Study` / :class:`Unit` / :class:`Session` types; :mod:`headstats.studies.runner` runs a
+file of any kind (``headstats run FILE``) as one loop over its planned units, calling the kind's
+``run`` on each unit with work left, and :mod:`headstats.studies.dryrun` is the one dry run over the
+same units. A new kind is one module that registers a :class:`StudyKind`, imported here.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from headstats.studies.dryrun import dry_run
 from headstats.studies.registry import (
     STUDY_KINDS,
     Registry,
+    Session,
     Study,
     StudyKind,
     Unit,
@@ -35,6 +37,7 @@ from headstats.studies.runner import plan_study, run_loaded, run_study
 __all__ = [
     "STUDY_KINDS",
     "Registry",
+    "Session",
     "Study",
     "StudyKind",
     "Unit",

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from dataclasses import replace
 from pathlib import Path
 
 from headstats.io import store
-from headstats.jobs.analysis import AnalysisSpec, load_analysis, merged_load, needs_model, planned_points, run_models
+from headstats.jobs.analysis import AnalysisSpec, load_analysis, merged_load, planned_points
 from headstats.jobs.dryrun import SWEEP_NOTE, WorkUnit, count_sweep, measure_collection, measure_sweep
+from headstats.options import narrow
 from headstats.report.writer import build_report
-from headstats.specs import Resources, RunSpec
-from headstats.studies.registry import Study, StudyKind, Unit, not_found_here, register_kind
+from headstats.specs import Resources, RunSpec, SweepSpec
+from headstats.studies.registry import Session, Study, StudyKind, Unit, not_found_here, register_kind
 
 logger = logging.getLogger("headstats")
 
@@ -98,6 +98,24 @@ def measure(unit: Unit, model, tokenizer, probe: int, rng) -> WorkUnit:
     return measure_sweep(spec.results, unit.model, model, tokenizer, what, probe, rng)
 
 
+def run_unit(unit: Unit, session: Session) -> None:
+    """One collection (a dataset's texts, resuming by sample id) or one zeroing sweep (its points,
+    resuming finished ones) of one model; the model stays loaded for the next unit of the same."""
+    from headstats.jobs.collect import collect_scores
+    from headstats.jobs.sweep import run_sweep
+
+    spec, what = unit.work
+    model, tokenizer = session.model(unit)
+    if unit.stage == "collect":
+        collect = replace(spec.collect, progress=session.progress)
+        result = collect_scores(model, tokenizer, what, spec.results, spec=collect)
+        logger.info("%s[%s] %s: %d sequences (%d new)", unit.label, unit.model, what, result.n_samples, result.n_new)
+        return
+    logger.info("%s[%s] ablation sweep on %s: %s", unit.label, unit.model, what.task, ", ".join(what.scores or ()))
+    sweep = replace(narrow(what, SweepSpec), progress=session.progress)
+    run_sweep(model, str(what.task), tokenizer=tokenizer, out=spec.results, spec=sweep)
+
+
 def run_analysis(
     analysis: AnalysisSpec | str | os.PathLike,
     run: RunSpec | None = None,
@@ -111,28 +129,13 @@ def run_analysis(
     its path) in order, resuming finished work; returns the report's index.html when the report
     stage ran. With ``resources`` (a launcher; see :mod:`headstats.jobs.grid`) each model's
     collection and sweeps run as one grid job, and the report is built here once all have finished."""
+    from headstats.studies.runner import run_loaded
+
     analysis = analysis if isinstance(analysis, AnalysisSpec) else load_analysis(analysis)
     run = RunSpec.from_kwargs(options, base=run)
+    grid = "launcher" if resources is not None and resources.launcher is not None else None
     study = Study("analysis", analysis.path, analysis)
-    run = check_stages_of(study, run)
-    started = time.monotonic()
-    run_stages(study, run, resources=resources, progress=progress)
-    index = report_analysis(analysis, run, progress=progress) if "report" in run.stages else None
-    logger.info("done in %.0f s", time.monotonic() - started)
-    return index
-
-
-def check_stages_of(study: Study, run: RunSpec) -> RunSpec:
-    from headstats.studies.registry import check_stages
-
-    return check_stages(ANALYSIS, study, run)
-
-
-def run_stages(study: Study, run: RunSpec, *, resources: Resources | None = None, progress: bool = True) -> None:
-    """Collection and sweeps of every model ``run`` selects (resuming finished work)."""
-    store.ensure_writable(study.spec.results)
-    if needs_model(study.spec, run):
-        run_models(study.spec, run, resources=resources, progress=progress)
+    return run_loaded(study, run, resources=resources, grid=grid, progress=progress)
 
 
 def report_analysis(analysis: AnalysisSpec, run: RunSpec, *, progress: bool = True) -> Path:
@@ -144,6 +147,10 @@ def report_analysis(analysis: AnalysisSpec, run: RunSpec, *, progress: bool = Tr
     models = analysis.selected_models(run.all_models)
     planned = planned_points(analysis, models, merged_load(analysis, run)) if analysis.ablate else None
     return build_report(analysis.results, analysis.report, spec=spec, planned=planned, analysis=analysis.path)
+
+
+def begin(study: Study, run: RunSpec) -> None:
+    store.ensure_writable(study.spec.results)
 
 
 def check(study: Study, run: RunSpec, grid: str | None) -> None:
@@ -166,15 +173,14 @@ ANALYSIS = register_kind(
         load=load,
         plan=plan,
         measure=measure,
-        run=lambda study, run, *, resources=None, progress=True: run_stages(
-            study, run, resources=resources, progress=progress
-        ),
+        run=run_unit,
         report=lambda study, run, *, progress=True: report_analysis(study.spec, run, progress=progress),
         note=SWEEP_NOTE,
         check=check,
+        begin=begin,
         grid=True,
         example="analyses/embedded.toml",
     )
 )
 
-__all__ = ["ANALYSIS", "analysis_units", "report_analysis", "run_analysis"]
+__all__ = ["ANALYSIS", "analysis_units", "report_analysis", "run_analysis", "run_unit"]

@@ -5,8 +5,11 @@ Its stages: collect (every model on every dataset, and the reference once more u
 prompt format, the margin's yardstick) and report (the statistics of :mod:`headstats.stats.compare`
 and the answer-first report, from the score tables and their records alone: it loads no model and
 writes nothing under the results folder; a missing table is refused with the command that collects
-it). Its units: one collection per (model, dataset), planned by
-:func:`~headstats.jobs.collect.plan_collection` once the model loads.
+it). Its units: one collection per (model, dataset), a model's together
+(:func:`~headstats.jobs.compare.plan_units`), counted by :func:`~headstats.jobs.collect.plan_collection`
+once the model loads. Before the first, every model is found and no two share a table name
+(:func:`~headstats.jobs.compare.check_models`); after each, the fine-tuning chain its model belongs
+to is recorded.
 """
 
 from __future__ import annotations
@@ -19,15 +22,17 @@ from headstats.jobs.compare import (
     COMPARED,
     FORMAT_CHANGE,
     auto_format_change,
-    collect_all,
+    check_models,
+    collect_unit,
     plan_units,
+    record_chains,
     results_root,
     split_dtype,
 )
 from headstats.jobs.dryrun import WorkUnit, measure_collection
 from headstats.options import narrow
 from headstats.specs import AnalysisHeader, CollectSpec, CompareSpec, LoadOptions, RunSpec
-from headstats.studies.registry import Study, StudyKind, Unit, not_found_here, register_kind
+from headstats.studies.registry import Session, Study, StudyKind, Unit, not_found_here, register_kind
 
 logger = logging.getLogger("headstats")
 
@@ -63,6 +68,8 @@ def with_run(spec: CompareSpec, run: RunSpec) -> CompareSpec:
 def plan(study: Study, run: RunSpec) -> list[Unit]:
     """The comparison's collections as :func:`headstats.jobs.compare.plan_units` plans them (every
     model and replicate on every dataset, the reference under the format change too)."""
+    if "collect" not in run.stages:
+        return []
     spec = with_run(study.spec.spec, run)
     load_options = narrow(spec, LoadOptions)
     units, missing_models = [], set()
@@ -78,26 +85,33 @@ def plan(study: Study, run: RunSpec) -> list[Unit]:
         load_with = replace(load_options, dtype=dtype) if dtype else load_options
         folder = planned.root.name
         what = planned.dataset if folder == COMPARED else f"{planned.dataset} ({folder})"
-        work = (spec, planned.dataset, folder)
+        work = (spec, planned)
         units.append(Unit(name, "collect", what, "sequences", None, None, load_with, work, loads=base))
     return units
 
 
 def measure(unit: Unit, model, tokenizer, probe: int, rng) -> WorkUnit:
-    spec, dataset, folder = unit.work
+    spec, planned = unit.work
     if split_dtype(unit.model)[1]:  # its own tables: the name (and so the slug) says the dtype
         model.headstats_name = unit.model
     collect = narrow(spec, CollectSpec)
-    if folder == FORMAT_CHANGE:
+    if planned.root.name == FORMAT_CHANGE:
         collect = replace(collect, prompt_format=auto_format_change(spec, tokenizer))
-    root = results_root(spec) / folder
-    return measure_collection(root, collect, unit.model, model, tokenizer, dataset, probe, rng)
+    return measure_collection(planned.root, collect, unit.model, model, tokenizer, planned.dataset, probe, rng)
 
 
-def run(study: Study, run: RunSpec, *, resources=None, progress: bool = True) -> None:
-    if "collect" in run.stages:
-        collect_all(with_run(study.spec.spec, run))
-    return None
+def begin(study: Study, run: RunSpec) -> None:
+    check_models(with_run(study.spec.spec, run))
+
+
+def run(unit: Unit, session: Session) -> None:
+    """One collection, then the fine-tuning chain its model belongs to recorded."""
+    from headstats.io.models import resolve_model_path
+
+    spec, planned = unit.work
+    model, tokenizer = session.model(unit)
+    collect_unit(spec, planned, model, tokenizer)
+    record_chains([str(resolve_model_path(unit.loads or unit.model))], results_root(spec))
 
 
 def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
@@ -125,6 +139,7 @@ COMPARISON = register_kind(
         run=run,
         report=report,
         note=COMPARE_NOTE,
+        begin=begin,
         example="analyses/compare_embedded.toml",
     )
 )

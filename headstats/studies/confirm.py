@@ -2,9 +2,12 @@
 :mod:`headstats.jobs.confirm`).
 
 Its units: per (computation path, model) the path's sweep (stage ablate), planned as an analysis
-sweep under the path's dtype; those a run on this machine leaves for another
-(:func:`~headstats.jobs.confirm.left_here`) are refused units, named with their passes left and the
-reason. The report is the claims' verdicts (:mod:`headstats.report.confirm`).
+sweep under the path's dtype and run as one (:func:`headstats.studies.analysis.run_unit`); those a
+run on this machine leaves for another (:func:`~headstats.jobs.confirm.left_here`) are refused
+units, named with the reason (and by the dry run with their passes left), and on a CPU without bf16
+units the bf16 paths it runs come after the fp32 ones. Before the first sweep the file's decision
+keys are recorded (:func:`~headstats.jobs.confirm.register`). The report is the claims' verdicts
+(:mod:`headstats.report.confirm`).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from headstats.io import store
 from headstats.jobs.confirm import (
     ConfirmPlan,
     PathsLeftError,
@@ -19,7 +23,7 @@ from headstats.jobs.confirm import (
     left_here,
     load_confirmation,
     path_run,
-    run_paths,
+    register,
     selected,
     slow_bf16_warning,
 )
@@ -27,9 +31,9 @@ from headstats.jobs.dryrun import SWEEP_NOTE
 from headstats.options import SpecError
 from headstats.report.confirm import write_confirmation
 from headstats.specs import RunSpec
-from headstats.studies.analysis import analysis_units
+from headstats.studies.analysis import analysis_units, run_unit
 from headstats.studies.analysis import measure as measure_analysis
-from headstats.studies.registry import Study, StudyKind, Unit, register_kind
+from headstats.studies.registry import Session, Study, StudyKind, Unit, register_kind
 
 logger = logging.getLogger("headstats")
 
@@ -39,36 +43,51 @@ def load(path: Path) -> Study:
 
 
 def plan(study: Study, run: RunSpec) -> list[Unit]:
-    """Every chosen (path, model) sweep, named with its path; those left for another machine refused."""
+    """Every chosen (path, model) sweep, named with its path; those left for another machine refused.
+    When bf16 paths run here on a CPU without bf16 units (``--paths`` named them, or this kind of CPU
+    began them), they come after the fp32 ones."""
     from dataclasses import replace
 
     confirmation: ConfirmPlan = study.spec
+    if "ablate" not in run.stages:
+        return []
     refused = left_here(confirmation, run)
     chosen = selected(confirmation, run)
     runs = [path for path, spec in chosen if (path.name, spec.models[0]) not in refused]
     warning = slow_bf16_warning(runs, run.device)
     if warning:
         logger.warning(warning)
+        chosen = sorted(chosen, key=lambda pair: pair[0].dtype == "bfloat16")
     units: list[Unit] = []
     for path, spec in chosen:
         model = spec.models[0]  # one model per (path, model) analysis
         planned = analysis_units(spec, path_run(run), label=f"[{path.name}] ", bf16_said=bool(warning))
         if (path.name, model) in refused:
-            passes = sum(u.left or 0 for u in planned)
-            why = f"[{path.name}] {model}, {passes} passes left: {refused[path.name, model]}"
-            planned = [replace(u, refused=why) for u in planned]
+            planned = [replace(u, refused=refused[path.name, model]) for u in planned]
         units += [replace(u, what=f"{u.what} [{path.name}]") for u in planned]
     return units
 
 
-def run(study: Study, run: RunSpec, *, resources=None, progress: bool = True) -> BaseException | None:
-    if "ablate" not in run.stages:
-        return None
+def begin(study: Study, run: RunSpec) -> None:
+    store.ensure_writable(study.spec.results)
+    register(study.spec)
+
+
+def run_path(unit: Unit, session: Session) -> str | None:
+    """A path's sweep; one the sweep finds begun on other bf16 kernels is left for another machine."""
+    from headstats.jobs.sweep import MixedKernelsError
+
     try:
-        run_paths(study.spec, run, progress=progress)
-    except PathsLeftError as err:
-        return err  # what this machine ran still reaches the report; the error then names what it left
+        run_unit(unit, session)
+    except MixedKernelsError as err:
+        return str(err)
     return None
+
+
+def paths_left(lines: list[str]) -> PathsLeftError:
+    return PathsLeftError(
+        f"{len(lines)} path and model pair(s) not run on this machine, every other one ran:\n" + "\n".join(lines)
+    )
 
 
 def check(study: Study, run: RunSpec, grid: str | None) -> None:
@@ -104,10 +123,12 @@ CONFIRMATION = register_kind(
         load=load,
         plan=plan,
         measure=measure_analysis,
-        run=run,
+        run=run_path,
         report=lambda study, run, *, progress=True: write_confirmation(study.spec, progress=progress),
         note=SWEEP_NOTE,
         check=check,
+        begin=begin,
+        left=paths_left,
         example="analyses/confirm.toml",
     )
 )

@@ -23,11 +23,20 @@ from headstats.studies.registry import Study, StudyKind, Unit
 logger = logging.getLogger("headstats")
 
 
-def _row(unit: Unit, measured: WorkUnit | None) -> WorkUnit:
-    row = measured if measured is not None else unit.counted
-    if row is None:  # counted only once its model is loaded, and it was not
-        row = WorkUnit(unit.model, unit.stage, unit.what, 0, None, None, None, 0, 0, 0, None)
-    return replace(row, model=unit.model, stage=unit.stage, what=unit.what)
+def _rows(unit: Unit, measured: WorkUnit | list[WorkUnit] | None) -> list[WorkUnit]:
+    """The unit's rows: one, or one per task of a unit that spans several (each naming its task)."""
+    rows = measured if measured is not None else unit.counted
+    if rows is None:  # counted only once its model is loaded, and it was not
+        rows = WorkUnit(unit.model, unit.stage, unit.what, 0, None, None, None, 0, 0, 0, None)
+    if isinstance(rows, WorkUnit):
+        return [replace(rows, model=unit.model, stage=unit.stage, what=unit.what)]
+    return [replace(row, model=unit.model, stage=unit.stage) for row in rows]
+
+
+def _refused(label: str, name: str, units: list[Unit]) -> str:
+    """A (label, model) a run here leaves for another machine: its work left and the reason."""
+    left = sum(u.left or 0 for u in units)
+    return f"{label}{name}, {left} {units[0].computes.split()[-1]} left: {units[0].refused}"
 
 
 def dry_run_units(kind: StudyKind, units: list[Unit], *, probe_sequences: int = 8) -> DryRun:
@@ -52,7 +61,8 @@ def dry_run_units(kind: StudyKind, units: list[Unit], *, probe_sequences: int = 
             logger.info("%s[%s] not found here: not counted", label, name)
             missing.append(why)
             continue
-        refused += [u.refused for u in group if u.refused is not None and u.refused not in refused]
+        if any(u.refused is not None for u in group):
+            refused.append(_refused(label, name, [u for u in group if u.refused is not None]))
         live = [u for u in group if u.refused is None]
         if not live:
             continue
@@ -60,7 +70,7 @@ def dry_run_units(kind: StudyKind, units: list[Unit], *, probe_sequences: int = 
         if not needs:
             counted = "no pass left" if all(u.done for u in live) else "counted from records"
             logger.info("%s[%s] %s: not loaded", label, name, counted)
-            rows += [_row(u, None) for u in live]
+            rows += [row for u in live for row in _rows(u, None)]
             continue
         logger.info("%s[%s] loading (dry run)", label, name)
         with bf16_cost_said() if any(u.bf16_said for u in live) else nullcontext():
@@ -69,10 +79,10 @@ def dry_run_units(kind: StudyKind, units: list[Unit], *, probe_sequences: int = 
         rng = random.Random(0)
         for step, unit in enumerate(live, 1):
             if unit.load is None:  # needs no model (a recorded rate)
-                rows.append(_row(unit, None))
+                rows += _rows(unit, None)
                 continue
             announce(label, name, step, len(live), unit.stage, unit.what, probe_sequences)
-            rows.append(_row(unit, kind.measure(unit, model, tokenizer, probe_sequences, rng)))
+            rows += _rows(unit, kind.measure(unit, model, tokenizer, probe_sequences, rng))
         del model
     return DryRun(
         rows,

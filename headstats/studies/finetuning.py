@@ -7,7 +7,9 @@ resuming) and report (the pre-registered decision from the score tables and the 
 records alone). Its units, counted from the chain folders and the results folder without loading a
 model: per seed and stage the training steps left (timed at the seconds per step the study's chains
 recorded), and per seed, checkpoint and dataset the texts left (timed at the seconds per text its
-collections took). ``--seeds`` chooses seeds; ``--results`` puts the score tables elsewhere.
+collections took). A seed's units run together: its chain trained up to each stage end in turn, then
+its checkpoints scored (one still training is named and skipped), each copying the chain's records
+next to its scores. ``--seeds`` chooses seeds; ``--results`` puts the score tables elsewhere.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from headstats.jobs.dryrun import WorkUnit
 from headstats.jobs.finetune.study import (
     SeedStudy,
     chain_metrics,
-    collect_seed,
+    collect_checkpoint,
+    copy_chain_records,
     load_seed_study,
     registration,
     seconds_per_step,
@@ -30,8 +33,8 @@ from headstats.jobs.finetune.study import (
     train_seed,
 )
 from headstats.options import SpecError
-from headstats.specs import RunSpec
-from headstats.studies.registry import Study, StudyKind, Unit, register_kind
+from headstats.specs import LoadOptions, RunSpec
+from headstats.studies.registry import Session, Study, StudyKind, Unit, register_kind
 
 logger = logging.getLogger("headstats")
 
@@ -95,7 +98,8 @@ def plan(study: Study, run: RunSpec) -> list[Unit]:
                         left,
                         steps,
                         None,
-                        counted=counted,
+                        (spec, seed, stage, results),
+                        counted,
                         label=label,
                     )
                 )
@@ -114,10 +118,9 @@ def plan(study: Study, run: RunSpec) -> list[Unit]:
                         checkpoint.label, "collect", what, total, left, None, None, int(left > 0), 1, batch, None,
                         seconds=seconds,
                     )  # fmt: skip
+                    work = (spec, checkpoint, dataset, results)
                     units.append(
-                        Unit(
-                            checkpoint.label, "collect", what, "texts", left, total, None, counted=counted, label=label
-                        )
+                        Unit(checkpoint.label, "collect", what, "texts", left, total, None, work, counted, label=label)
                     )
     return units
 
@@ -126,19 +129,26 @@ def measure(unit: Unit, model, tokenizer, probe: int, rng) -> WorkUnit:
     raise AssertionError("a fine-tuning study's units are counted and timed from recorded rates; no model loads")
 
 
-def run(study: Study, run: RunSpec, *, resources=None, progress: bool = True) -> None:
-    spec: SeedStudy = study.spec
-    seeds = chosen_seeds(spec, run)
-    if "train" in run.stages:
-        for seed in seeds:
-            logger.info("[seed-%d] training %s", seed, spec.chain(seed).name)
-            train_seed(spec, seed, log=logger.info)
-    if "collect" in run.stages:
-        from headstats.jobs.analysis import given_load
+def run(unit: Unit, session: Session) -> None:
+    """A seed's chain trained up to a stage end, or a checkpoint scored on a dataset (a checkpoint
+    still training is named and skipped); the chain's records are copied next to its scores."""
+    from headstats.jobs.analysis import given_load
 
-        for seed in seeds:
-            collect_seed(spec, seed, results_of(spec, run), given_load(run), progress=progress)
-    return None
+    if unit.stage == "train":
+        spec, seed, stage, results = unit.work
+        logger.info("[seed-%d] training %s up to %s", seed, spec.chain(seed).name, stage)
+        train_seed(spec, seed, log=logger.info, up_to=stage)
+        copy_chain_records(spec, seed, results)
+        return
+    spec, checkpoint, dataset, results = unit.work
+    if not checkpoint.finished:
+        logger.info("[seed-%d] %s is not finished: skipped (rerun when it is)", checkpoint.seed, checkpoint.label)
+        return
+    if texts_left(spec, checkpoint, dataset, results)[0]:
+        load = LoadOptions(**given_load(session.run))
+        model, tokenizer = session.model(unit, str(checkpoint.path), load)
+        collect_checkpoint(spec, checkpoint, dataset, results, model, tokenizer, progress=session.progress)
+    copy_chain_records(spec, checkpoint.seed, results)
 
 
 def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:

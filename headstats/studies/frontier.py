@@ -3,10 +3,11 @@
 
 Its stages: collect (the calibration means that rank the heads), ablate (each (score, share, unit)
 point pruned, evaluated on the held-out tasks and timed against the unpruned model), time (every
-finished point timed again on this machine, its answers kept) and report. Its units: per model and
-task the frontier points left to evaluate (:func:`~headstats.jobs.frontier.planned_points`), and per
-model the finished points the time stage would time again, costed at the last ended round's rate
-(no model is loaded for them).
+finished point timed again on this machine, its answers kept) and report. Its units: per model the
+frontier points left to evaluate (:func:`~headstats.jobs.frontier.planned_points`; a point answers
+every task at once, so the dry run times each task on its own row), and per model the points the
+time stage would time again (those finished, and those this run's ablate stage finishes first),
+costed at the last ended round's rate (no model is loaded for them).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from headstats.jobs.frontier import (
 )
 from headstats.options import narrow
 from headstats.specs import LoadOptions, RunSpec
-from headstats.studies.registry import Study, StudyKind, Unit, not_found_here, register_kind
+from headstats.studies.registry import Session, Study, StudyKind, Unit, not_found_here, register_kind
 
 logger = logging.getLogger("headstats")
 
@@ -61,48 +62,64 @@ def plan(study: Study, run: RunSpec) -> list[Unit]:
         if missing:
             units.append(Unit(name, "ablate", "-", "frontier points", None, None, load_options, missing=missing))
             continue
+        points = model_root(frontier, name) / "points"
+        left = [stem for stem in planned if not (points / f"{stem}.json").is_file()]
         if {"collect", "ablate"} & set(run.stages):
-            points = model_root(frontier, name) / "points"
-            left = [stem for stem in planned if not (points / f"{stem}.json").is_file()]
-            for task in spec.tasks:
-                counted = WorkUnit(name, "ablate", task, 0, None, None, None, 0, len(planned), spec.batch_size, None)
-                work = (frontier, task, left)
-                units.append(
-                    Unit(name, "ablate", task, "frontier points", len(left), len(planned), load_options, work, counted)
-                )
-        if "time" in run.stages:
-            left, finished, seconds = retime_left(frontier, name)
-            estimate = None if seconds is None else left * seconds
-            counted = WorkUnit(
-                name, "time", "finished points", finished, None, None, None, left, finished, 1, None, seconds=estimate
+            counted = tuple(
+                WorkUnit(name, "ablate", task, 0, None, None, None, 0, len(planned), spec.batch_size, None)
+                for task in spec.tasks
             )
-            units.append(Unit(name, "time", "finished points", "timings", left, finished, None, counted=counted))
+            work = (frontier, left, "ablate" not in run.stages)
+            what = ", ".join(spec.tasks)
+            units.append(
+                Unit(name, "ablate", what, "frontier points", len(left), len(planned), load_options, work, counted)
+            )
+        if "time" in run.stages:
+            units.append(time_unit(frontier, name, len(left) if "ablate" in run.stages else 0))
     return units
 
 
-def measure(unit: Unit, model, tokenizer, probe: int, rng) -> WorkUnit:
-    """A task's evaluation timed through the unpruned model; every point left costs one evaluation."""
+def time_unit(frontier: Frontier, name: str, ablated: int) -> Unit:
+    """The time stage of one model: the finished points, and the ``ablated`` points this run's ablate
+    stage finishes before it. Its ``left`` is never 0, as the stage always runs: with none left, its
+    run ends the round, or says why there is nothing to time."""
+    left, finished, seconds = retime_left(frontier, name)
+    left, finished = left + ablated, finished + ablated
+    estimate = None if seconds is None else left * seconds
+    counted = WorkUnit(
+        name, "time", "finished points", finished, None, None, None, left, finished, 1, None, seconds=estimate
+    )
+    work = (frontier, [], False)
+    return Unit(name, "time", "finished points", "timings", left or None, finished, None, work, counted=counted)
+
+
+def measure(unit: Unit, model, tokenizer, probe: int, rng) -> list[WorkUnit]:
+    """Each task's evaluation timed through the unpruned model, one row per task; every point left
+    costs one evaluation of every task."""
     from headstats.io.tasks import load_task
 
-    frontier, task, left = unit.work
+    frontier, left, _ = unit.work
     spec = frontier.prune
     points = model_root(frontier, unit.model) / "points"
-    selected = load_task(task, **task_options(spec))
-    saved = sum(store.partial_sequences(store.partial_file(points, f"{stem}-{task}.parquet")) for stem in left)
-    measured = measure_task(model, tokenizer, selected, spec.batch_size, probe, rng)
-    return replace(measured, passes_left=len(left), passes_total=unit.total or 0, saved=saved)
+    rows = []
+    for task in spec.tasks:
+        selected = load_task(task, **task_options(spec))
+        saved = sum(store.partial_sequences(store.partial_file(points, f"{stem}-{task}.parquet")) for stem in left)
+        measured = measure_task(model, tokenizer, selected, spec.batch_size, probe, rng)
+        rows.append(replace(measured, what=task, passes_left=len(left), passes_total=unit.total or 0, saved=saved))
+    return rows
 
 
-def run(study: Study, run: RunSpec, *, resources=None, progress: bool = True) -> None:
-    frontier = with_run(study.spec, run, progress=progress)
-    models = chosen_models(frontier, run)
-    if {"collect", "ablate"} & set(run.stages):
-        seconds = run_frontier(frontier, models, calibrate_only="ablate" not in run.stages)
-        logger.info("%s: frontier run took %.1f min", frontier.results, seconds / 60)
-    if "time" in run.stages:
-        for name in models:
-            logger.info("%s: every finished point timed again", retime_model(frontier, name))
-    return None
+def run(unit: Unit, session: Session) -> None:
+    """A model's points (after its calibration means; only those with ``--stages collect``), or its
+    finished points timed again."""
+    planned, _, calibrate_only = unit.work
+    frontier = with_run(planned, session.run, progress=session.progress)
+    if unit.stage == "time":
+        logger.info("%s: every finished point timed again", retime_model(frontier, unit.model))
+        return
+    seconds = run_frontier(frontier, [unit.model], calibrate_only=calibrate_only)
+    logger.info("%s: frontier run of %s took %.1f min", frontier.results, unit.model, seconds / 60)
 
 
 def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:

@@ -1,19 +1,22 @@
-"""The registry of study kinds: what a study file is, and the four things each kind does with one.
+"""The registry of study kinds: what a study file is, and the five things each kind does with one.
 
 A study file (``analyses/*.toml``) names its kind by the one table that only that kind has
 (``[compare]``, ``[confirm]``, ``[prune]``); a file with none of them is an analysis. Each kind
 registers one :class:`StudyKind`: ``load(path) -> Study`` (every key checked before any work),
 ``plan(study, run) -> list[Unit]`` (what the run computes, from the one planner of that work),
 ``measure(unit, model, tokenizer, probe)`` (a unit timed on a few of its own sequences, for the dry
-run), ``run(study, run)`` (its units, resuming what is done) and ``report(study, run)`` (rebuilt from
-the results alone). ``headstats run FILE`` looks the kind up once (:func:`kind_of`) and every
-command after that is the same for every kind (:mod:`headstats.studies.runner`).
+run), ``run(unit, session)`` (one unit, resuming what of it is done) and ``report(study, run)``
+(rebuilt from the results alone). ``headstats run FILE`` looks the kind up once (:func:`kind_of`)
+and every command after that is the same for every kind (:mod:`headstats.studies.runner`: one loop
+over the planned units).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -23,6 +26,7 @@ from headstats.jobs.dryrun import WorkUnit
 from headstats.specs import LoadOptions, RunSpec
 
 T = TypeVar("T")
+logger = logging.getLogger("headstats")
 
 
 class Registry(Generic[T]):
@@ -78,10 +82,12 @@ class Unit:
     ``computes`` names what is counted: "sequences" (a collection: one pass over a dataset's texts),
     "sweep passes" (a zeroing sweep: the baseline and each point that zeroes a head), "frontier
     points" (a pruned model evaluated per point), "timings" (finished points timed again). ``left``
-    and ``total`` count them; ``left`` is None when only the loaded model can tell (a collection's
-    texts are token sequences). ``counted`` is the dry run's row from the counts alone (``None``
-    when the model must be loaded to count); ``load`` is how its model loads, None when the unit
-    needs none. ``work`` is the planner's own object, which the kind's ``measure`` reads."""
+    and ``total`` count them; ``left`` is None when only the loaded model or the run can tell (a
+    collection's texts are token sequences; a frontier's time stage always runs: it ends its round,
+    or says why there is nothing to time). ``counted`` is the dry run's row from the counts alone,
+    or its rows when the unit spans several tasks (``None`` when the model must be loaded to count);
+    ``load`` is how its model loads, None when the dry run needs none. ``work`` is the planner's own
+    object, which the kind's ``measure`` and ``run`` read: a unit carries all its run needs."""
 
     model: str
     stage: str  # one of the --stages names: collect, ablate, time
@@ -91,10 +97,10 @@ class Unit:
     total: int | None
     load: LoadOptions | None
     work: Any = None
-    counted: WorkUnit | None = None
+    counted: WorkUnit | tuple[WorkUnit, ...] | None = None
     label: str = ""  # leads the unit's log lines (a confirmation's path)
     absent: bool = False  # its model folder is not written yet (a fine-tuning chain still training)
-    refused: str | None = None  # why a run on this machine leaves it for another
+    refused: str | None = None  # why a run on this machine leaves it for another (not run; named after the report)
     missing: str | None = None  # why its model cannot be found on this machine (a real run stops there)
     loads: str | None = None  # the name or folder its model loads from, when ``model`` names it otherwise
     bf16_said: bool = False  # its study has said what bf16 costs on this CPU (no warning when it loads)
@@ -103,8 +109,49 @@ class Unit:
     def done(self) -> bool:
         return self.left == 0
 
+    def describe(self) -> str:
+        """The unit in a log line: "collect smollm2-135m / wikipedia, 128 sequences left"."""
+        left = "" if self.left is None else f", {self.left} {self.computes} left"
+        return f"{self.label}{self.stage} {self.model} / {self.what}{left}"
 
-Measure = Callable[[Unit, Any, Any, int, Any], WorkUnit]
+
+Measure = Callable[[Unit, Any, Any, int, Any], "WorkUnit | list[WorkUnit]"]
+
+
+class Session:
+    """What a kind's ``run`` gets beside its unit: the run's options, whether to show progress
+    bars, and the model of the unit before, kept loaded while the next unit loads the same one
+    (a model's collections and sweeps share one load)."""
+
+    def __init__(self, run: RunSpec, *, progress: bool = True) -> None:
+        self.run = run
+        self.progress = progress
+        self._loaded: tuple[tuple, Any, Any] | None = None
+
+    def model(self, unit: Unit, name: str | None = None, load: LoadOptions | None = None) -> tuple[Any, Any]:
+        """(model, tokenizer) of ``unit``: ``name`` (default: the unit's) loaded with ``load`` (default:
+        the unit's), reused when the unit before loaded the same."""
+        from headstats.io.models import bf16_cost_said, load_model
+
+        name = name or unit.loads or unit.model
+        load = load or unit.load or LoadOptions()
+        key = (name, load, unit.model)
+        if self._loaded is None or self._loaded[0] != key:
+            self._loaded = None  # the previous model goes before the next loads
+            logger.info("%s[%s] loading", unit.label, unit.model)
+            with bf16_cost_said() if unit.bf16_said else nullcontext():
+                model, tokenizer = load_model(name, **load.kwargs())
+            self._loaded = (key, model, tokenizer)
+        return self._loaded[1], self._loaded[2]
+
+    def close(self) -> None:
+        """Let the loaded model go (its memory freed with the last reference)."""
+        self._loaded = None
+
+
+def units_left(lines: list[str]) -> BaseException:
+    """The error naming the units a run left for another machine, one line each."""
+    return RuntimeError(f"{len(lines)} unit(s) not run on this machine, every other one ran:\n" + "\n".join(lines))
 
 
 @dataclass(frozen=True)
@@ -118,14 +165,18 @@ class StudyKind:
     load: Callable[[Path], Study]
     plan: Callable[[Study, RunSpec], list[Unit]]
     measure: Measure
-    # run(study, run, *, resources, progress): the stages before the report, resuming what is done;
-    # returns the error naming work left for another machine (raised once the report is written), or None
-    run: Callable[..., BaseException | None]
+    # run(unit, session): one planned unit, resuming what of it is done; returns why it left the unit
+    # for another machine when running finds that it must (named after the report), else None
+    run: Callable[[Unit, Session], str | None]
     report: Callable[..., Path]  # report(study, run, *, progress): rebuilt from the results alone
     note: str = ""  # what the dry run's counts mean for this kind
     # check(study, run, grid): refuses what the kind would ignore; grid names a launcher flag given, or None
     check: Callable[[Study, RunSpec, str | None], None] = field(default=lambda study, run, grid: None)
-    grid: bool = False  # whether its units may run as launcher jobs (--launcher)
+    grid: bool = False  # whether its units may run as launcher jobs (--launcher), one job per model
+    # begin(study, run): before the first unit runs, what spans every unit (a results folder made
+    # writable, a confirmation's registration recorded)
+    begin: Callable[[Study, RunSpec], None] = field(default=lambda study, run: None)
+    left: Callable[[list[str]], BaseException] = units_left  # the error naming the units left, one line each
     takes: tuple[str, ...] = ()  # the RunSpec options only some kinds take (KIND_OPTIONS) that this one does
     example: str = ""  # a committed file of this kind
 
@@ -224,6 +275,7 @@ def check_stages(kind: StudyKind, study: Study, run: RunSpec) -> RunSpec:
 __all__ = [
     "STUDY_KINDS",
     "Registry",
+    "Session",
     "Study",
     "StudyKind",
     "Unit",
@@ -233,4 +285,5 @@ __all__ = [
     "load_study",
     "not_found_here",
     "register_kind",
+    "units_left",
 ]

@@ -1,9 +1,12 @@
 """``headstats run FILE``: the file's kind looked up once, then the same steps for every kind.
 
 Load (every key checked), check the run against the kind (its own refusals, a launcher, its
-stages), then either the dry run (:func:`headstats.studies.dryrun.dry_run_units` over the kind's
-planned units) or the kind's stages, resuming finished work, and the report last, rebuilt from the
-results alone. Work a run here leaves for another machine is named after the report is written.
+stages), plan the units, then either the dry run (:func:`headstats.studies.dryrun.dry_run_units`)
+or one loop over them (:func:`run_units`): a unit with nothing left is skipped, one a run here
+leaves for another machine is named, and the kind runs each other one, resuming what of it is
+done; the report comes last, rebuilt from the results alone. Units left for another machine are
+named once the report is written. With a launcher, each model's units run as one grid job
+(:func:`run_model_units`).
 """
 
 from __future__ import annotations
@@ -11,11 +14,12 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from headstats.jobs.dryrun import DryRun
 from headstats.specs import CompareSpec, Resources, RunSpec
-from headstats.studies.registry import STUDY_KINDS, Study, checked_run, kind_of
+from headstats.studies.registry import STUDY_KINDS, Session, Study, StudyKind, Unit, checked_run, kind_of
 
 logger = logging.getLogger("headstats")
 
@@ -43,15 +47,96 @@ def run_loaded(
 
     kind = STUDY_KINDS.get(study.kind)
     run = checked_run(kind, study, run, grid)
+    units = kind.plan(study, run)
     if run.dry_run:
-        return dry_run_units(kind, kind.plan(study, run), probe_sequences=probe_sequences)
+        return dry_run_units(kind, units, probe_sequences=probe_sequences)
     started = time.monotonic()
-    left = kind.run(study, run, resources=resources, progress=progress)
+    if kind.grid and resources is not None and resources.launcher is not None:
+        left = run_grid_jobs(kind, study, run, units, resources, progress=progress)
+    else:
+        left = run_units(kind, study, run, units, progress=progress)
     index = kind.report(study, run, progress=progress) if "report" in run.stages else None
     logger.info("done in %.0f s", time.monotonic() - started)
-    if left is not None:
-        raise left
+    if left:
+        raise kind.left(left)
     return index
+
+
+def stop_if_missing(unit: Unit) -> None:
+    """Stop the run at a unit whose model cannot be found here, with the error its load would raise."""
+    from headstats.io.models import ModelNotFoundError
+    from headstats.studies.registry import not_found_here
+
+    why = unit.missing or (not_found_here(unit.loads or unit.model) if unit.absent else None)
+    if why:
+        raise ModelNotFoundError(why)
+
+
+def run_units(kind: StudyKind, study: Study, run: RunSpec, units: list[Unit], *, progress: bool = True) -> list[str]:
+    """Run ``units`` (planned by ``kind`` for ``run``) one after another: those with nothing left
+    are skipped, those refused here are named and left, the kind runs each other one. Returns the
+    lines naming the units left for another machine."""
+    left = list(dict.fromkeys(f"{u.label}{u.model}: {u.refused}" for u in units if u.refused is not None))
+    for line in left:
+        logger.warning("left for another machine: %s", line)
+    if units:
+        kind.begin(study, run)
+    session = Session(run, progress=progress)
+    try:
+        for step, unit in enumerate(units, 1):
+            if unit.refused is not None:
+                continue
+            stop_if_missing(unit)
+            if unit.done:
+                logger.info("unit %d of %d: %s: done", step, len(units), unit.describe())
+                continue
+            logger.info("unit %d of %d: %s", step, len(units), unit.describe())
+            why = kind.run(unit, session)
+            if why is not None:
+                logger.error("%s%s left for another machine: %s", unit.label, unit.model, why)
+                left.append(f"{unit.label}{unit.model}: {why}")
+    finally:
+        session.close()
+    return left
+
+
+def run_model_units(study: str, model: str, run: RunSpec, progress: bool = False) -> list[str]:
+    """One grid job: the units of ``model`` of the study file at ``study``, as :func:`run_units` runs
+    them; returns the lines naming the units left for another machine."""
+    kind = kind_of(study)
+    loaded = kind.load(Path(study))
+    run = replace(run, only_models=(model,))
+    return run_units(kind, loaded, run, kind.plan(loaded, run), progress=progress)
+
+
+def run_grid_jobs(
+    kind: StudyKind, study: Study, run: RunSpec, units: list[Unit], resources: Resources, *, progress: bool = True
+) -> list[str]:
+    """Each model with units left as one grid job (:func:`run_model_units`) under ``resources``' launcher
+    (:mod:`headstats.jobs.grid`); the job writes only its model's folder of the results."""
+    from headstats.io import store
+    from headstats.io.models import model_slug
+    from headstats.jobs.grid import FunctionJob, run_grid
+
+    for unit in units:
+        stop_if_missing(unit)
+    models = list(dict.fromkeys(u.model for u in units if not u.done and u.refused is None))
+    if not models:
+        return []
+    kind.begin(study, run)
+    jobs = [
+        FunctionJob(
+            f"{study.spec.name} {name}",
+            run_model_units,
+            {"study": str(study.path), "model": name, "run": run, "progress": False},
+            output_paths=(str(store.partition_dir(study.results, model=model_slug(name))),),
+        )
+        for name in models
+    ]
+    if resources.folder is None:
+        resources = replace(resources, folder=str(study.results / "_grid"))
+    logger.info(run_grid(jobs, resources, progress=progress).summary())
+    return []
 
 
 def run_study(
@@ -93,4 +178,4 @@ def compare(
     return write_comparison(result, Path(out), analysis=None if analysis is None else os.fspath(analysis), title=title)
 
 
-__all__ = ["compare", "plan_study", "run_loaded", "run_study"]
+__all__ = ["compare", "plan_study", "run_loaded", "run_model_units", "run_study", "run_units"]

@@ -275,9 +275,9 @@ def chain_recipe(study: SeedStudy) -> tuple[Recipe, str]:
     return recipe, base
 
 
-def train_seed(study: SeedStudy, seed: int, log=None) -> None:
+def train_seed(study: SeedStudy, seed: int, log=None, *, up_to: str | None = None) -> None:
     """Build (or finish) ``seed``'s chain with the design's recipe (:func:`headstats.jobs.finetune.finetune`),
-    its stages up to the design's last stage end."""
+    its stages up to ``up_to`` (default: the design's last stage end)."""
     from headstats.jobs.finetune import finetune
     from headstats.jobs.finetune.layout import chain_dir
 
@@ -285,7 +285,8 @@ def train_seed(study: SeedStudy, seed: int, log=None) -> None:
     recipe = Recipe.from_kwargs({"seed": seed}, base=recipe)
     if chain_dir(base, study.chains, recipe) != study.chain(seed):
         raise ValueError(f"{study.path}: seed {seed}'s chain would be built in {chain_dir(base, study.chains, recipe)}")
-    stages = STAGES[: max(STAGES.index(s) for s, _ in study.stage_ends) + 1]  # up to the last stage end
+    last = STAGES.index(up_to) if up_to else max(STAGES.index(s) for s, _ in study.stage_ends)
+    stages = STAGES[: last + 1]
     started = time.monotonic()
     finetune(base=base, seed=seed, out=str(study.chains), stages=tuple(stages), recipe=recipe, log=log)
     logger.info("[seed-%d] chain trained (%.0f min)", seed, (time.monotonic() - started) / 60)
@@ -302,32 +303,19 @@ def copy_chain_records(study: SeedStudy, seed: int, results: Path) -> None:
             store.write_json_atomic(record, folder / name)
 
 
-def collect_seed(study: SeedStudy, seed: int, results: Path, load_options: dict, *, progress: bool = True) -> None:
-    """Score each finished checkpoint of ``seed`` on the study's datasets into ``RESULTS/seed-N/``
-    (resuming: a collection adds only the texts its table lacks); a checkpoint still training is named
-    and skipped."""
-    from headstats.io.models import load_model
+def collect_checkpoint(
+    study: SeedStudy, checkpoint: Checkpoint, dataset: str, results: Path, model, tokenizer, *, progress: bool = True
+) -> None:
+    """Score ``dataset`` with ``checkpoint`` (loaded: ``model``, ``tokenizer``) into ``RESULTS/seed-N/``,
+    resuming: the collection adds only the texts its table lacks."""
     from headstats.jobs.collect import collect_scores
 
-    out = study.seed_results(seed, results)
+    out = store.ensure_writable(study.seed_results(checkpoint.seed, results))
     collect = CollectSpec.from_kwargs({"progress": progress}, base=study.collect)
-    samples: dict = {}
-    for checkpoint in study.checkpoints(seed):
-        if not checkpoint.finished:
-            logger.info("[seed-%d] %s is not finished: skipped (rerun when it is)", seed, checkpoint.label)
-            continue
-        left = [d for d in study.datasets if texts_left(study, checkpoint, d, results, samples)[0]]
-        if not left:
-            continue
-        logger.info("[seed-%d] scoring %s", seed, checkpoint.label)
-        model, tokenizer = load_model(str(checkpoint.path), **load_options)
-        for dataset in left:
-            result = collect_scores(model, tokenizer, dataset, store.ensure_writable(out), spec=collect)
-            logger.info(
-                "[seed-%d] %s %s: %d texts (%d new)", seed, checkpoint.label, dataset, result.n_samples, result.n_new
-            )
-        del model
-    copy_chain_records(study, seed, results)
+    result = collect_scores(model, tokenizer, dataset, out, spec=collect)
+    logger.info(
+        "[seed-%d] %s %s: %d texts (%d new)", checkpoint.seed, checkpoint.label, dataset, result.n_samples, result.n_new
+    )
 
 
 def texts_left(
@@ -399,7 +387,7 @@ __all__ = [
     "SeedStudy",
     "chain_metrics",
     "chain_recipe",
-    "collect_seed",
+    "collect_checkpoint",
     "copy_chain_records",
     "load_seed_study",
     "registration",
