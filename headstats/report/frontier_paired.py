@@ -141,10 +141,22 @@ def _abstract(speed: pd.DataFrame, points: pd.DataFrame, certified: pd.DataFrame
                 "none: the machine's drift is in these numbers (see the speed at each setting)."
             )
     measured = speed[speed["score"] != "none"]
+    rules = []
     for (model, score), group in measured.groupby(["model", "score"]):
         top = group[group["share"] == group["share"].max()]
         cells = "; ".join(f"{r.setting}: {_times(r)}" for r in top.itertuples())
-        parts.append(f"{model} with {top['share'].iloc[0]:.0%} of its heads removed by {score}: {cells}.")
+        rule, _, unit = score.partition("/")
+        how = "as whole KV groups " if unit == "kv-group" else ""
+        share = top["share"].iloc[0]
+        at = points[(points["model"] == model) & (points["score"] == score) & (points["share"] == share)]
+        cost = "".join(
+            f"; {r.task} accuracy drops {100 * r.drop:.1f} points (at most {100 * r.upper:.1f})"
+            for r in at.itertuples()
+        )
+        sentence = f"{model} with {share:.0%} of its heads removed {how}by {rule}: {cells}{cost}."
+        rules.append((model, -float(top["speedup"].prod()), sentence))  # ranks as the geometric mean
+    # Per model, the rule that paid most at its largest share first: the abstract keeps the leading sentences.
+    parts.extend(sentence for _, _, sentence in sorted(rules))
     return fit_sentences(parts)  # the leading parts within the abstract's words; the body has every number
 
 
