@@ -127,6 +127,9 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=20.0, help="timing seconds per setting at most")
     parser.add_argument("--budget-seconds", type=float, default=float("inf"), help="start no setting after this")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--clock", default="wall", choices=["wall", "cpu"], help="cpu: the process's CPU seconds (a shared CPU)"
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
 
@@ -157,7 +160,7 @@ def main() -> None:
                 print(f"budget of {args.budget_seconds:.0f} s spent: stopping before {name} {setting.name}")
                 break
             ids = random_prompts(model, setting, args.seed)
-            runs = {k: phase_timer(m, setting, ids) for k, m in models.items()}
+            runs = {k: phase_timer(m, setting, ids, args.clock) for k, m in models.items()}
             result = paired_rounds(
                 runs, "unpruned", target=args.target, min_rounds=args.min_rounds, max_seconds=args.max_seconds
             )
@@ -169,6 +172,7 @@ def main() -> None:
                 context=setting.context,
                 new_tokens=setting.new_tokens,
                 dtype=args.dtype,
+                clock=args.clock,
                 **info,
             ):
                 unit = row["candidate"]
