@@ -3,7 +3,7 @@ generated from the option declarations, and the README stays the short way in.
 
 Every ```python block of a page runs, the page's blocks in order in one fresh process and an empty
 folder (a page is one script, as a reader would paste it). A block not meant to run says so in its info
-string (```python notest); such blocks are few. A page that loads an embedded model is an integration test.
+string (```{.python .notest}); such blocks are few. A page that loads an embedded model is an integration test.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
 EMBEDDED = re.compile(r"smollm2-135m|gemma3-270m")
 CITATION = re.compile(r"docs/((?:[\w-]+/)*[\w-]+\.md)(?:#([\w-]+))?")
 MOST_NOTEST = 5  # blocks that may be shown without running (a model folder the page cannot make, ...)
+
+
+NOTEST = "{.python .notest}"  # a fence the site's Markdown renders as Python, which the docs tests do not run
 
 
 def blocks(page: Path) -> list[tuple[str, str]]:
@@ -52,8 +55,9 @@ def _page_params() -> list:
 
 def test_every_python_block_runs_or_says_it_does_not() -> None:
     infos = {info for page in PAGES for info, _ in blocks(page) if info.startswith("python")}
-    assert infos <= {"python", "python notest"}, f"unknown info strings: {infos - {'python', 'python notest'}}"
-    notest = [_name(p) for p in PAGES for info, _ in blocks(p) if info == "python notest"]
+    known = {"python", NOTEST}
+    assert infos <= known, f"unknown info strings: {infos - known}"
+    notest = [_name(p) for p in PAGES for info, _ in blocks(p) if info == NOTEST]
     assert len(notest) <= MOST_NOTEST, f"{len(notest)} python blocks do not run: {notest}"
     assert sum(len(python_blocks(p)) for p in PAGES) >= 10  # the examples are there, and they run
 
@@ -156,6 +160,9 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert (tmp_path / "site" / "statistics" / "index.html").read_text().count('id="certified"') == 1
     assert "--calibration-limit" in (tmp_path / "site" / "cli" / "index.html").read_text()
     assert (tmp_path / "site" / "reports" / "confirm" / "index.html").exists()  # the findings' links resolve
+    # A fence the Markdown did not take for one prints the rest of its page as text.
+    unrendered = [p for p in (tmp_path / "site").rglob("index.html") if "<p>```" in p.read_text()]
+    assert not unrendered, f"fences printed as text in {unrendered}"
     # Every docs page the package, the tests and the README cite exists, with the anchor cited.
     sources = [ROOT / "README.md", *(ROOT / "headstats").rglob("*.py"), *(ROOT / "tests").glob("*.py")]
     cited = {m for f in sources for m in CITATION.findall(f.read_text())}
