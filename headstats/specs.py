@@ -9,6 +9,7 @@ whichever way a job is started. To add an option, add one field here and read it
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
@@ -215,6 +216,17 @@ class Sampling(Spec):
         choices=_sample_methods,
         noun="sample method",
     )
+
+    def select(self, strata: Sequence[Hashable | None], seed: int) -> list[int]:
+        """Positions (in source order) of the documents or questions this sampling takes from those
+        available, given each one's stratum (its subject; None where there are none) and the run's
+        :class:`Seed`. The one place these options act: every planner (collection, sweep, prune,
+        frontier, and so the dry run) hands its ``narrow(spec, Sampling)`` to the source or task that
+        selects (:meth:`headstats.io.tasks.CollectionSource.select`, :func:`headstats.io.tasks.load_task`),
+        so a new option of this group is its field and its use here."""
+        from headstats.io.tasks import select_sample
+
+        return select_sample(strata, self.limit, sample=self.sample, seed=seed)
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
@@ -40,8 +41,11 @@ from headstats.io import store
 from headstats.io.assets import portable_name
 from headstats.io.store import write_json_atomic
 from headstats.options import narrow
-from headstats.specs import DEFAULT_PRUNE_SHARES, UNITS, FrontierSpec, LoadOptions, PruneSpec
+from headstats.specs import DEFAULT_PRUNE_SHARES, UNITS, FrontierSpec, LoadOptions, PruneSpec, Sampling
 from headstats.stats.paired import drop_bound
+
+if TYPE_CHECKING:
+    from headstats.io.tasks import TaskSlice
 
 logger = logging.getLogger("headstats")
 
@@ -201,31 +205,33 @@ class Certification:
         return max(certified) if certified else None
 
 
+def task_options(spec: PruneSpec | FrontierSpec) -> dict:
+    """How a prune's certification and a frontier draw a task's questions: the keyword arguments of
+    :func:`headstats.io.tasks.load_task`, the spec's :class:`~headstats.specs.Sampling` (which selects
+    them) among them."""
+    return {"sampling": narrow(spec, Sampling), "seed": spec.seed, "data_dir": spec.data_dir}
+
+
 def certify(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     means: pd.DataFrame,
     score: str,
     shares: Sequence[float],
-    task: str,
+    questions: TaskSlice,
     *,
-    limit: int | None = None,
-    seed: int = 0,
     max_drop: float = 1.0,
     batch_size: int = 8,
     progress: bool = False,
-    sample: str = "random",
-    data_dir: str | None = None,
     unit: str = "head",
 ) -> Certification:
-    """Fixed-sequence certification of ``shares`` (increasing) on ``task``, each removing the heads
-    :func:`select_heads` picks by ``unit``: see the module docstring."""
-    from headstats.io.tasks import load_task
+    """Fixed-sequence certification of ``shares`` (increasing) on a task's selected ``questions``
+    (:func:`headstats.io.tasks.load_task`), each removing the heads :func:`select_heads` picks by
+    ``unit``: see the module docstring."""
     from headstats.jobs.evaluate import evaluate
 
-    questions = load_task(task, limit=limit, sample=sample, seed=seed, data_dir=data_dir)
     base = evaluate(model, tokenizer, questions, batch_size=batch_size, progress=progress, share_prefix=False)
-    result = Certification(task, len(base), float(base["correct"].mean()), max_drop)
+    result = Certification(questions.name, len(base), float(base["correct"].mean()), max_drop)
     for share in sorted(set(shares)):
         heads = select_heads(means, score, share, unit=unit, group_size=kv_group_size(model))
         clone = pruned_copy(model, heads)
@@ -474,6 +480,7 @@ def run_prune(spec: PruneSpec) -> dict:
     largest share certified on the ``certify`` task) and write the pruned model to ``out``.
     Returns the ``pruning.json`` record."""
     from headstats.io.models import load_model, model_identity
+    from headstats.io.tasks import load_task
 
     name, score = spec.names[0], spec.scores[0]  # type: ignore[index]
     check_model_folder(spec.out)
@@ -489,14 +496,10 @@ def run_prune(spec: PruneSpec) -> dict:
             means,
             score,
             spec.shares or DEFAULT_PRUNE_SHARES,
-            spec.certify,
-            limit=spec.limit,
-            seed=spec.seed,
+            load_task(spec.certify, **task_options(spec)),
             max_drop=spec.max_drop,
             batch_size=spec.batch_size,
             progress=spec.progress,
-            sample=spec.sample,
-            data_dir=spec.data_dir,
             unit=spec.unit,
         )
         share = certification.certified_share

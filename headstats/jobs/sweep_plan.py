@@ -32,8 +32,8 @@ from transformers import PreTrainedModel
 from headstats.engine import scores as S
 from headstats.io import store
 from headstats.jobs.resume import changed_entries, check_key, settings_key
-from headstats.options import check_device, split_kwargs
-from headstats.specs import LoadOptions, SweepSpec
+from headstats.options import check_device, narrow, split_kwargs
+from headstats.specs import LoadOptions, Sampling, SweepSpec
 from headstats.stats.summary import BASELINE
 from headstats.stats.thresholds import pooled_scores, thresholds_for_fractions
 
@@ -217,10 +217,9 @@ def load_sweep_task(task: str, spec: SweepSpec):
     loaded = load_task(
         task,
         subjects=subjects,
-        limit=spec.limit,
         limit_per_subject=spec.limit_per_subject,
         data_dir=spec.data_dir,
-        sample=spec.sample,
+        sampling=narrow(spec, Sampling),
         seed=spec.seed,
         exclude_limit=spec.exclude_limit,
         exclude_seed=spec.exclude_seed,
