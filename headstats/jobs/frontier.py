@@ -222,6 +222,7 @@ def _evaluate_all(
             tokenizer,
             q,
             batch_size=spec.batch_size,
+            prompt_format=spec.prompt_format,
             progress=spec.progress,
             share_prefix=False,
             checkpoint=checkpoint,
