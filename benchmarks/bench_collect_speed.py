@@ -101,12 +101,12 @@ def parts(args: argparse.Namespace) -> None:
     from headstats.engine import attention, probe, scoring
     from headstats.engine import scores as S
     from headstats.io.models import load_model
-    from headstats.io.tasks import collection_source
+    from headstats.io.tasks import Sample, collection_source
 
     model, tokenizer = load_model(args.model, device="cpu")
     source = collection_source(args.dataset)
     keys = list(source.keys()) if hasattr(source, "task") else None
-    wanted = set(source.select(args.limit, sample="random", seed=48, keys=keys))
+    wanted = set(source.select(Sample(args.limit, "random"), seed=48, keys=keys))
     sequences = sorted(
         source.iter_sequences(tokenizer, prompt_format="chat", max_length=1024, model_name="x", ids=wanted),
         key=lambda item: len(item[1]),

@@ -4,18 +4,26 @@ A job's options are one frozen dataclass (:class:`CollectSpec`, :class:`SweepSpe
 :class:`ReportSpec`, :class:`Resources`, ...) of fields declared with
 :func:`headstats.options.option`; Python keywords, analysis-file keys, command-line flags and every
 check derive from it (:mod:`headstats.options`). So every check runs before any model loads,
-whichever way a job is started. To add an option, add one field here and read it where it is used.
+whichever way a job is started. To add an option, add one field to its group here and use it in the
+one function that applies the group (``Sampling.select``, ``Calibration.sequences``, ...;
+docs/developing.md#adding-an-option).
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from headstats.engine import scores as S
 from headstats.names import canonical_name, check_name
 from headstats.options import Spec, SpecError, check_device, compose, option
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from headstats.io.tasks import CollectionSource
 
 LAUNCHERS: tuple[str, ...] = ("local", "slurm", "debug")
 METRICS: tuple[str, ...] = ("correct", "correct_norm")
@@ -216,6 +224,17 @@ class Sampling(Spec):
         noun="sample method",
     )
 
+    def select(self, strata: Sequence[Hashable | None], seed: int) -> list[int]:
+        """Positions (in source order) of the documents or questions this sampling takes from those
+        available, given each one's stratum (its subject; None where there are none) and the run's
+        :class:`Seed`. The one place these options act: every planner (collection, sweep, prune,
+        frontier, and so the dry run) hands its ``narrow(spec, Sampling)`` to the source or task that
+        selects (:meth:`headstats.io.tasks.CollectionSource.select`, :func:`headstats.io.tasks.load_task`),
+        so a new option of this group is its field and its use here."""
+        from headstats.io.tasks import select_sample
+
+        return select_sample(strata, self.limit, sample=self.sample, seed=seed)
+
 
 @dataclass(frozen=True)
 class Prompting(Spec):
@@ -260,6 +279,41 @@ class Calibration(Spec):
         each=_calibration_source,
     )
     calibration_limit: int = option(DEFAULT_CALIBRATION_LIMIT, "sequences of a calibration dataset", minimum=1)
+
+    def source(self, data_dir: str | None = None) -> CollectionSource:
+        """The collection dataset ``calibration`` names (an unknown name or a bad file fails here)."""
+        from headstats.io.tasks import collection_source
+
+        return collection_source(self.calibration, data_dir=data_dir)
+
+    def sequences(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        prompt_format: str,
+        model_name: str,
+        data_dir: str | None = None,
+        sample: str = "first",
+        seed: int = 0,
+        max_length: int | None = None,
+    ) -> tuple[CollectionSource, list[tuple[int, list[int]]]]:
+        """The calibration dataset and the (sample id, token ids) of the ``calibration_limit`` sequences of
+        it a job scores, taken as the job takes them (``sample``: a sweep the first, prune and the
+        frontier a seeded random sample) and cut to its ``max_length``. The one place these options act
+        on a dataset: the sweep (:func:`headstats.jobs.sweep_plan.plan_calibration` and its run) and
+        prune and the frontier (:func:`headstats.jobs.prune.spec_calibration`) hand it their
+        ``narrow(spec, Calibration)``."""
+        source = self.source(data_dir)
+        pairs = source.iter_sequences(
+            tokenizer,
+            prompt_format=prompt_format,
+            limit=self.calibration_limit,
+            max_length=max_length,
+            model_name=model_name,
+            sample=sample,
+            seed=seed,
+        )
+        return source, list(pairs)
 
 
 @dataclass(frozen=True)

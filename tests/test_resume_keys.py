@@ -247,9 +247,9 @@ def test_every_collect_option_changes_the_plan_or_is_declared_runtime(tmp_path: 
 
 def test_every_sweep_option_changes_the_plan_or_is_declared_runtime(corpus: Path, tmp_path: Path, bos_tokenizer):
     """The plan of a sweep (its point files, attention kernel, questions, the token sequences the model
-    reads, its calibration, the random draws' seed) changes with every option, except those declared
-    ``runtime``. MMLU, so that every option (subjects too) applies; a tokenizer that adds BOS, so that
-    the prompt formats differ."""
+    reads, its calibration and the sequences a calibration dataset gives it, the random draws' seed)
+    changes with every option, except those declared ``runtime``. MMLU, so that every option (subjects
+    too) applies; a tokenizer that adds BOS, so that the prompt formats differ."""
     from headstats.io.tasks.base import question_fingerprint
     from headstats.jobs.evaluate import model_sequences
 
@@ -281,6 +281,9 @@ def test_every_sweep_option_changes_the_plan_or_is_declared_runtime(corpus: Path
             tuple(question_fingerprint(q) for q in questions),
             tuple(tuple(s.input_ids) for s in sequences),
             (swept.calibration_plan.source, swept.calibration_plan.limit),
+            tuple(map(tuple, swept.calibration_sequences(tokenizer, spec.prompt_format)))
+            if swept.calibration_plan.limit is not None
+            else None,
             spec.seed if any(s == "random" for s in swept.scores) else None,  # the random score's draws
         )
 

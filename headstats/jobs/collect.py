@@ -31,7 +31,8 @@ from headstats.io import store
 from headstats.io.assets import portable_name
 from headstats.io.models import model_from_table, model_identity, model_location, model_slug, trainer_step
 from headstats.jobs.resume import check_key, jsonable, recorded_key, settings_key
-from headstats.specs import CollectSpec
+from headstats.options import narrow
+from headstats.specs import CollectSpec, Sampling
 
 log = logging.getLogger("headstats")
 
@@ -120,8 +121,8 @@ class Collection:
     ids: tuple[str, ...]
     model_name: str
     max_length: int | None
-    keys: list | None  # the source's (sample id, subject, question id) keys where they are needed
-    wanted: set[int] | None  # the sample a limit takes; None for every document
+    keys: list  # the source's (sample id, subject, question id) keys
+    wanted: set[int]  # the sample ids the collection's sampling takes
     partition: Path
     settings: dict[str, object]
     defaults: dict[str, object]
@@ -143,11 +144,7 @@ class Collection:
 
     def todo(self, done: set[int]) -> int:
         """Documents still to score."""
-        if self.wanted is not None:
-            return len(self.wanted - done)
-        if self.keys is not None:
-            return len({k for k, *_ in self.keys} - done)
-        return len(self.source) - len(done)
+        return len(self.wanted - done)
 
 
 def plan_collection(
@@ -200,14 +197,11 @@ def plan_collection(
     return run
 
 
-def planned_sample(source, spec: CollectSpec) -> tuple[list | None, set[int] | None]:
-    """The source's (sample id, subject, question id) keys where a collection needs them, and the
-    sample ids its limit takes (None: every document); no model needed."""
-    keys = list(source.keys()) if (spec.limit is not None or hasattr(source, "task")) else None
-    wanted = None
-    if spec.limit is not None:
-        wanted = set(source.select(spec.limit, sample=spec.sample, seed=spec.seed, keys=keys))
-    return keys, wanted
+def planned_sample(source, spec: CollectSpec) -> tuple[list, set[int]]:
+    """The source's (sample id, subject, question id) keys and the sample ids the collection's
+    :class:`~headstats.specs.Sampling` takes of them; no model needed."""
+    keys = list(source.keys())
+    return keys, set(source.select(narrow(spec, Sampling), seed=spec.seed, keys=keys))
 
 
 def collection_sample(dataset: str, spec: CollectSpec) -> tuple[str, set[int]]:
@@ -216,10 +210,7 @@ def collection_sample(dataset: str, spec: CollectSpec) -> tuple[str, set[int]]:
     from headstats.io.tasks import collection_source
 
     source = collection_source(dataset, data_dir=spec.data_dir, text_column=spec.text_column)
-    keys, wanted = planned_sample(source, spec)
-    if wanted is None:
-        wanted = {k for k, *_ in keys} if keys is not None else set(range(len(source)))
-    return source.name, wanted
+    return source.name, planned_sample(source, spec)[1]
 
 
 def texts_left(out: str | os.PathLike, name: str, sample: tuple[str, set[int]]) -> tuple[int, int]:
@@ -264,7 +255,7 @@ def write_scores(run: Collection, model: PreTrainedModel, tokenizer: PreTrainedT
     """Score the documents not ``done`` into new part files; returns how many were scored."""
     spec, source = run.spec, run.source
     has_questions = hasattr(source, "task")
-    questions = {k[0]: (k[1], k[2]) for k in run.keys} if has_questions and run.keys is not None else None
+    questions = {k[0]: (k[1], k[2]) for k in run.keys} if has_questions else None
     documents = source.documents() if has_questions else {}
     schema = store.score_schema(run.ids, question_keys=questions is not None, documents=bool(documents))
     pending = ((sample_id, tokens) for sample_id, tokens in run.sequences(tokenizer) if sample_id not in done)

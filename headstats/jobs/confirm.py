@@ -217,10 +217,15 @@ REGISTRATION_FILE = "_registration.json"  # under the results folder: the keys a
 UNDECIDING = ("batch_size", "data_dir")  # [confirm] keys that change neither the questions nor the rule
 
 
+def decision_keys(section: ConfirmSection) -> dict:
+    """The ``[confirm]`` settings that decide a verdict (the held-out questions, the paths, the rule)."""
+    return {k: v for k, v in section.settings().items() if k not in UNDECIDING and k not in FROM_CLAIMS}
+
+
 def registration(plan: ConfirmPlan) -> dict:
     """Every key that decides a verdict: the claims (model, score, target), the held-out questions,
     the paths, the tolerated ``drop``, the ``confidence`` and the ``metric``, with their hash."""
-    keys = {k: v for k, v in plan.section.settings().items() if k not in UNDECIDING and k not in FROM_CLAIMS}
+    keys = decision_keys(plan.section)
     keys["claims"] = [{"model": c.model, "score": c.score, "target": c.target} for c in plan.claims]
     keys = json.loads(json.dumps(keys, sort_keys=True))
     return {"keys": keys, "sha256": hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()}
@@ -246,7 +251,9 @@ def amendments(plan: ConfirmPlan) -> list[str] | None:
     recorded = recorded_registration(plan)
     if recorded is None:
         return None
-    now, then = registration(plan)["keys"], recorded["keys"]
+    # A key the record lacks did not exist at the first pass, which ran it as its default does.
+    defaults = json.loads(json.dumps(decision_keys(ConfirmSection(task=plan.section.task))))
+    now, then = registration(plan)["keys"], {**defaults, **recorded["keys"]}
     out = [
         f"{key}: {json.dumps(then.get(key))} -> {json.dumps(now.get(key))}"
         for key in sorted(set(now) | set(then))

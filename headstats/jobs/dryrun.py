@@ -241,17 +241,33 @@ def announce(label: str, name: str, step: int, steps: int, stage: str, what: str
     )
 
 
-def measure_task(model, tokenizer, selected, batch_size: int, n_probe: int, rng: random.Random) -> WorkUnit:
-    """One task's sequences and tokens, with the speed of plain whole-sequence passes over a probe of
-    its questions (as the frontier evaluates them)."""
+def measure_task(
+    model,
+    tokenizer,
+    selected,
+    batch_size: int,
+    n_probe: int,
+    rng: random.Random,
+    prompt_format: str = "tokenizer",
+) -> WorkUnit:
+    """One task's sequences and tokens in ``prompt_format``, with the speed of plain whole-sequence
+    passes over a probe of its questions (as the frontier evaluates them)."""
     from headstats.jobs.evaluate import model_sequences, question_logliks
 
     questions = selected.questions
 
     def evaluate(batch: Sequence) -> None:
-        question_logliks(model, tokenizer, batch, batch_size=batch_size, progress=False, share_prefix=False)
+        question_logliks(
+            model,
+            tokenizer,
+            batch,
+            batch_size=batch_size,
+            prompt_format=prompt_format,
+            progress=False,
+            share_prefix=False,
+        )
 
-    planned = model_sequences(model, tokenizer, questions, "tokenizer")
+    planned = model_sequences(model, tokenizer, questions, prompt_format)
     sequences, tokens, computed, speed = _measure_questions(questions, planned, evaluate, batch_size, n_probe, rng)
     return WorkUnit("", "ablate", selected.name, len(questions), sequences, tokens, computed, 0, 0, batch_size, speed)
 

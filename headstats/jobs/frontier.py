@@ -48,7 +48,7 @@ from headstats.io.assets import portable_record
 from headstats.io.store import StoreError, partial_file, read_json, write_json_atomic, write_parquet_atomic
 from headstats.jobs.analysis import read_analysis_file, section_table, top_level_keys
 from headstats.jobs.checkpoint import PassCheckpoint
-from headstats.jobs.prune import head_means, kv_group_size, select_heads, spec_calibration
+from headstats.jobs.prune import head_means, kv_group_size, select_heads, spec_calibration, task_options
 from headstats.jobs.timing import paired_rounds
 from headstats.options import SpecError, narrow
 from headstats.specs import FrontierSpec, LoadOptions, ModelsSection, RunSpec
@@ -57,14 +57,9 @@ logger = logging.getLogger("headstats")
 
 ANSWER_COLUMNS = ["task", "question_id", "correct", "gold_loglik", "pred"]
 PLACEMENT = ("device", "device_map")  # loading options left out of a frontier folder's settings
-# Options a frontier gained after runs were recorded, with the value those runs had: a run.json
-# without the key ran with it, and stays resumable.
-ADDED_SETTINGS = {
-    "prune": {
-        "units": ["head"],
-        "timing": "medians",
-    }
-}
+# Options a frontier gained after runs were recorded whose value in those runs is not their default:
+# a run.json without the key ran with this value (without any other key, with its default).
+ADDED_SETTINGS = {"prune": {"timing": "medians"}}
 DECISION = ("max_drop",)  # how the report reads the points, not what they are: left out of the settings
 # Where and how long paired timing measures: every speed row names its setting, and the time stage
 # (retime_model) measures finished points again at the file's current settings, so changing them (a
@@ -160,29 +155,36 @@ def planned_points(spec: FrontierSpec) -> list[str]:
     return ["baseline", *(point_name(sid, share, unit) for sid, share, unit in pruned_points(spec))]
 
 
-def task_options(spec: FrontierSpec) -> dict:
-    """How a frontier draws each task's questions (:func:`headstats.io.tasks.load_task`'s options)."""
-    return {"limit": spec.limit, "sample": spec.sample, "seed": spec.seed, "data_dir": spec.data_dir}
+def run_settings(prune: FrontierSpec, load: LoadOptions) -> dict:
+    """What a frontier run's numbers depend on, as ``run.json`` records it: the ``[prune]`` settings
+    and how models load, without where they run, how the report decides, or where paired timing measures."""
+    # Where the model runs is not part of what the run is: the same folder is timed again on a GPU.
+    settings = {
+        "prune": {k: v for k, v in prune.settings().items() if k not in DECISION + TIMED},
+        "load": {k: v for k, v in load.settings().items() if k not in PLACEMENT},
+    }
+    record = portable_record(json.loads(json.dumps(settings)))
+    assert isinstance(record, dict)
+    return record
 
 
 def check_run_record(frontier: Frontier, root: Path, machine: dict) -> dict:
     """The settings of ``frontier``'s run in ``root`` (what changes its numbers), checked against
-    ``root/run.json`` when there is one (another run's folder is refused), else recorded there."""
-    # Where the model runs is not part of what the run is: the same folder is timed again on a GPU.
-    load = {k: v for k, v in narrow(frontier.models, LoadOptions).settings().items() if k not in PLACEMENT}
-    prune = {k: v for k, v in frontier.prune.settings().items() if k not in DECISION + TIMED}
-    settings = portable_record(json.loads(json.dumps({"prune": prune, "load": load})))
-    assert isinstance(settings, dict)
+    ``root/run.json`` when there is one (another run's folder is refused), else recorded there. A
+    setting the record lacks was, when it was written, what the defaults give (or, for one whose
+    earlier behaviour is not its default, :data:`ADDED_SETTINGS`), as in :mod:`headstats.jobs.resume`."""
+    settings = run_settings(frontier.prune, narrow(frontier.models, LoadOptions))
     record = root / "run.json"
     if record.is_file():
         saved = read_record(record)
         saved["settings"] = portable_record(saved.get("settings", {}))  # a path recorded by an earlier version
+        defaults = run_settings(FrontierSpec(), LoadOptions())
         # An option that is no longer recorded (e.g. the runtime-only Hub token) and was unset then
         # leaves the settings the same.
         saved["settings"] = {
             part: {
                 k: v
-                for k, v in {**ADDED_SETTINGS.get(part, {}), **values}.items()
+                for k, v in {**defaults.get(part, {}), **ADDED_SETTINGS.get(part, {}), **values}.items()
                 if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT + DECISION + TIMED
             }
             if isinstance(values, dict)
@@ -220,6 +222,7 @@ def _evaluate_all(
             tokenizer,
             q,
             batch_size=spec.batch_size,
+            prompt_format=spec.prompt_format,
             progress=spec.progress,
             share_prefix=False,
             checkpoint=checkpoint,

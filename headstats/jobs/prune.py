@@ -29,6 +29,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 import torch
@@ -40,8 +41,12 @@ from headstats.io import store
 from headstats.io.assets import portable_name
 from headstats.io.store import write_json_atomic
 from headstats.options import narrow
-from headstats.specs import DEFAULT_PRUNE_SHARES, UNITS, FrontierSpec, LoadOptions, PruneSpec
+from headstats.specs import DEFAULT_PRUNE_SHARES, UNITS, FrontierSpec, LoadOptions, PruneSpec, Sampling
+from headstats.specs import Calibration as CalibrationOptions
 from headstats.stats.paired import drop_bound
+
+if TYPE_CHECKING:
+    from headstats.io.tasks import TaskSlice
 
 logger = logging.getLogger("headstats")
 
@@ -71,31 +76,55 @@ def calibration_set(
 ) -> Calibration:
     """A seeded random sample of ``limit`` documents of a collection dataset (a bundled name such as
     ``wikipedia``, a text file, or ``hf:...``), tokenised and cut to ``max_length`` tokens."""
-    from headstats.io.tasks import collection_source
+    options = CalibrationOptions(calibration=dataset, calibration_limit=limit)
+    return ranking_calibration(
+        options,
+        tokenizer,
+        max_length=max_length,
+        seed=seed,
+        prompt_format=prompt_format,
+        model_name=model_name,
+        data_dir=data_dir,
+    )
 
-    source = collection_source(dataset, data_dir=data_dir)
-    pairs = list(
-        source.iter_sequences(
-            tokenizer,
-            prompt_format=prompt_format,
-            limit=limit,
-            max_length=max_length,
-            model_name=model_name,
-            sample="random",
-            seed=seed,
-        )
+
+def ranking_calibration(
+    options: CalibrationOptions,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    max_length: int | None,
+    seed: int,
+    prompt_format: str,
+    model_name: str,
+    data_dir: str | None,
+) -> Calibration:
+    """The sequences heads are ranked on: a seeded random sample of the calibration dataset that
+    ``options`` names (:meth:`headstats.specs.Calibration.sequences`), cut to ``max_length`` tokens,
+    with what identifies it."""
+    source, pairs = options.sequences(
+        tokenizer,
+        prompt_format=prompt_format,
+        model_name=model_name,
+        data_dir=data_dir,
+        sample="random",
+        seed=seed,
+        max_length=max_length,
     )
     if not pairs:
-        raise ValueError(f"calibration dataset {dataset!r} yielded no sequences")
+        raise ValueError(f"calibration dataset {options.calibration!r} yielded no sequences")
     digest = hashlib.sha256(json.dumps([ids for _, ids in pairs]).encode()).hexdigest()
+    # The dataset and its size are recorded as dataset, source and limit; any other option of the group
+    # under its own name.
+    others = {k: v for k, v in options.settings().items() if k not in ("calibration", "calibration_limit")}
     identity = {
         "dataset": source.name,
         "source": source.identity,
         "sample": "random",
         "seed": seed,
-        "limit": limit,
+        "limit": options.calibration_limit,
         "max_length": max_length,
         "prompt_format": prompt_format,
+        **others,
         "n_sequences": len(pairs),
         "n_tokens": sum(len(ids) for _, ids in pairs),
         "sample_ids": [int(k) for k, _ in pairs],
@@ -108,10 +137,9 @@ def spec_calibration(
     spec: PruneSpec | FrontierSpec, tokenizer: PreTrainedTokenizerBase, model_name: str
 ) -> Calibration:
     """The calibration set a prune or frontier spec names (its calibration, truncation and run options)."""
-    return calibration_set(
+    return ranking_calibration(
+        narrow(spec, CalibrationOptions),
         tokenizer,
-        spec.calibration,
-        limit=spec.calibration_limit,
         max_length=spec.max_length,
         seed=spec.seed,
         prompt_format=spec.prompt_format,
@@ -201,35 +229,39 @@ class Certification:
         return max(certified) if certified else None
 
 
+def task_options(spec: PruneSpec | FrontierSpec) -> dict:
+    """How a prune's certification and a frontier draw a task's questions: the keyword arguments of
+    :func:`headstats.io.tasks.load_task`, the spec's :class:`~headstats.specs.Sampling` (which selects
+    them) among them."""
+    return {"sampling": narrow(spec, Sampling), "seed": spec.seed, "data_dir": spec.data_dir}
+
+
 def certify(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     means: pd.DataFrame,
     score: str,
     shares: Sequence[float],
-    task: str,
+    questions: TaskSlice,
     *,
-    limit: int | None = None,
-    seed: int = 0,
     max_drop: float = 1.0,
     batch_size: int = 8,
     progress: bool = False,
-    sample: str = "random",
-    data_dir: str | None = None,
     unit: str = "head",
+    prompt_format: str = "tokenizer",
 ) -> Certification:
-    """Fixed-sequence certification of ``shares`` (increasing) on ``task``, each removing the heads
+    """Fixed-sequence certification of ``shares`` (increasing) on a task's selected ``questions``
+    (:func:`headstats.io.tasks.load_task`) in ``prompt_format``, each removing the heads
     :func:`select_heads` picks by ``unit``: see the module docstring."""
-    from headstats.io.tasks import load_task
     from headstats.jobs.evaluate import evaluate
 
-    questions = load_task(task, limit=limit, sample=sample, seed=seed, data_dir=data_dir)
-    base = evaluate(model, tokenizer, questions, batch_size=batch_size, progress=progress, share_prefix=False)
-    result = Certification(task, len(base), float(base["correct"].mean()), max_drop)
+    how = dict(batch_size=batch_size, prompt_format=prompt_format, progress=progress, share_prefix=False)
+    base = evaluate(model, tokenizer, questions, **how)
+    result = Certification(questions.name, len(base), float(base["correct"].mean()), max_drop)
     for share in sorted(set(shares)):
         heads = select_heads(means, score, share, unit=unit, group_size=kv_group_size(model))
         clone = pruned_copy(model, heads)
-        frame = evaluate(clone, tokenizer, questions, batch_size=batch_size, progress=progress, share_prefix=False)
+        frame = evaluate(clone, tokenizer, questions, **how)
         del clone
         merged = base.merge(frame, on=["question_id"], suffixes=("_base", "_pruned"))
         bound = drop_bound(merged["correct_base"].to_numpy(), merged["correct_pruned"].to_numpy())
@@ -474,6 +506,7 @@ def run_prune(spec: PruneSpec) -> dict:
     largest share certified on the ``certify`` task) and write the pruned model to ``out``.
     Returns the ``pruning.json`` record."""
     from headstats.io.models import load_model, model_identity
+    from headstats.io.tasks import load_task
 
     name, score = spec.names[0], spec.scores[0]  # type: ignore[index]
     check_model_folder(spec.out)
@@ -489,15 +522,12 @@ def run_prune(spec: PruneSpec) -> dict:
             means,
             score,
             spec.shares or DEFAULT_PRUNE_SHARES,
-            spec.certify,
-            limit=spec.limit,
-            seed=spec.seed,
+            load_task(spec.certify, **task_options(spec)),
             max_drop=spec.max_drop,
             batch_size=spec.batch_size,
             progress=spec.progress,
-            sample=spec.sample,
-            data_dir=spec.data_dir,
             unit=spec.unit,
+            prompt_format=spec.prompt_format,
         )
         share = certification.certified_share
         if share is None:

@@ -377,18 +377,8 @@ class Runner:
 
     def _dataset_table(self, score_ids: Sequence[str]) -> pd.DataFrame:
         from headstats.engine.scoring import score_sequences
-        from headstats.io.tasks import collection_source
 
-        source = collection_source(self.plan.calibration, data_dir=self.plan.spec.data_dir)
-        seqs = [
-            ids
-            for _, ids in source.iter_sequences(
-                self.tokenizer,
-                prompt_format=self.prompt_format,
-                limit=self.plan.calibration_plan.limit,
-                model_name=self.plan.model_name,
-            )
-        ]
+        seqs = self.plan.calibration_sequences(self.tokenizer, self.prompt_format)
         if not seqs:
             raise ValueError(f"calibration dataset {self.plan.calibration!r} yielded no sequences")
         _say(self.progress, f"calibrating on {len(seqs)} sequences of {self.plan.calibration!r}")

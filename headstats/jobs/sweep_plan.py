@@ -32,8 +32,9 @@ from transformers import PreTrainedModel
 from headstats.engine import scores as S
 from headstats.io import store
 from headstats.jobs.resume import changed_entries, check_key, settings_key
-from headstats.options import check_device, split_kwargs
-from headstats.specs import LoadOptions, SweepSpec
+from headstats.options import check_device, narrow, split_kwargs
+from headstats.specs import Calibration as CalibrationOptions
+from headstats.specs import LoadOptions, Sampling, SweepSpec
 from headstats.stats.summary import BASELINE
 from headstats.stats.thresholds import pooled_scores, thresholds_for_fractions
 
@@ -129,10 +130,9 @@ def plan_calibration(spec: SweepSpec, slug: str) -> Calibration:
         fractions = check_targets(spec.targets)
         thresholds = {sid: thresholds_for_fractions(table, sid, fractions) for sid in dynamic}
         return Calibration(f"score tables (sha256:{table_hash(table)})", thresholds=thresholds)
-    from headstats.io.tasks import collection_source
-
-    source = collection_source(calibration, data_dir=spec.data_dir)  # raises for an unknown name or bad file
-    limit = spec.calibration_limit
+    options = narrow(spec, CalibrationOptions)
+    source = options.source(spec.data_dir)  # raises for an unknown name or bad file
+    limit = options.calibration_limit
     return Calibration(f"dataset: {source.name} (first {limit} sequences)", limit=limit)
 
 
@@ -217,10 +217,9 @@ def load_sweep_task(task: str, spec: SweepSpec):
     loaded = load_task(
         task,
         subjects=subjects,
-        limit=spec.limit,
         limit_per_subject=spec.limit_per_subject,
         data_dir=spec.data_dir,
-        sample=spec.sample,
+        sampling=narrow(spec, Sampling),
         seed=spec.seed,
         exclude_limit=spec.exclude_limit,
         exclude_seed=spec.exclude_seed,
@@ -333,6 +332,14 @@ class SweepPlan:
     @property
     def calibration(self) -> str:
         return str(self.spec.calibration)
+
+    def calibration_sequences(self, tokenizer, prompt_format) -> list[list[int]]:
+        """The token sequences a calibration dataset gives this sweep's thresholds (its run scores them):
+        the first ``calibration_limit``, whole (:meth:`headstats.specs.Calibration.sequences`)."""
+        _, pairs = narrow(self.spec, CalibrationOptions).sequences(
+            tokenizer, prompt_format=prompt_format, model_name=self.model_name, data_dir=self.spec.data_dir
+        )
+        return [ids for _, ids in pairs]
 
     @property
     def points(self) -> list[Point]:

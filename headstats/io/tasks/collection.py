@@ -41,7 +41,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from headstats.io.tasks.base import get_task, select_sample
+from headstats.io.tasks.base import Sample, SampleRule, get_task
 from headstats.io.tasks.data import LAMBADA_REQUESTS, DataRoot, data_root
 from headstats.io.tasks.formats import PromptRenderer, resolve_format, starts_with_bos
 from headstats.names import canonical_name
@@ -87,17 +87,16 @@ class CollectionSource(abc.ABC):
 
     def select(
         self,
-        limit: int | None,
+        sampling: SampleRule,
         *,
-        sample: str = "first",
         seed: int = 0,
         keys: Sequence[tuple[int, str | None, int | None]] | None = None,
     ) -> list[int]:
-        """Sample ids of the ``limit`` documents ``sample`` selects (all without a limit), in source
-        order: the first ones, or a seeded random sample stratified by subject (see
-        :func:`headstats.io.tasks.base.sample_order`)."""
+        """Sample ids of the documents ``sampling`` takes (a job's :class:`headstats.specs.Sampling`, or
+        :class:`~headstats.io.tasks.base.Sample`: the first ``limit`` or a seeded random sample,
+        stratified by subject, :func:`headstats.io.tasks.base.sample_order`), in source order."""
         keys = list(self.keys()) if keys is None else keys
-        return [keys[i][0] for i in select_sample([k[1] for k in keys], limit, sample=sample, seed=seed)]
+        return [keys[i][0] for i in sampling.select([k[1] for k in keys], seed)]
 
     def iter_sequences(
         self,
@@ -123,7 +122,7 @@ class CollectionSource(abc.ABC):
         renderer = PromptRenderer(fmt, tokenizer)
         keep = None if ids is None else set(ids)
         if limit is not None and sample != "first":
-            chosen = set(self.select(limit, sample=sample, seed=seed))
+            chosen = set(self.select(Sample(limit, sample), seed=seed))
             keep = chosen if keep is None else keep & chosen
             limit = None
         count = 0
