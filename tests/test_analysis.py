@@ -381,6 +381,20 @@ def test_a_dry_run_begun_on_a_busy_cpu_says_its_times_may_be_long_by_how_much(mo
     assert dryrun.machine_load() is None
 
 
+def test_the_total_names_the_work_nothing_timed_instead_of_counting_it_as_nothing() -> None:
+    from headstats.jobs import dryrun
+
+    def unit(left: int, seconds: float | None) -> dryrun.WorkUnit:
+        return dryrun.WorkUnit("m", "train", "sft", 40, None, None, None, left, 1, 1, None, seconds=seconds)
+
+    timed = dryrun.DryRun([unit(1, 90.0), unit(0, None)], "cpu", 8)
+    assert timed.untimed == 0 and "estimated 2 min on cpu" in timed.summary()
+    partly = dryrun.DryRun([unit(1, 90.0), unit(1, None), unit(1, None)], "cpu", 8)
+    assert partly.untimed == 2
+    assert "estimated 2 min plus 2 unit(s) with work left and no rate to time them (est. time -)" in partly.summary()
+    assert list(partly.table()["est. time"]) == ["2 min", "-", "-"]
+
+
 @pytest.mark.integration
 def test_the_committed_study_results_resume_under_the_study_file(monkeypatch: pytest.MonkeyPatch) -> None:
     """results/study/ is committed so that a fresh checkout resumes the powered study: every committed

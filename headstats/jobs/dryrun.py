@@ -92,6 +92,10 @@ FRONTIER_NOTE = (
 )
 
 
+def _untimed(unit: WorkUnit) -> bool:
+    return bool(unit.passes_left) and unit.seconds is None and not unit.tokens_per_s
+
+
 @dataclass
 class DryRun:
     units: list[WorkUnit]
@@ -120,9 +124,7 @@ class DryRun:
                 "forwards left": u.forwards_left,
                 "tok/s": "-" if u.tokens_per_s is None else round(u.tokens_per_s),
                 # -: work left with neither a probe nor a recorded rate to time it
-                "est. time": "-"
-                if u.passes_left and u.seconds is None and not u.tokens_per_s
-                else _duration(u.seconds_left),
+                "est. time": "-" if _untimed(u) else _duration(u.seconds_left),
             }
             for u in self.units
         ]
@@ -136,12 +138,25 @@ class DryRun:
     def forwards(self) -> int:
         return sum(u.forwards_left for u in self.units)
 
+    @property
+    def untimed(self) -> int:
+        """Units with work left that nothing timed (-): the estimate leaves them out."""
+        return sum(_untimed(u) for u in self.units)
+
+    def _estimate_text(self) -> str:
+        if not self.untimed:
+            return f"estimated {_duration(self.seconds)}"
+        return (
+            f"estimated {_duration(self.seconds)} plus {self.untimed} unit(s) with work left and no rate to time "
+            "them (est. time -)"
+        )
+
     def summary(self) -> str:
         with pd.option_context("display.width", 200, "display.max_columns", 20):
             body = self.table().to_string(index=False) if self.units else "(nothing to run)"
         return (
-            f"{body}\n\nin all: {self.forwards:,} batched forward passes still to run, estimated "
-            f"{_duration(self.seconds)} on {self.device} (tok/s: tokens computed per second, padding included, "
+            f"{body}\n\nin all: {self.forwards:,} batched forward passes still to run, {self._estimate_text()} "
+            f"on {self.device} (tok/s: tokens computed per second, padding included, "
             f"measured on {self.probe_sequences} items per unit in length-sorted batches; padding: the share of a "
             "pass's computed tokens that are padding; model loading and the report not included). Nothing was written."
             f"{self._busy_text()}\n{self.note}{self._refused_text()}{self._absent_text()}{self._missing_text()}"
