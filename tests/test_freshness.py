@@ -65,6 +65,16 @@ def test_a_stale_report_fails_the_check(tmp_path, monkeypatch) -> None:
     (problem,) = check_report(report, root=tmp_path)
     assert "older than its results results" in problem
     (partition / "_partial-point-ahon_ln-0.1.npz").unlink()
+    # A fine-tuning seed's chain records are read too (its learning): a changed metrics.json is a change,
+    # its training log is not an input.
+    chain = results / "seed-0" / "_chain"
+    chain.mkdir(parents=True)
+    (chain / "train.log").write_text("step 1\n")
+    assert check_report(report, root=tmp_path) == []
+    (chain / "metrics.json").write_text('{"sft": {}}')
+    (problem,) = check_report(report, root=tmp_path)
+    assert "older than its results results" in problem
+    (chain / "metrics.json").unlink()
     # A report built before inputs were recorded cannot be shown fresh.
     (report / "_manifest.json").write_text(json.dumps({"written_by": "headstats", "files": []}))
     (problem,) = check_report(report, root=tmp_path)

@@ -35,10 +35,11 @@ def _input_files(results: Path) -> list[Path]:
     """The files under ``results`` that a report reads: every partition's data files (as
     :func:`headstats.io.store.data_files` finds them), records (provenance, calibration) and the saved
     batches of stopped passes (a confirmation reports what is left to run from them), at any depth (a
-    confirmation keeps one results folder per computation path); locks, temporary files and grid logs
-    are not inputs."""
+    confirmation keeps one results folder per computation path), and the JSON records of a fine-tuning
+    seed's chain (``seed-N/_chain/``: its learning, which the report reads); locks, temporary files and
+    grid logs are not inputs."""
     partial = f"{store.PARTIAL_PREFIX}*.npz"
-    files: set[Path] = set()
+    files: set[Path] = {p for p in results.rglob(f"{store.CHAIN_RECORDS}/*.json") if p.is_file()}
     for folder in {p.parent for pattern in ("*.parquet", partial) for p in results.rglob(pattern)}:
         if any(part.startswith((".", "_")) for part in folder.relative_to(results).parts):
             continue

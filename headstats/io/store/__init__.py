@@ -18,6 +18,7 @@ Everything else asks this package, through the names below.
 from headstats.io.store.layout import (
     BASELINE_FILE,
     CALIBRATION_FILE,
+    CHAIN_RECORDS,
     DONE_FILE,
     HOLDER_FILE,
     KIND_OF_KEY,
@@ -98,6 +99,7 @@ from headstats.io.store.write import (
 __all__ = [
     "BASELINE_FILE",
     "CALIBRATION_FILE",
+    "CHAIN_RECORDS",
     "DONE_FILE",
     "HOLDER_FILE",
     "KIND_OF_KEY",

@@ -31,6 +31,9 @@ LOCK_FILE = "_writer.lock"
 HOLDER_FILE = "_writer.holder"  # who holds the lock, for the message a second writer gets
 BASELINE_FILE = "baseline.parquet"
 PARTIAL_PREFIX = "_partial-"  # the finished batches of a pass whose file is not written yet
+# Beside a fine-tuning seed's tables (RESULTS/seed-N/): copies of its chain's JSON records (metrics.json with
+# its learning, recipe.json) and its training log, so that its report is rebuilt with no chain present.
+CHAIN_RECORDS = "_chain"
 
 Kind = Literal["scores", "interventions"]
 MODEL_KEY = "model"

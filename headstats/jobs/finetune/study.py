@@ -32,7 +32,6 @@ from headstats.specs import CollectSection, CollectSpec, FinetuneDesign, ModelsS
 logger = logging.getLogger("headstats")
 
 SECTIONS = ("models", "collect", "design")
-CHAIN_RECORDS = "_chain"  # under RESULTS/seed-N: copies of the chain's metrics.json and recipe.json
 BASE = "base"
 # Keys that change neither the checkpoints compared, the texts nor the rule (where things are, the
 # stated power and hours): left out of the design's hash.
@@ -295,7 +294,7 @@ def train_seed(study: SeedStudy, seed: int, log=None, *, up_to: str | None = Non
 def copy_chain_records(study: SeedStudy, seed: int, results: Path) -> None:
     """The chain's ``metrics.json`` and ``recipe.json`` copied to ``RESULTS/seed-N/_chain/`` (the
     learning evidence the report reads when no chain is present)."""
-    folder = study.seed_results(seed, results) / CHAIN_RECORDS
+    folder = study.seed_results(seed, results) / store.CHAIN_RECORDS
     for name in (layout.METRICS_FILE, layout.RECIPE_FILE):
         record = layout.read_json(study.chain(seed) / name)
         if record:
@@ -373,7 +372,7 @@ def chain_metrics(study: SeedStudy, results: Path) -> dict[int, dict]:
     for seed in study.design.seeds:
         for path in (
             study.chain(seed) / layout.METRICS_FILE,
-            study.seed_results(seed, results) / CHAIN_RECORDS / layout.METRICS_FILE,
+            study.seed_results(seed, results) / store.CHAIN_RECORDS / layout.METRICS_FILE,
         ):
             record = layout.read_json(path)
             if record:
