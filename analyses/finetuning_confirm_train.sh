@@ -80,7 +80,9 @@ for SEED in $SEEDS; do
   if (cd "$CODE" && "$PYTHON" -m headstats -q run analyses/finetuning_confirm.toml --stages collect \
       --seeds "$SEED" --results "$RESULTS") >> "$LOGS/seed-$SEED.log" 2>&1; then
     mkdir -p "$RESULTS/seed-$SEED/_chain"
-    cp "$LOGS/seed-$SEED.log" "$RESULTS/seed-$SEED/_chain/train.log"
+    # the committed log names no local folder: the cache and the checkout as variables
+    sed -e "s|$HOME/.cache/headstats|\$HEADSTATS_CACHE|g" -e "s|$HERE|\$REPO|g" "$LOGS/seed-$SEED.log" \
+      > "$RESULTS/seed-$SEED/_chain/train.log"
     printf 'cpu: %s\ncores: %s\nthreads: %s\ncode: %s\n' "$CPU" "$(nproc)" "${OMP_NUM_THREADS:-unset}" "$COMMIT" \
       > "$RESULTS/seed-$SEED/_chain/machine.txt"
     touch "$RESULTS/seed-$SEED/.complete"
