@@ -64,6 +64,11 @@ class WorkUnit:
         return math.ceil(self.sequences / self.batch_size) * self.passes_left - self.saved // self.batch_size
 
     @property
+    def untimed(self) -> bool:
+        """Work left with neither a probe nor a recorded rate to time it (est. time -)."""
+        return bool(self.passes_left) and self.seconds is None and not self.tokens_per_s
+
+    @property
     def seconds_left(self) -> float:
         if self.seconds is not None:
             return self.seconds
@@ -90,10 +95,6 @@ FRONTIER_NOTE = (
     "saved seq: sequences of the evaluations left that a stopped run already finished and saved. A model with "
     "no point left is not loaded (-: not measured)."
 )
-
-
-def _untimed(unit: WorkUnit) -> bool:
-    return bool(unit.passes_left) and unit.seconds is None and not unit.tokens_per_s
 
 
 @dataclass
@@ -123,8 +124,7 @@ class DryRun:
                 "saved seq": u.saved if u.stage in ("ablate", "prune") else "-",
                 "forwards left": u.forwards_left,
                 "tok/s": "-" if u.tokens_per_s is None else round(u.tokens_per_s),
-                # -: work left with neither a probe nor a recorded rate to time it
-                "est. time": "-" if _untimed(u) else _duration(u.seconds_left),
+                "est. time": "-" if u.untimed else _duration(u.seconds_left),
             }
             for u in self.units
         ]
@@ -141,7 +141,7 @@ class DryRun:
     @property
     def untimed(self) -> int:
         """Units with work left that nothing timed (-): the estimate leaves them out."""
-        return sum(_untimed(u) for u in self.units)
+        return sum(u.untimed for u in self.units)
 
     def _estimate_text(self) -> str:
         if not self.untimed:
