@@ -305,6 +305,16 @@ def test_the_report_gives_the_verdicts_of_the_rule_over_the_learned_seeds(tmp_pa
     assert design["sha256"] == registration(load_study(path).spec)["sha256"]
     summary = (index.parent / "summary.md").read_text()
     assert design["sha256"][:16] in summary and "after DPO it fails" in summary
+    # which heads moved: the seeds' head shifts over the kept seeds, as headstats.stats.seeds gives them
+    heads = pd.read_csv(index.parent / "tables" / "heads.csv")
+    expected_heads = S.head_seed_shifts(scores, checkpoints, ["ahon_ln", "awft"], kept, stages=stages)
+    assert heads[["stage", "layer", "head", "n_seeds", "moved"]].values.tolist() == (
+        expected_heads[["stage", "layer", "head", "n_seeds", "moved"]].values.tolist()
+    )
+    assert np.allclose(heads["shift"], expected_heads["shift"]) and set(heads["n_seeds"]) == {8}
+    counts = pd.read_csv(index.parent / "tables" / "moved_heads.csv").set_index(["stage", "score"])
+    assert counts.loc[("dpo", "ahon_ln"), "moved"] == 6  # every head of the stage that moved, found
+    assert (index.parent / "figures" / "heads_ahon_ln.png").is_file()
 
 
 def test_with_three_seeds_scored_the_report_is_undetermined(tmp_path: Path) -> None:

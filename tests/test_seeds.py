@@ -262,3 +262,84 @@ def test_a_seed_without_a_learning_record_is_kept_out_and_named() -> None:
     learning = pd.DataFrame([(0, stage, True) for stage in S.STAGES], columns=["seed", "stage", "learned"])
     kept = S.seeds_kept(learning, seeds=[0, 1]).set_index(["seed", "stage"])
     assert not kept.loc[1, "kept"].any() and set(kept.loc[1, "reason"]) == {"sft not measured"}
+
+
+# --- which heads moved -----------------------------------------------------------------------------
+
+
+def head_study(shifts: dict[str, np.ndarray], *, texts: int = 6, layers: int = 2, heads: int = 3, seed: int = 0):
+    """Score tables of a base and, per stage, one stage end per seed whose head (layer, head) is the
+    base's shifted by ``shifts[stage][seed, layer * heads + head]`` base IQRs on every text; one
+    dataset, one score. Returns (scores, checkpoints, iqr)."""
+    rng = np.random.default_rng(seed)
+    keys = pd.MultiIndex.from_product([range(texts), range(layers), range(heads)], names=["sample_id", "layer", "head"])
+    frame = keys.to_frame(index=False)
+    base = rng.gamma(2.0, 1.0, len(frame))
+    iqr = float(np.subtract(*np.quantile(base, [0.75, 0.25])))
+    column = (frame["layer"] * heads + frame["head"]).to_numpy()
+    rows = [frame.assign(model="base", dataset="mmlu", ahon_ln=base)]
+    checkpoints = [("base", S.BASE, -1)]
+    for stage, matrix in shifts.items():
+        for s, row in enumerate(matrix):
+            model = f"seed-{s}-{stage}"
+            rows.append(frame.assign(model=model, dataset="mmlu", ahon_ln=base + row[column] * iqr))
+            checkpoints.append((model, stage, s))
+    table = pd.DataFrame(checkpoints, columns=["model", "stage", "seed"])
+    return pd.concat(rows, ignore_index=True), table, iqr
+
+
+def brute_force_max_t(d: np.ndarray) -> np.ndarray:
+    """Two-sided max-T p per column of ``d`` (seeds x heads), enumerating every sign vector."""
+    n = d.shape[0]
+
+    def t(x):
+        return x.mean(axis=0) / (x.std(axis=0, ddof=1) / math.sqrt(n))
+
+    observed = np.abs(t(d))
+    maxima = [np.abs(t(d * np.array(signs)[:, None])).max() for signs in itertools.product((1, -1), repeat=n)]
+    return np.array([np.mean(np.array(maxima) >= o * (1 - 1e-9)) for o in observed])
+
+
+def test_head_shifts_are_each_heads_mean_shift_over_the_base_iqr_with_an_exact_max_t() -> None:
+    rng = np.random.default_rng(1)
+    shifts = {"sft": rng.normal(0.2, 0.3, (6, 6)), "dpo": rng.normal(0.0, 0.3, (6, 6))}
+    scores, checkpoints, _ = head_study(shifts)
+    out = S.head_seed_shifts(scores, checkpoints, ["ahon_ln"], stages=("sft", "dpo"))
+    assert list(out["stage"].unique()) == ["sft", "dpo"]  # the stages' order, not the alphabet's
+    for stage, matrix in shifts.items():
+        got = out[out["stage"] == stage]
+        assert list(zip(got["layer"], got["head"], strict=True)) == [(i, j) for i in range(2) for j in range(3)]
+        np.testing.assert_allclose(got["shift"], matrix.mean(axis=0), atol=1e-9)
+        np.testing.assert_allclose(got["seed_sd"], matrix.std(axis=0, ddof=1), atol=1e-9)
+        np.testing.assert_allclose(got["p_max_t"], brute_force_max_t(matrix), atol=1e-12)
+        assert (got["n_seeds"] == 6).all()
+
+
+def test_a_head_fine_tuning_moves_consistently_is_found_and_heads_moving_as_the_seeds_do_are_not() -> None:
+    rng = np.random.default_rng(2)
+    matrix = rng.normal(0.0, 0.1, (8, 6))
+    matrix[:, 4] += 1.0  # head (1, 1): one IQR in every seed, ten times the seeds' spread
+    scores, checkpoints, _ = head_study({"sft": matrix})
+    out = S.head_seed_shifts(scores, checkpoints, ["ahon_ln"], stages=("sft",))
+    assert out.loc[out["moved"], ["layer", "head"]].values.tolist() == [[1, 1]]
+    assert out.loc[out["moved"], "p_max_t"].iloc[0] == pytest.approx(2 / 2**8)  # its sign pattern and the mirror
+    counts = S.moved_head_counts(out)
+    assert counts[["heads", "moved", "up", "down", "largest"]].values.tolist() == [[6, 1, 1, 0, "1.1"]]
+    # Four seeds give 16 sign patterns: no p below 2/16, so nothing can move at 0.05.
+    few = S.head_seed_shifts(*head_study({"sft": matrix[:4]})[:2], ["ahon_ln"])
+    assert few["p_max_t"].min() == pytest.approx(2 / 2**4) and not few["moved"].any()
+
+
+def test_a_seed_kept_out_of_a_stage_leaves_its_heads_test() -> None:
+    rng = np.random.default_rng(3)
+    shifts = {"sft": rng.normal(0.0, 0.2, (5, 6)), "dpo": rng.normal(0.0, 0.2, (5, 6))}
+    scores, checkpoints, _ = head_study(shifts)
+    learning = pd.DataFrame(
+        [(s, stage, not (s == 2 and stage == "sft")) for s in range(5) for stage in ("sft", "dpo", "grpo")],
+        columns=["seed", "stage", "learned"],
+    )
+    out = S.head_seed_shifts(scores, checkpoints, ["ahon_ln"], S.seeds_kept(learning))
+    # seed 2's SFT did not learn: it leaves SFT and, its chain broken there, DPO too
+    assert set(out["n_seeds"]) == {4}
+    keep = [0, 1, 3, 4]
+    np.testing.assert_allclose(out.loc[out["stage"] == "dpo", "shift"], shifts["dpo"][keep].mean(axis=0), atol=1e-9)

@@ -63,6 +63,8 @@ class SeedDecision:
     sentences: pd.DataFrame
     learning: pd.DataFrame  # per (seed, stage): the primary metric's change, its interval, kept and reason
     distances: pd.DataFrame
+    heads: pd.DataFrame  # per (cell, head): the seeds' mean shift from the base, its max-T test
+    moved_heads: pd.DataFrame  # per cell: how many heads moved beyond the seeds, the largest
     registration: dict  # {"keys": ..., "sha256": ...}
     design_file: str
     design_sha256: str
@@ -128,6 +130,45 @@ def headline_figure(decision: SeedDecision) -> Figure:
     return fig
 
 
+def heads_figure(decision: SeedDecision, score: str) -> Figure:
+    """Per stage end (rows) x dataset (columns), the heads of one score as a layer x head grid: t of
+    the seeds' mean shift from the base (red: up, blue: down), a dot on each head that moved beyond
+    the seeds (max-T)."""
+    heads = decision.heads[decision.heads["score"] == score]
+    stages = list(dict.fromkeys(decision.verdicts["stage"]))
+    datasets = list(dict.fromkeys(decision.verdicts["dataset"]))
+    n_layers = int(heads["layer"].max()) + 1
+    n_heads = int(heads["head"].max()) + 1
+    fig = Figure(figsize=(2.2 * len(datasets) + 1.0, 0.9 + 0.12 * n_layers * len(stages)), layout="constrained")
+    axes = np.atleast_2d(fig.subplots(len(stages), len(datasets), squeeze=False))
+    finite = np.abs(heads["t"].to_numpy(dtype=float))
+    finite = finite[np.isfinite(finite)]
+    limit = float(np.quantile(finite, 0.99)) if finite.size else 1.0
+    image = None
+    for i, stage in enumerate(stages):
+        for j, dataset in enumerate(datasets):
+            ax = axes[i, j]
+            cell = heads[(heads["stage"] == stage) & (heads["dataset"] == dataset)]
+            grid = np.full((n_layers, n_heads), np.nan)
+            grid[cell["layer"].to_numpy(int), cell["head"].to_numpy(int)] = cell["t"].to_numpy(float)
+            image = ax.imshow(
+                np.clip(grid, -limit, limit), cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto", origin="upper"
+            )
+            moved = cell[cell["moved"].astype(bool)]
+            ax.scatter(moved["head"], moved["layer"], s=6, c="black")
+            ax.set_xticks(range(n_heads))
+            ax.tick_params(labelsize=6)
+            if i == 0:
+                ax.set_title(dataset, fontsize=8)
+            if j == 0:
+                ax.set_ylabel(f"{stage}\nlayer", fontsize=7)
+            if i == len(stages) - 1:
+                ax.set_xlabel("head", fontsize=7)
+    if image is not None:
+        fig.colorbar(image, ax=axes, shrink=0.6, label=f"t of the mean shift of {score} over the seeds")
+    return fig
+
+
 def write_seed_report(decision: SeedDecision, out: Path, inputs: dict | None = None) -> Path:
     """Write the seed study's report to ``out``; returns ``out/index.html``. ``inputs``: what the build
     read (:func:`headstats.report.freshness.report_inputs`), recorded in its manifest."""
@@ -161,6 +202,27 @@ def write_seed_report(decision: SeedDecision, out: Path, inputs: dict | None = N
         "direction. A seed kept out is listed here with its reason."
     )
     writer.table(decision.learning, "learning")
+    writer.heading("Which heads moved beyond the seeds")
+    counts = decision.moved_heads
+    n_min = int(counts["n_seeds"].min()) if len(counts) else 0
+    writer.text(
+        "Beside the pre-registered rule, not part of it: per stage end × dataset × score and head, each kept seed's "
+        "shift of the head's mean from the base (in the base's IQR), tested against the seeds' own spread by a "
+        "sign-flip max-T test over the seeds (family-wise error "
+        f"{decision.alpha:g} over the heads of each cell; the null is a stage end whose heads scatter around the "
+        "base as the seeds scatter around one another). Pooled distances cannot see heads that trade values; this "
+        f"can. With n seeds no p falls below 2^(1 − n): {n_min} seeds reach "
+        + (f"{2.0 ** (1 - n_min):.2g}." if n_min else "nothing yet.")
+    )
+    writer.table(counts, "moved_heads")
+    for score in dict.fromkeys(decision.verdicts["score"]):
+        if len(decision.heads[decision.heads["score"] == score]):
+            writer.figure(
+                heads_figure(decision, score),
+                f"heads_{score}",
+                f"{score}: t of each head's mean shift from the base over the seeds (red up, blue down); a dot: "
+                "moved beyond the seeds.",
+            )
     with writer.appendix():
         writer.heading("The design", 3)
         writer.text(
@@ -178,8 +240,9 @@ def write_seed_report(decision: SeedDecision, out: Path, inputs: dict | None = N
         writer.heading("Rebuild", 3)
         writer.text(f"`{decision.rebuild}` rebuilds this report from the score tables and chain records alone.")
         writer.table(decision.distances, "distances", collapsed="Every base -> stage and seed -> seed distance")
+        writer.table(decision.heads, "heads", collapsed="Every head's shift from the base and its max-T test")
     writer.inputs = inputs
     return writer.write()
 
 
-__all__ = ["SeedDecision", "abstract", "headline_figure", "write_seed_report"]
+__all__ = ["SeedDecision", "abstract", "headline_figure", "heads_figure", "write_seed_report"]

@@ -20,6 +20,10 @@ mean(delta) over all 2^n sign patterns of the n seeds:
 
 A seed enters a stage's cells only when that stage and every earlier stage of its chain learned
 (:func:`seeds_kept`); a stage with fewer than ``min_seeds`` such seeds is undetermined in every cell.
+
+Which heads moved (:func:`head_seed_shifts`, beside the rule, not part of it): per cell and head, each
+kept seed's shift of the head's mean from the base, in the base's IQR; a sign-flip max-T test over the
+seeds (the seeds are the units, their spread the noise) says which heads moved consistently beyond it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import pandas as pd
 
 from headstats.stats.distances import holm, interquartile_range
 from headstats.stats.learning import STAGES, learning_verdicts
+from headstats.stats.movement import sign_flip_max_t
 from headstats.stats.w1 import wasserstein1_sorted
 
 BASE = "base"  # the stage label of the base model in a checkpoints table
@@ -46,6 +51,7 @@ EQUIVALENT = "equivalent within the margin"
 UNDETERMINED = "undetermined"
 
 CELL = ["stage", "dataset", "score"]
+HEAD_COLUMNS = [*CELL, "layer", "head", "n_seeds", "shift", "seed_sd", "t", "p_max_t", "moved"]
 FAMILIES = {"stage_end": ("stage",), "all": ()}  # a design's Holm family -> the columns its cells share
 
 
@@ -155,6 +161,102 @@ def sign_flip_upper_bound(values: Sequence[float], alpha: float = 0.05) -> float
     # Rejects at m when at most `allowed` patterns (the empty one, at +inf, first) have a mean >= m:
     # for every m above the (allowed + 1)-th largest mean.
     return float(np.sort(means)[::-1][allowed])
+
+
+# --- which heads moved -----------------------------------------------------------------------------
+
+
+def head_seed_shifts(
+    scores: pd.DataFrame,
+    checkpoints: pd.DataFrame,
+    score_ids: Sequence[str],
+    kept: pd.DataFrame | None = None,
+    *,
+    alpha: float = 0.05,
+    stages: Sequence[str] = STAGES,
+) -> pd.DataFrame:
+    """Per cell and head: which heads' means moved from the base beyond the spread between seeds.
+
+    Each seed ``s`` kept at the stage (``kept`` as :func:`seeds_kept` gives it; every seed without
+    it) gives ``shift_s = (m_h(end_s) - m_h(base)) / IQR``, ``m_h`` the head's mean over the texts
+    every checkpoint of the dataset holds and IQR the base's over all its heads (the distances'
+    scale). :func:`headstats.stats.movement.sign_flip_max_t` over the seeds (all 2^n sign patterns,
+    one sign per seed shared by every head) tests mean(shift) = 0 per head, with the family-wise
+    error over the heads of the cell controlled by max-T: the null is a stage end whose heads
+    scatter around the base as the seeds scatter around one another. ``moved`` when ``p_max_t <=
+    alpha``; with n seeds no p falls below 2^(1 - n). Returns one row per (cell, head): ``n_seeds``,
+    ``shift`` (the mean), ``seed_sd`` (the seeds' sd of it), ``t``, ``p_max_t``, ``moved``."""
+    columns = HEAD_COLUMNS
+    bases = checkpoints.loc[checkpoints["stage"] == BASE, "model"].astype(str).unique()
+    if len(bases) != 1:
+        raise ValueError(f"the checkpoints table names {len(bases)} base models; a seed study has one base")
+    ok = None
+    if kept is not None:
+        ok = set(kept.loc[kept["kept"].astype(bool), ["seed", "stage"]].itertuples(index=False, name=None))
+    ends = checkpoints[checkpoints["stage"] != BASE]
+    if ok is not None:
+        keep = [(int(s), str(t)) in ok for s, t in zip(ends["seed"], ends["stage"], strict=True)]
+        ends = ends[np.asarray(keep, dtype=bool)]
+    models = {bases[0], *ends["model"].astype(str)}
+    frames = []
+    for dataset, table in scores[scores["model"].astype(str).isin(models)].groupby("dataset", observed=True):
+        texts = set.intersection(*(set(t["sample_id"]) for _, t in table.groupby("model", observed=True)))
+        table = table[table["sample_id"].isin(texts)]
+        for score in score_ids:
+            means = table.groupby(["model", "layer", "head"], observed=True)[score].mean().unstack(["layer", "head"])
+            means.index = means.index.astype(str)
+            base = means.loc[bases[0]].to_numpy(dtype=np.float64)
+            iqr = interquartile_range(_pooled(table[table["model"].astype(str) == bases[0]], score))
+            for stage, group in ends.groupby("stage", sort=False):
+                seeds = sorted(zip(group["seed"].astype(int), group["model"].astype(str), strict=True))
+                shifts = np.stack([means.loc[m].to_numpy(dtype=np.float64) - base for _, m in seeds])
+                shifts = shifts / iqr if iqr > 0 else np.full_like(shifts, np.nan)
+                test = sign_flip_max_t(shifts, n_perm=2**MAX_EXACT_SEEDS)
+                frame = pd.DataFrame(
+                    {
+                        "stage": stage,
+                        "dataset": dataset,
+                        "score": score,
+                        "layer": means.columns.get_level_values("layer").astype(int),
+                        "head": means.columns.get_level_values("head").astype(int),
+                        "n_seeds": len(seeds),
+                        "shift": test["mean"].to_numpy(),
+                        "seed_sd": test["sd"].to_numpy(),
+                        "t": test["t"].to_numpy(),
+                        "p_max_t": test["p_max_t"].to_numpy(),
+                    }
+                )
+                frame["moved"] = frame["p_max_t"] <= alpha
+                frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    out = pd.concat(frames, ignore_index=True)[columns]
+    order = {stage: i for i, stage in enumerate(stages)}
+    keys = [*CELL, "layer", "head"]
+    return out.sort_values(keys, key=lambda c: c.map(order) if c.name == "stage" else c, kind="stable").reset_index(
+        drop=True
+    )
+
+
+def moved_head_counts(heads: pd.DataFrame, *, top: int = 3) -> pd.DataFrame:
+    """Per cell of :func:`head_seed_shifts`: the heads, how many moved beyond the seeds (up and down)
+    and the ``top`` moved heads by |t| as ``layer.head``."""
+    rows = []
+    for cell, group in heads.groupby(CELL, sort=False):
+        moved = group[group["moved"].astype(bool)]
+        order = moved.reindex(moved["t"].abs().sort_values(ascending=False, kind="stable").index)
+        rows.append(
+            {
+                **dict(zip(CELL, cell, strict=True)),
+                "n_seeds": int(group["n_seeds"].iloc[0]),
+                "heads": len(group),
+                "moved": len(moved),
+                "up": int((moved["shift"] > 0).sum()),
+                "down": int((moved["shift"] < 0).sum()),
+                "largest": ", ".join(f"{int(r.layer)}.{int(r.head)}" for r in order.head(top).itertuples()),
+            }
+        )
+    return pd.DataFrame(rows, columns=[*CELL, "n_seeds", "heads", "moved", "up", "down", "largest"])
 
 
 # --- the rule -------------------------------------------------------------------------------------
@@ -374,8 +476,10 @@ __all__ = [
     "MOVED_WITHIN_MARGIN",
     "UNDETERMINED",
     "decide",
+    "head_seed_shifts",
     "keep_seeds",
     "learning_by_seed",
+    "moved_head_counts",
     "seed_contrasts",
     "seed_distances",
     "seed_verdicts",

@@ -154,6 +154,8 @@ def run(unit: Unit, session: Session) -> None:
 def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
     """The decision over every seed of the design scored so far, from ``RESULTS`` alone (and each
     chain's metrics.json where the chain is here)."""
+    import pandas as pd
+
     from headstats.report.finetuning import SeedDecision, write_seed_report
     from headstats.report.freshness import file_sha256, report_inputs
     from headstats.stats import seeds as seed_stats
@@ -162,10 +164,9 @@ def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
     design, results = spec.design, results_of(spec, run)
     scores, checkpoints = seed_tables(spec, results)
     score_ids = list(spec.collect.scores or ())
-    if (checkpoints["stage"] == seed_stats.BASE).any():
-        distances = seed_stats.seed_distances(scores, checkpoints, score_ids)
-    else:  # nothing to measure from before the base is scored
-        distances = _no_distances()
+    scored_base = bool((checkpoints["stage"] == seed_stats.BASE).any())
+    # nothing to measure from before the base is scored
+    distances = seed_stats.seed_distances(scores, checkpoints, score_ids) if scored_base else _no_distances()
     learning = seed_stats.learning_by_seed(chain_metrics(spec, results))
     stages = [stage for stage, _ in spec.stage_ends]
     kept, verdicts, sentences = seed_stats.study_decision(
@@ -180,6 +181,10 @@ def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
         stages=stages,
         family=design.family,
     )
+    if scored_base:
+        heads = seed_stats.head_seed_shifts(scores, checkpoints, score_ids, kept, alpha=design.alpha, stages=stages)
+    else:
+        heads = pd.DataFrame(columns=seed_stats.HEAD_COLUMNS)
     table = kept.merge(learning, on=["seed", "stage"], how="left")
     rebuild = f"headstats run {study.path.as_posix()} --stages report"
     decision = SeedDecision(
@@ -193,6 +198,8 @@ def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
         sentences=sentences,
         learning=table,
         distances=distances,
+        heads=heads,
+        moved_heads=seed_stats.moved_head_counts(heads),
         registration=registration(spec),
         design_file=study.path.as_posix(),
         design_sha256=file_sha256(study.path),

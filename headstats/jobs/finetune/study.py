@@ -340,7 +340,7 @@ def seed_tables(study: SeedStudy, results: Path) -> tuple[pd.DataFrame, pd.DataF
     from ``RESULTS/seed-N/`` alone; each table's stage and seed come from its provenance (the
     checkpoint's record). A checkpoint enters once every dataset's table holds the design's texts
     (one still collecting is named and left out). Empty frames before any table."""
-    columns = ["model", "dataset", "sample_id", *(study.collect.scores or ())]
+    columns = ["model", "dataset", "sample_id", "layer", "head", *(study.collect.scores or ())]
     frames, rows = [], []
     for seed in study.design.seeds:
         folder = study.seed_results(seed, results)
