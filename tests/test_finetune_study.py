@@ -333,7 +333,34 @@ def test_with_three_seeds_scored_the_report_is_undetermined(tmp_path: Path) -> N
     sentences = pd.read_csv(index.parent / "tables" / "sentences.csv")
     assert sentences["sentence"].tolist() == ["undetermined: 3 of 8 seeds scored"] * 2
     assert set(pd.read_csv(index.parent / "tables" / "verdicts.csv")["verdict"]) == {S.UNDETERMINED}
-    assert "after SFT it is undetermined: 3 of 8 seeds scored" in (index.parent / "summary.md").read_text()
+    assert (
+        "after SFT it is undetermined: 3 of 8 seeds scored (3 of them learned"
+        in (index.parent / "summary.md").read_text()
+    )
+
+
+def test_the_decision_waits_for_every_seed_of_the_design(tmp_path: Path) -> None:
+    """Eight of nine seeds scored, as many as min_seeds, and DPO moved far beyond the margin: still
+    no verdict, since an interim look would spend the design's single level; the numbers are shown."""
+    path = study_file(
+        tmp_path,
+        chains=tmp_path / "no-chains",
+        seeds=list(range(9)),
+        stage_ends=["sft@2", "dpo@2"],
+        recipe_hash="abc",
+        base="tiny",
+        dataset="texts",
+        min_seeds=8,
+    )
+    synthetic_seeds(tmp_path / "results", 8, ["sft", "dpo"])
+    index = run_study(path, stages=("report",), progress=False)
+    sentences = pd.read_csv(index.parent / "tables" / "sentences.csv")
+    assert sentences["sentence"].tolist() == ["undetermined: 8 of 9 seeds scored"] * 2
+    verdicts = pd.read_csv(index.parent / "tables" / "verdicts.csv")
+    assert set(verdicts["verdict"]) == {S.UNDETERMINED}
+    assert (verdicts.loc[verdicts["stage"] == "dpo", "mean_delta"] > 0.12).all()  # what it will decide on
+    summary = (index.parent / "summary.md").read_text()
+    assert "after DPO it is undetermined: 8 of 9 seeds scored (8 of them learned; it decides once all are)" in summary
 
 
 def test_the_plan_reads_steps_from_the_chain_folders_and_texts_from_the_results_given(tmp_path: Path) -> None:

@@ -241,6 +241,27 @@ def test_a_seed_kept_out_leaves_every_cell_of_its_stage_and_a_stage_short_of_see
     assert sorted(kept.loc[~kept["kept"], "reason"]) == ["dpo did not learn"] * 2 + ["grpo did not learn"]
 
 
+def test_the_study_decides_once_every_seed_is_scored_and_names_what_it_waits_for() -> None:
+    rng = np.random.default_rng(9)
+    where = {stage: rng.normal(0.5, 0.05, 9) for stage in S.STAGES}  # far beyond the margin
+    scores, checkpoints, _ = simulated_study(where)
+    distances = S.seed_distances(scores, checkpoints, SCORES)
+    learning = pd.DataFrame(
+        [(s, stage, not (s < 2 and stage == "grpo")) for s in range(9) for stage in S.STAGES],
+        columns=["seed", "stage", "learned"],
+    )
+    design = dict(datasets=["mmlu", "piqa"], score_ids=list(SCORES), margin=0.12, min_seeds=8)
+    _, verdicts, sentences = S.study_decision(distances, learning, seeds=range(9), **design)
+    said = sentences.set_index("stage")["sentence"]
+    assert said["sft"] == "fails" and said["dpo"] == "fails"
+    assert said["grpo"] == "undetermined: 7 of 9 seeds learned"  # two seeds kept out: 7 < min_seeds
+    # With a tenth seed in the design, unscored: no stage decides, though 9 seeds are at least min_seeds
+    _, waiting, sentences = S.study_decision(distances, learning, seeds=range(10), **design)
+    assert sentences["sentence"].tolist() == ["undetermined: 9 of 10 seeds scored"] * 3
+    assert set(waiting["verdict"]) == {S.UNDETERMINED}
+    np.testing.assert_allclose(waiting["mean_delta"], verdicts["mean_delta"])  # the numbers are shown
+
+
 def test_a_stage_no_seed_learned_is_undetermined_in_every_cell() -> None:
     rng = np.random.default_rng(8)
     where = {stage: rng.normal(0.02, 0.05, 3) for stage in S.STAGES}

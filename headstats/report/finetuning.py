@@ -74,8 +74,10 @@ class SeedDecision:
 def _stage_sentence(row: pd.Series) -> str:
     sentence = str(row["sentence"])
     stage = str(row["stage"]).upper()
+    if sentence.endswith("scored"):
+        return f"after {stage} it is {sentence} ({int(row['seeds_kept'])} of them learned; it decides once all are)"
     if sentence.startswith(UNDETERMINED):
-        return f"after {stage} it is {sentence} ({int(row['seeds_kept'])} of them learned)"
+        return f"after {stage} it is {sentence}"
     return f"after {stage} it {sentence}"
 
 

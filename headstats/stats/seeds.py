@@ -427,8 +427,13 @@ def study_decision(
     """:func:`decide` over every cell a design names (``stages`` x ``datasets`` x ``score_ids``), with
     the seeds scored so far (``distances`` may be empty). Returns (kept: every seed of ``seeds`` at
     every stage, verdicts: every cell, sentences: per stage end ``seeds_scored``, ``seeds_kept`` and
-    the ``sentence``, which is "undetermined: N of M seeds scored" while fewer than ``min_seeds`` kept
-    seeds are scored)."""
+    the ``sentence``).
+
+    The decision is taken once, with every seed of the design scored: a stage end with a seed still
+    unscored is "undetermined: N of M seeds scored" and its cells' verdicts are undetermined (their
+    numbers are shown, but an interim look decides nothing, so the level of the design's single
+    look holds). With every seed scored, a stage end with fewer than ``min_seeds`` seeds kept is
+    "undetermined: N of M seeds learned"."""
     kept = seeds_kept(learning, stages, seeds=seeds)
     verdicts = pd.DataFrame(columns=[*CELL, "n_seeds", "seeds", "margin", "verdict"])
     if len(distances):
@@ -449,8 +454,12 @@ def study_decision(
         )
         n_kept = sum((int(s), stage) in ok for s in scored)
         cells_of = verdicts[verdicts["stage"] == stage]
-        if n_kept < min_seeds:
+        if len(set(scored) & {int(s) for s in seeds}) < len(seeds):
             sentence = f"{UNDETERMINED}: {len(scored)} of {len(seeds)} seeds scored"
+            verdicts.loc[cells_of.index, "verdict"] = UNDETERMINED
+            cells_of = verdicts.loc[cells_of.index]
+        elif n_kept < min_seeds:
+            sentence = f"{UNDETERMINED}: {n_kept} of {len(seeds)} seeds learned"
         else:
             sentence = str(stage_sentences(cells_of)["sentence"].iloc[0])
         counts = cells_of["verdict"].value_counts().to_dict()
