@@ -396,3 +396,33 @@ def test_the_plan_reads_steps_from_the_chain_folders_and_texts_from_the_results_
     assert [u.left for u in units if u.stage == "collect"] == [TEXTS, TEXTS, TEXTS]
     units = plan_study(study, stages=("collect",), only_seeds=(0,), results_dir=str(elsewhere))
     assert [(u.model, u.left) for u in units] == [("base", TEXTS), ("seed-0 sft@4", TEXTS - 3), ("seed-0 dpo@2", TEXTS)]
+
+
+# --- the committed confirmation ---------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIRMATION = ROOT / "analyses" / "finetuning_confirm.toml"
+
+
+def test_the_committed_report_rebuilds_from_the_committed_tables_alone(tmp_path: Path) -> None:
+    """The confirmation's report stage, run on the committed results with no chain anywhere (the file's
+    chains folder moved to one that does not exist), writes the committed report's tables, number for
+    number, and the same registered design."""
+    committed = ROOT / load_study(CONFIRMATION).spec.report
+    chains = load_study(CONFIRMATION).spec.design.chains
+    text = CONFIRMATION.read_text().replace(str(chains), str(tmp_path / "no-chains"))
+    text = text.replace('results = "results/finetuning-confirm"', f'results = "{ROOT / "results/finetuning-confirm"}"')
+    text = text.replace('report = "reports/finetuning-confirm"', f'report = "{tmp_path / "report"}"')
+    path = tmp_path / "finetuning_confirm.toml"
+    path.write_text(text)
+    assert not (tmp_path / "no-chains").exists()
+    index = run_study(path, stages=("report",), progress=False)
+    rebuilt, tables = index.parent / "tables", committed / "tables"
+    names = sorted(p.name for p in tables.glob("*.csv"))
+    assert names == sorted(p.name for p in rebuilt.glob("*.csv")) and "verdicts.csv" in names
+    for name in names:
+        pd.testing.assert_frame_equal(
+            pd.read_csv(rebuilt / name), pd.read_csv(tables / name), check_exact=False, rtol=1e-9, obj=name
+        )
+    design = json.loads((committed / "design.json").read_text())
+    assert json.loads((index.parent / "design.json").read_text()) == design

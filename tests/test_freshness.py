@@ -10,14 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from headstats.jobs.analysis import load_analysis
-from headstats.jobs.confirm import is_confirmation, load_confirmation
 from headstats.report.freshness import check_report, recorded_inputs, report_inputs, results_digest
+from headstats.studies.registry import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
-# Analyses whose results are committed (.gitignore: results/study*, results/confirm), so their reports
-# can be checked on any checkout.
-COMMITTED = ("study.toml", "study_fine.toml", "confirm.toml")
+# Studies whose results are committed (.gitignore: results/study*, results/confirm,
+# results/finetuning-confirm), so their reports can be checked on any checkout.
+COMMITTED = ("study.toml", "study_fine.toml", "confirm.toml", "finetuning_confirm.toml")
 
 
 def _stale_setup(tmp_path: Path) -> tuple[Path, Path, Path]:
@@ -84,7 +83,7 @@ def test_a_stale_report_fails_the_check(tmp_path, monkeypatch) -> None:
 @pytest.mark.parametrize("name", COMMITTED)
 def test_committed_reports_are_built_from_their_current_analysis_file_and_results(name: str) -> None:
     path = ROOT / "analyses" / name
-    spec = load_confirmation(path) if is_confirmation(path) else load_analysis(path)
+    spec = load_study(path).spec
     report = ROOT / spec.report
     assert report.is_dir() and (ROOT / spec.results).is_dir(), f"{name}: its report and results are committed"
     assert check_report(report, root=ROOT) == []

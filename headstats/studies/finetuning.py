@@ -152,8 +152,8 @@ def run(unit: Unit, session: Session) -> None:
 
 
 def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
-    """The decision over every seed of the design scored so far, from ``RESULTS`` alone (and each
-    chain's metrics.json where the chain is here)."""
+    """The decision over every seed of the design scored so far, from ``RESULTS`` alone (the score
+    tables and each seed's copied chain records; no chain is read)."""
     import pandas as pd
 
     from headstats.report.finetuning import SeedDecision, write_seed_report

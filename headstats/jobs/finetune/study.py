@@ -366,18 +366,15 @@ def seed_tables(study: SeedStudy, results: Path) -> tuple[pd.DataFrame, pd.DataF
 
 
 def chain_metrics(study: SeedStudy, results: Path) -> dict[int, dict]:
-    """Each seed's ``metrics.json``: its chain's where the chain is here, else the copy under
-    ``RESULTS/seed-N/_chain/``; a seed with neither is absent."""
+    """Each seed's ``metrics.json`` as the collection copied it to ``RESULTS/seed-N/_chain/`` (the
+    chain's learning when its checkpoints were scored); a seed with none is absent. The chain itself
+    is not read even where it is here, so a report built beside the chains is the one a clean clone
+    of the results rebuilds."""
     metrics = {}
     for seed in study.design.seeds:
-        for path in (
-            study.chain(seed) / layout.METRICS_FILE,
-            study.seed_results(seed, results) / store.CHAIN_RECORDS / layout.METRICS_FILE,
-        ):
-            record = layout.read_json(path)
-            if record:
-                metrics[seed] = record
-                break
+        record = layout.read_json(study.seed_results(seed, results) / store.CHAIN_RECORDS / layout.METRICS_FILE)
+        if record:
+            metrics[seed] = record
     return metrics
 
 
