@@ -334,7 +334,7 @@ def test_with_three_seeds_scored_the_report_is_undetermined(tmp_path: Path) -> N
     assert sentences["sentence"].tolist() == ["undetermined: 3 of 8 seeds scored"] * 2
     assert set(pd.read_csv(index.parent / "tables" / "verdicts.csv")["verdict"]) == {S.UNDETERMINED}
     assert (
-        "after SFT it is undetermined: 3 of 8 seeds scored (3 of them learned"
+        "after SFT and DPO it is undetermined: 3 of 8 seeds scored (3 of them learned"
         in (index.parent / "summary.md").read_text()
     )
 
@@ -360,7 +360,10 @@ def test_the_decision_waits_for_every_seed_of_the_design(tmp_path: Path) -> None
     assert set(verdicts["verdict"]) == {S.UNDETERMINED}
     assert (verdicts.loc[verdicts["stage"] == "dpo", "mean_delta"] > 0.12).all()  # what it will decide on
     summary = (index.parent / "summary.md").read_text()
-    assert "after DPO it is undetermined: 8 of 9 seeds scored (8 of them learned; it decides once all are)" in summary
+    assert (
+        "after SFT and DPO it is undetermined: 8 of 9 seeds scored (8 of them learned; it decides once all are)"
+        in summary
+    )
 
 
 def test_the_plan_reads_steps_from_the_chain_folders_and_texts_from_the_results_given(tmp_path: Path) -> None:

@@ -71,19 +71,22 @@ class SeedDecision:
     rebuild: str  # the command that rebuilds the report
 
 
-def _stage_sentence(row: pd.Series) -> str:
-    sentence = str(row["sentence"])
-    stage = str(row["stage"]).upper()
+def _stage_sentence(stages: list[str], sentence: str, kept: list[int]) -> str:
+    """One clause for the stage ends that share a sentence: "after SFT and DPO it holds"."""
+    names = [str(stage).upper() for stage in stages]
+    where = f"after {names[0]}" if len(names) == 1 else f"after {', '.join(names[:-1])} and {names[-1]}"
     if sentence.endswith("scored"):
-        return f"after {stage} it is {sentence} ({int(row['seeds_kept'])} of them learned; it decides once all are)"
-    if sentence.startswith(UNDETERMINED):
-        return f"after {stage} it is {sentence}"
-    return f"after {stage} it {sentence}"
+        learned = f"{kept[0]} of them learned" if len(set(kept)) == 1 else f"{'/'.join(map(str, kept))} learned"
+        return f"{where} it is {sentence} ({learned}; it decides once all are)"
+    return f"{where} it is {sentence}" if sentence.startswith(UNDETERMINED) else f"{where} it {sentence}"
 
 
 def abstract(decision: SeedDecision) -> str:
     """The study's sentence per stage end, then the cells' verdicts in numbers."""
-    stages = "; ".join(_stage_sentence(r) for _, r in decision.sentences.iterrows())
+    groups = decision.sentences.groupby("sentence", sort=False)
+    stages = "; ".join(
+        _stage_sentence(list(g["stage"]), str(sentence), [int(k) for k in g["seeds_kept"]]) for sentence, g in groups
+    )
     counts = decision.verdicts["verdict"].value_counts()
     decided = len(decision.verdicts) - int(counts.get(UNDETERMINED, 0))
     first = (
