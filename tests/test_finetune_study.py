@@ -269,23 +269,29 @@ def synthetic_seeds(results: Path, n_seeds: int, stages: list[str], *, rng_seed:
     return pd.concat(frames, ignore_index=True), table, metrics
 
 
-def test_the_report_gives_the_verdicts_of_the_rule_over_the_learned_seeds(tmp_path: Path) -> None:
-    """Nine seeds, seed 3's SFT did not learn (so it is kept out of every stage): the report's verdicts
-    and sentences, built from the tables alone, are those of headstats.stats.seeds.decide on the same
-    frames; the design's hash is recorded."""
-    stages = ["sft", "dpo", "grpo"]
+def seed_report(tmp: Path, seeds: int, scored: int, stages: list[str], *, not_learned=()):
+    """A design of ``seeds`` seeds at ``stages`` (min_seeds 8) with the first ``scored`` seeds' synthetic
+    tables; its report stage run. Returns (index.html, the study file, scores, checkpoints, metrics)."""
     path = study_file(
-        tmp_path,
-        chains=tmp_path / "no-chains",
-        seeds=list(range(9)),
-        stage_ends=["sft@2", "dpo@2", "grpo@2"],
+        tmp,
+        chains=tmp / "no-chains",
+        seeds=list(range(seeds)),
+        stage_ends=[f"{stage}@2" for stage in stages],
         recipe_hash="abc",
         base="tiny",
         dataset="texts",
         min_seeds=8,
     )
-    scores, checkpoints, metrics = synthetic_seeds(tmp_path / "results", 9, stages, not_learned=(3,))
-    index = run_study(path, stages=("report",), progress=False)
+    written = synthetic_seeds(tmp / "results", scored, stages, not_learned=not_learned)
+    return run_study(path, stages=("report",), progress=False), path, *written
+
+
+def test_the_report_gives_the_verdicts_of_the_rule_over_the_learned_seeds(tmp_path: Path) -> None:
+    """Nine seeds, seed 3's SFT did not learn (so it is kept out of every stage): the report's verdicts
+    and sentences, built from the tables alone, are those of headstats.stats.seeds.decide on the same
+    frames; the design's hash is recorded."""
+    stages = ["sft", "dpo", "grpo"]
+    index, path, scores, checkpoints, metrics = seed_report(tmp_path, 9, 9, stages, not_learned=(3,))
 
     distances = S.seed_distances(scores, checkpoints, ["ahon_ln", "awft"])
     kept, expected, sentences = S.decide(
@@ -318,18 +324,7 @@ def test_the_report_gives_the_verdicts_of_the_rule_over_the_learned_seeds(tmp_pa
 
 
 def test_with_three_seeds_scored_the_report_is_undetermined(tmp_path: Path) -> None:
-    path = study_file(
-        tmp_path,
-        chains=tmp_path / "no-chains",
-        seeds=list(range(8)),
-        stage_ends=["sft@2", "dpo@2"],
-        recipe_hash="abc",
-        base="tiny",
-        dataset="texts",
-        min_seeds=8,
-    )
-    synthetic_seeds(tmp_path / "results", 3, ["sft", "dpo"])
-    index = run_study(path, stages=("report",), progress=False)
+    index, *_ = seed_report(tmp_path, 8, 3, ["sft", "dpo"])
     sentences = pd.read_csv(index.parent / "tables" / "sentences.csv")
     assert sentences["sentence"].tolist() == ["undetermined: 3 of 8 seeds scored"] * 2
     assert set(pd.read_csv(index.parent / "tables" / "verdicts.csv")["verdict"]) == {S.UNDETERMINED}
@@ -342,18 +337,7 @@ def test_with_three_seeds_scored_the_report_is_undetermined(tmp_path: Path) -> N
 def test_the_decision_waits_for_every_seed_of_the_design(tmp_path: Path) -> None:
     """Eight of nine seeds scored, as many as min_seeds, and DPO moved far beyond the margin: still
     no verdict, since an interim look would spend the design's single level; the numbers are shown."""
-    path = study_file(
-        tmp_path,
-        chains=tmp_path / "no-chains",
-        seeds=list(range(9)),
-        stage_ends=["sft@2", "dpo@2"],
-        recipe_hash="abc",
-        base="tiny",
-        dataset="texts",
-        min_seeds=8,
-    )
-    synthetic_seeds(tmp_path / "results", 8, ["sft", "dpo"])
-    index = run_study(path, stages=("report",), progress=False)
+    index, *_ = seed_report(tmp_path, 9, 8, ["sft", "dpo"])
     sentences = pd.read_csv(index.parent / "tables" / "sentences.csv")
     assert sentences["sentence"].tolist() == ["undetermined: 8 of 9 seeds scored"] * 2
     verdicts = pd.read_csv(index.parent / "tables" / "verdicts.csv")
