@@ -14,9 +14,18 @@ from headstats.report.freshness import check_report, recorded_inputs, report_inp
 from headstats.studies.registry import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
-# Studies whose results are committed (.gitignore: results/study*, results/confirm,
-# results/finetuning-confirm), so their reports can be checked on any checkout.
-COMMITTED = ("study.toml", "study_fine.toml", "confirm.toml", "finetuning_confirm.toml")
+# Studies whose results are committed (.gitignore lets their results folders in), so their reports can
+# be checked on any checkout.
+COMMITTED = (
+    "study.toml",
+    "study_fine.toml",
+    "confirm.toml",
+    "finetuning_confirm.toml",
+    "prune_embedded.toml",
+    "prune_certify.toml",
+    "compare_embedded.toml",
+    "finetuning_compare.toml",
+)
 
 
 def _stale_setup(tmp_path: Path) -> tuple[Path, Path, Path]:

@@ -233,10 +233,15 @@ def test_frontier_runs_both_units_times_them_in_paired_rounds_and_reports_kv_byt
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert "ahon_ln/kv-group" in summary and "KV saved" in summary and "identical copy" in summary
     assert "each model's weights moved to fresh memory before every run" in summary
+    from headstats.report.freshness import check_report
+
+    assert check_report(tmp_path / "report") == []  # the manifest records the file and results it read
     # The time stage times every finished point again by the same protocol and keeps the earlier rows;
     # a longer KV cache added to the file is timed too (the folder resumes), and the report shows it
     # beside the others.
     analysis.write_text(analysis.read_text().replace("decode_contexts = [12]", "decode_contexts = [12, 40]"))
+    (stale,) = check_report(tmp_path / "report")
+    assert "is older than" in stale and analysis.name in stale
     calls.clear()
     assert main(["frontier", str(analysis), "--stages", "time,report", "-q"]) == 0
     assert len(calls) == 3 * 3

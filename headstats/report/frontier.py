@@ -25,6 +25,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.jobs.frontier import Frontier, pruned_points, read_record
+from headstats.report.freshness import report_inputs
 from headstats.report.plots import score_style
 from headstats.report.sections.context import ABSTRACT_WORDS, term, word_count
 from headstats.report.writer import ReportWriter, anchor_slug
@@ -203,8 +204,15 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         full_legend=anchor_slug(LEGEND),
     )
     _body(writer, table, certified, runs, spec, frontier.results, family)
+    record_inputs(writer, frontier)
     writer.write()
     return Path(writer.out) / "index.html"
+
+
+def record_inputs(writer: ReportWriter, frontier: Frontier) -> None:
+    """Record what the build read in the report's manifest (its results' digest, the file, the
+    [prune] settings), so ``headstats.report.freshness`` can tell when the report is older than them."""
+    writer.inputs = report_inputs(frontier.results, frontier.prune.settings(), frontier.path, report=writer.out)
 
 
 def _fmt_drop(row) -> str:

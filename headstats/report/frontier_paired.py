@@ -18,7 +18,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.jobs.frontier import Frontier, pruned_points
-from headstats.report.frontier import LEGEND, family_size, read_points, run_notes
+from headstats.report.frontier import LEGEND, family_size, read_points, record_inputs, run_notes
 from headstats.report.plots import score_style
 from headstats.report.sections.context import fit_sentences, term
 from headstats.report.writer import ReportWriter, anchor_slug
@@ -273,5 +273,6 @@ def build_paired_report(frontier: Frontier, out: str | os.PathLike | None = None
     with writer.appendix():
         table = points if "eval_seconds" in points else points.assign(eval_seconds=0.0)  # a baseline alone
         run_notes(writer, table, runs, frontier.results)
+    record_inputs(writer, frontier)
     writer.write()
     return Path(writer.out) / "index.html"
