@@ -413,3 +413,18 @@ def test_the_committed_report_rebuilds_from_the_committed_tables_alone(tmp_path:
         )
     design = json.loads((committed / "design.json").read_text())
     assert json.loads((index.parent / "design.json").read_text()) == design
+
+
+def test_the_report_states_the_power_the_design_registered() -> None:
+    from headstats.report.finetuning import SeedDecision, power_statement
+
+    empty = pd.DataFrame()
+    decision = SeedDecision(
+        *("t", tuple(range(12)), 0.12, 0.05, 8, "stage_end", 0.92, 0.98),
+        *(empty,) * 6,
+        *({"keys": {}, "sha256": "0" * 64}, "f.toml", "0" * 64, "rebuild"),
+    )
+    said = power_statement(decision)
+    assert "a simulation of 12 seeds" in said and "at least 98%" in said and "with probability 92%" in said
+    unstated = dataclasses.replace(decision, power_moved=None, power_equivalent=None)
+    assert power_statement(unstated) == "The design states no power for its 12 seeds."

@@ -59,6 +59,8 @@ class SeedDecision:
     alpha: float
     min_seeds: int
     family: str
+    power_moved: float | None  # the design's stated power of the moved test at the margin
+    power_equivalent: float | None  # and of the equivalence test at no movement beyond noise
     verdicts: pd.DataFrame
     sentences: pd.DataFrame
     learning: pd.DataFrame  # per (seed, stage): the primary metric's change, its interval, kept and reason
@@ -135,6 +137,29 @@ def headline_figure(decision: SeedDecision) -> Figure:
     return fig
 
 
+def power_statement(decision: SeedDecision) -> str:
+    """What the design could detect, as the pre-registered file states it (its power simulation)."""
+    n = len(decision.seeds)
+    parts = []
+    if decision.power_equivalent is not None:
+        parts.append(
+            f"a cell whose stage ends are no further from the base than from one another is found equivalent "
+            f"within the margin with probability at least {decision.power_equivalent:.0%}"
+        )
+    if decision.power_moved is not None:
+        parts.append(
+            f"a cell that moved by exactly the margin beyond training noise is found to have moved beyond it "
+            f"with probability {decision.power_moved:.0%} (the median over the cells)"
+        )
+    if not parts:
+        return f"The design states no power for its {n} seeds."
+    return (
+        f"Power, stated in the design before any seed was trained (a simulation of {n} seeds): "
+        + "; ".join(parts)
+        + "."
+    )
+
+
 def heads_figure(decision: SeedDecision, score: str) -> Figure:
     """Per stage end (rows) x dataset (columns), the heads of one score as a layer x head grid: t of
     the seeds' mean shift from the base (red: up, blue: down), a dot on each head that moved beyond
@@ -200,6 +225,7 @@ def write_seed_report(decision: SeedDecision, out: Path, inputs: dict | None = N
     )
     writer.heading("The study's sentence per stage end")
     writer.table(decision.sentences, "sentences")
+    writer.text(power_statement(decision))
     writer.heading("Learning per seed")
     writer.text(
         "A seed enters a stage end's cells only when that stage and every earlier stage of its chain learned: the "
