@@ -269,7 +269,8 @@ def test_a_bf16_sweep_refuses_to_join_what_other_bf16_kernels_computed(
     smollm2_tiny_llama, smollm2_tokenizer, tmp_path, monkeypatch, dtype
 ) -> None:
     import headstats.io.models as M
-    from headstats.jobs.sweep import MixedKernelsError, refused_here
+    from headstats.jobs.checkpoint import MixedKernelsError
+    from headstats.jobs.sweep import refused_here
     from headstats.jobs.sweep_plan import plan_sweep
 
     real = M.machine_info
@@ -302,7 +303,7 @@ def test_a_bf16_sweep_refuses_to_join_what_other_bf16_kernels_computed(
         f"avx512_bf16 ({isa} instructions)); this machine has CPU kernels without bf16 units ({isa} instructions), "
         "whose bfloat16 products round differently "
         "(on a SmolLM2 bf16 baseline, an AVX2 CPU moved gold log-likelihoods by a median 0.15 nat from an "
-        "AVX512-BF16 CPU's, more than fp32 does), so joining the two would count flips that zeroing did not "
+        "AVX512-BF16 CPU's, more than fp32 does), so joining the two would count flips that pruning or zeroing did not "
         f"cause. Run this sweep on a machine like that one, or move {partition} away to run it whole here."
     )
     # Back on a machine like the first, the sweep finishes; a further zeroed pass elsewhere is refused.

@@ -675,7 +675,7 @@ def test_a_path_other_bf16_kernels_began_is_left_while_every_other_runs(monkeypa
 
     from headstats.io import models
     from headstats.jobs import confirm
-    from headstats.jobs.sweep import MixedKernelsError
+    from headstats.jobs.checkpoint import MixedKernelsError
     from headstats.pipeline import run_confirmation
     from headstats.specs import RunSpec
     from headstats.studies import confirm as confirmation_kind

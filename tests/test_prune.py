@@ -556,6 +556,70 @@ def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(
         F.retime_model(spec, str(model_dir))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_bf16_frontier_refuses_to_evaluate_points_on_other_kernels(
+    model_dir, tmp_path, monkeypatch, dtype: str
+) -> None:
+    """A frontier compares every point with its baseline answer for answer: a bf16 point left to run on
+    a machine whose kernels round otherwise than the ones that computed the finished points is refused
+    before anything is evaluated (the run's machine stands for points that recorded none); fp32 runs
+    anywhere, and every new point records its machine."""
+    import headstats.io.models as M
+    from headstats.jobs import frontier as F
+    from headstats.jobs.checkpoint import MixedKernelsError
+
+    real = M.machine_info
+    analysis = tmp_path / "tiny_frontier.toml"
+    analysis.write_text(
+        f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n[models]\nnames = ["{model_dir}"]\n'
+        f'dtype = "{dtype}"\n[prune]\nscores = ["ahon_ln"]\nshares = [0, 0.25]\ntasks = ["arc_easy"]\n'
+        'speed_batches = [1]\nprompt_length = 8\nnew_tokens = 2\nrepeats = 1\ntiming = "medians"\n'
+    )
+    spec = F.load_frontier(analysis)
+    root = F.model_root(spec, str(model_dir))
+    first = {**real("cpu"), "cpu": "Test CPU", "bf16_units": ["avx512_bf16", "amx_bf16"]}
+    F.check_run_record(spec, root, first)
+    F.write_json_atomic({"speed": [], "eval_seconds": 1.0, "params": 1}, root / "points" / "baseline.json")
+    here = {**real("cpu"), "cpu": "Other CPU", "bf16_units": ["avx512_bf16"]}
+    monkeypatch.setattr(M, "machine_info", lambda device: here)
+    if dtype == "float32":  # fp32 products agree across machines: the points run, each with its machine
+        assert F.kernel_conflict(spec, str(model_dir), here, "float32") is None
+        import headstats.io.tasks as T
+
+        pd.DataFrame({"score": ["ahon_ln"]}).to_parquet(root / "means.parquet")  # no calibration, no task data:
+        monkeypatch.setattr(T, "load_task", lambda *a, **k: None)  # the point's selection and pass stand in
+        monkeypatch.setattr(F, "select_heads", lambda *a, **k: [(0, 0)])
+        monkeypatch.setattr(F, "_evaluate_all", lambda *a: (pd.DataFrame({"question_id": [0]}), []))
+        monkeypatch.setattr(F, "_speed", lambda spec_, models: [])
+        F.run_model(spec, str(model_dir))
+        assert json.loads((root / "points" / "ahon_ln-0.250.json").read_text())["machine"] == here
+        return
+    isa = here["cpu_capability"]
+    with pytest.raises(MixedKernelsError) as refused:
+        F.run_model(spec, str(model_dir))
+    assert str(refused.value) == (
+        f"{root}: its point baseline ran in bfloat16 on Test CPU, {first['cores']} cores, "
+        f"{first['torch_threads']} threads (avx512_bf16, amx_bf16) (CPU kernels with amx_bf16 and avx512_bf16 "
+        f"({isa} instructions)); this machine has CPU kernels with avx512_bf16 ({isa} instructions), whose "
+        "bfloat16 products round differently (on a SmolLM2 bf16 baseline, an AVX2 CPU moved gold log-likelihoods "
+        "by a median 0.15 nat from an AVX512-BF16 CPU's, more than fp32 does), so joining the two would count "
+        "flips that pruning or zeroing did not cause. Run this model's frontier on a machine like that one, give "
+        "the frontier another results directory to evaluate it whole here, or time its finished points here with "
+        "`--stages time`."
+    )
+    assert sorted(p.name for p in (root / "points").iterdir()) == ["baseline.json"]  # nothing evaluated
+    from headstats.studies import dry_run, load_study
+
+    planned = dry_run(load_study(analysis))  # the dry run says so from the results folder, loading nothing
+    assert planned.refused == [f"{model_dir}, 1 points left: {refused.value}"] and not planned.units
+    # A point's own record outweighs the run's: one computed here lets the rest run here.
+    F.write_json_atomic(
+        {"speed": [], "eval_seconds": 1.0, "params": 1, "machine": here}, root / "points" / "baseline.json"
+    )
+    assert F.kernel_conflict(spec, str(model_dir), here, "bfloat16") is None
+    assert F.kernel_conflict(spec, str(model_dir), first, "bfloat16") is not None
+
+
 def test_inference_cost_counts_the_pruned_shapes() -> None:
     """The roof's arithmetic against a count by hand (tiny Llama: d_model 64, 4 heads of 16 in 2 KV
     groups, MLP 96, vocab 128), and its KV bytes against the cache a prefill really fills."""

@@ -61,4 +61,24 @@ def other_kernels(earlier: object, here: object, dtype: str) -> tuple[str, str] 
     return there, mine
 
 
-__all__ = ["REDUCED_PRECISION", "describe_machine", "other_kernels", "reduced_precision_kernels"]
+def mixed_kernels(
+    earlier: list[tuple[str, object]], here: object, dtype: str, where: object, remedy: str
+) -> str | None:
+    """Why a ``dtype`` pass on machine ``here`` may not join the numbers that ``earlier`` (what, the
+    machine that computed it) holds in ``where``: the first whose kernels round ``dtype`` products
+    otherwise (:func:`other_kernels`), with ``remedy`` (what to do instead); None when every one agrees."""
+    for what, machine in earlier:
+        differ = other_kernels(machine, here, dtype)
+        if differ is None:
+            continue
+        there, mine = differ
+        return (
+            f"{where}: {what} ran in {dtype} on {describe_machine(machine)} ({there}); this "
+            f"machine has {mine}, whose {dtype} products round differently (on a SmolLM2 bf16 baseline, an "
+            "AVX2 CPU moved gold log-likelihoods by a median 0.15 nat from an AVX512-BF16 CPU's, more than "
+            f"fp32 does), so joining the two would count flips that pruning or zeroing did not cause. {remedy}"
+        )
+    return None
+
+
+__all__ = ["REDUCED_PRECISION", "describe_machine", "mixed_kernels", "other_kernels", "reduced_precision_kernels"]

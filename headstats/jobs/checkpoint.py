@@ -99,6 +99,12 @@ def sequences_digest(input_ids: Sequence[Sequence[int]], keys: Sequence[int]) ->
     return digest.hexdigest()
 
 
+class MixedKernelsError(RuntimeError):
+    """A reduced-precision pass would join numbers that other kernels computed: a sweep's or a
+    frontier's points are compared answer for answer, and bf16 products round differently on other
+    kernels (:func:`headstats.io.machine.mixed_kernels`)."""
+
+
 class PassCheckpoint:
     """The finished batches of one pass, kept in ``path`` under ``key`` (see the module docstring)."""
 
@@ -279,6 +285,7 @@ def advance_restored(bar: tqdm, n: int) -> None:
 __all__ = [
     "SAVE_EVERY",
     "DoneBatch",
+    "MixedKernelsError",
     "PassCheckpoint",
     "Spent",
     "advance_restored",

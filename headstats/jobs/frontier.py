@@ -47,7 +47,7 @@ from headstats.engine.speed import (
 from headstats.io.assets import portable_record
 from headstats.io.store import StoreError, partial_file, read_json, write_json_atomic, write_parquet_atomic
 from headstats.jobs.analysis import read_analysis_file, section_table, top_level_keys
-from headstats.jobs.checkpoint import PassCheckpoint
+from headstats.jobs.checkpoint import MixedKernelsError, PassCheckpoint
 from headstats.jobs.prune import head_means, kv_group_size, select_heads, spec_calibration, task_options
 from headstats.jobs.timing import paired_rounds
 from headstats.options import SpecError, narrow
@@ -203,12 +203,45 @@ def check_run_record(frontier: Frontier, root: Path, machine: dict) -> dict:
     return settings
 
 
+def kernel_conflict(frontier: Frontier, name: str, here: object, dtype: str) -> str | None:
+    """Why machine ``here`` may not evaluate the points of model ``name`` that are left, from its
+    results folder alone: a finished point, or a left point's saved batches, computed in reduced
+    precision by kernels that round otherwise (:func:`headstats.io.machine.mixed_kernels`). Every point
+    is compared with the baseline answer for answer, so one model's points are computed alike (on one
+    bf16 model, 3 of 300 answers moved between an AMX and an AVX512-BF16 CPU). None when it may run."""
+    from headstats.io.machine import mixed_kernels
+    from headstats.jobs.checkpoint import saved_machines
+
+    root = model_root(frontier, name)
+    points = root / "points"
+    run_machine = read_record(root / "run.json").get("machine") if (root / "run.json").is_file() else None
+    earlier: list[tuple[str, object]] = []
+    left = []
+    for stem in planned_points(frontier.prune):
+        path = points / f"{stem}.json"
+        if path.is_file():  # a point written before points recorded their machine ran on the run's
+            earlier.append((f"its point {stem}", read_record(path).get("machine", run_machine)))
+        else:
+            left.append(stem)
+    if not left:
+        return None
+    for stem in left:
+        for task in frontier.prune.tasks:
+            partial = partial_file(points, f"{stem}-{task}.parquet")
+            earlier += [(f"{partial.name}'s saved batches", m) for m in saved_machines(partial)]
+    remedy = (
+        "Run this model's frontier on a machine like that one, give the frontier another results directory "
+        "to evaluate it whole here, or time its finished points here with `--stages time`."
+    )
+    return mixed_kernels(earlier, here, dtype, root, remedy)
+
+
 def _answers(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[ANSWER_COLUMNS].reset_index(drop=True)
 
 
 def _evaluate_all(
-    model, tokenizer, questions: dict, spec: FrontierSpec, points: Path, key: dict
+    model, tokenizer, questions: dict, spec: FrontierSpec, points: Path, key: dict, machine: dict
 ) -> tuple[pd.DataFrame, list[PassCheckpoint]]:
     """Every task's answers, each pass resuming from the batches a stopped run saved under ``key``
     (the run's settings, the point and its removed heads); the checkpoints go once the point is written."""
@@ -216,7 +249,9 @@ def _evaluate_all(
 
     frames, checkpoints = [], []
     for task, q in questions.items():
-        checkpoint = PassCheckpoint(partial_file(points, f"{key['point']}-{task}.parquet"), {**key, "task": task})
+        checkpoint = PassCheckpoint(
+            partial_file(points, f"{key['point']}-{task}.parquet"), {**key, "task": task}, machine=machine
+        )
         frame = evaluate(
             model,
             tokenizer,
@@ -323,7 +358,13 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
     spec = frontier.prune
     root = model_root(frontier, name)
     model, tokenizer = load_model(name, **narrow(frontier.models, LoadOptions).kwargs())
-    settings = check_run_record(frontier, root, machine_info(next(model.parameters()).device))
+    weights = next(model.parameters())
+    machine = machine_info(weights.device)
+    settings = check_run_record(frontier, root, machine)
+    if not calibrate_only:
+        why = kernel_conflict(frontier, name, machine, str(weights.dtype).removeprefix("torch."))
+        if why is not None:
+            raise MixedKernelsError(why)
     points = root / "points"
     means_path = root / "means.parquet"
     if means_path.is_file():
@@ -345,12 +386,14 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
     if not (points / "baseline.json").is_file():
         start = time.time()
         answers, checkpoints = _evaluate_all(
-            model, tokenizer, questions, spec, points, {"settings": settings, "point": "baseline"}
+            model, tokenizer, questions, spec, points, {"settings": settings, "point": "baseline"}, machine
         )
         seconds = time.time() - start
         speed = _speed(spec, {"unpruned": model, "pruned": copy.deepcopy(model)})
         write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / "baseline.parquet")
-        write_json_atomic({"speed": speed, "eval_seconds": seconds, "params": params}, points / "baseline.json")
+        write_json_atomic(
+            {"speed": speed, "eval_seconds": seconds, "params": params, "machine": machine}, points / "baseline.json"
+        )
         for checkpoint in checkpoints:
             checkpoint.discard()
     for sid, share, unit in pruned_points(spec):
@@ -362,7 +405,7 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
         prune_heads(pruned, heads)
         start = time.time()
         key = {"settings": settings, "point": stem, "heads": [list(h) for h in heads]}
-        answers, checkpoints = _evaluate_all(pruned, tokenizer, questions, spec, points, key)
+        answers, checkpoints = _evaluate_all(pruned, tokenizer, questions, spec, points, key, machine)
         seconds = time.time() - start
         speed = _speed(spec, {"unpruned": model, "pruned": pruned})
         record = {
@@ -376,6 +419,7 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
             "roof": _roof(before, inference_cost(pruned), spec),
             "speed": speed,
             "eval_seconds": seconds,
+            "machine": machine,
         }
         write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / f"{stem}.parquet")
         write_json_atomic(record, points / f"{stem}.json")
@@ -415,7 +459,7 @@ def retime_model(frontier: Frontier, name: str) -> Path:
         if not path.is_file():
             continue
         record = read_record(path)
-        timed = record.get("timed", {"machine": run_machine})
+        timed = record.get("timed", {"machine": record.get("machine", run_machine)})
         if timed.get("round") == current["round"]:
             continue
         pruned = copy.deepcopy(model)  # the baseline's: an identical copy, the measurement's noise

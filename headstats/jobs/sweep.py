@@ -46,7 +46,7 @@ from headstats.engine import scores as S
 from headstats.engine.probe import Probe
 from headstats.engine.zeroing import ablate_heads, model_shape, warn_tied_scores
 from headstats.io import store
-from headstats.jobs.checkpoint import PassCheckpoint, Spent, advance_restored, sequences_digest
+from headstats.jobs.checkpoint import MixedKernelsError, PassCheckpoint, Spent, advance_restored, sequences_digest
 from headstats.jobs.evaluate import ANSWER_COLUMNS
 from headstats.jobs.resume import check_key, jsonable
 from headstats.jobs.sweep_plan import (
@@ -63,10 +63,6 @@ from headstats.stats.summary import BASELINE
 from headstats.stats.thresholds import QUANTILE_METHOD, thresholds_for_fractions
 
 logger = logging.getLogger("headstats")
-
-
-class MixedKernelsError(RuntimeError):
-    """A reduced-precision pass would join numbers that other kernels computed (module docstring)."""
 
 
 # Per-question columns of an intervention file, in order (model and task are partition columns).
@@ -143,25 +139,14 @@ def kernel_conflict(
     :func:`~headstats.io.models.machine_info` record): the machines that computed its saved batches
     (``batches_from``) or, for a zeroed point, its baseline round ``dtype`` products otherwise (module
     docstring); None when it may run."""
-    from headstats.io.machine import describe_machine, other_kernels
+    from headstats.io.machine import mixed_kernels
 
     earlier = [(f"{store.partial_file(plan.partition, point.file_name).name}'s saved batches", m) for m in batches_from]
     baseline = plan.partition / Point(BASELINE, 0.0).file_name
     if not point.is_baseline and store.is_finished_file(baseline):
         earlier.append(("its baseline", (store.file_provenance(baseline) or {}).get("machine")))
-    for what, machine in earlier:
-        differ = other_kernels(machine, here, dtype)
-        if differ is None:
-            continue
-        there, mine = differ
-        return (
-            f"{plan.partition}: {what} ran in {dtype} on {describe_machine(machine)} ({there}); this "
-            f"machine has {mine}, whose {dtype} products round differently (on a SmolLM2 bf16 baseline, an "
-            "AVX2 CPU moved gold log-likelihoods by a median 0.15 nat from an AVX512-BF16 CPU's, more than "
-            "fp32 does), so joining the two would count flips that zeroing did not cause. Run this sweep on "
-            f"a machine like that one, or move {plan.partition} away to run it whole here."
-        )
-    return None
+    remedy = f"Run this sweep on a machine like that one, or move {plan.partition} away to run it whole here."
+    return mixed_kernels(earlier, here, dtype, plan.partition, remedy)
 
 
 def refused_here(plan: SweepPlan, dtype: str, here: object) -> str | None:

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from headstats.io.machine import describe_machine
 from headstats.jobs.frontier import Frontier, pruned_points, read_record
 from headstats.report.freshness import report_inputs
 from headstats.report.plots import score_style
@@ -47,7 +48,11 @@ def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame,
             continue
         base = pd.read_parquet(base_file)
         base_info = read_record(root / "points" / "baseline.json")
-        runs[model] = {"run": read_record(root / "run.json"), "baseline": base_info}
+        run = read_record(root / "run.json")
+        runs[model] = {"run": run, "baseline": base_info, "machines": {}}
+        for info_file in sorted((root / "points").glob("*.json")):  # a point before points recorded theirs: the run's
+            machine = describe_machine(read_record(info_file).get("machine", run.get("machine")))
+            runs[model]["machines"].setdefault(machine, []).append(info_file.stem)
         speed.extend(_speed_rows(base_info["speed"], model, "none", 0.0))
         frames.append(frontier_stats.baseline_rows(base).assign(model=model, score="none", share=0.0))
         for info_file in sorted((root / "points").glob("*.json")):
@@ -463,6 +468,9 @@ def run_notes(writer: ReportWriter, table: pd.DataFrame, runs: dict, results: Pa
             f"{model}: CPU {machine.get('cpu')}, torch threads {machine.get('torch_threads')}, "
             f"device {machine.get('device')}; evaluation passes took {total / 60:.1f} min in all."
         )
+        if len(info.get("machines", {})) > 1:
+            where = "; ".join(f"{m}: {', '.join(stems)}" for m, stems in info["machines"].items())
+            line += f" Its points were evaluated and timed on more than one machine ({where})."
         timed = info["baseline"].get("timed")
         if timed:
             again = timed["machine"]

@@ -75,7 +75,7 @@ def begin(study: Study, run: RunSpec) -> None:
 
 def run_path(unit: Unit, session: Session) -> str | None:
     """A path's sweep; one the sweep finds begun on other bf16 kernels is left for another machine."""
-    from headstats.jobs.sweep import MixedKernelsError
+    from headstats.jobs.checkpoint import MixedKernelsError
 
     try:
         run_unit(unit, session)

@@ -22,6 +22,7 @@ from headstats.jobs.dryrun import FRONTIER_NOTE, WorkUnit, measure_task
 from headstats.jobs.frontier import (
     Frontier,
     chosen_models,
+    kernel_conflict,
     load_frontier,
     model_root,
     planned_points,
@@ -71,12 +72,28 @@ def plan(study: Study, run: RunSpec) -> list[Unit]:
             )
             work = (frontier, left, "ablate" not in run.stages)
             what = ", ".join(spec.tasks)
-            units.append(
-                Unit(name, "ablate", what, "frontier points", len(left), len(planned), load_options, work, counted)
-            )
+            unit = Unit(name, "ablate", what, "frontier points", len(left), len(planned), load_options, work, counted)
+            why = refused_here(frontier, name, load_options) if left and "ablate" in run.stages else None
+            units.append(replace(unit, refused=why))
         if "time" in run.stages:
             units.append(time_unit(frontier, name, len(left) if "ablate" in run.stages else 0))
     return units
+
+
+def refused_here(frontier: Frontier, name: str, load: LoadOptions) -> str | None:
+    """Why this machine may not evaluate the points ``name`` has left in a reduced-precision ``dtype``
+    (:func:`~headstats.jobs.frontier.kernel_conflict`, from the results folder alone), on the device
+    it would load on (``--device``, else a GPU where there is one); None when it may."""
+    from headstats.io.machine import REDUCED_PRECISION
+
+    if str(load.dtype) not in REDUCED_PRECISION:
+        return None  # fp32 rounds alike everywhere; an unnamed dtype is checked once the model is loaded
+    import torch
+
+    from headstats.io.models import machine_info
+
+    here = machine_info(load.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    return kernel_conflict(frontier, name, here, str(load.dtype))
 
 
 def time_unit(frontier: Frontier, name: str, ablated: int) -> Unit:
