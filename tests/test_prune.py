@@ -603,8 +603,8 @@ def test_a_bf16_frontier_refuses_to_evaluate_points_on_other_kernels(
         f"({isa} instructions)); this machine has CPU kernels with avx512_bf16 ({isa} instructions), whose "
         "bfloat16 products round differently (on a SmolLM2 bf16 baseline, an AVX2 CPU moved gold log-likelihoods "
         "by a median 0.15 nat from an AVX512-BF16 CPU's, more than fp32 does), so joining the two would count "
-        "flips that pruning or zeroing did not cause. Run this model's frontier on a machine like that one, give "
-        "the frontier another results directory to evaluate it whole here, or time its finished points here with "
+        "flips that pruning or zeroing did not cause. Run this model's frontier on a machine like that one, set "
+        "the file's `results` to a new folder to evaluate it whole here, or time its finished points here with "
         "`--stages time`."
     )
     assert sorted(p.name for p in (root / "points").iterdir()) == ["baseline.json"]  # nothing evaluated

@@ -230,7 +230,7 @@ def kernel_conflict(frontier: Frontier, name: str, here: object, dtype: str) -> 
             partial = partial_file(points, f"{stem}-{task}.parquet")
             earlier += [(f"{partial.name}'s saved batches", m) for m in saved_machines(partial)]
     remedy = (
-        "Run this model's frontier on a machine like that one, give the frontier another results directory "
+        "Run this model's frontier on a machine like that one, set the file's `results` to a new folder "
         "to evaluate it whole here, or time its finished points here with `--stages time`."
     )
     return mixed_kernels(earlier, here, dtype, root, remedy)
