@@ -25,6 +25,7 @@ COMMITTED = (
     "prune_certify.toml",
     "compare_embedded.toml",
     "finetuning_compare.toml",
+    "prune_pooled.toml",
 )
 
 
