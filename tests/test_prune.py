@@ -611,7 +611,7 @@ def test_a_bf16_frontier_refuses_to_evaluate_points_on_other_kernels(
     from headstats.studies import dry_run, load_study
 
     planned = dry_run(load_study(analysis))  # the dry run says so from the results folder, loading nothing
-    assert planned.refused == [f"{model_dir}, 1 points left: {refused.value}"] and not planned.units
+    assert planned.refused == [f"{model_dir}, 1 point left: {refused.value}"] and not planned.units
     # A point's own record outweighs the run's: one computed here lets the rest run here.
     F.write_json_atomic(
         {"speed": [], "eval_seconds": 1.0, "params": 1, "machine": here}, root / "points" / "baseline.json"

@@ -36,7 +36,10 @@ def _rows(unit: Unit, measured: WorkUnit | list[WorkUnit] | None) -> list[WorkUn
 def _refused(label: str, name: str, units: list[Unit]) -> str:
     """A (label, model) a run here leaves for another machine: its work left and the reason."""
     left = sum(u.left or 0 for u in units)
-    return f"{label}{name}, {left} {units[0].computes.split()[-1]} left: {units[0].refused}"
+    noun = units[0].computes.split()[-1]  # "passes", "points"
+    if left == 1:
+        noun = noun.removesuffix("es") if noun.endswith("sses") else noun.removesuffix("s")
+    return f"{label}{name}, {left} {noun} left: {units[0].refused}"
 
 
 def dry_run_units(kind: StudyKind, units: list[Unit], *, probe_sequences: int = 8) -> DryRun:
