@@ -50,15 +50,15 @@ def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame,
         base_info = read_record(root / "points" / "baseline.json")
         run = read_record(root / "run.json")
         runs[model] = {"run": run, "baseline": base_info, "machines": {}}
-        for info_file in sorted((root / "points").glob("*.json")):  # a point before points recorded theirs: the run's
-            machine = describe_machine(read_record(info_file).get("machine", run.get("machine")))
-            runs[model]["machines"].setdefault(machine, []).append(info_file.stem)
         speed.extend(_speed_rows(base_info["speed"], model, "none", 0.0))
         frames.append(frontier_stats.baseline_rows(base).assign(model=model, score="none", share=0.0))
         for info_file in sorted((root / "points").glob("*.json")):
+            info = base_info if info_file.stem == "baseline" else read_record(info_file)
+            # a point written before points recorded their machine ran on the run's
+            machine = describe_machine(info.get("machine", run.get("machine")))
+            runs[model]["machines"].setdefault(machine, []).append(info_file.stem)
             if info_file.stem == "baseline":
                 continue
-            info = read_record(info_file)
             answers = pd.read_parquet(info_file.with_suffix(".parquet"))
             rule = selection_name(info["score"], info.get("unit", "head"))
             speed.extend(_speed_rows(info["speed"], model, rule, info["share"]))

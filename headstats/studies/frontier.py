@@ -88,11 +88,9 @@ def refused_here(frontier: Frontier, name: str, load: LoadOptions) -> str | None
 
     if str(load.dtype) not in REDUCED_PRECISION:
         return None  # fp32 rounds alike everywhere; an unnamed dtype is checked once the model is loaded
-    import torch
+    from headstats.io.models import default_device, machine_info
 
-    from headstats.io.models import machine_info
-
-    here = machine_info(load.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    here = machine_info(load.device or default_device())
     return kernel_conflict(frontier, name, here, str(load.dtype))
 
 
