@@ -19,6 +19,7 @@ import torch
 pytest.importorskip("trl")
 
 import headstats
+from headstats.io.models import machine_info
 from headstats.jobs import finetune as ft
 from headstats.jobs import finetune_data as fd
 from headstats.jobs.finetune import chain as chain_module
@@ -325,6 +326,7 @@ def test_learning_metrics_have_intervals(chain):
     for stage, names in expected.items():
         assert set(metrics[stage]["checkpoints"]) == {"0", "2"}  # the stage's start and end
         assert metrics[stage]["run"]["steps_run"] == 2
+        assert metrics[stage]["run"]["machine"]["cpu"] == machine_info("cpu")["cpu"]  # for the seed study
         for point in metrics[stage]["checkpoints"].values():
             for name in names:
                 m = point[name]

@@ -323,6 +323,37 @@ def test_the_report_gives_the_verdicts_of_the_rule_over_the_learned_seeds(tmp_pa
     assert (index.parent / "figures" / "heads_ahon_ln.png").is_file()
 
 
+def test_the_report_names_each_seeds_machine_and_checks_that_machines_did_not_spread_the_seeds(tmp_path: Path) -> None:
+    """Seeds 0-4 trained on one machine (the driver's machine.txt), 5-9 on another (recorded by the
+    chain's metrics.json alone): the learning table names each seed's, and the machine check is
+    headstats.stats.seeds.machine_spread over the kept seeds."""
+    stages = ["sft", "dpo"]
+    _, path, scores, checkpoints, metrics = seed_report(tmp_path, 10, 10, stages, not_learned=(7,))
+    for seed in range(10):
+        chain = tmp_path / "results" / f"seed-{seed}" / "_chain"
+        if seed < 5:
+            (chain / "machine.txt").write_text("cpu: Xeon\ncores: 1\nthreads: 1\ncode: abc\n")
+        else:
+            for stage in stages:
+                metrics[seed][stage]["run"] = {"machine": {"cpu": "EPYC", "cores": 1}}
+            (chain / "metrics.json").write_text(json.dumps(metrics[seed]))
+    index = run_study(path, stages=("report",), progress=False)
+    learning = pd.read_csv(index.parent / "tables" / "learning.csv")
+    assert learning.drop_duplicates("seed")["machine"].tolist() == ["Xeon"] * 5 + ["EPYC"] * 5
+    distances = S.seed_distances(scores, checkpoints, ["ahon_ln", "awft"])
+    kept = S.seeds_kept(S.learning_by_seed(metrics), stages)
+    expected = S.machine_spread(distances, {s: "Xeon" if s < 5 else "EPYC" for s in range(10)}, kept)
+    written = pd.read_csv(index.parent / "tables" / "machines.csv")
+    assert written["machines"].iloc[0] == "EPYC: 4, Xeon: 5" and written["stage"].iloc[-1] == "all"
+    both = written.merge(expected, on=["stage", "dataset", "score"], suffixes=("", "_expected"))
+    assert len(both) == len(expected) == 5  # 2 stages x 2 scores and all of them
+    for column in ("within", "across", "ratio", "p_value"):
+        assert np.allclose(both[column], both[f"{column}_expected"])
+    summary = (index.parent / "summary.md").read_text()
+    assert "The seeds trained on 2 machines (seeds per machine: EPYC: 5; Xeon: 5;" in summary
+    assert f"permutation p = {expected['p_value'].iloc[-1]:.2g}" in summary
+
+
 def test_with_three_seeds_scored_the_report_is_undetermined(tmp_path: Path) -> None:
     index, *_ = seed_report(tmp_path, 8, 3, ["sft", "dpo"])
     sentences = pd.read_csv(index.parent / "tables" / "sentences.csv")
@@ -421,7 +452,7 @@ def test_the_report_states_the_power_the_design_registered() -> None:
     empty = pd.DataFrame()
     decision = SeedDecision(
         *("t", tuple(range(12)), 0.12, 0.05, 8, "stage_end", 0.92, 0.98),
-        *(empty,) * 6,
+        *(empty,) * 7,
         *({"keys": {}, "sha256": "0" * 64}, "f.toml", "0" * 64, "rebuild"),
     )
     said = power_statement(decision)

@@ -364,3 +364,68 @@ def test_a_seed_kept_out_of_a_stage_leaves_its_heads_test() -> None:
     assert set(out["n_seeds"]) == {4}
     keep = [0, 1, 3, 4]
     np.testing.assert_allclose(out.loc[out["stage"] == "dpo", "shift"], shifts["dpo"][keep].mean(axis=0), atol=1e-9)
+
+
+# --- the machines the seeds trained on ------------------------------------------------------------
+
+
+def pair_distances(positions: dict[tuple[str, str, str], np.ndarray]) -> pd.DataFrame:
+    """Seed -> seed rows of a distances table whose d(end_s, end_t) = |x_s - x_t|, x = ``positions``
+    per cell."""
+    rows = []
+    for cell, x in positions.items():
+        for s, t in itertools.combinations(range(len(x)), 2):
+            rows.append((*cell, S.BETWEEN_SEEDS, s, t, abs(x[s] - x[t])))
+    return pd.DataFrame(rows, columns=[*S.CELL, "comparison", "seed", "other", "w1_iqr"])
+
+
+def brute_force_machine_p(x: np.ndarray, labels: list[str]) -> float:
+    """The permutation p-value of across - within over every distinct ordering of ``labels``."""
+
+    def excess(assigned) -> float:
+        within, across = [], []
+        for s, t in itertools.combinations(range(len(x)), 2):
+            (within if assigned[s] == assigned[t] else across).append(abs(x[s] - x[t]))
+        return np.mean(across) - np.mean(within)
+
+    observed = excess(labels)
+    orderings = set(itertools.permutations(labels))
+    return sum(excess(o) >= observed - 1e-12 for o in orderings) / len(orderings)
+
+
+def test_the_machine_check_is_the_enumeration_of_the_machine_labels() -> None:
+    rng = np.random.default_rng(3)
+    labels = ["xeon"] * 4 + ["epyc"] * 3
+    cells = {("sft", "mmlu", "ahon_ln"): rng.normal(size=7), ("sft", "piqa", "ahon_ln"): rng.normal(size=7)}
+    out = S.machine_spread(pair_distances(cells), dict(enumerate(labels)))
+    for (cell, x), row in zip(cells.items(), out.itertuples(), strict=False):
+        assert (row.stage, row.dataset, row.score) == cell and row.n_seeds == 7
+        assert row.p_value == pytest.approx(brute_force_machine_p(x, labels))
+        same = [abs(x[s] - x[t]) for s, t in itertools.combinations(range(7), 2) if labels[s] == labels[t]]
+        assert row.within == pytest.approx(np.mean(same)) and row.machines == "epyc: 3, xeon: 4"
+    assert list(out["p_holm"].iloc[:2]) == pytest.approx(multipletests(out["p_value"].iloc[:2], method="holm")[1])
+    whole = out.iloc[2]
+    assert (whole.stage, whole.dataset, whole.score) == ("all", "all", "all")
+    assert whole.ratio == pytest.approx(math.exp(np.mean(np.log(out["ratio"].iloc[:2])))) and np.isnan(whole.p_holm)
+
+
+def test_a_machine_that_moves_the_seeds_is_found_and_the_check_holds_its_level() -> None:
+    rng = np.random.default_rng(0)
+    labels = dict(enumerate(["a"] * 4 + ["b"] * 4))
+    cell = ("dpo", "piqa", "awft")
+    null = [S.machine_spread(pair_distances({cell: rng.normal(size=8)}), labels)["p_value"].iloc[0] for _ in range(300)]
+    assert np.mean(np.array(null) <= 0.05) <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / 300)  # exact: 4 of 70 labelings
+    moved = np.r_[rng.normal(size=4), rng.normal(size=4) + 6.0]  # machine b lands 6 seed-sds away
+    found = S.machine_spread(pair_distances({cell: moved}), labels).iloc[0]
+    assert found.p_value == found.p_min == pytest.approx(2 / 70)  # the partition and its mirror image
+
+
+def test_the_machine_check_needs_two_machines_with_two_seeds_each_and_leaves_seeds_kept_out() -> None:
+    cell = ("grpo", "mmlu", "entropy_ln")
+    distances = pair_distances({cell: np.arange(6.0)})
+    assert S.machine_spread(distances, dict.fromkeys(range(6), "one")).empty
+    assert S.machine_spread(distances, {0: "a", 1: "b", 2: "b", 3: "b", 4: "b", 5: "b"}).empty
+    assert S.machine_spread(distances, {0: "a", 1: "a", 2: "b", 3: "b"})["n_seeds"].iloc[0] == 4  # 4, 5 unnamed
+    kept = pd.DataFrame({"seed": range(6), "stage": "grpo", "kept": [True] * 5 + [False], "reason": "learned"})
+    out = S.machine_spread(distances, {0: "a", 1: "a", 2: "a", 3: "b", 4: "b", 5: "b"}, kept)
+    assert out["n_seeds"].iloc[0] == 5 and out["machines"].iloc[0] == "a: 3, b: 2"

@@ -67,6 +67,7 @@ class SeedDecision:
     distances: pd.DataFrame
     heads: pd.DataFrame  # per (cell, head): the seeds' mean shift from the base, its max-T test
     moved_heads: pd.DataFrame  # per cell: how many heads moved beyond the seeds, the largest
+    machines: pd.DataFrame  # per cell: seed pairs within and across training machines (stats.seeds.machine_spread)
     registration: dict  # {"keys": ..., "sha256": ...}
     design_file: str
     design_sha256: str
@@ -158,6 +159,44 @@ def power_statement(decision: SeedDecision) -> str:
         + "; ".join(parts)
         + "."
     )
+
+
+def machine_statement(decision: SeedDecision) -> str:
+    """Which machines trained the seeds and whether the machine spread them apart."""
+    seeds = decision.learning.drop_duplicates("seed")
+    machines = seeds["machine"] if "machine" in seeds else pd.Series(dtype=str)
+    recorded = machines[machines != "not recorded"]
+    if not len(recorded):
+        return "The seeds' training machines are not recorded."
+    if recorded.nunique() == 1:
+        return f"Every seed whose machine is recorded trained on {recorded.iloc[0]}."
+    counts = "; ".join(f"{name}: {n}" for name, n in recorded.value_counts().sort_index().items())
+    lead = (
+        f"The seeds trained on {recorded.nunique()} machines (seeds per machine: {counts}; each seed's machine is in "
+        "the learning table). A machine that moved the heads would set seeds from two machines further apart than "
+        "seeds from one, and so inflate the training noise the verdicts measure against."
+    )
+    cells = decision.machines[decision.machines["stage"] != "all"]
+    if not len(cells):
+        return lead + " Too few seeds share a machine to compare pairs within and across machines."
+    whole = decision.machines[decision.machines["stage"] == "all"]
+    spread = f"{cells['ratio'].min():.2f}-{cells['ratio'].max():.2f}"
+    jointly = (
+        f" Over all {len(cells)} cells at once, pairs across machines lie {whole['ratio'].iloc[0]:.2f} times as far "
+        f"apart as pairs on one machine (geometric mean; one-sided permutation p = {whole['p_value'].iloc[0]:.2g}, "
+        "the machine labels relabelled in every cell together)."
+        if len(whole)
+        else ""
+    )
+    if cells["p_min"].min() * len(cells) > decision.alpha:
+        per_cell = (
+            f"their p-values are descriptive: none can fall below {cells['p_min'].min():.2g}, too coarse for Holm over "
+            f"{len(cells)} cells to reach {decision.alpha:g}."
+        )
+    else:
+        beyond = int((cells["p_holm"] <= decision.alpha).sum())
+        per_cell = f"{beyond} of {len(cells)} cells further apart across machines at {decision.alpha:g} after Holm."
+    return f"{lead}{jointly} Cell by cell the ratio runs {spread}; {per_cell}"
 
 
 def heads_figure(decision: SeedDecision, score: str) -> Figure:
@@ -268,6 +307,10 @@ def write_seed_report(decision: SeedDecision, out: Path, inputs: dict | None = N
         writer.details(
             "The registered keys", json.dumps(decision.registration, indent=2, sort_keys=True), file="design.json"
         )
+        writer.heading("Machines", 3)
+        writer.text(machine_statement(decision))
+        if len(decision.machines):
+            writer.table(decision.machines, "machines", collapsed="Seed pairs within and across machines per cell")
         writer.heading("Rebuild", 3)
         writer.text(f"`{decision.rebuild}` rebuilds this report from the score tables and chain records alone.")
         writer.table(decision.distances, "distances", collapsed="Every base -> stage and seed -> seed distance")
@@ -276,4 +319,12 @@ def write_seed_report(decision: SeedDecision, out: Path, inputs: dict | None = N
     return writer.write()
 
 
-__all__ = ["SeedDecision", "abstract", "headline_figure", "heads_figure", "write_seed_report"]
+__all__ = [
+    "SeedDecision",
+    "abstract",
+    "headline_figure",
+    "heads_figure",
+    "machine_statement",
+    "power_statement",
+    "write_seed_report",
+]

@@ -259,6 +259,100 @@ def moved_head_counts(heads: pd.DataFrame, *, top: int = 3) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*CELL, "n_seeds", "heads", "moved", "up", "down", "largest"])
 
 
+# --- the machines the seeds trained on ----------------------------------------------------------------
+
+MACHINE_COLUMNS = [*CELL, "n_seeds", "machines", "within", "across", "ratio", "p_value", "p_min", "p_holm"]
+MAX_LABELINGS = 20_000  # beyond this many relabelings the permutation test samples them
+
+
+def _labelings(groups: Sequence[int], *, limit: int = MAX_LABELINGS, seed: int = 0) -> np.ndarray:
+    """Every distinct assignment of the group labels ``groups`` to their positions (the observed one
+    first), or, past ``limit``, the observed one and ``limit - 1`` random shuffles of it."""
+    groups = np.asarray(groups, dtype=np.int64)
+    counts = np.bincount(groups)
+    total = math.factorial(len(groups)) // math.prod(math.factorial(int(c)) for c in counts)
+    if total > limit:
+        rng = np.random.default_rng(seed)
+        return np.vstack([groups, *(rng.permutation(groups) for _ in range(limit - 1))])
+    found: list[tuple[int, ...]] = []
+
+    def extend(prefix: list[int], left: np.ndarray) -> None:
+        if len(prefix) == len(groups):
+            found.append(tuple(prefix))
+            return
+        for g in np.flatnonzero(left):
+            left[g] -= 1
+            extend([*prefix, int(g)], left)
+            left[g] += 1
+
+    extend([], counts.copy())
+    rest = [row for row in found if row != tuple(groups)]
+    return np.array([tuple(groups), *rest])
+
+
+def machine_spread(
+    distances: pd.DataFrame, machines: Mapping[int, str], kept: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Whether the machine a seed trained on spread the seeds apart (which would inflate the seed
+    spread the decision measures against), per cell: the mean seed -> seed W1/IQR of pairs trained on
+    one machine (``within``) and on two (``across``), ``ratio`` = across / within, the one-sided
+    permutation p-value of across - within > 0 over every assignment of the machine labels to the
+    seeds with the machines' seed counts (with no machine effect the labels are exchangeable),
+    ``p_min`` the smallest p-value those relabelings can give (2 / 924 for 6 + 6 seeds: too coarse
+    for Holm over many cells) and ``p_holm`` over the cells. When every cell holds the same seeds, a
+    last row (stage, dataset and score ``all``) tests them together: ``ratio`` the geometric mean of
+    the cells' ratios, its p-value from the same relabelings applied to every cell at once (one test,
+    outside the Holm family). ``machines``: seed -> its machine (a seed absent is left out);
+    ``kept``: :func:`seeds_kept`, whose seeds alone enter. Empty when fewer than two machines hold at
+    least two seeds each (no pair within a second machine to compare)."""
+    if kept is not None:
+        distances = keep_seeds(distances, kept)
+    pairs = distances[distances["comparison"] == BETWEEN_SEEDS]
+    rows, logs, seed_sets = [], [], set()
+    for cell, group in pairs.groupby(CELL, sort=False):
+        group = group[group["seed"].isin(list(machines)) & group["other"].isin(list(machines))]
+        seeds = sorted({int(s) for s in group["seed"]} | {int(s) for s in group["other"]})
+        names = sorted({machines[s] for s in seeds})
+        label = [names.index(machines[s]) for s in seeds]
+        sizes = np.bincount(label, minlength=len(names))
+        if (sizes >= 2).sum() < 2:
+            continue
+        index = {s: i for i, s in enumerate(seeds)}
+        first = np.array([index[int(s)] for s in group["seed"]])
+        second = np.array([index[int(s)] for s in group["other"]])
+        values = group["w1_iqr"].to_numpy(dtype=np.float64)
+        labelings = _labelings(label)
+        same = labelings[:, first] == labelings[:, second]  # labelings x pairs
+        within = (same * values).sum(axis=1) / same.sum(axis=1)
+        across = (~same * values).sum(axis=1) / (~same).sum(axis=1)
+        counts = ", ".join(f"{name}: {n}" for name, n in zip(names, sizes, strict=True))
+        ratio = across[0] / within[0]
+        excess = across - within
+        rows.append((*cell, len(seeds), counts, within[0], across[0], ratio, _at_least(excess), _smallest(excess)))
+        logs.append(np.log(across / within))
+        seed_sets.add((tuple(seeds), counts))
+    out = pd.DataFrame(rows, columns=MACHINE_COLUMNS[:-1])
+    out["p_holm"] = holm(out["p_value"]) if len(out) else pd.Series(dtype=float)
+    if len(seed_sets) == 1 and len(rows) > 1:  # one seed set: the cells' relabelings are the same ones
+        joint = np.mean(logs, axis=0)
+        ((seeds, counts),) = seed_sets
+        whole = ("all", "all", "all", len(seeds), counts, out["within"].mean(), out["across"].mean())
+        out.loc[len(out)] = (*whole, math.exp(joint[0]), _at_least(joint), _smallest(joint), math.nan)
+    return out
+
+
+def _at_least(statistic: np.ndarray, value: float | None = None) -> float:
+    """The share of the permutation statistics (the observed one first, and counted) at least
+    ``value`` (default: the observed one)."""
+    value = statistic[0] if value is None else value
+    return float(np.mean(statistic >= value - 1e-12 * max(1.0, abs(value))))
+
+
+def _smallest(statistic: np.ndarray) -> float:
+    """The smallest p-value these relabelings can give: the share tying with the largest statistic."""
+    return _at_least(statistic, float(statistic.max()))
+
+
 # --- the rule -------------------------------------------------------------------------------------
 
 
@@ -488,6 +582,7 @@ __all__ = [
     "head_seed_shifts",
     "keep_seeds",
     "learning_by_seed",
+    "machine_spread",
     "moved_head_counts",
     "seed_contrasts",
     "seed_distances",

@@ -20,6 +20,7 @@ from pathlib import Path
 from headstats.jobs.dryrun import WorkUnit
 from headstats.jobs.finetune.study import (
     SeedStudy,
+    chain_machines,
     chain_metrics,
     collect_checkpoint,
     copy_chain_records,
@@ -167,7 +168,9 @@ def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
     scored_base = bool((checkpoints["stage"] == seed_stats.BASE).any())
     # nothing to measure from before the base is scored
     distances = seed_stats.seed_distances(scores, checkpoints, score_ids) if scored_base else _no_distances()
-    learning = seed_stats.learning_by_seed(chain_metrics(spec, results))
+    metrics = chain_metrics(spec, results)
+    learning = seed_stats.learning_by_seed(metrics)
+    machines = chain_machines(spec, results, metrics)
     stages = [stage for stage, _ in spec.stage_ends]
     kept, verdicts, sentences = seed_stats.study_decision(
         distances,
@@ -186,6 +189,7 @@ def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
     else:
         heads = pd.DataFrame(columns=seed_stats.HEAD_COLUMNS)
     table = kept.merge(learning, on=["seed", "stage"], how="left")
+    table.insert(2, "machine", [machines.get(int(seed), "not recorded") for seed in table["seed"]])
     rebuild = f"headstats run {study.path.as_posix()} --stages report"
     decision = SeedDecision(
         title=spec.description or spec.name,
@@ -202,6 +206,7 @@ def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
         distances=distances,
         heads=heads,
         moved_heads=seed_stats.moved_head_counts(heads),
+        machines=seed_stats.machine_spread(distances, machines, kept),
         registration=registration(spec),
         design_file=study.path.as_posix(),
         design_sha256=file_sha256(study.path),

@@ -16,6 +16,7 @@ import json
 import logging
 import statistics
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -378,9 +379,34 @@ def chain_metrics(study: SeedStudy, results: Path) -> dict[int, dict]:
     return metrics
 
 
+MACHINE_FILE = "machine.txt"  # RESULTS/seed-N/_chain/: the training driver's record ("cpu: ..." first)
+
+
+def chain_machines(study: SeedStudy, results: Path, metrics: Mapping[int, dict] | None = None) -> dict[int, str]:
+    """Per seed, the CPU (or GPU) its chain trained on: the driver's ``RESULTS/seed-N/_chain/machine.txt``
+    (analyses/finetuning_confirm_train.sh writes it), else the machines the chain's ``metrics.json``
+    recorded per stage (``metrics``: :func:`chain_metrics`), joined with " + " when they differ. A
+    seed with neither is absent."""
+    metrics = chain_metrics(study, results) if metrics is None else metrics
+    machines = {}
+    for seed in study.design.seeds:
+        record = study.seed_results(seed, results) / store.CHAIN_RECORDS / MACHINE_FILE
+        lines = record.read_text().splitlines() if record.is_file() else []
+        named = [line.split(":", 1)[1].strip() for line in lines[:1] if line.startswith("cpu:")]
+        for stage in (metrics.get(seed) or {}).values() if not named else ():
+            machine = (stage.get("run") or {}).get("machine") or {}
+            name = machine.get("gpu") or machine.get("cpu")
+            if name and name not in named:
+                named.append(name)
+        if named:
+            machines[seed] = " + ".join(named)
+    return machines
+
+
 __all__ = [
     "Checkpoint",
     "SeedStudy",
+    "chain_machines",
     "chain_metrics",
     "chain_recipe",
     "collect_checkpoint",

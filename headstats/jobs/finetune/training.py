@@ -201,8 +201,11 @@ def _run_facts(trainer, result, exporter, seconds: float, trainable: int) -> dic
 
 def train_stage(name: str, start: str, root: Path, recipe: Recipe, train, log=print) -> dict:
     """Train one stage from the checkpoint (or base) at ``start``, writing its checkpoints; resumes
-    from the trainer state of its last finished checkpoint. Returns run-time facts."""
+    from the trainer state of its last finished checkpoint. Returns run-time facts and the machine
+    (:func:`headstats.io.models.machine_info`)."""
     from transformers.trainer_utils import get_last_checkpoint
+
+    from headstats.io.models import machine_info
 
     stage = recipe.stage(name)
     targets = {c.step: c.path for c in layout.stage_checkpoints(root, recipe, name)}
@@ -227,4 +230,4 @@ def train_stage(name: str, start: str, root: Path, recipe: Recipe, train, log=pr
         if not layout.is_complete(path):
             raise RuntimeError(f"{name}: checkpoint at step {step} was not written ({path})")
     shutil.rmtree(trainer_dir, ignore_errors=True)
-    return _run_facts(trainer, result, exporter, seconds, trainable)
+    return {**_run_facts(trainer, result, exporter, seconds, trainable), "machine": machine_info(model.device)}
