@@ -620,6 +620,43 @@ def test_a_bf16_frontier_refuses_to_evaluate_points_on_other_kernels(
     assert F.kernel_conflict(spec, str(model_dir), first, "bfloat16") is not None
 
 
+def test_two_runs_share_a_frontiers_points(model_dir, tmp_path, monkeypatch) -> None:
+    """A point another run is evaluating (its claim held) is left to it and the run goes on to the next;
+    a rerun once it is free evaluates only what is still missing, and no claim file stays behind."""
+    from headstats.io.store import claim
+    from headstats.jobs import frontier as F
+
+    analysis = tmp_path / "tiny_frontier.toml"
+    analysis.write_text(
+        f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n[models]\nnames = ["{model_dir}"]\n'
+        '[prune]\nscores = ["ahon_ln"]\nshares = [0, 0.25, 0.5]\ntasks = ["arc_easy"]\nspeed_batches = [1]\n'
+        'prompt_length = 8\nnew_tokens = 2\nrepeats = 1\ntiming = "medians"\n'
+    )
+    spec = F.load_frontier(analysis)
+    points = F.model_root(spec, str(model_dir)) / "points"
+    import headstats.io.tasks as T
+
+    evaluated = []
+    points.mkdir(parents=True)
+    pd.DataFrame({"score": ["ahon_ln"]}).to_parquet(points.parent / "means.parquet")
+    monkeypatch.setattr(T, "load_task", lambda *a, **k: None)  # no task data: the pass and selection stand in
+    monkeypatch.setattr(F, "select_heads", lambda *a, **k: [(0, 0)])
+    monkeypatch.setattr(
+        F, "_evaluate_all", lambda *a: (evaluated.append(a[5]["point"]) or pd.DataFrame({"question_id": [0]}), [])
+    )
+    monkeypatch.setattr(F, "_speed", lambda spec_, models: [])
+    with claim(points, "ahon_ln-0.250") as held:
+        assert held
+        F.run_model(spec, str(model_dir))
+    assert evaluated == ["baseline", "ahon_ln-0.500"]
+    assert sorted(p.name for p in points.iterdir()) == sorted(
+        f"{stem}.{ext}" for stem in ("baseline", "ahon_ln-0.500") for ext in ("json", "parquet")
+    )
+    F.run_model(spec, str(model_dir))
+    assert evaluated == ["baseline", "ahon_ln-0.500", "ahon_ln-0.250"]
+    assert not list(points.glob("*claim*"))
+
+
 def test_inference_cost_counts_the_pruned_shapes() -> None:
     """The roof's arithmetic against a count by hand (tiny Llama: d_model 64, 4 heads of 16 in 2 KV
     groups, MLP 96, vocab 128), and its KV bytes against the cache a prefill really fills."""

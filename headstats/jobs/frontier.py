@@ -45,7 +45,7 @@ from headstats.engine.speed import (
     time_inference,
 )
 from headstats.io.assets import portable_record
-from headstats.io.store import StoreError, partial_file, read_json, write_json_atomic, write_parquet_atomic
+from headstats.io.store import StoreError, claim, partial_file, read_json, write_json_atomic, write_parquet_atomic
 from headstats.jobs.analysis import read_analysis_file, section_table, top_level_keys
 from headstats.jobs.checkpoint import MixedKernelsError, PassCheckpoint
 from headstats.jobs.prune import head_means, kv_group_size, select_heads, spec_calibration, task_options
@@ -381,33 +381,27 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
     if calibrate_only:
         return root
     questions = {t: load_task(t, **task_options(spec)) for t in spec.tasks}
-    before = inference_cost(model)
+    for stem, point in [("baseline", None), *((point_name(*p), p) for p in pruned_points(spec))]:
+        with claim(points, stem) as mine:
+            if not mine:
+                logger.info("%s %s: another run is evaluating it; going on to the next point", name, stem)
+            elif not (points / f"{stem}.json").is_file():  # not finished, nor finished by another run meanwhile
+                _run_point(model, tokenizer, questions, spec, points, stem, point, means, settings, machine)
+    return root
+
+
+def _run_point(model, tokenizer, questions, spec: FrontierSpec, points: Path, stem, point, means, settings, machine):
+    """Evaluate and time one point, ``point`` its (score, share, unit) or None for the baseline (the
+    unpruned model, timed against an identical copy), and write its answers and record."""
     params = count_parameters(model)
-    if not (points / "baseline.json").is_file():
-        start = time.time()
-        answers, checkpoints = _evaluate_all(
-            model, tokenizer, questions, spec, points, {"settings": settings, "point": "baseline"}, machine
-        )
-        seconds = time.time() - start
-        speed = _speed(spec, {"unpruned": model, "pruned": copy.deepcopy(model)})
-        write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / "baseline.parquet")
-        write_json_atomic(
-            {"speed": speed, "eval_seconds": seconds, "params": params, "machine": machine}, points / "baseline.json"
-        )
-        for checkpoint in checkpoints:
-            checkpoint.discard()
-    for sid, share, unit in pruned_points(spec):
-        stem = point_name(sid, share, unit)
-        if (points / f"{stem}.json").is_file():
-            continue
+    if point is None:
+        pruned, key = copy.deepcopy(model), {"settings": settings, "point": stem}
+        record = {"params": params}
+    else:
+        sid, share, unit = point
         heads = select_heads(means[means["score"] == sid], sid, share, unit=unit, group_size=kv_group_size(model))
-        pruned = copy.deepcopy(model)
+        pruned, key = copy.deepcopy(model), {"settings": settings, "point": stem, "heads": [list(h) for h in heads]}
         prune_heads(pruned, heads)
-        start = time.time()
-        key = {"settings": settings, "point": stem, "heads": [list(h) for h in heads]}
-        answers, checkpoints = _evaluate_all(pruned, tokenizer, questions, spec, points, key, machine)
-        seconds = time.time() - start
-        speed = _speed(spec, {"unpruned": model, "pruned": pruned})
         record = {
             "score": sid,
             "share": share,
@@ -416,18 +410,19 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
             "n_removed": len(heads),
             "params_before": params,
             "params_after": count_parameters(pruned),
-            "roof": _roof(before, inference_cost(pruned), spec),
-            "speed": speed,
-            "eval_seconds": seconds,
-            "machine": machine,
+            "roof": _roof(inference_cost(model), inference_cost(pruned), spec),
         }
-        write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / f"{stem}.parquet")
-        write_json_atomic(record, points / f"{stem}.json")
-        for checkpoint in checkpoints:
-            checkpoint.discard()
-        logger.info("%s %s: %d heads removed, %.0f s evaluation", name, stem, len(heads), seconds)
-        del pruned
-    return root
+    start = time.time()
+    subject = model if point is None else pruned
+    answers, checkpoints = _evaluate_all(subject, tokenizer, questions, spec, points, key, machine)
+    seconds = time.time() - start
+    record.update(speed=_speed(spec, {"unpruned": model, "pruned": pruned}), eval_seconds=seconds, machine=machine)
+    write_parquet_atomic(pa.Table.from_pandas(answers, preserve_index=False), points / f"{stem}.parquet")
+    write_json_atomic(record, points / f"{stem}.json")
+    for checkpoint in checkpoints:
+        checkpoint.discard()
+    removed = f"{record['n_removed']} heads removed, " if point is not None else ""
+    logger.info("%s %s: %s%.0f s evaluation", points.parent.name, stem, removed, seconds)
 
 
 def retime_model(frontier: Frontier, name: str) -> Path:

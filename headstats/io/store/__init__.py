@@ -4,7 +4,8 @@
   (partition keys, file names, the score schema, the Parquet options).
 - :mod:`~headstats.io.store.write`: the one atomic writer (:func:`write_atomic`) and what is written
   with it: data files with their provenance, records, score parts (:class:`PartWriter`).
-- :mod:`~headstats.io.store.lock`: one writer per partition (:func:`writer_lock`).
+- :mod:`~headstats.io.store.lock`: one writer per partition (:func:`writer_lock`); work items several
+  runs share (:func:`claim`).
 - :mod:`~headstats.io.store.read`: one partition's files and records, checked as they are read, and
   the resume check (:func:`check_resume`).
 - :mod:`~headstats.io.store.outdir`: output folders (``--out``): headstats writes only the files its
@@ -48,7 +49,7 @@ from headstats.io.store.layout import (
     score_schema,
     table_dir,
 )
-from headstats.io.store.lock import clean_temporaries, writer_lock
+from headstats.io.store.lock import claim, clean_temporaries, writer_lock
 from headstats.io.store.outdir import (
     MANIFEST_FILE,
     OutputFolder,
@@ -126,6 +127,7 @@ __all__ = [
     "StoreError",
     "check_resume",
     "check_schema_versions",
+    "claim",
     "claim_output_folder",
     "clean_temporaries",
     "code_commit",

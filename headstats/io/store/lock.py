@@ -4,6 +4,9 @@
 (or thread) writing the same partition stops at once with :class:`PartitionBusy`, naming the first
 from ``_writer.holder``. The operating system releases the lock if the holder dies. Under the lock,
 the temporary files of killed runs are removed.
+
+:func:`claim` lets several runs share a list of work items in one folder: each item is taken by the
+first run that reaches it, and the others go on to the next.
 """
 
 from __future__ import annotations
@@ -84,3 +87,27 @@ def writer_lock(partition: Path) -> Iterator[Path]:
         for folder in (partition, partition.parent):  # a run that wrote nothing leaves no empty folders
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+CLAIM_SUFFIX = "._claim.lock"  # FOLDER/<item>._claim.lock while a run works on the item
+
+
+@contextlib.contextmanager
+def claim(folder: Path, item: str) -> Iterator[bool]:
+    """Hold ``item`` of ``folder`` for the ``with`` block if no other run holds it: yields True when
+    this run took it, False when another run (a live process: the operating system releases a dead
+    one's claim) works on it. The claim's file goes when the block ends."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{item}{CLAIM_SUFFIX}"
+    lock = FileLock(str(path), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        lock.release()
