@@ -459,3 +459,24 @@ def test_the_report_states_the_power_the_design_registered() -> None:
     assert "a simulation of 12 seeds" in said and "at least 98%" in said and "with probability 92%" in said
     unstated = dataclasses.replace(decision, power_moved=None, power_equivalent=None)
     assert power_statement(unstated) == "The design states no power for its 12 seeds."
+
+
+def test_the_abstract_says_why_a_stage_end_is_undetermined_and_tallies_each_dataset() -> None:
+    from headstats.report.finetuning import SeedDecision, abstract
+
+    cells = [("sft", d, s) for d in ("mmlu", "piqa", "wikipedia") for s in ("ahon_ln", "awft")]
+    verdicts = pd.DataFrame(cells, columns=["stage", "dataset", "score"])
+    verdicts["verdict"] = [S.EQUIVALENT, S.EQUIVALENT, S.MOVED, S.UNDETERMINED, S.EQUIVALENT, S.EQUIVALENT]
+    sentences = pd.DataFrame({"stage": ["sft"], "seeds_scored": [12], "seeds_kept": [12], "sentence": ["undetermined"]})
+    empty = pd.DataFrame()
+    decision = SeedDecision(
+        *("t", tuple(range(12)), 0.12, 0.05, 8, "stage_end", 0.92, 0.98),
+        *(verdicts, sentences, *(empty,) * 5),
+        *({"keys": {}, "sha256": "0" * 64}, "f.toml", "0" * 64, "rebuild"),
+    )
+    said = abstract(decision)
+    assert "after SFT it is undetermined (not every cell is shown within the margin, and none beyond it)." in said
+    assert said.endswith(
+        "Of 6 cells, 5 are decided (4 equivalent within the margin, 1 moved beyond training noise). By dataset: mmlu "
+        "and wikipedia: all 2 equivalent within the margin; piqa: 1 moved beyond training noise, 1 undetermined."
+    )

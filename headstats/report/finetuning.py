@@ -81,6 +81,8 @@ def _stage_sentence(stages: list[str], sentence: str, kept: list[int]) -> str:
     if sentence.endswith("scored"):
         learned = f"{kept[0]} of them learned" if len(set(kept)) == 1 else f"{'/'.join(map(str, kept))} learned"
         return f"{where} it is {sentence} ({learned}; it decides once all are)"
+    if sentence == UNDETERMINED:  # decided cells that neither make it hold nor fail
+        return f"{where} it is {sentence} (not every cell is shown within the margin, and none beyond it)"
     return f"{where} it is {sentence}" if sentence.startswith(UNDETERMINED) else f"{where} it {sentence}"
 
 
@@ -101,7 +103,25 @@ def abstract(decision: SeedDecision) -> str:
     second = (
         f"Of {len(decision.verdicts)} cells, {decided} are decided" + (f" ({', '.join(parts)})" if parts else "") + "."
     )
-    return f"{first}\n\n{second}"
+    return f"{first}\n\n{second}" + (f" By dataset: {_by_dataset(decision.verdicts)}." if decided else "")
+
+
+def _by_dataset(verdicts: pd.DataFrame) -> str:
+    """The cells' verdicts per dataset, datasets with the same tally together: "mmlu and wikipedia: all
+    9 equivalent within the margin; piqa: 5 moved beyond training noise, 4 undetermined"."""
+    tallies: dict[str, list[str]] = {}
+    for dataset, cells in verdicts.groupby("dataset", sort=False):
+        counts = cells["verdict"].value_counts()
+        tally = (
+            f"all {len(cells)} {counts.index[0]}"
+            if len(counts) == 1
+            else ", ".join(f"{int(n)} {verdict}" for verdict, n in counts.items())
+        )
+        tallies.setdefault(tally, []).append(str(dataset))
+    return "; ".join(
+        f"{' and '.join(names) if len(names) < 3 else ', '.join(names[:-1]) + ' and ' + names[-1]}: {tally}"
+        for tally, names in tallies.items()
+    )
 
 
 def headline_figure(decision: SeedDecision) -> Figure:
