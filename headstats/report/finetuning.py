@@ -153,7 +153,7 @@ def headline_figure(decision: SeedDecision) -> Figure:
     for verdict, colour in VERDICT_COLOURS.items():
         if (v["verdict"] == verdict).any():
             ax.scatter([], [], c=colour, s=24, label=verdict)
-    ax.legend(fontsize=7, loc="lower right")
+    fig.legend(fontsize=7, loc="outside lower center", ncol=2, frameon=False)  # below: never over the data
     ax.grid(axis="x", alpha=0.3)
     return fig
 
