@@ -136,8 +136,7 @@ def sign_flip_pvalue(values: Sequence[float], null: float = 0.0) -> float:
     x = np.asarray(values, dtype=np.float64) - null
     if x.size == 0 or not np.isfinite(x).all():
         return math.nan
-    sums = _sign_patterns(x.size) @ x
-    return float(np.mean(sums >= sums[0] - 1e-12 * max(1.0, float(np.abs(x).sum()))))
+    return _at_least(_sign_patterns(x.size) @ x, scale=max(1.0, float(np.abs(x).sum())))
 
 
 def sign_flip_upper_bound(values: Sequence[float], alpha: float = 0.05) -> float:
@@ -341,11 +340,13 @@ def machine_spread(
     return out
 
 
-def _at_least(statistic: np.ndarray, value: float | None = None) -> float:
+def _at_least(statistic: np.ndarray, value: float | None = None, scale: float | None = None) -> float:
     """The share of the permutation statistics (the observed one first, and counted) at least
-    ``value`` (default: the observed one)."""
+    ``value`` (default: the observed one), ties within 1e-12 of ``scale`` (default max(1, |value|))
+    counted."""
     value = statistic[0] if value is None else value
-    return float(np.mean(statistic >= value - 1e-12 * max(1.0, abs(value))))
+    scale = max(1.0, abs(value)) if scale is None else scale
+    return float(np.mean(statistic >= value - 1e-12 * scale))
 
 
 def _smallest(statistic: np.ndarray) -> float:
