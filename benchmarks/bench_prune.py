@@ -4,10 +4,13 @@ memory, and the arithmetic roof of the removed heads.
     python benchmarks/bench_prune.py [--model smollm2-135m] [--score ahon_ln] [--share 0.3]
         [--unit head|kv-group] [--batches 1,8] [--prompt-length 128] [--new-tokens 32]
         [--decode-contexts 1024,4096] [--max-seconds 120] [--dtype float32] [--calibration-limit 32]
-        [--device cpu]
+        [--device cpu] [--clock wall|cpu] [--point RESULTS/model=M/points/POINT.json]
 
 The heads are selected as ``headstats prune`` selects them (the score's mean over a seeded sample of
-the bundled Wikipedia passages) and removed from a copy of the model. Printed:
+the bundled Wikipedia passages), or read from a frontier point's record (``--point``: its
+``removed_heads``, so the benchmark explains that point), and removed from a copy of the model.
+``--clock cpu`` counts every timing in this process's CPU seconds (on a machine shared with other
+jobs; with one torch thread, the work itself). Printed:
 
 - the equivalence check: max relative logit difference between the pruned model and the unpruned
   one with the same heads zeroed (``headstats.ablate_heads``), fp32;
@@ -39,6 +42,7 @@ import resource
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import torch
 
@@ -131,6 +135,8 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--calibration-limit", type=int, default=32)
     parser.add_argument("--no-peak", action="store_true", help="skip the peak-memory measurement")
+    parser.add_argument("--clock", default="wall", choices=("wall", "cpu"), help="what every timing counts")
+    parser.add_argument("--point", default=None, help="a frontier point's record: remove its removed_heads")
     args = parser.parse_args()
 
     model, tokenizer = headstats.load_model(args.model, dtype=args.dtype, device=args.device)
@@ -138,16 +144,19 @@ def main() -> None:
     info = machine_info(device)
     print(f"machine: {info['cpu']} | bf16 units: {info['bf16_units'] or 'none'} | torch threads: "
           f"{info['torch_threads']} | device: {device}{' | ' + info['gpu'] if 'gpu' in info else ''}")  # fmt: skip
-    calibration = calibration_set(tokenizer, "wikipedia", limit=args.calibration_limit, model_name=args.model)
-    means = head_means(model, calibration, args.score)
-    heads = select_heads(means, args.score, args.share, unit=args.unit, group_size=kv_group_size(model))
+    if args.point is not None:
+        heads = [tuple(h) for h in json.loads(Path(args.point).read_text())["removed_heads"]]
+        print(f"heads from {args.point}: {heads}")
+    else:
+        calibration = calibration_set(tokenizer, "wikipedia", limit=args.calibration_limit, model_name=args.model)
+        means = head_means(model, calibration, args.score)
+        heads = select_heads(means, args.score, args.share, unit=args.unit, group_size=kv_group_size(model))
     pruned = copy.deepcopy(model)
     prune_heads(pruned, heads)
     layers, per_layer = model.config.num_hidden_layers, model.config.num_attention_heads
     sizes = f"{count_parameters(model):,} -> {count_parameters(pruned):,}"
-    print(f"{args.model}: removed {len(heads)} of {layers * per_layer} heads by {args.score} (share {args.share:g}, "
-          f"unit {args.unit}); "
-          f"parameters {sizes}")  # fmt: skip
+    rule = Path(args.point).stem if args.point else f"{args.score} (share {args.share:g}, unit {args.unit})"
+    print(f"{args.model}: removed {len(heads)} of {layers * per_layer} heads by {rule}; parameters {sizes}")
     if args.dtype == "float32":
         gap = _equivalence(model, pruned, heads, tokenizer)
         print(f"equivalence: max |pruned - zeroed| / max |zeroed| logits = {gap:.2e}")
@@ -177,7 +186,7 @@ def main() -> None:
         settings += [Setting("decode", batch, c, args.new_tokens) for c in _contexts(args.decode_contexts)]
         for setting in settings:
             ids = random_prompts(model, setting)
-            runs = {name: phase_timer(m, setting, ids) for name, m in models.items()}
+            runs = {name: phase_timer(m, setting, ids, args.clock) for name, m in models.items()}
             timed = paired_rounds(runs, "unpruned", max_seconds=args.max_seconds)
             roof = setting_ceiling(before, after, setting)
             rows.extend(timed.rows(setting=setting.name, batch=batch, context=setting.context, **roof))
@@ -197,6 +206,7 @@ def main() -> None:
             prompt_length=args.prompt_length,
             new_tokens=args.new_tokens,
             repeats=args.repeats,
+            clock=args.clock,
         )
         _print_breakdown(split)
     if device.type == "cpu" and not args.no_peak:

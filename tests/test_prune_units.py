@@ -243,6 +243,10 @@ def test_frontier_runs_both_units_times_them_in_paired_rounds_and_reports_kv_byt
     (stale,) = check_report(tmp_path / "report")
     assert "is older than" in stale and analysis.name in stale
     calls.clear()
+    import headstats.io.models as M
+
+    here = M.machine_info  # timed again elsewhere: the report names the machine the speeds were timed on
+    monkeypatch.setattr(M, "machine_info", lambda device: {**here(device), "torch_threads": 7})
     assert main(["frontier", str(analysis), "--stages", "time,report", "-q"]) == 0
     assert len(calls) == 3 * 3
     again = json.loads((points / "ahon_ln-kv-group-0.500.json").read_text())
@@ -253,6 +257,8 @@ def test_frontier_runs_both_units_times_them_in_paired_rounds_and_reports_kv_byt
     assert next(r for r in again["speed"] if r["setting"] == longer)["kv_bytes_saved"] == 40 * 3 * 2 * 16 * 4
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert f"{longer}: x [95%]" in summary and "decode 2 after 12 x1: x [95%]" in summary
+    speed_text = summary.split("## Speed at each setting", 1)[1].split("|", 1)[0]
+    assert "torch threads 7" in speed_text and f"torch threads {here('cpu')['torch_threads']}," not in speed_text
     # A run stopped after its baseline reports the control alone and says what is left.
     from headstats.report.frontier_paired import build_paired_report
 
@@ -291,3 +297,32 @@ def test_a_frontier_folder_resumes_when_only_where_it_is_timed_changes(tmp_path)
     both = F.load_frontier(_tiny_frontier(tmp_path, 'units = ["head", "kv-group"]\n'))
     with pytest.raises(SpecError, match=r"holds a frontier run with other settings \(prune\)"):
         F.check_run_record(both, root, {"cpu": "here"})
+
+
+def test_the_paired_reports_abstract_names_every_model_before_any_twice(tmp_path) -> None:
+    """With two models the abstract states the controls in one sentence and each model's best-paying
+    rule before either model's second (the abstract keeps its leading sentences); a control whose
+    interval misses 1 is named on its own."""
+    from headstats.jobs import frontier as F
+    from headstats.report.frontier_paired import _abstract
+    from headstats.stats.speed import against_ceiling
+
+    rows = []
+    for model, fast in (("model-a", 1.30), ("model-b", 1.10)):
+        rows.append({"model": model, "score": "none", "share": 0.0, "low": 0.99, "high": 1.01, "speedup": 1.0})
+        for rule, up in (("ahon_ln", fast), ("ahon_ln/kv-group", fast - 0.05)):
+            rows.append({"model": model, "score": rule, "share": 0.3, "low": up - 0.01, "high": up + 0.01})
+            rows[-1]["speedup"] = up
+    speed = against_ceiling(pd.DataFrame(rows).assign(setting="prefill 2048 x1", ceiling=1.05))
+    points = pd.DataFrame(rows)[["model", "score", "share"]].assign(task="pool", n=3000, drop=0.02, upper=0.03)
+    certified = pd.DataFrame(columns=["model", "score", "task", "certified_share"])
+    frontier = F.load_frontier(_tiny_frontier(tmp_path))
+    text = _abstract(speed, points, certified, frontier)
+    assert "model-a and model-b show no speed-up, as they should" in text
+    firsts = [text.index(f"{m} with 30% of its heads removed by ahon_ln:") for m in ("model-a", "model-b")]
+    assert "model-a with 30% of its heads removed as whole KV groups" not in text[: max(firsts)]
+    drifted = (speed["model"] == "model-b") & (speed["score"] == "none")
+    speed.loc[drifted, ["low", "speedup", "high"]] = [1.02, 1.03, 1.04]
+    text = _abstract(against_ceiling(speed.drop(columns=["contains_one"])), points, certified, frontier)
+    assert "model-a shows no speed-up, as it should" in text
+    assert "model-b shows a speed-up where there is none" in text

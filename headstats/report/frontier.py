@@ -49,7 +49,7 @@ def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame,
         base = pd.read_parquet(base_file)
         base_info = read_record(root / "points" / "baseline.json")
         run = read_record(root / "run.json")
-        runs[model] = {"run": run, "baseline": base_info, "machines": {}}
+        runs[model] = {"run": run, "baseline": base_info, "machines": {}, "timing": []}
         speed.extend(_speed_rows(base_info["speed"], model, "none", 0.0))
         frames.append(frontier_stats.baseline_rows(base).assign(model=model, score="none", share=0.0))
         for info_file in sorted((root / "points").glob("*.json")):
@@ -57,6 +57,10 @@ def read_points(results: str | os.PathLike) -> tuple[pd.DataFrame, pd.DataFrame,
             # a point written before points recorded their machine ran on the run's
             machine = describe_machine(info.get("machine", run.get("machine")))
             runs[model]["machines"].setdefault(machine, []).append(info_file.stem)
+            # the machine its speed was measured on: the last round of stage time's, else the point's
+            timing = info.get("timed", {}).get("machine") or info.get("machine", run.get("machine"))
+            if timing not in runs[model]["timing"]:
+                runs[model]["timing"].append(timing)
             if info_file.stem == "baseline":
                 continue
             answers = pd.read_parquet(info_file.with_suffix(".parquet"))

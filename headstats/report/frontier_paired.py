@@ -129,17 +129,19 @@ def _abstract(speed: pd.DataFrame, points: pd.DataFrame, certified: pd.DataFrame
     if everywhere.empty:
         parts.append("none can be read yet: no model has run every share.")
     control = speed[speed["score"] == "none"]
-    for model, group in control.groupby("model"):
-        if bool(group["contains_one"].all()):
-            parts.append(
-                f"Timed against an identical copy of itself (the control), {model} shows no speed-up, as it "
-                f"should: every {term('95% interval', 'accuracy-interval')} contains 1."
-            )
-        else:
-            parts.append(
-                f"Timed against an identical copy of itself (the control), {model} shows a speed-up where there is "
-                "none: the machine's drift is in these numbers (see the speed at each setting)."
-            )
+    steady = [model for model, group in control.groupby("model") if bool(group["contains_one"].all())]
+    if steady:
+        one = len(steady) == 1
+        parts.append(
+            f"Timed against an identical copy of itself (the control), {' and '.join(steady)} "
+            f"{'shows' if one else 'show'} no speed-up, as {'it' if one else 'they'} should: every "
+            f"{term('95% interval', 'accuracy-interval')} contains 1."
+        )
+    for model in sorted(set(control["model"]) - set(steady)):
+        parts.append(
+            f"Timed against an identical copy of itself (the control), {model} shows a speed-up where there is "
+            "none: the machine's drift is in these numbers (see the speed at each setting)."
+        )
     measured = speed[speed["score"] != "none"]
     rules = []
     for (model, score), group in measured.groupby(["model", "score"]):
@@ -155,8 +157,11 @@ def _abstract(speed: pd.DataFrame, points: pd.DataFrame, certified: pd.DataFrame
         )
         sentence = f"{model} with {share:.0%} of its heads removed {how}by {rule}: {cells}{cost}."
         rules.append((model, -float(top["speedup"].prod()), sentence))  # ranks as the geometric mean
-    # Per model, the rule that paid most at its largest share first: the abstract keeps the leading sentences.
-    parts.extend(sentence for _, _, sentence in sorted(rules))
+    # Each model's rule that paid most at its largest share first, then each one's next: the abstract keeps
+    # the leading sentences, so every model is named before any is named twice.
+    ranked = [(rank, model, sentence) for model in sorted({r[0] for r in rules})
+              for rank, (_, _, sentence) in enumerate(sorted(r for r in rules if r[0] == model))]  # fmt: skip
+    parts.extend(sentence for _, _, sentence in sorted(ranked))
     return fit_sentences(parts)  # the leading parts within the abstract's words; the body has every number
 
 
@@ -169,14 +174,16 @@ def _relocated(speed: pd.DataFrame) -> bool:
 def _machine(speed: pd.DataFrame, runs: dict) -> str:
     lines = []
     for model, info in runs.items():
-        machine = info["run"]["machine"]
+        machines = [m for m in info.get("timing", []) if m] or [info["run"]["machine"]]
         mine = speed[speed["model"] == model]
         loads = pd.concat([mine["load_before"], mine["load_after"]]) if "load_before" in mine else pd.Series([])
         load = f"; 1-minute load average during the rounds {loads.min():.1f}-{loads.max():.1f}" if len(loads) else ""
-        lines.append(
-            f"{model}: CPU {machine.get('cpu')} ({machine.get('cores')} usable cores, shared with other jobs), torch "
-            f"threads {machine.get('torch_threads')}, device {machine.get('device')}{load}."
+        described = " and ".join(
+            f"CPU {m.get('cpu')} ({m.get('cores')} usable cores, shared with other jobs), torch threads "
+            f"{m.get('torch_threads')}, device {m.get('device')}"
+            for m in machines
         )
+        lines.append(f"{model}: {described}{load}.")
     return " ".join(lines)
 
 
@@ -244,7 +251,9 @@ def build_paired_report(frontier: Frontier, out: str | os.PathLike | None = None
         f"time ratios with a t interval on their logarithms; rounds stop at a half-width of {spec.time_target:.0%} "
         f"or after {spec.time_cap:g} s per setting (then the width reached is reported; `resolved` says which). "
         "Ceiling: the ratio of FLOPs (prefill) or of bytes a decode step reads (weights plus the KV cache); "
-        "share_of_ceiling_gain: (speed-up - 1) / (ceiling - 1). Timings on a shared machine: " + _machine(speed, runs)
+        "share_of_ceiling_gain: (speed-up - 1) / (ceiling - 1); above 1, the removed heads took a larger share of "
+        "the time than of the arithmetic (on a CPU, attention given a mask computes every key of the square: "
+        f"see {term('the roof', 'roof')}). Timings on a shared machine: " + _machine(speed, runs)
     )
     cols = [
         "model",
