@@ -11,6 +11,7 @@ The accuracy side (drops, Tango bounds, the fixed-sequence certified shares) is 
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -159,8 +160,9 @@ def _abstract(speed: pd.DataFrame, points: pd.DataFrame, certified: pd.DataFrame
         rules.append((model, -float(top["speedup"].prod()), sentence))  # ranks as the geometric mean
     # Each model's rule that paid most at its largest share first, then each one's next: the abstract keeps
     # the leading sentences, so every model is named before any is named twice.
-    ranked = [(rank, model, sentence) for model in sorted({r[0] for r in rules})
-              for rank, (_, _, sentence) in enumerate(sorted(r for r in rules if r[0] == model))]  # fmt: skip
+    ranked = []
+    for _, mine in itertools.groupby(sorted(rules), key=lambda rule: rule[0]):
+        ranked.extend((rank, model, sentence) for rank, (model, _, sentence) in enumerate(mine))
     parts.extend(sentence for _, _, sentence in sorted(ranked))
     return fit_sentences(parts)  # the leading parts within the abstract's words; the body has every number
 
