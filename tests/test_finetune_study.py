@@ -453,10 +453,18 @@ def test_the_report_states_the_power_the_design_registered() -> None:
     decision = SeedDecision(
         *("t", tuple(range(12)), 0.12, 0.05, 8, "stage_end", 0.92, 0.98),
         *(empty,) * 7,
-        *({"keys": {}, "sha256": "0" * 64}, "f.toml", "0" * 64, "rebuild"),
+        *({"keys": {}, "sha256": "0" * 64}, "contrast", empty, empty, empty, "gemma3-270m"),
+        *("f.toml", "0" * 64, "rebuild"),
     )
     said = power_statement(decision)
-    assert "a simulation of 12 seeds" in said and "at least 98%" in said and "with probability 92%" in said
+    assert "12 seeds; a simulation whose seed spread came from one exploratory seed pair" in said
+    assert "at least 98%" in said and "with probability 92%" in said
+    distance = dataclasses.replace(decision, rule="distance", power_moved=0.94, power_equivalent=0.85)
+    assert power_statement(distance) == (
+        "Power stated in the design before any seed was trained (12 seeds; from an earlier study's seeds, each "
+        "cell's estimate taken as its truth): at least 94% towards 'moved beyond' in the cells its plan expected to "
+        "decide; at least 85% towards 'equivalent' in the cells its plan expected to decide."
+    )
     unstated = dataclasses.replace(decision, power_moved=None, power_equivalent=None)
     assert power_statement(unstated) == "The design states no power for its 12 seeds."
 
@@ -472,11 +480,13 @@ def test_the_abstract_says_why_a_stage_end_is_undetermined_and_tallies_each_data
     decision = SeedDecision(
         *("t", tuple(range(12)), 0.12, 0.05, 8, "stage_end", 0.92, 0.98),
         *(verdicts, sentences, *(empty,) * 5),
-        *({"keys": {}, "sha256": "0" * 64}, "f.toml", "0" * 64, "rebuild"),
+        *({"keys": {}, "sha256": "0" * 64}, "contrast", empty, empty, empty, "gemma3-270m"),
+        *("f.toml", "0" * 64, "rebuild"),
     )
     said = abstract(decision)
     assert "after SFT it is undetermined (not every cell is shown within the margin, and none beyond it)." in said
     assert said.endswith(
-        "Of 6 cells, 5 are decided (4 equivalent within the margin, 1 moved beyond training noise). By dataset: mmlu "
+        "Of 6 cells, 5 are decided (4 equivalent within the margin, 1 moved beyond training noise; 'moved' "
+        "Holm-adjusted over each stage end, 'equivalent' per cell, unadjusted). By dataset: mmlu "
         "and wikipedia: all 2 equivalent within the margin; piqa: 1 moved beyond training noise, 1 undetermined."
     )

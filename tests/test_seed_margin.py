@@ -55,7 +55,7 @@ def test_the_distances_are_scipys_w1_on_the_texts_and_under_text_weights():
     for r in range(4):
         for s in range(3):
             want = wasserstein_distance(cell.base.ravel(), cell.ends[s].ravel(), per_value[r], per_value[r])
-            assert boot[r, s] == pytest.approx(want / cell.iqr, rel=1e-4)  # float32 replicates
+            assert boot[r, s] == pytest.approx(want / cell.iqr, rel=1e-12)
 
 
 def test_a_missing_value_is_left_out_of_its_side_only():
@@ -72,13 +72,28 @@ def test_the_bounds_and_p_values_are_the_one_sided_t_test_of_the_mean_distance()
     d = sm.base_distances(cell)
     assert est.mean == pytest.approx(d.mean())
     assert est.se_seeds == pytest.approx(d.std(ddof=1) / math.sqrt(d.size))
+    assert est.skew_m3 == pytest.approx(sps.skew(d, bias=False) * d.std(ddof=1) ** 3, rel=1e-9)
     assert 0 < est.se_texts < est.se_seeds * 5
+    # without skew, Hall's t is the plain t: mean -/+ t(n - 1) se
+    plain = sm.Estimate(est.n_seeds, est.mean, est.sd_seeds, est.se_seeds, est.se_texts, 0.0)
     t = sps.t.ppf(0.95, d.size - 1)
+    assert plain.bounds(0.05) == pytest.approx((est.mean - t * est.se, est.mean + t * est.se))
+    assert plain.p_below(0.2) == pytest.approx(sps.t.cdf((est.mean - 0.2) / est.se, d.size - 1))
+    # a bound lies where its test reaches alpha, so a verdict and its bound agree
     low, high = est.bounds(0.05)
-    assert (low, high) == pytest.approx((est.mean - t * est.se, est.mean + t * est.se))
-    # the upper bound lies below a value exactly when the test of theta < value rejects at 0.05
-    assert (est.p_below(high + 1e-9) <= 0.05) and (est.p_below(high - 1e-9) > 0.05)
-    assert (est.p_above(low - 1e-9) <= 0.05) and (est.p_above(low + 1e-9) > 0.05)
+    assert est.p_below(high) == pytest.approx(0.05) and est.p_above(low) == pytest.approx(0.05)
+    assert (est.p_below(high + 1e-6) < 0.05) and (est.p_above(low - 1e-6) < 0.05)
+
+
+def test_a_right_skewed_spread_of_seeds_raises_both_bounds():
+    """Seeds of which a few land far away: a low mean comes with a low spread, so the upper bound
+    (the one an equivalence rests on) moves up, away from the plain t's."""
+    d = np.array([0.05, 0.055, 0.06, 0.062, 0.065, 0.07, 0.072, 0.075, 0.08, 0.14, 0.15, 0.16])
+    n = d.size
+    skewed = sm.Estimate(n, d.mean(), d.std(ddof=1), d.std(ddof=1) / math.sqrt(n), 0.0,
+                         n / ((n - 1) * (n - 2)) * ((d - d.mean()) ** 3).sum())  # fmt: skip
+    plain = sm.Estimate(n, d.mean(), d.std(ddof=1), d.std(ddof=1) / math.sqrt(n), 0.0, 0.0)
+    assert skewed.bounds(0.05)[1] > plain.bounds(0.05)[1] and skewed.bounds(0.05)[0] > plain.bounds(0.05)[0]
 
 
 def test_the_systematic_displacement_is_the_w1_to_the_seeds_common_end_when_they_agree():
@@ -209,7 +224,7 @@ def confirmation_cells():
 @pytest.mark.integration
 @pytest.mark.parametrize(
     ("cell", "spread"),
-    [(("sft", "piqa", "ahon_ln"), 0.5), (("dpo", "mmlu", "ahon_ln"), 0.5), (("grpo", "wikipedia", "awft"), 1.0)],
+    [(("sft", "piqa", "ahon_ln"), 0.5), (("dpo", "piqa", "awft"), 0.5), (("grpo", "wikipedia", "awft"), 0.5)],
 )
 def test_planted_from_the_seeds_own_tables_the_rule_keeps_its_level(confirmation_cells, cell, spread):
     """Systematic displacements and seed spreads taken from the 12 seeds of the first confirmation
@@ -219,11 +234,13 @@ def test_planted_from_the_seeds_own_tables_the_rule_keeps_its_level(confirmation
     planted = sp.Planted.from_cell(confirmation_cells[cell]).thinned(24)
     move = planted.move_for(MARGIN, spread=spread, draws=200)
     reps = 300
-    rates = sp.rule_rates(planted, n_seeds=12, margin=MARGIN, move=move, spread=spread, reps=reps, old_rule=True)
+    rates = sp.rule_rates(
+        planted, n_seeds=12, margin=MARGIN, move=move, spread=spread, reps=reps, n_text_boot=20, old_rule=True
+    )
     high = binomial_band(reps, ALPHA)[1] / reps
-    at_zero = sp.rule_rates(planted, n_seeds=12, margin=MARGIN, move=0.0, spread=spread, reps=100)
+    at_zero = sp.rule_rates(planted, n_seeds=12, margin=MARGIN, move=0.0, spread=spread, reps=100, n_text_boot=20)
     twice = planted.move_for(2 * MARGIN, spread=spread, draws=200)
-    at_twice = sp.rule_rates(planted, n_seeds=12, margin=MARGIN, move=twice, spread=spread, reps=100)
+    at_twice = sp.rule_rates(planted, n_seeds=12, margin=MARGIN, move=twice, spread=spread, reps=100, n_text_boot=20)
     print(f"{'/'.join(cell)} at theta = margin: {rates} (band {high:.3f}); no move: {at_zero}; 2x margin: {at_twice}")
     assert rates["equivalent"] <= high and rates["beyond"] <= high
     assert rates["old_equivalent"] > 3 * ALPHA

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+from scipy.optimize import brentq
 
 from headstats.stats.distances import cluster_codes, cluster_column, holm, interquartile_range
 
@@ -48,7 +49,7 @@ UNDETERMINED = "undetermined"
 VERDICTS = (MOVED_BEYOND_MARGIN, EQUIVALENT, UNDETERMINED)
 
 CELL = ["stage", "dataset", "score"]
-N_TEXT_BOOT = 100  # text-bootstrap replicates of the texts' share of the standard error (float32 arithmetic)
+N_TEXT_BOOT = 100  # text-bootstrap replicates of the texts' share of the standard error
 N_SEED_BOOT = 2000  # seed-bootstrap replicates of the systematic displacement's interval
 BOOT_GRID = 1024  # quantile levels the seed bootstrap evaluates the displacement on
 RESULT_COLUMNS = [
@@ -131,9 +132,7 @@ def base_distances(cell: Cell, text_weights: np.ndarray | None = None) -> np.nda
 
     On the sorted support of both samples, the gap between the two CDFs is the cumulative sum of
     each value's text weight, signed by its side, over each side's total weight."""
-    # the distances themselves in float64; a bootstrap's replicates (for a standard error) in float32
-    dtype = np.float64 if text_weights is None else np.float32
-    weights = np.ones((1, cell.n_texts)) if text_weights is None else np.asarray(text_weights, dtype=dtype)
+    weights = np.ones((1, cell.n_texts)) if text_weights is None else np.asarray(text_weights, dtype=np.float64)
     heads = cell.base.shape[1]
     text_of = np.repeat(np.arange(cell.n_texts), heads)  # the values are texts x heads, row-major
     base = cell.base.ravel()
@@ -149,11 +148,11 @@ def base_distances(cell: Cell, text_weights: np.ndarray | None = None) -> np.nda
         total_a = weights @ np.bincount(text_of[ok_base], minlength=cell.n_texts)
         total_b = weights @ np.bincount(text_of[ok_end], minlength=cell.n_texts)
         if np.allclose(total_a, total_b):  # every value finite on both sides: one total
-            gap = np.cumsum(weights[:, texts[:-1]] * side[:-1].astype(dtype), axis=1) / total_a[:, None]
+            gap = np.cumsum(weights[:, texts[:-1]] * side[:-1], axis=1) / total_a[:, None]
         else:
-            per_side = np.where(side[:-1] > 0, 1.0 / total_a[:, None], 1.0 / total_b[:, None]).astype(dtype)
-            gap = np.cumsum(weights[:, texts[:-1]] * side[:-1].astype(dtype) * per_side, axis=1)
-        out[:, s] = np.abs(gap) @ np.diff(x[order]).astype(dtype)
+            per_side = np.where(side[:-1] > 0, 1.0 / total_a[:, None], 1.0 / total_b[:, None])
+            gap = np.cumsum(weights[:, texts[:-1]] * side[:-1] * per_side, axis=1)
+        out[:, s] = np.abs(gap) @ np.diff(x[order])
     out = out / cell.iqr if cell.iqr > 0 else np.full_like(out, np.nan)
     return out[0] if text_weights is None else out
 
@@ -211,36 +210,65 @@ def seed_spread(cell: Cell) -> float:
 
 @dataclass(frozen=True)
 class Estimate:
-    """The seeds' mean distance with its standard error's two parts (``se_seeds``, ``se_texts``)."""
+    """The seeds' mean distance with its standard error's two parts (``se_seeds``, ``se_texts``) and
+    the seeds' third central moment (``skew_m3``), which the tests' skewness correction uses.
+
+    Distances are positive and, over seeds, often skewed to the right (a few seeds land far away):
+    then a low mean comes with a low spread, and the plain t test says "equivalent" too often. The
+    tests use Hall's (1992) monotone transformation of the t statistic, which removes the skewness
+    term of its distribution: with ``T = (mean - value) / se`` and ``g`` the seeds' skewness
+    (``m3 / s^3``, ``s^2 = n se^2``: the texts' part of the variance counted in),
+    ``T_H = T + g / (6 sqrt n) + g T^2 / (3 sqrt n) + g^2 T^3 / (27 n)``, referred to t with
+    n - 1 degrees of freedom. It is increasing in T (its derivative is a square), so a bound and its
+    test always agree; with no skew it is the plain t."""
 
     n_seeds: int
     mean: float
     sd_seeds: float
     se_seeds: float
     se_texts: float
+    skew_m3: float = 0.0
 
     @property
     def se(self) -> float:
         return math.hypot(self.se_seeds, self.se_texts)
 
-    def bounds(self, alpha: float) -> tuple[float, float]:
-        """One-sided (lower, upper) bounds at level 1 - alpha each."""
-        if self.n_seeds < 2 or not self.se > 0:
-            return math.nan, math.nan
-        t = float(sps.t.ppf(1 - alpha, self.n_seeds - 1))
-        return self.mean - t * self.se, self.mean + t * self.se
-
-    def p_above(self, value: float) -> float:
-        """One-sided p-value of ``theta > value`` (t with n - 1 degrees of freedom)."""
+    def t(self, value: float) -> float:
+        """Hall's skewness-corrected t of ``theta = value`` (NaN without two seeds and a spread)."""
         if self.n_seeds < 2 or not self.se > 0:
             return math.nan
-        return float(sps.t.sf((self.mean - value) / self.se, self.n_seeds - 1))
+        n = self.n_seeds
+        g = self.skew_m3 / (math.sqrt(n) * self.se) ** 3
+        t = (self.mean - value) / self.se
+        root = math.sqrt(n)
+        return t + g / (6 * root) + g * t**2 / (3 * root) + g**2 * t**3 / (27 * n)
+
+    def p_above(self, value: float) -> float:
+        """One-sided p-value of ``theta > value``."""
+        return float(sps.t.sf(self.t(value), self.n_seeds - 1)) if self.n_seeds >= 2 else math.nan
 
     def p_below(self, value: float) -> float:
         """One-sided p-value of ``theta < value``."""
+        return float(sps.t.cdf(self.t(value), self.n_seeds - 1)) if self.n_seeds >= 2 else math.nan
+
+    def bounds(self, alpha: float) -> tuple[float, float]:
+        """One-sided (lower, upper) bounds at level 1 - alpha each: the values at which the tests of
+        ``theta > value`` and ``theta < value`` reach ``alpha``, so a verdict and its bound agree."""
         if self.n_seeds < 2 or not self.se > 0:
-            return math.nan
-        return float(sps.t.cdf((self.mean - value) / self.se, self.n_seeds - 1))
+            return math.nan, math.nan
+        critical = float(sps.t.ppf(1 - alpha, self.n_seeds - 1))
+        reach = 100 * self.se
+        lower = _root(lambda v: self.t(v) - critical, self.mean - reach, self.mean + reach)
+        upper = _root(lambda v: self.t(v) + critical, self.mean - reach, self.mean + reach)
+        return lower, upper
+
+
+def _root(f, low: float, high: float) -> float:
+    """The root of ``f`` in [low, high] when it changes sign there, else NaN."""
+    f_low, f_high = f(low), f(high)
+    if not (np.isfinite(f_low) and np.isfinite(f_high)) or f_low * f_high > 0:
+        return math.nan
+    return float(brentq(f, low, high, xtol=1e-12))
 
 
 def estimate(cell: Cell, *, n_text_boot: int = N_TEXT_BOOT, seed: int = 0) -> Estimate:
@@ -252,7 +280,8 @@ def estimate(cell: Cell, *, n_text_boot: int = N_TEXT_BOOT, seed: int = 0) -> Es
     if n_text_boot > 1:
         weights = _text_weights(cell.clusters, n_text_boot, np.random.default_rng(seed))
         se_texts = float(base_distances(cell, weights).mean(axis=1).std(ddof=1))
-    return Estimate(n, float(d.mean()), sd, sd / math.sqrt(n) if n > 1 else math.nan, se_texts)
+    m3 = float(n / ((n - 1) * (n - 2)) * ((d - d.mean()) ** 3).sum()) if n > 2 else 0.0  # unbiased
+    return Estimate(n, float(d.mean()), sd, sd / math.sqrt(n) if n > 1 else math.nan, se_texts, m3)
 
 
 def verdict(p_beyond_adjusted: float, p_equivalent: float, alpha: float) -> str:
@@ -338,6 +367,85 @@ def stage_sentences(verdicts: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["stage", "cells", "sentence", *VERDICTS])
 
 
+def study_verdicts(
+    cells: dict[tuple[str, str, str], Cell],
+    *,
+    seeds: Sequence[int],
+    scored: dict[str, Sequence[int]],
+    kept: dict[str, int],
+    datasets: Sequence[str],
+    score_ids: Sequence[str],
+    margin: float,
+    alpha: float = 0.05,
+    min_seeds: int = 8,
+    family: Sequence[str] = ("stage",),
+    stages: Sequence[str],
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rule over every cell a design names, decided once: (verdicts of every stage x dataset x
+    score, sentences per stage end with ``seeds_scored``, ``seeds_kept`` and the ``sentence``).
+    ``cells`` holds the kept seeds of each stage (:func:`headstats.jobs.finetune.study.seed_cells`);
+    ``scored``: per stage, the seeds scored so far; ``kept``: per stage, how many of them learned. A
+    stage end with a seed of the design still unscored is "undetermined: N of M seeds scored" in
+    every cell (its numbers are shown; an interim look decides nothing); with every seed scored and
+    fewer than ``min_seeds`` kept, "undetermined: N of M seeds learned"."""
+    table = decide_cells(cells, margin=margin, alpha=alpha, family=family, min_seeds=min_seeds) if cells else None
+    grid = pd.DataFrame([(s, d, c) for s in stages for d in datasets for c in score_ids], columns=CELL)
+    verdicts = grid.merge(table, on=CELL, how="left") if table is not None else grid.reindex(columns=RESULT_COLUMNS)
+    verdicts["n_seeds"] = verdicts["n_seeds"].fillna(0).astype(int)
+    verdicts["margin"] = margin
+    verdicts["verdict"] = verdicts["verdict"].fillna(UNDETERMINED)
+    rows = []
+    for stage in stages:
+        of_stage = verdicts["stage"] == stage
+        done = len(set(scored.get(stage, ())) & set(seeds))
+        if done < len(seeds):
+            sentence = f"{UNDETERMINED}: {done} of {len(seeds)} seeds scored"
+            verdicts.loc[of_stage, "verdict"] = UNDETERMINED
+        elif kept.get(stage, 0) < min_seeds:
+            sentence = f"{UNDETERMINED}: {kept.get(stage, 0)} of {len(seeds)} seeds learned"
+            verdicts.loc[of_stage, "verdict"] = UNDETERMINED
+        else:
+            sentence = str(stage_sentences(verdicts[of_stage])["sentence"].iloc[0])
+        counts = {v: int((verdicts.loc[of_stage, "verdict"] == v).sum()) for v in VERDICTS}
+        rows.append(
+            {"stage": stage, "seeds_scored": done, "seeds_kept": kept.get(stage, 0), "sentence": sentence,
+             "cells": int(of_stage.sum()), **counts}
+        )  # fmt: skip
+    return verdicts[RESULT_COLUMNS], pd.DataFrame(rows)
+
+
+def t_power(theta: float, margin: float, sd_seeds: float, se_texts: float, n_seeds: int, alpha: float) -> float:
+    """Power of the one-sided t test at level ``alpha`` to decide a cell whose true distance is
+    ``theta``: "moved beyond" when theta > margin, "equivalent" when below; the standard error of n
+    seeds is ``hypot(sd_seeds / sqrt(n), se_texts)`` (noncentral t, n - 1 degrees of freedom)."""
+    if n_seeds < 2:
+        return math.nan
+    se = math.hypot(sd_seeds / math.sqrt(n_seeds), se_texts)
+    df = n_seeds - 1
+    critical = float(sps.t.ppf(1 - alpha, df))
+    return float(sps.nct.sf(critical, df, abs(theta - margin) / se))
+
+
+def achieved_power(verdicts: pd.DataFrame, *, alpha: float = 0.05, family_size: int | None = None) -> pd.DataFrame:
+    """Per cell with a decision's inputs, the power the design actually had there: the one-sided t
+    test's, with the seeds and the spread these seeds show (their ``sd_seeds``, ``se_texts``), to reach
+    the verdict the cell's estimate points to at that estimate ("moved beyond" at Holm's first-step
+    level alpha / family_size when above the margin, "equivalent" at alpha below it). A cell whose
+    estimate sits on the margin has power near alpha whatever the design: it cannot be decided."""
+    rows = []
+    for r in verdicts[verdicts["n_seeds"] >= 2].itertuples():
+        size = family_size or int((verdicts["stage"] == r.stage).sum())
+        above = r.mean_distance > r.margin
+        level = alpha / size if above else alpha
+        n = int(r.n_seeds)
+        power = t_power(r.mean_distance, r.margin, r.sd_seeds, r.se_texts, n, level)
+        rows.append(
+            {"stage": r.stage, "dataset": r.dataset, "score": r.score, "n_seeds": n, "estimate": r.mean_distance,
+             "towards": MOVED_BEYOND_MARGIN if above else EQUIVALENT, "level": level, "power": power}
+        )  # fmt: skip
+    return pd.DataFrame(rows, columns=["stage", "dataset", "score", "n_seeds", "estimate", "towards", "level", "power"])
+
+
 __all__ = [
     "CELL",
     "EQUIVALENT",
@@ -346,12 +454,15 @@ __all__ = [
     "VERDICTS",
     "Cell",
     "Estimate",
+    "achieved_power",
     "base_distances",
     "cell_arrays",
     "decide_cells",
     "estimate",
     "seed_spread",
     "stage_sentences",
+    "study_verdicts",
     "systematic_displacement",
+    "t_power",
     "verdict",
 ]

@@ -24,9 +24,16 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
-from headstats.stats.seed_margin import EQUIVALENT, MOVED_BEYOND_MARGIN, Cell, base_distances, estimate, verdict
+from headstats.stats.seed_margin import (
+    EQUIVALENT,
+    MOVED_BEYOND_MARGIN,
+    Cell,
+    base_distances,
+    estimate,
+    t_power,
+    verdict,
+)
 from headstats.stats.seeds import sign_flip_upper_bound
 
 
@@ -149,16 +156,4 @@ def rule_rates(
     return rates
 
 
-def t_power(theta: float, margin: float, sd_seeds: float, se_texts: float, n_seeds: int, alpha: float) -> float:
-    """Power of the one-sided t test at level ``alpha`` to decide a cell whose true distance is
-    ``theta``: "moved beyond" when theta > margin, "equivalent" when below; the standard error of n
-    seeds is ``hypot(sd_seeds / sqrt(n), se_texts)`` (noncentral t, n - 1 degrees of freedom)."""
-    if n_seeds < 2:
-        return math.nan
-    se = math.hypot(sd_seeds / math.sqrt(n_seeds), se_texts)
-    df = n_seeds - 1
-    critical = float(sps.t.ppf(1 - alpha, df))
-    return float(sps.nct.sf(critical, df, abs(theta - margin) / se))
-
-
-__all__ = ["Planted", "old_rule_equivalent", "rule_rates", "t_power"]
+__all__ = ["Planted", "old_rule_equivalent", "rule_rates", "t_power"]  # t_power: seed_margin's, for the power script

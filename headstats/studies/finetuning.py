@@ -25,9 +25,11 @@ from headstats.jobs.finetune.study import (
     collect_checkpoint,
     copy_chain_records,
     load_seed_study,
+    model_provenance,
     registration,
     seconds_per_step,
     seconds_per_text,
+    seed_cells,
     seed_tables,
     steps_left,
     texts_left,
@@ -159,6 +161,7 @@ def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
 
     from headstats.report.finetuning import SeedDecision, write_seed_report
     from headstats.report.freshness import file_sha256, report_inputs
+    from headstats.stats import seed_margin
     from headstats.stats import seeds as seed_stats
 
     spec: SeedStudy = study.spec
@@ -188,6 +191,7 @@ def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
         heads = seed_stats.head_seed_shifts(scores, checkpoints, score_ids, kept, alpha=design.alpha, stages=stages)
     else:
         heads = pd.DataFrame(columns=seed_stats.HEAD_COLUMNS)
+    distance_verdicts, distance_sentences = _distance_rule(spec, results, kept, (scores, checkpoints), stages)
     table = kept.merge(learning, on=["seed", "stage"], how="left")
     table.insert(2, "machine", [machines.get(int(seed), "not recorded") for seed in table["seed"]])
     rebuild = f"headstats run {study.path.as_posix()} --stages report"
@@ -208,12 +212,46 @@ def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
         moved_heads=seed_stats.moved_head_counts(heads),
         machines=seed_stats.machine_spread(distances, machines, kept),
         registration=registration(spec),
+        rule=spec.rule,
+        distance_verdicts=distance_verdicts,
+        distance_sentences=distance_sentences,
+        power=seed_margin.achieved_power(distance_verdicts, alpha=design.alpha),
+        model=model_provenance(spec),
         design_file=study.path.as_posix(),
         design_sha256=file_sha256(study.path),
         rebuild=rebuild + (f" --results {run.results_dir}" if run.results_dir else ""),
     )
     inputs = report_inputs(results, registration(spec)["keys"], study.path, report=spec.report)
     return write_seed_report(decision, spec.report, inputs if results.is_dir() else None)
+
+
+def _distance_rule(spec: SeedStudy, results: Path, kept, tables, stages: list[str]):
+    """The distance rule's verdicts and sentences over the seeds each stage keeps (registered for a
+    ``rule = "distance"`` design; a post hoc re-analysis of a contrast design)."""
+    from headstats.stats import seed_margin
+    from headstats.stats import seeds as seed_stats
+
+    _, checkpoints = tables
+    design = spec.design
+    ok = set(kept.loc[kept["kept"].astype(bool), ["seed", "stage"]].itertuples(index=False, name=None))
+    scored = {
+        stage: sorted(set(checkpoints.loc[checkpoints["stage"] == stage, "seed"].astype(int))) for stage in stages
+    }
+    counts = {stage: sum((s, stage) in ok for s in scored[stage]) for stage in stages}
+    cells = seed_cells(spec, results, kept, tables=tables)
+    return seed_margin.study_verdicts(
+        cells,
+        seeds=list(design.seeds),
+        scored=scored,
+        kept=counts,
+        datasets=spec.datasets,
+        score_ids=list(spec.collect.scores or ()),
+        margin=design.margin,
+        alpha=design.alpha,
+        min_seeds=design.min_seeds,
+        family=seed_stats.FAMILIES[design.family],
+        stages=stages,
+    )
 
 
 def _no_distances():

@@ -407,6 +407,16 @@ def seed_cells(
     return cells
 
 
+def model_provenance(study: SeedStudy) -> str:
+    """The base model every chain starts from, as a report names it: an embedded model with where its
+    weights come from, anything else by its portable name."""
+    from headstats.io.assets import EMBEDDED_MODELS, portable_name
+
+    name = study.design.base_model or study.base_slug
+    embedded = EMBEDDED_MODELS.get(name)
+    return f"{name}, {embedded.description}" if embedded else portable_name(name)
+
+
 def chain_metrics(study: SeedStudy, results: Path) -> dict[int, dict]:
     """Each seed's ``metrics.json`` as the collection copied it to ``RESULTS/seed-N/_chain/`` (the
     chain's learning when its checkpoints were scored); a seed with none is absent. The chain itself
