@@ -966,7 +966,10 @@ class FinetuneDesign(Spec):
     WHAT: ClassVar[str] = "design"
 
     recipe_hash: str = option(
-        "", "the hash, without the seed, of the recipe every chain trains with (in its directory's name)", cli=False
+        "",
+        "the hash, without the seed, of the recipe every chain trains with (in its directory's name)",
+        cli=False,
+        each=lambda value: check_name(value, "the value") if value else value,
     )
     base_model: str | None = option(
         None, "the base model every chain starts from (default: the one a chain of this recipe records)", cli=False

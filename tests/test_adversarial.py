@@ -537,7 +537,7 @@ def test_a_confirmation_edited_after_its_results_is_an_amendment(edit, said, tmp
     assert "## The claims as amended after the run" in (plan.report / "summary.md").read_text()
     with pytest.raises(SpecError) as err:  # and no pass runs under the changed file
         register(plan)
-    assert str(err.value).startswith(f"{plan.path.as_posix()} changed since its first pass (")
+    assert str(err.value).startswith(f"{plan.path.as_posix()} changed since its first run (")
     assert str(err.value).endswith(
         "): a confirmation's claims and rule are fixed before it runs; restore them, or give the changed file its "
         "own results folder"
@@ -556,7 +556,7 @@ def test_an_unchanged_confirmation_is_pre_registered_and_one_without_a_record_sa
     (plan.results / REGISTRATION_FILE).unlink()
     abstract = _abstract(Path(write_confirmation(plan)).parent)
     assert abstract.removeprefix(PLAIN_QUESTION + " ").startswith(
-        f"**No pre-registration record** (`{(plan.results / REGISTRATION_FILE).as_posix()}` is missing): the rule "
+        f"**No pre-registration record** (`<local>/results/{REGISTRATION_FILE}` is missing): the rule "
         "below is the file's current one, which nothing shows predates the results. "
     )
 
