@@ -490,6 +490,65 @@ def test_the_committed_frontiers_still_resume_in_points(name: str) -> None:
             assert (root / "run.json").read_bytes() == before
 
 
+# --- a study file edited after its run is never half-followed ----------------------------------------
+
+
+def _frontier_copy(tmp: Path, edit: tuple[str, str] | None = None) -> tuple[Path, Path]:
+    """analyses/prune_embedded.toml's SmolLM2 frontier with its committed points, in ``tmp``: the file
+    (``edit`` applied), whose model is a folder named like the committed one (only its config: nothing
+    loads), and the model's results folder."""
+    model = tmp / "models" / "smollm2-135m"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    shutil.copytree(ROOT / "results" / "prune-embedded" / "model=smollm2-135m", tmp / "r" / "model=smollm2-135m")
+    text = (ROOT / "analyses" / "prune_embedded.toml").read_text()
+    text = text.replace('names = ["smollm2-135m", "gemma3-270m"]', f"names = [{json.dumps(str(model))}]")
+    text = text.replace('results = "results/prune-embedded"', f'results = "{tmp / "r"}"')
+    text = text.replace('report = "reports/prune-embedded"', f'report = "{tmp / "rep"}"')
+    if edit is not None:
+        assert edit[0] in text
+        text = text.replace(*edit, 1)
+    path = tmp / "frontier.toml"
+    path.write_text(text)
+    return path, tmp / "r" / "model=smollm2-135m"
+
+
+FRONTIER_EDITS = [
+    ("limit raised", ("limit = 20", "limit = 30"), "prune.limit: 20 there, 30 now"),
+    ("a task added", ('tasks = ["piqa", "arc_easy"]', 'tasks = ["piqa", "arc_easy", "hellaswag"]'), "prune.tasks: "),
+    ("calibration_limit", ("calibration_limit = 64", "calibration_limit = 32"), "prune.calibration_limit: 64 there"),
+    ("the dtype", ('dtype = "float32"', 'dtype = "bfloat16"'), 'load.dtype: "float32" there, "bfloat16" now'),
+]
+
+
+def test_a_frontier_states_the_settings_its_points_were_run_with(tmp_path) -> None:
+    from headstats.studies import run_study
+
+    path, _ = _frontier_copy(tmp_path)
+    index = run_study(path, stages=("report",), progress=False)
+    summary = (index.parent / "summary.md").read_text()
+    assert "Every point was run with these settings (each model's `run.json`; a file whose settings changed" in summary
+    assert "`limit = 20`, " in summary and '`tasks = ["piqa", "arc_easy"]`' in summary
+
+
+@pytest.mark.parametrize(("edit", "said"), [c[1:] for c in FRONTIER_EDITS], ids=[c[0] for c in FRONTIER_EDITS])
+def test_a_frontier_edited_after_its_points_ran_is_refused_naming_the_setting(edit, said, tmp_path, capsys) -> None:
+    """The file's settings changed after every point ran: neither a run (which skipped the finished
+    points and rebuilt the report on the old ones) nor the report stage goes on; both name the setting."""
+    path, root = _frontier_copy(tmp_path, edit)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    expected = f"headstats: error: {root} holds frontier points run with other settings ({said}"
+    for stages in ("collect,ablate,report", "report", "time"):
+        line = cli_error(capsys, ["frontier", str(path), "--stages", stages, "-q"])
+        assert line.startswith(expected), line
+        assert line.endswith(
+            f"): restore those settings in {path}, or give it another results folder (results = ...) to run its points "
+            "under the new ones"
+        )
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "rep").exists()
+
+
 # --- pre-registration holds ---------------------------------------------------------------------------
 
 

@@ -50,7 +50,7 @@ from headstats.io.store.layout import (
     score_schema,
     table_dir,
 )
-from headstats.io.store.lock import claim, clean_temporaries, writer_lock
+from headstats.io.store.lock import claim, claim_holder, clean_temporaries, writer_lock
 from headstats.io.store.outdir import (
     MANIFEST_FILE,
     OutputFolder,
@@ -132,6 +132,7 @@ __all__ = [
     "check_resume",
     "check_schema_versions",
     "claim",
+    "claim_holder",
     "claim_output_folder",
     "clean_temporaries",
     "code_commit",
