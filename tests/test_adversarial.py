@@ -716,6 +716,165 @@ def test_a_report_of_results_outside_home_names_no_local_folder(tmp_path, capsys
         )
 
 
+# --- no report kind writes the building user's home or temporary folder ---------------------------------
+
+
+def _copy_study(tmp: Path, analysis: str, results: str, edits: dict[str, str] | None = None) -> Path:
+    """The committed ``analysis`` file with its committed ``results``, in folders of a user's temporary
+    home: the results outside it (``tmp/data``), the report inside it (``~/reports``), the file outside."""
+    text = (ROOT / "analyses" / f"{analysis}.toml").read_text()
+    name = Path(results).name
+    shutil.copytree(ROOT / results, tmp / "data" / name)
+    for old, new in (edits or {}).items():
+        assert old in text, old
+        text = text.replace(old, new)
+    folders = f'results = "{tmp / "data" / name}"\nreport = "{Path.home() / "reports" / name}"\n'
+    text = folders + "\n".join(line for line in text.splitlines() if not line.startswith(("results =", "report =")))
+    path = tmp / "studies" / f"{analysis}.toml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _stand_ins(tmp: Path, names: list[str]) -> str:
+    """Model folders named like the committed models (their config alone: no report loads a model)."""
+    folders = []
+    for name in names:
+        (tmp / "models" / name).mkdir(parents=True, exist_ok=True)
+        (tmp / "models" / name / "config.json").write_text("{}")
+        folders.append(str(tmp / "models" / name))
+    return json.dumps(folders)
+
+
+def _seed_study(tmp: Path) -> Path:
+    from test_finetune_study import study_file, synthetic_seeds
+
+    path = study_file(
+        tmp, chains=tmp / "chains", seeds=[0, 1, 2], stage_ends=["sft@2", "dpo@2"], recipe_hash="abc", base="tiny",
+        dataset="texts",
+    )  # fmt: skip
+    synthetic_seeds(tmp / "results", 3, ["sft", "dpo"])
+    text = path.read_text().replace(str(tmp / "report"), str(Path.home() / "reports" / "seeds"))
+    path.write_text(text)
+    return path
+
+
+SMALL = [("ref", 2, 4, 2, 0.0), ("other", 2, 4, 2, 0.3)]  # synthetic models: name, layers, heads, KV heads, sink
+
+
+def _small(names: tuple[str, ...] = ("ref", "other")):
+    from headstats.testing.synthetic import SyntheticModel
+
+    return [SyntheticModel(n, layers, heads, kv, sink=sink) for n, layers, heads, kv, sink in SMALL if n in names]
+
+
+def _comparison(tmp: Path) -> Path:
+    """A comparison of two model folders (stand-ins) from synthetic tables, recorded as collected from
+    those folders; the reference's format-change table another draw."""
+    from headstats.testing.synthetic import write_synthetic_scores
+
+    results = tmp / "data" / "compare"
+    write_synthetic_scores(results / "compared", _small(), ["wikipedia"], n_sequences=12, progress=False)
+    write_synthetic_scores(results / "format-change", _small(("ref",)), ["wikipedia"], n_sequences=12, seed=1)
+    for sidecar in results.rglob(store.PROVENANCE_FILE):
+        record = json.loads(sidecar.read_text())
+        sidecar.write_text(json.dumps({**record, "model": f"<local>/{record['model']}"}))
+    path = tmp / "studies" / "compare.toml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(
+        f'results = "{results}"\nreport = "{Path.home() / "reports" / "compare"}"\n[compare]\n'
+        f'models = {_stand_ins(tmp, ["ref", "other"])}\ndata = ["wikipedia"]\nlimit = 12\nn_resamples = 20\n'
+        "head_permutations = 19\n"
+    )
+    return path
+
+
+def _analysis(tmp: Path) -> Path:
+    from headstats.testing.synthetic import write_synthetic_scores
+
+    write_synthetic_scores(tmp / "data" / "synthetic", _small(), n_sequences=16, progress=False)
+    path = tmp / "studies" / "synthetic.toml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(
+        f'results = "{tmp / "data" / "synthetic"}"\nreport = "{Path.home() / "reports" / "synthetic"}"\n'
+        '[models]\nnames = ["m"]\n'
+    )
+    return path
+
+
+# Per study kind (and the paired frontier report), a file of it with results outside the home and its report
+# inside it; built from committed or synthetic results, with no model loaded.
+REPORT_STUDIES: dict[str, Callable[[Path], Path]] = {
+    "analysis": _analysis,
+    "confirmation": lambda t: _copy_study(t, "confirm", "results/confirm"),
+    "frontier": lambda t: _copy_study(
+        t, "prune_embedded", "results/prune-embedded",
+        {'names = ["smollm2-135m", "gemma3-270m"]': f"names = {_stand_ins(t, ['smollm2-135m', 'gemma3-270m'])}"},
+    ),
+    "frontier (paired)": lambda t: _copy_study(
+        t, "prune_pooled", "results/prune-pooled",
+        {
+            'names = ["smollm2-135m"]': f"names = {_stand_ins(t, ['smollm2-135m'])}",
+            'optional = ["gemma3-270m"]': f"optional = {_stand_ins(t, ['gemma3-270m'])}",
+        },
+    ),
+    "comparison": _comparison,
+    "fine-tuning": _seed_study,
+}  # fmt: skip
+
+
+def _no_local_folder(tmp: Path, out: Path) -> None:
+    written = [p for p in out.rglob("*") if p.is_file()]
+    assert written and any(p.name == "index.html" for p in written)
+    for local in {str(tmp), str(tmp.resolve()), str(Path.home())}:
+        for path in written:
+            assert local.encode() not in path.read_bytes(), f"{path} names {local}"
+
+
+@pytest.fixture
+def temporary_home(tmp_path: Path, monkeypatch) -> Path:
+    """The user's home moved into ``tmp_path`` (the cache stays where it is)."""
+    from headstats.io.assets import cache_dir
+
+    monkeypatch.setenv("HEADSTATS_CACHE", str(cache_dir()))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    return tmp_path
+
+
+def test_every_report_kind_is_listed_below() -> None:
+    from headstats.studies.registry import STUDY_KINDS
+
+    assert {name.split(" (")[0] for name in REPORT_STUDIES} == set(STUDY_KINDS)
+
+
+@pytest.mark.parametrize("kind", list(REPORT_STUDIES))
+def test_no_report_kind_writes_the_home_or_temporary_folder(kind: str, temporary_home: Path) -> None:
+    """Each kind's report built from folders under a temporary home and folder (results outside the home,
+    the report inside it, the study file and model folders outside): no written file names either."""
+    from headstats.specs import RunSpec
+    from headstats.studies import load_study
+    from headstats.studies.registry import STUDY_KINDS
+
+    path = REPORT_STUDIES[kind](temporary_home)
+    study = load_study(path)
+    index = STUDY_KINDS.get(study.kind).report(study, RunSpec(), progress=False)
+    assert index.parent.is_relative_to(Path.home())
+    _no_local_folder(temporary_home, index.parent)
+
+
+def test_headstats_report_writes_no_home_or_temporary_folder(temporary_home: Path) -> None:
+    """``headstats report`` (the analysis report without a file; ``headstats paper``, which reads only
+    the bundled curves, is checked in tests/test_paper.py)."""
+    from headstats.cli import main
+    from headstats.testing.synthetic import write_synthetic_scores
+
+    out = Path.home() / "reports" / "report"
+    write_synthetic_scores(temporary_home / "r", _small(), n_sequences=16, progress=False)
+    assert main(["report", str(temporary_home / "r"), "--out", str(out), "-q"]) == 0
+    _no_local_folder(temporary_home, out)
+
+
 def test_a_folder_outside_home_is_recorded_by_its_name_alone() -> None:
     from headstats.io.assets import portable_name
 
