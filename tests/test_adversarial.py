@@ -339,8 +339,10 @@ def test_a_report_rebuilt_beside_the_users_files_keeps_them(tmp_path) -> None:
 def _pruned(heads: list[tuple[int, int]]):
     from families import tiny_model
 
+    from headstats.engine.attention import register_attention
     from headstats.engine.prune import prune_heads
 
+    register_attention()  # run alone, no earlier test has registered it
     model = tiny_model("llama", attn="headstats")
     prune_heads(model, heads)
     return model
@@ -366,6 +368,29 @@ def test_a_second_prune_replaces_its_own_files_and_keeps_the_users(tmp_path) -> 
     assert sorted([*manifest, "_manifest.json"]) == first
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no staging folder left
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]  # and no hidden copy beside it
+
+
+@pytest.mark.parametrize(("umask", "files", "folders"), [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
+def test_a_pruned_folder_is_created_with_the_users_umask_and_the_help_says_so(
+    umask: int, files: int, folders: int, tmp_path, capsys
+) -> None:
+    """Every file and folder of a pruned model, its manifest included, as the umask makes new ones:
+    readable by others under 022, the user's alone under 077; ``headstats prune --help`` says so."""
+    from headstats.cli import main
+
+    before = os.umask(umask)
+    try:
+        out = _save(tmp_path / "o", [(0, 1)])
+    finally:
+        os.umask(before)
+    modes = {p.relative_to(tmp_path).as_posix(): p.stat().st_mode & 0o777 for p in [out, *out.rglob("*")]}
+    assert "o/_manifest.json" in modes and "o/pruning.json" in modes
+    assert modes == {name: folders if (tmp_path / name).is_dir() else files for name in modes}
+    with pytest.raises(SystemExit):
+        main(["prune", "--help"])
+    assert "created with your umask: readable by others under the usual 022 (0644 and 0755), yours alone under 077" in (
+        " ".join(capsys.readouterr().out.split())
+    )
 
 
 def test_a_prune_over_an_earlier_one_without_a_manifest_keeps_the_users_files(tmp_path) -> None:
