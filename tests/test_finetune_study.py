@@ -516,18 +516,24 @@ DESIGN_EDITS = {
 
 
 @pytest.fixture
-def registered_study(tmp_path: Path) -> Path:
+def scored_study(tmp_path: Path) -> Path:
     """A design of three seeds at two stage ends (min_seeds 2) after every seed was scored (synthetic
-    tables), its keys recorded by a first run of its collect stage (no chain is there, so it scores
-    nothing); its report built once, not an amendment."""
+    tables)."""
     path = study_file(
         tmp_path, chains=tmp_path / "no-chains", seeds=[0, 1, 2], stage_ends=["sft@2", "dpo@2"], recipe_hash="abc",
         base="tiny", dataset="texts",
     )  # fmt: skip
     synthetic_seeds(tmp_path / "results", 3, ["sft", "dpo"])
-    run_study(path, stages=("collect",), progress=False)  # the first run records the design's keys
-    assert (tmp_path / "results" / store.REGISTRATION_FILE).is_file()
     return path
+
+
+@pytest.fixture
+def registered_study(scored_study: Path) -> Path:
+    """``scored_study`` with its keys recorded by a first run of its collect stage (no chain is there,
+    so it scores nothing)."""
+    run_study(scored_study, stages=("collect",), progress=False)  # the first run records the design's keys
+    assert (scored_study.parent / "results" / "_registration.json").is_file()
+    return scored_study
 
 
 def _first_screen(index: Path) -> str:
@@ -577,7 +583,7 @@ def test_a_design_edited_after_its_results_is_an_amendment_on_the_first_screen(k
 
 
 def test_a_design_without_a_record_says_so_and_is_registered_by_its_next_run(registered_study: Path) -> None:
-    (registered_study.parent / "results" / store.REGISTRATION_FILE).unlink()
+    (registered_study.parent / "results" / "_registration.json").unlink()
     index = run_study(registered_study, stages=("report",), progress=False)
     assert "**No pre-registration record** (`<local>/results/_registration.json` is missing)" in _first_screen(index)
     run_study(registered_study, stages=("collect",), progress=False)
@@ -675,9 +681,9 @@ SEED_INPUTS = [
 
 @pytest.mark.parametrize(("damage", "message"), [c[1:] for c in SEED_INPUTS], ids=[c[0] for c in SEED_INPUTS])
 def test_a_seed_studys_inputs_are_refused_in_one_line_that_names_them(
-    damage, message, registered_study: Path, capsys
+    damage, message, scored_study: Path, capsys
 ) -> None:
-    path, results = registered_study, registered_study.parent / "results"
+    path, results = scored_study, scored_study.parent / "results"
     extra = damage(path, results)
     assert main(["run", str(path), "--stages", "report", "-q", *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
