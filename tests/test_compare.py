@@ -303,12 +303,17 @@ IDENTITIES = [
     (
         "the reference as the compared model",
         lambda f: [f["base"], f["base"]],
-        lambda f: f"'{f['base']}' is '{f['base']}' itself (the same folder, in float32): {SELF}",
+        lambda f: f"'{f['base']}' is '{f['base']}' itself (given twice): {SELF}",
     ),
     (
         "the reference as its own replicate",
         lambda f: [f["base"], f["scaled"], "--replicates", f["base"]],
-        lambda f: f"'{f['base']}' is '{f['base']}' itself (the same folder, in float32): {SELF}",
+        lambda f: f"'{f['base']}' is '{f['base']}' itself (given twice): {SELF}",
+    ),
+    (
+        "the reference's folder named otherwise",
+        lambda f: [f["base"], f"{f['base']}/../base"],
+        lambda f: f"'{f['base']}/../base' is '{f['base']}' itself (the same folder, in float32): {SELF}",
     ),
     (
         "a copy of the reference's weights",
@@ -338,7 +343,7 @@ def test_a_model_compared_with_itself_is_refused_before_any_work(
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith(f"headstats: error: {said(named)}"), line
     assert not (tmp_path / "o").exists()  # refused before anything is written
-    if "--replicates" not in args and "@" not in args[2]:  # a self-comparison asked for on purpose runs
+    if args[2] == named["copy"]:  # a self-comparison asked for on purpose runs
         assert main([*args, "--self-comparison", "--n-resamples", "20", "--head-permutations", "19", "-q"]) == 0
 
 
@@ -372,8 +377,9 @@ def test_a_table_that_holds_another_model_or_settings_is_refused_by_name(
     folders: dict[str, Path], report: Path, tmp_path: Path, capsys
 ) -> None:
     """The report stage reads the tables alone: a compared model's table replaced by the reference's
-    (its records name the reference), two models whose tables hold the same weights, and a table
-    collected with another seed are each refused in one line naming the table and the difference."""
+    (its records name the reference), two models whose tables hold the same weights, the reference
+    given twice, and a table collected with another seed are each refused in one line naming the
+    table and the difference."""
     fix = "give another results folder, or move that table away and collect it again"
     scaled, base, copy = (str(folders[k]) for k in ("scaled", "base", "copy"))
     cases = [
@@ -387,6 +393,7 @@ def test_a_table_that_holds_another_model_or_settings_is_refused_by_name(
             lambda r: None,
             lambda p: f"the score tables of '{base}' and '{copy}' hold the same weights (sha256:",
         ),
+        ([base, base], lambda r: None, lambda p: f"'{base}' is '{base}' itself (given twice): "),
         (
             [base, scaled],
             lambda r: _collected_with_seed(r, "scaled", 1),

@@ -27,6 +27,7 @@ import pandas as pd
 
 from headstats.io import store
 from headstats.jobs.compare_identity import (
+    check_given_once,
     check_identities,
     check_same_weights,
     check_table,
@@ -142,6 +143,12 @@ def replicate_groups(spec: CompareSpec) -> dict[str, list[str]]:
     return groups
 
 
+def given_models(spec: CompareSpec) -> list[str]:
+    """Every model as the user gave it, in order: the compared ones, then each replicate (a name given
+    twice stays twice, so that it can be refused)."""
+    return [*spec.models, *(r for members in replicate_groups(spec).values() for r in members[1:])]
+
+
 def all_models(spec: CompareSpec) -> list[str]:
     """Every model a comparison scores: the compared ones, then the replicates, each once."""
     extra = [r for members in replicate_groups(spec).values() for r in members[1:]]
@@ -255,8 +262,7 @@ def check_models(spec: CompareSpec) -> list[Path]:
     names = all_models(spec)
     paths = [resolve_model_path(split_dtype(name)[0]) for name in names]  # unknown names fail first
     # every model as given, a replicate that names a compared model again included
-    given = [*spec.models, *(r for members in replicate_groups(spec).values() for r in members[1:])]
-    check_identities(spec, given, [paths[names.index(name)] for name in given])
+    check_identities(spec, given_models(spec), [paths[names.index(name)] for name in given_models(spec)])
     store.ensure_writable(results_root(spec))
     for name in spec.data:
         collection_source(name, data_dir=spec.data_dir, text_column=spec.text_column)
@@ -326,6 +332,7 @@ def stored_tables(spec: CompareSpec, collect_with: str) -> Stored:
     def missing(what: str) -> ValueError:
         return ValueError(f"{what} is not collected: run {collect_with} first")
 
+    check_given_once(spec, given_models(spec))
     if not tables.is_dir():
         raise missing(f"no score table under {tables}")
     slugs, provenance, datasets = {}, {}, []

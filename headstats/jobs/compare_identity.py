@@ -80,6 +80,7 @@ def _weights(path: str) -> tuple[str, str]:
 def check_identities(spec: CompareSpec, names: list[str], paths: list[str]) -> None:
     """Before any collection: no two of the comparison's models (the reference, the compared ones, the
     replicates) are one folder or the same weights in one dtype, unless ``spec.self_comparison``."""
+    check_given_once(spec, names)
     if spec.self_comparison:
         return
     seen: dict[tuple[str, str], tuple[str, str]] = {}
@@ -132,6 +133,14 @@ def check_table(
     ]
     if changed:
         raise ValueError(f"{partition} was collected with other settings ({'; '.join(changed)}): {fix}")
+
+
+def check_given_once(spec: CompareSpec, given: list[str]) -> None:
+    """Refuse a model given twice (``given``: the compared models and the replicates as the user named
+    them; the reference as a compared model or as its own replicate), unless ``spec.self_comparison``."""
+    for i, name in enumerate(given):
+        if name in given[:i] and not spec.self_comparison:
+            raise ValueError(f"{name!r} is {name!r} itself (given twice): {SELF}")
 
 
 def check_same_weights(spec: CompareSpec, records: Mapping[str, Mapping[str, object]]) -> None:
@@ -197,6 +206,7 @@ def dataset_partition(model_dir: Path, dataset: str) -> Path | None:
 
 __all__ = [
     "DTYPE_SUFFIXES",
+    "check_given_once",
     "check_identities",
     "check_same_weights",
     "check_table",
