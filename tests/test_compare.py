@@ -621,7 +621,7 @@ def test_the_headline_figure_keeps_a_colour_per_model_and_its_legend_off_the_dat
     names = tuple(str(folders[name]) for name in ("base", "copy", "scaled"))
     spec = CompareSpec(
         models=names, data=(str(folders["corpus"]),), scores_dir=str(report / "results"), n_resamples=20,
-        head_permutations=99,
+        head_permutations=99, self_comparison=True,
     )  # fmt: skip
     result = read_comparison(spec)
     fig = headline_figure(result)
@@ -654,7 +654,8 @@ def test_an_abstract_past_its_word_limit_keeps_the_answers_and_sends_the_rest_to
     options = ["--data", str(folders["corpus"]), "--device", "cpu", "--n-resamples", "200"]
     code = main(
         ["compare", *args, *options, "--head-permutations", "99", "--series", "given", "--replicates",
-         str(folders["noisy"]), "--scores-dir", str(report / "results"), "--out", str(tmp_path / "out"), "-q"]
+         str(folders["noisy"]), "--scores-dir", str(report / "results"), "--out", str(tmp_path / "out"),
+         "--self-comparison", "-q"]
     )  # fmt: skip
     assert code == 0
     summary = (tmp_path / "out" / "summary.md").read_text()
