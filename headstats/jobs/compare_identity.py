@@ -66,15 +66,17 @@ def dtype_label(name: str, spec: CompareSpec) -> str:
     return str(resolve_dtype(None, device)).removeprefix("torch.")
 
 
-def _weights(path: str) -> tuple[str, str]:
-    """(how two models are told apart, in words): a local folder by its resolved path and the content
-    hash of its weights, a Hub id by its name."""
+def _weights(path: str) -> str:
+    """How two models are told apart before any loads: a local folder by the content hash of its weight
+    files alone (a copy saved with another config is the same weights), a Hub id by its name."""
+    from headstats.io.fingerprint import files_digest, weight_files
     from headstats.io.models import directory_fingerprint
 
     folder = Path(path).expanduser()
     if not folder.is_dir():
-        return path, path
-    return directory_fingerprint(folder.resolve()), f"{folder.resolve()}"
+        return path
+    files = weight_files(folder.resolve())
+    return files_digest((f.name, f) for f in files)[:23] if files else directory_fingerprint(folder.resolve())
 
 
 def check_identities(spec: CompareSpec, names: list[str], paths: list[str]) -> None:
@@ -91,7 +93,7 @@ def check_identities(spec: CompareSpec, names: list[str], paths: list[str]) -> N
         if where in folders:
             raise ValueError(f"{name!r} is {folders[where]!r} itself (the same folder, in {label}): {SELF}")
         folders[where] = name
-        weights, _ = _weights(path)
+        weights = _weights(path)
         if (weights, label) in seen:
             other = seen[(weights, label)][0]
             raise ValueError(f"{name!r} is {other!r} itself (the same weights, {weights}, in {label}): {SELF}")
