@@ -223,6 +223,12 @@ class Sampling(Spec):
         choices=_sample_methods,
         noun="sample method",
     )
+    skip_sampled: int = option(
+        0,
+        "leave out the first N of the sample order (the N documents or questions a run with --limit N and the same "
+        "--seed took): a fresh sample, disjoint from that run's",
+        minimum=0,
+    )
 
     def select(self, strata: Sequence[Hashable | None], seed: int) -> list[int]:
         """Positions (in source order) of the documents or questions this sampling takes from those
@@ -233,7 +239,7 @@ class Sampling(Spec):
         so a new option of this group is its field and its use here."""
         from headstats.io.tasks import select_sample
 
-        return select_sample(strata, self.limit, sample=self.sample, seed=seed)
+        return select_sample(strata, self.limit, sample=self.sample, seed=seed, skip=self.skip_sampled)
 
 
 @dataclass(frozen=True)
@@ -954,6 +960,10 @@ def _stage_end(value: str) -> None:
 
 
 HOLM_FAMILIES: tuple[str, ...] = ("stage_end", "all")
+# A seed study's decision rules (docs/guides/finetuning-confirm.md): the seeds' mean base -> stage end
+# distance against the margin, or (registered before rules were named) the contrast of that distance
+# with the seed -> seed distance.
+SEED_RULES: tuple[str, ...] = ("distance", "contrast")
 
 
 @compose(Equivalence)
@@ -989,6 +999,15 @@ class FinetuneDesign(Spec):
         cli=False,
     )
     min_seeds: int = option(6, "fewest seeds that learned which still decide a stage end", minimum=2, cli=False)
+    rule: str | None = option(
+        None,
+        "the decision rule: 'distance' (the seeds' mean base -> stage end distance against the margin) or "
+        "'contrast' (that distance minus the seed -> seed distance, the rule of designs registered before rules "
+        "were named; unset reads as it)",
+        choices=SEED_RULES,
+        noun="seed study rule",
+        cli=False,
+    )
     power_moved: float | None = option(None, "simulated power of the moved test at the margin", cli=False)
     power_equivalent: float | None = option(None, "simulated power of the equivalence test at no movement", cli=False)
     cpu_hours: float | None = option(None, "planned CPU hours (training and scoring)", minimum=0, cli=False)

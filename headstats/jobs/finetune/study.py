@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from headstats.io import store
+from headstats.io.assets import local_path
 from headstats.jobs.analysis import read_analysis_file, section_table
 from headstats.jobs.finetune import layout
 from headstats.jobs.finetune.recipe import STAGES, Recipe, read_recipe
@@ -31,6 +32,7 @@ from headstats.jobs.registration import amendments as registration_amendments
 from headstats.jobs.registration import register as register_keys
 from headstats.options import narrow
 from headstats.specs import CollectSection, CollectSpec, FinetuneDesign, ModelsSection
+from headstats.stats import seed_margin
 
 logger = logging.getLogger("headstats")
 
@@ -40,6 +42,9 @@ BASE = "base"
 # stated power and hours): left out of the design's hash.
 UNDECIDING = ("chains", "base_model", "recipe_file", "power_moved", "power_equivalent", "cpu_hours")
 COLLECT_UNDECIDING = ("batch_size", "data_dir", "progress", "part_seconds", "rows_per_part")
+# Keys added after designs were registered, at the value every earlier design ran with: left out of
+# the hash there, so an earlier registration keeps its hash.
+ADDED_AT = {"rule": None, "skip_sampled": 0}
 STEADY_GAP_S = 900.0  # a longer pause between a collection's parts is a stop, not scoring time
 
 
@@ -84,7 +89,12 @@ class SeedStudy:
 
     @property
     def chains(self) -> Path:
-        return Path(self.design.chains).expanduser()
+        return local_path(self.design.chains)
+
+    @property
+    def rule(self) -> str:
+        """The design's decision rule; a design that names none was registered under the contrast rule."""
+        return self.design.rule or "contrast"
 
     @property
     def stage_ends(self) -> list[tuple[str, int]]:
@@ -112,11 +122,11 @@ def _base_slug(design: FinetuneDesign, models: tuple[str, ...], path: Path) -> s
     marker = f"-{design.recipe_hash}-seed-"
     for name in models:
         folder = Path(name).expanduser()
-        if folder.is_relative_to(Path(design.chains).expanduser()):
-            chain = folder.relative_to(Path(design.chains).expanduser()).parts[0]
+        if folder.is_relative_to(local_path(design.chains)):
+            chain = folder.relative_to(local_path(design.chains)).parts[0]
             if marker in chain:
                 return chain.split(marker)[0]
-    chains = Path(design.chains).expanduser()
+    chains = local_path(design.chains)
     found = sorted(chains.glob(f"*{marker}*")) if chains.is_dir() else []
     if found:
         return found[0].name.split(marker)[0]
@@ -179,10 +189,18 @@ def _check_design(design: FinetuneDesign, collect: CollectSection, path: Path) -
 def registered(study: SeedStudy) -> Registered:
     """Every key that decides the study's verdicts (the recipe's hash, seeds, stage ends, texts,
     margin, rule, and the texts' sampling and scores), as :mod:`headstats.jobs.registration` records
-    them before the first unit runs; a key a record lacks ran as its default."""
-    keys = {k: v for k, v in study.design.settings().items() if k not in UNDECIDING}
+    them before the first unit runs; a key a record lacks ran as its default. A key added after
+    designs were registered is left out at the value every earlier design ran with (:data:`ADDED_AT`),
+    so an earlier registration keeps its hash."""
+
+    def decides(k: str, v: object) -> bool:
+        return not (k in ADDED_AT and v == ADDED_AT[k])
+
+    keys = {k: v for k, v in study.design.settings().items() if k not in UNDECIDING and decides(k, v)}
     keys["collect"] = {
-        k: v for k, v in study.collect_section.settings().items() if k not in COLLECT_UNDECIDING and v is not None
+        k: v
+        for k, v in study.collect_section.settings().items()
+        if k not in COLLECT_UNDECIDING and v is not None and decides(k, v)
     }
     design = {
         f.name: f.default for f in fields(FinetuneDesign) if f.default is not MISSING and f.name not in UNDECIDING
@@ -414,7 +432,7 @@ def seed_tables(study: SeedStudy, results: Path) -> tuple[pd.DataFrame, pd.DataF
     checkpoint's record), checked against the design (:func:`_table_checkpoint`), and every
     checkpoint must hold the same texts. A checkpoint enters once every dataset's table holds the
     design's texts (one still collecting is named and left out). Empty frames before any table."""
-    columns = ["model", "dataset", "sample_id", "layer", "head", *(study.collect.scores or ())]
+    columns = ["model", "dataset", "sample_id", "layer", "head", *(study.collect.scores or ()), "subject"]
     frames, rows, tables = [], [], {}
     for seed in study.design.seeds:
         folder = study.seed_results(seed, results)
@@ -428,7 +446,8 @@ def seed_tables(study: SeedStudy, results: Path) -> tuple[pd.DataFrame, pd.DataF
                 kept.append(p.model)
         if kept:
             table = store.read_scores(folder, columns=columns)
-            frames.append(table.loc[table["model"].astype(str).isin(kept), columns])
+            # no subject column outside MMLU
+            frames.append(table.loc[table["model"].astype(str).isin(kept)].reindex(columns=columns))
     checkpoints = pd.DataFrame(sorted(set(rows)), columns=["model", "stage", "seed"])
     scores = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     texts = scores.groupby(["model", "dataset"], observed=True)["sample_id"].nunique()
@@ -441,6 +460,32 @@ def seed_tables(study: SeedStudy, results: Path) -> tuple[pd.DataFrame, pd.DataF
     scores = scores[scores["model"].astype(str).isin(complete)]
     _check_same_texts(scores, tables, study)
     return scores, checkpoints
+
+
+def seed_cells(
+    study: SeedStudy, results: Path, kept: pd.DataFrame | None = None, tables: tuple | None = None
+) -> dict[tuple[str, str, str], seed_margin.Cell]:
+    """Per (stage, dataset, score) cell: the base's and each seed's stage end scores on the texts all
+    of them hold (:class:`headstats.stats.seed_margin.Cell`; MMLU's subjects its clusters), from the
+    seeds ``kept`` keeps at the stage (:func:`headstats.stats.seeds.seeds_kept`; every seed without
+    it). ``tables``: :func:`seed_tables`' output when the caller has read it. Empty before the base
+    is scored."""
+    scores, checkpoints = tables if tables is not None else seed_tables(study, results)
+    bases = checkpoints.loc[checkpoints["stage"] == BASE, "model"].astype(str).tolist()
+    if not bases:
+        return {}
+    ok = None if kept is None else set(kept.loc[kept["kept"].astype(bool), ["seed", "stage"]].itertuples(index=False))
+    cells = {}
+    for dataset, table in scores.groupby("dataset", observed=True):
+        for stage, _ in study.stage_ends:
+            ends = checkpoints[checkpoints["stage"] == stage].sort_values("seed")
+            pairs = zip(ends["model"], ends["seed"], strict=True)
+            chosen = [str(m) for m, seed in pairs if ok is None or (int(seed), stage) in ok]
+            if not chosen:
+                continue
+            for score in study.collect.scores or ():
+                cells[(stage, str(dataset), score)] = seed_margin.cell_arrays(table, bases[0], chosen, score)
+    return cells
 
 
 def chain_metrics(study: SeedStudy, results: Path) -> dict[int, dict]:
