@@ -36,7 +36,7 @@ def keys_record(keys: Mapping[str, object]) -> dict:
 @dataclass(frozen=True)
 class Registered:
     """What a study registers: its deciding ``keys`` (nested tables allowed), the value each key had
-    before it existed (``defaults``: a record that lacks a key ran as its default), and for list keys
+    before it existed (``defaults``: a record, or a file, that lacks a key ran as its default), and for list keys
     whose items are named one by one (``items``: key -> how to name an item), a confirmation's claims."""
 
     keys: Mapping[str, object]
@@ -62,10 +62,12 @@ def flat_keys(keys: Mapping[str, object], prefix: str = "") -> dict[str, object]
 def changed_keys(then: Mapping[str, object], now: Mapping[str, object], registered: Registered) -> list[str]:
     """The keys ``now`` (the file's) changed from ``then`` (the record's): ``key: old -> new`` in key
     order, then each named item of a list key withdrawn and added (``claim m ahon_ln@0.02 withdrawn``)."""
-    recorded = portable_record({**json.loads(json.dumps(dict(registered.defaults), default=list)), **then})
+    defaults = json.loads(json.dumps(dict(registered.defaults), default=list))
+    recorded = portable_record(dict(then))
     assert isinstance(recorded, dict)  # a path an earlier record wrote reads as the file names it now
-    before = flat_keys(recorded)
-    after = flat_keys(now)
+    # a key either side leaves out ran as its default (nested tables' defaults key by key)
+    before = {**flat_keys(defaults), **flat_keys(recorded)}
+    after = {**flat_keys(defaults), **flat_keys(now)}
     out = [
         f"{key}: {json.dumps(before.get(key))} -> {json.dumps(after.get(key))}"
         for key in sorted(set(before) | set(after))
