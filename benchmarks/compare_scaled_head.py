@@ -5,8 +5,8 @@ whose last layer has one head's query-projection rows scaled by 0.3.
 
 writes WORK/smollm2-copy/ and WORK/smollm2-scaled/ (saved once), runs
 ``headstats compare smollm2-135m WORK/smollm2-copy WORK/smollm2-scaled --data wikipedia,piqa --limit 64
---out WORK/report`` and prints the moved heads of each copy: the scaled one should name (29, head) among
-them, the unchanged one none.
+--out WORK/report --self-comparison`` (the unchanged copy is the model itself, on purpose) and prints
+the moved heads of each copy: the scaled one should name (29, head) among them, the unchanged one none.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def main() -> int:
 
     started = time.perf_counter()
     out = args.work / "report"
-    argv = ["compare", "smollm2-135m", str(copy), str(scaled), "--data", "wikipedia,piqa"]
+    argv = ["compare", "smollm2-135m", str(copy), str(scaled), "--data", "wikipedia,piqa", "--self-comparison"]
     code = headstats_main([*argv, "--limit", str(args.limit), "--out", str(out)])
     print(f"headstats compare: exit {code}, {time.perf_counter() - started:.0f} s")
     moved = pd.read_csv(out / "tables" / "moved_heads.csv")

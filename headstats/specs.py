@@ -976,7 +976,10 @@ class FinetuneDesign(Spec):
     WHAT: ClassVar[str] = "design"
 
     recipe_hash: str = option(
-        "", "the hash, without the seed, of the recipe every chain trains with (in its directory's name)", cli=False
+        "",
+        "the hash, without the seed, of the recipe every chain trains with (in its directory's name)",
+        cli=False,
+        each=lambda value: check_name(value, "the value") if value else value,
     )
     base_model: str | None = option(
         None, "the base model every chain starts from (default: the one a chain of this recipe records)", cli=False
@@ -1175,7 +1178,8 @@ class CompareSpec(Spec):
     models: tuple[str, ...] = option(
         (),
         "the reference model, then the models compared with it (embedded names, folders or Hub ids; NAME@bfloat16 "
-        "is a model in another dtype than --dtype, e.g. the reference itself as a numerical-noise yardstick)",
+        "is a model in another dtype than --dtype, e.g. the reference itself as a numerical-noise yardstick, "
+        "unless a folder of that exact name exists)",
         cli=False,
     )
     data: tuple[str, ...] = option(
@@ -1209,6 +1213,12 @@ class CompareSpec(Spec):
         "comma-separated seed replicates given as models: REPLICATE (of the reference) or MODEL=REPLICATE (of "
         "a compared model); their distances to each other are a yardstick beside every distance",
         metavar="MODELS",
+    )
+    self_comparison: bool = option(
+        False,
+        "compare a model with itself on purpose (a check of the method: every distance is noise); without it two "
+        "models of one folder or the same weights in one dtype are refused as a mistake",
+        runtime=True,
     )
 
     def check(self) -> None:

@@ -109,6 +109,7 @@ def report(folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -
             "999",
             "--out",
             str(out),
+            "--self-comparison",  # base and copy hold the same weights: on purpose, a check of the method
             "-q",
         ]
     )
@@ -186,6 +187,7 @@ def test_a_rerun_collects_nothing_again(folders: dict[str, Path], report: Path, 
         n_resamples=50,
         head_permutations=99,
         progress=False,
+        self_comparison=True,
     )
     assert index.name == "index.html"
     assert {p: p.stat().st_mtime_ns for p in (report / "results").rglob("*.parquet")} == before
@@ -205,6 +207,7 @@ def test_score_tables_in_the_report_folder_are_not_called_foreign(
             n_resamples=50,
             head_permutations=99,
             progress=False,
+            self_comparison=True,
         )
     foreign = [r.getMessage() for r in caplog.records if "that no headstats build listed" in r.getMessage()]
     assert len(foreign) == 1
@@ -257,7 +260,7 @@ def test_a_compare_study_file_runs_under_headstats_run(
         "[compare]\n"
         f'models = ["{folders["base"]}", "{folders["copy"]}"]\n'
         f'data = ["{folders["corpus"]}"]\n'
-        'device = "cpu"\nn_resamples = 50\nhead_permutations = 99\n'
+        'device = "cpu"\nn_resamples = 50\nhead_permutations = 99\nself_comparison = true\n'
     )
     assert main(["run", str(study), "--dry-run", "-q"]) == 0  # every collection sized, nothing written
     plan = capsys.readouterr().out
@@ -271,12 +274,140 @@ def test_a_compare_study_file_runs_under_headstats_run(
     assert main(["run", str(study), "-q"]) == 2  # an unknown key is refused before any work
 
 
-def test_a_dtype_suffix_names_a_model_in_another_dtype() -> None:
+def test_a_dtype_suffix_names_a_model_in_another_dtype(tmp_path: Path, monkeypatch) -> None:
     from headstats.jobs.compare import split_dtype
 
     assert split_dtype("smollm2-135m@bfloat16") == ("smollm2-135m", "bfloat16")
     assert split_dtype("org/model@v2") == ("org/model@v2", None)  # not a dtype: part of the name
     assert split_dtype("smollm2-135m") == ("smollm2-135m", None)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "only@bfloat16").mkdir()  # a folder of that exact name, and no model "only": the folder
+    assert split_dtype("only@bfloat16") == ("only@bfloat16", None)
+    assert split_dtype(str(tmp_path / "only@bfloat16")) == (str(tmp_path / "only@bfloat16"), None)
+    (tmp_path / "only").mkdir()  # now both readings name a model: refused, saying how to give either
+    with pytest.raises(ValueError) as err:
+        split_dtype("only@bfloat16")
+    assert str(err.value) == (
+        "'only@bfloat16' names both the folder only@bfloat16 and only in bfloat16: give only@bfloat16/ (with the "
+        "slash) for the folder, or rename the folder to compare only in bfloat16"
+    )
+    assert split_dtype("only@bfloat16/") == ("only@bfloat16/", None)
+
+
+SELF = (
+    "every distance would be noise, not a finding: give another model, or --self-comparison (self_comparison = true "
+    "in a study file) to compare a model with itself on purpose"
+)
+# (case, the models after `headstats compare`, the start of the one line that refuses them, given the folders)
+IDENTITIES = [
+    (
+        "the reference as the compared model",
+        lambda f: [f["base"], f["base"]],
+        lambda f: f"'{f['base']}' is '{f['base']}' itself (given twice): {SELF}",
+    ),
+    (
+        "the reference as its own replicate",
+        lambda f: [f["base"], f["scaled"], "--replicates", f["base"]],
+        lambda f: f"'{f['base']}' is '{f['base']}' itself (given twice): {SELF}",
+    ),
+    (
+        "the reference's folder named otherwise",
+        lambda f: [f["base"], f"{f['base']}/../base"],
+        lambda f: f"'{f['base']}/../base' is '{f['base']}' itself (the same folder, in float32): {SELF}",
+    ),
+    (
+        "a copy of the reference's weights",
+        lambda f: [f["base"], f["copy"]],
+        lambda f: f"'{f['copy']}' is '{f['base']}' itself (the same weights, sha256:",
+    ),
+    (
+        "a folder named like the reference in a dtype",
+        lambda f: [f["base"], f"{f['base']}@bfloat16"],
+        lambda f: (
+            f"'{f['base']}@bfloat16' names both the folder {f['base']}@bfloat16 and {f['base']} in bfloat16: give "
+            f"{f['base']}@bfloat16/ (with the slash) for the folder, or rename the folder to compare {f['base']} in "
+            "bfloat16"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize(("models", "said"), [c[1:] for c in IDENTITIES], ids=[c[0] for c in IDENTITIES])
+def test_a_model_compared_with_itself_is_refused_before_any_work(
+    models, said, folders: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    shutil.copytree(folders["scaled"], f"{folders['base']}@bfloat16", dirs_exist_ok=True)
+    named = {k: str(v) for k, v in folders.items()}
+    args = ["compare", *models(named), "--data", named["corpus"], "--device", "cpu", "--out", str(tmp_path / "o")]
+    assert main([*args, "-q"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith(f"headstats: error: {said(named)}"), line
+    assert not (tmp_path / "o").exists()  # refused before anything is written
+    if args[2] == named["copy"]:  # a self-comparison asked for on purpose runs
+        assert main([*args, "--self-comparison", "--n-resamples", "20", "--head-permutations", "19", "-q"]) == 0
+
+
+def _study(tmp: Path, folders: dict[str, Path], results: Path, models: list[str]) -> Path:
+    study = tmp / "study.toml"
+    study.write_text(
+        f'results = "{results}"\nreport = "{tmp / "rep"}"\n[compare]\nmodels = {json.dumps(models)}\n'
+        f'data = ["{folders["corpus"]}"]\ndevice = "cpu"\nn_resamples = 20\nhead_permutations = 19\n'
+    )
+    return study
+
+
+def _swap_in(results: Path, model: str, source: str) -> Path:
+    """The compared table of ``model`` replaced by ``source``'s (its data files and records)."""
+    (partition,) = (results / COMPARED / f"model={model}").glob("dataset=*")
+    shutil.rmtree(partition)
+    shutil.copytree(results / COMPARED / f"model={source}" / partition.name, partition)
+    return partition
+
+
+def _collected_with_seed(results: Path, model: str, seed: int) -> Path:
+    """The compared table of ``model`` recorded as collected with another ``seed`` (its other texts)."""
+    (partition,) = (results / COMPARED / f"model={model}").glob("dataset=*")
+    record = json.loads((partition / "_provenance.json").read_text())
+    record["settings"]["seed"] = seed
+    (partition / "_provenance.json").write_text(json.dumps(record))
+    return partition
+
+
+def test_a_table_that_holds_another_model_or_settings_is_refused_by_name(
+    folders: dict[str, Path], report: Path, tmp_path: Path, capsys
+) -> None:
+    """The report stage reads the tables alone: a compared model's table replaced by the reference's
+    (its records name the reference), two models whose tables hold the same weights, the reference
+    given twice, and a table collected with another seed are each refused in one line naming the
+    table and the difference."""
+    fix = "give another results folder, or move that table away and collect it again"
+    scaled, base, copy = (str(folders[k]) for k in ("scaled", "base", "copy"))
+    cases = [
+        (
+            [base, scaled],
+            lambda r: _swap_in(r, "scaled", "base"),
+            lambda p: f"{p} holds the scores of <local>/base, not of {scaled} (its records name it): {fix}",
+        ),
+        (
+            [base, copy],
+            lambda r: None,
+            lambda p: f"the score tables of '{base}' and '{copy}' hold the same weights (sha256:",
+        ),
+        ([base, base], lambda r: None, lambda p: f"'{base}' is '{base}' itself (given twice): "),
+        (
+            [base, scaled],
+            lambda r: _collected_with_seed(r, "scaled", 1),
+            lambda p: f"{p} was collected with other settings (seed: 1 there, 0 in the comparison): {fix}",
+        ),
+    ]
+    for i, (models, damage, said) in enumerate(cases):
+        results = tmp_path / f"r{i}"
+        shutil.copytree(report / "results", results)
+        partition = damage(results)
+        assert main(["run", str(_study(tmp_path, folders, results, models)), "--stages", "report", "-q"]) == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert line.startswith(f"headstats: error: {said(partition)}"), line
+        assert not (tmp_path / "rep").exists()
 
 
 def test_the_committed_comparison_is_built_from_its_file_and_results() -> None:
@@ -314,7 +445,7 @@ def series_report(folders: dict[str, Path], report: Path, tmp_path_factory: pyte
     options = ["--data", str(folders["corpus"]), "--device", "cpu", "--n-resamples", "200"]
     code = main(
         ["compare", *args, *options, "--head-permutations", "99", "--series", "given", "--replicates",
-         str(folders["noisy"]), "--scores-dir", str(report / "results"), "--out", str(out), "-q"]
+         str(folders["noisy"]), "--scores-dir", str(report / "results"), "--out", str(out), "--self-comparison", "-q"]
     )  # fmt: skip
     assert code == 0
     return out
@@ -462,7 +593,7 @@ def test_the_report_stage_reads_the_tables_alone(
         re.sub(r"Generated by .* UTC\.", "", (tmp_path / report / "summary.md").read_text())  # the build's time
         for report in ("first", "second")
     )
-    assert first == second.replace(str(tmp_path / "second"), str(tmp_path / "first"))  # the rebuild line names it
+    assert first == second.replace("<local>/second", "<local>/first")  # the rebuild line names it, by its name alone
 
     write("third", [chain / "base", folders["copy"]])  # never collected into this results folder
     capsys.readouterr()
@@ -490,7 +621,7 @@ def test_the_headline_figure_keeps_a_colour_per_model_and_its_legend_off_the_dat
     names = tuple(str(folders[name]) for name in ("base", "copy", "scaled"))
     spec = CompareSpec(
         models=names, data=(str(folders["corpus"]),), scores_dir=str(report / "results"), n_resamples=20,
-        head_permutations=99,
+        head_permutations=99, self_comparison=True,
     )  # fmt: skip
     result = read_comparison(spec)
     fig = headline_figure(result)
@@ -523,7 +654,8 @@ def test_an_abstract_past_its_word_limit_keeps_the_answers_and_sends_the_rest_to
     options = ["--data", str(folders["corpus"]), "--device", "cpu", "--n-resamples", "200"]
     code = main(
         ["compare", *args, *options, "--head-permutations", "99", "--series", "given", "--replicates",
-         str(folders["noisy"]), "--scores-dir", str(report / "results"), "--out", str(tmp_path / "out"), "-q"]
+         str(folders["noisy"]), "--scores-dir", str(report / "results"), "--out", str(tmp_path / "out"),
+         "--self-comparison", "-q"]
     )  # fmt: skip
     assert code == 0
     summary = (tmp_path / "out" / "summary.md").read_text()

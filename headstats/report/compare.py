@@ -9,6 +9,7 @@ statistic of :mod:`headstats.stats.compare`) through the report writer
 from __future__ import annotations
 
 import math
+import os
 import shlex
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from headstats.io import store
+from headstats.io.assets import portable_name
 from headstats.jobs.compare import COMPARED, FORMAT_CHANGE, Comparison
 from headstats.report.freshness import report_inputs
 from headstats.report.sections.context import ABSTRACT_WORDS, word_count
@@ -33,7 +35,7 @@ PLAIN_NUMBER = FuncFormatter(lambda value, _: f"{value:g}")  # tick labels witho
 
 def _label(result: Comparison, slug: str) -> str:
     name = result.names.get(slug, slug)
-    return slug if name == slug else f"{slug} ({name})" if Path(name).name != slug else slug
+    return slug if name == slug else f"{slug} ({portable_name(name)})" if Path(name).name != slug else slug
 
 
 def _head_list(moved: pd.DataFrame) -> str:
@@ -540,10 +542,14 @@ def _write_methods(writer: ReportWriter, result: Comparison, out: Path) -> None:
             writer.heading("Scores left out", 3)
             writer.text("\n\n".join(f"`{s}`: {r}." for s, r in sorted(left.items())))
         writer.heading("Rebuild", 3)
-        models = " ".join(shlex.quote(result.names.get(m, m)) for m in [result.reference, *result.others])
+        # every folder as the tables record it (<local>/<folder>, ~/...): no local path in what is shared
+        models = " ".join(
+            shlex.quote(portable_name(result.names.get(m, m))) for m in [result.reference, *result.others]
+        )
+        data = ",".join(map(portable_name, spec.data)) + (" --self-comparison" if spec.self_comparison else "")
         writer.text(
-            f"`headstats compare {models} --data {','.join(spec.data)} --limit {spec.limit} --out {out}`; the "
-            f"score tables are under `{Path(spec.scores_dir) if spec.scores_dir else out / 'results'}` "
+            f"`headstats compare {models} --data {data} --limit {spec.limit} --out {portable_name(out)}`; the "
+            f"score tables are under `{portable_name(spec.scores_dir or out / 'results')}` "
             f"(`{COMPARED}/` and `{FORMAT_CHANGE}/`) and a rerun reuses them."
         )
         if not result.facts.empty:
@@ -571,6 +577,10 @@ def write_comparison(result: Comparison, out: Path, *, analysis: str | None = No
     )
     writer = ReportWriter(out_dir, title, dpi=spec.dpi, subtitle=subtitle)
     root = Path(spec.scores_dir) if spec.scores_dir else out / "results"
+    # the study file, the tables, model folders and data files as records name them, wherever the text names them
+    writer.hide(
+        root, *([analysis] if analysis else []), *(p for p in [*result.names.values(), *spec.data] if os.sep in p)
+    )
     if root.resolve().is_relative_to(out_dir.resolve()):  # the score tables (default OUT/results) are not foreign
         writer.elsewhere = (root.resolve().relative_to(out_dir.resolve()).as_posix(),)
     writer.abstract(abstract(result))

@@ -19,6 +19,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.report import seed_distance
+from headstats.report.registered import record_name, registration_line
 from headstats.report.writer import ReportWriter
 from headstats.stats.seeds import (
     EQUIVALENT,
@@ -78,6 +79,10 @@ class SeedDecision:
     design_file: str
     design_sha256: str
     rebuild: str  # the command that rebuilds the report
+    # the deciding keys the file changed since its first run recorded them (headstats.jobs.registration);
+    # None: no record; results: the results folder, as the report names it
+    amended: tuple[str, ...] | None = ()
+    results: str = ""
 
 
 def _stage_sentence(stages: list[str], sentence: str, kept: list[int]) -> str:
@@ -349,6 +354,9 @@ def write_seed_report(decision: SeedDecision, out: Path, inputs: dict | None = N
         f"{len(decision.seeds)} seeds in the design, {n_scored} scored; design {decision.design_file}, registered "
         f"keys' SHA-256 `{decision.registration['sha256'][:16]}`."
     )
+    amended = None if decision.amended is None else list(decision.amended)
+    registered = registration_line(amended, decision.results, n_scored > 0, more="under the design")
+    subtitle += f" {registered.strip()}" if registered else ""
     writer = ReportWriter(out, decision.title, subtitle=subtitle)
     if decision.rule == "distance":
         _distance_decision(writer, decision)
@@ -398,6 +406,11 @@ def write_seed_report(decision: SeedDecision, out: Path, inputs: dict | None = N
             f"`{decision.design_sha256}`) states the reasons; its deciding keys hash to "
             f"`{decision.registration['sha256']}` (`design.json`)."
         )
+        if decision.amended:
+            writer.text(
+                f"Changed after the first run recorded the keys in `{record_name(decision.results)}` (an "
+                f"amendment, not pre-registered): {'; '.join(decision.amended)}."
+            )
         writer.details(
             "The registered keys", json.dumps(decision.registration, indent=2, sort_keys=True), file="design.json"
         )
