@@ -664,3 +664,25 @@ def test_an_abstract_past_its_word_limit_keeps_the_answers_and_sends_the_rest_to
     assert lead.startswith("**scaled vs base**")  # the series end's answer first
     assert "The margin: how far" not in lead and "[Seed replicates]" not in lead
     assert "## " in summary.split("![", 1)[1]  # the body still holds every section
+
+
+def test_two_stages_with_the_same_weights_are_compared_with_a_note(capsys) -> None:
+    """A chain stage that did not change its weights (a GRPO stage whose rewards never varied) is the
+    previous stage itself: both are compared with the reference and a note says so; the same weights as
+    the reference, or within one model's replicates, stay refused."""
+    from headstats.jobs.compare_identity import SELF, identical
+    from headstats.specs import CompareSpec
+
+    spec = CompareSpec(models=("base", "sft", "dpo", "grpo"), replicates=("dpo=dpo-1", "grpo=grpo-1", "base-1"))
+    identical(spec, "grpo", "dpo", "the same weights, sha256:ab, in float32")
+    identical(spec, "grpo-1", "dpo-1", "the same weights, sha256:cd, in float32")
+    assert capsys.readouterr().err.splitlines() == [
+        "note: 'grpo' is 'dpo' itself (the same weights, sha256:ab, in float32): its distances from 'base' repeat "
+        "'dpo''s",
+        "note: 'grpo-1' is 'dpo-1' itself (the same weights, sha256:cd, in float32): its distances from 'base' "
+        "repeat 'dpo-1''s",
+    ]
+    for name, other in [("sft", "base"), ("base-1", "base"), ("dpo-1", "dpo")]:
+        with pytest.raises(ValueError) as err:
+            identical(spec, name, other, "the same folder, in float32")
+        assert str(err.value) == f"{name!r} is {other!r} itself (the same folder, in float32): {SELF}"

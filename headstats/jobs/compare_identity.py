@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -79,25 +80,49 @@ def _weights(path: str) -> str:
     return files_digest((f.name, f) for f in files)[:23] if files else directory_fingerprint(folder.resolve())
 
 
+def groups_of(spec: CompareSpec) -> dict[str, str]:
+    """Each model's group: a compared model is its own, a replicate its replicated model's."""
+    group = {name: name for name in spec.models}
+    for entry in spec.replicates:
+        model, sep, replicate = entry.partition("=")
+        group.setdefault(replicate, model if sep else spec.models[0])
+    return group
+
+
+def identical(spec: CompareSpec, name: str, other: str, what: str) -> None:
+    """Two of a comparison's models are ``what`` (one folder, the same weights): refused when one is the
+    reference or both belong to one model's replicates (every distance between them would be noise);
+    otherwise, as a chain stage that did not change its weights, both are compared and a note says so."""
+    group = groups_of(spec)
+    reference = spec.models[0]
+    if reference in (name, other) or group.get(name, name) == group.get(other, other):
+        raise ValueError(f"{name!r} is {other!r} itself ({what}): {SELF}")
+    print(
+        f"note: {name!r} is {other!r} itself ({what}): its distances from {reference!r} repeat {other!r}'s",
+        file=sys.stderr,
+    )
+
+
 def check_identities(spec: CompareSpec, names: list[str], paths: list[str]) -> None:
-    """Before any collection: no two of the comparison's models (the reference, the compared ones, the
-    replicates) are one folder or the same weights in one dtype, unless ``spec.self_comparison``."""
+    """Before any collection: neither the reference nor one model's replicates are one folder or the same
+    weights in one dtype as another of the comparison's models, unless ``spec.self_comparison``."""
     check_given_once(spec, names)
     if spec.self_comparison:
         return
-    seen: dict[tuple[str, str], tuple[str, str]] = {}
+    seen: dict[tuple[str, str], str] = {}
     folders: dict[tuple[str, str], str] = {}
     for name, path in zip(names, paths, strict=True):
         label = dtype_label(name, spec)
         where = (os.path.realpath(Path(path).expanduser()), label)
         if where in folders:
-            raise ValueError(f"{name!r} is {folders[where]!r} itself (the same folder, in {label}): {SELF}")
+            identical(spec, name, folders[where], f"the same folder, in {label}")
+            continue
         folders[where] = name
         weights = _weights(path)
         if (weights, label) in seen:
-            other = seen[(weights, label)][0]
-            raise ValueError(f"{name!r} is {other!r} itself (the same weights, {weights}, in {label}): {SELF}")
-        seen[(weights, label)] = (name, path)
+            identical(spec, name, seen[(weights, label)], f"the same weights, {weights}, in {label}")
+            continue
+        seen[(weights, label)] = name
 
 
 def expected_names(name: str) -> set[str]:
@@ -146,8 +171,9 @@ def check_given_once(spec: CompareSpec, given: list[str]) -> None:
 
 
 def check_same_weights(spec: CompareSpec, records: Mapping[str, Mapping[str, object]]) -> None:
-    """Refuse, from the tables' records alone, two models whose tables hold the same weights in one dtype
-    (a table copied over another, a model given twice), unless ``spec.self_comparison``."""
+    """Refuse, from the tables' records alone, the reference or one model's replicates whose tables hold
+    the same weights in one dtype as another model's (a table copied over another, a model given
+    twice), unless ``spec.self_comparison``; two stages of a chain may hold the same weights."""
     if spec.self_comparison:
         return
     seen: dict[tuple[str, str], str] = {}
@@ -156,12 +182,15 @@ def check_same_weights(spec: CompareSpec, records: Mapping[str, Mapping[str, obj
         if not isinstance(revision, str) or not (revision.startswith("sha256:") or COMMIT.fullmatch(revision)):
             continue  # no identity of weights (a synthetic table's generator version)
         key = (revision, str(dtype))
-        if key in seen:
+        if key not in seen:
+            seen[key] = name
+            continue
+        group, reference = groups_of(spec), spec.models[0]
+        if reference in (name, seen[key]) or group.get(name, name) == group.get(seen[key], seen[key]):
             raise ValueError(
                 f"the score tables of {seen[key]!r} and {name!r} hold the same weights ({revision}, in {dtype}): "
                 f"{SELF}; or collect {name!r} again into another results folder if its table was replaced"
             )
-        seen[key] = name
 
 
 def _same_folder(partition: Path, provenance: dict, folder: Path) -> bool:
