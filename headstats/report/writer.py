@@ -375,6 +375,14 @@ class ReportWriter:
         self._stream.md.append(md)
         return path
 
+    def linked_table(self, frame: pd.DataFrame, name: str, summary: str) -> Path:
+        """A table too long to show on the page: written as CSV like :meth:`table` and linked, with its
+        row count, in both ``index.html`` and ``summary.md``."""
+        path = self._write_csv(_public_frame(frame, self.roots()), name, None, False)
+        rel = path.relative_to(self.out).as_posix()
+        self.text(f"{summary}: [`{rel}`]({rel}) ({len(frame)} row{'' if len(frame) == 1 else 's'}).")
+        return path
+
     def _figure_blocks(self, fig: Figure, name: str, caption: str, css_class: str = "") -> tuple[str, str]:
         for fmt in ("png", "svg"):
             self.folder.path(f"figures/{name}.{fmt}")
