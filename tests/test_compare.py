@@ -608,3 +608,41 @@ def test_an_abstract_past_its_word_limit_keeps_the_answers_and_sends_the_rest_to
     assert lead.startswith("**scaled vs base**")  # the series end's answer first
     assert "The margin: how far" not in lead and "[Seed replicates]" not in lead
     assert "## " in summary.split("![", 1)[1]  # the body still holds every section
+
+
+SMOLLM2_LAYER, SMOLLM2_HEAD = 15, 4  # a middle layer of SmolLM2-135M (30 layers x 9 heads)
+
+
+@pytest.mark.integration  # the embedded SmolLM2-135M and the bundled PIQA questions
+def test_a_planted_change_in_one_head_of_smollm2_is_found_beyond_its_margin_and_no_earlier_head(
+    tmp_path: Path,
+) -> None:
+    """SmolLM2-135M against a copy whose layer-15 head 4 has its query rows scaled by 0.3 (its attention
+    flattens), on 24 PIQA questions: that head moved beyond its margin; every head of the 15 layers before
+    it, and every other head of its layer, is unchanged on every text and equivalent within its margin."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from headstats.io.assets import embedded_model
+
+    source = Path(embedded_model("smollm2-135m"))
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    q = model.model.layers[SMOLLM2_LAYER].self_attn.q_proj
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    with torch.no_grad():
+        q.weight[SMOLLM2_HEAD * head_dim : (SMOLLM2_HEAD + 1) * head_dim] *= 0.3
+    model.save_pretrained(tmp_path / "planted")
+    AutoTokenizer.from_pretrained(source).save_pretrained(tmp_path / "planted")
+    out = tmp_path / "report"
+    headstats.compare(
+        ["smollm2-135m", str(tmp_path / "planted")], out=str(out), data=("piqa",), limit=24, device="cpu",
+        n_resamples=300, head_permutations=199, progress=False,
+    )  # fmt: skip
+    heads = pd.read_csv(out / "tables" / "heads.csv").set_index(["layer", "head"])
+    print("\nplanted SmolLM2 head, 24 PIQA questions: heads by verdict", heads["verdict"].value_counts().to_dict())
+    assert heads.loc[(SMOLLM2_LAYER, SMOLLM2_HEAD), "verdict"] == MOVED
+    earlier = heads[heads.index.get_level_values("layer") < SMOLLM2_LAYER]
+    same_layer = heads.loc[SMOLLM2_LAYER].drop(index=SMOLLM2_HEAD)
+    for rows in (earlier, same_layer):
+        assert (rows["verdict"] == EQUIVALENT).all() and (rows["largest_shift"] == 0).all()
+    assert len(earlier) == SMOLLM2_LAYER * 9
+    assert f"L{SMOLLM2_LAYER} H{SMOLLM2_HEAD}" in (out / "summary.md").read_text()

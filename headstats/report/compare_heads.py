@@ -17,10 +17,12 @@ import pandas as pd
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, NullFormatter
 
 from headstats.jobs.compare import Comparison
 from headstats.report.writer import ReportWriter
 from headstats.stats.compare import EQUIVALENT, MOVED, UNDETERMINED
+from headstats.stats.heads import MIN_UNITS
 
 SECTION = "How far each head moved"
 ANCHOR = "#how-far-each-head-moved"
@@ -116,7 +118,9 @@ def head_map(result: Comparison) -> Figure:
         ax.set_xlabel("head")
         ax.set_ylabel("layer")
         ax.set_title(labels.get(model, model), loc="left")
-    fig.colorbar(mesh, ax=list(axes), label="largest |shift| (reference IQR, log)\n0 at the lowest colour")
+    bar = fig.colorbar(mesh, ax=list(axes), label="largest |shift| (reference IQR, log)\n0 at the lowest colour")
+    bar.ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 0.01: no small superscripts
+    bar.ax.yaxis.set_minor_formatter(NullFormatter())
     shown = [v for v in MARKS if (heads["verdict"] == v).any()]
     handles = [Line2D([], [], linestyle="none", marker="o", label=MARK_WORDS[v], **MARKS[v]) for v in shown]
     if handles:  # an unmarked head is equivalent: the caption says so
@@ -124,20 +128,22 @@ def head_map(result: Comparison) -> Figure:
     return fig
 
 
-def _moved_table(result: Comparison, heads: pd.DataFrame) -> pd.DataFrame:
-    def interval(r) -> str:
-        if r.largest_exact:
-            return f"{r.largest_shift:+.3g} (exact)"
-        return f"{r.largest_shift:+.3g} [{r.largest_low:+.3g}, {r.largest_high:+.3g}]"
+def _moved_table(heads: pd.DataFrame) -> pd.DataFrame:
+    """The heads that moved beyond their margin: where, and the shift with its band on the score and
+    dataset it moved farthest beyond its margin on."""
+
+    def shift(r) -> str:
+        if r.beyond_exact:
+            return f"{r.beyond_shift:+.3g} (exact)"
+        return f"{r.beyond_shift:+.3g} [{r.beyond_low:+.3g}, {r.beyond_high:+.3g}]"
 
     return pd.DataFrame(
         {
             "compared": heads["model_b"],
             "head": [head_name(r.layer, r.head) for r in heads.itertuples()],
             "moved beyond on": heads["moved_on"],
-            "largest shift [90% band]": [interval(r) for r in heads.itertuples()],
-            "on": heads["largest_on"],
-            "its margin": heads["largest_margin"],
+            "shift [90% band] on the first": [shift(r) for r in heads.itertuples()],
+            "its margin": heads["beyond_margin"],
         }
     )
 
@@ -161,7 +167,9 @@ def write_heads(writer: ReportWriter, result: Comparison) -> None:
         "head_map",
         "Every head of each compared model (rows: layers, columns: heads), coloured by its largest shift from the "
         "reference over its head-local scores and datasets, in the reference's IQR (log scale); ● moved beyond its "
-        "margin on some score, ○ undetermined, no mark: equivalent within its margin on every score.",
+        "margin on some score, ○ undetermined, no mark: equivalent within its margin on every score. A bright head "
+        "without a mark moved far on a score whose margin is larger still (a first-token score, which the format "
+        "change moves further).",
     )
     heads, cells = result.head_verdicts, result.heads
     family = int(cells["family"].iloc[0])
@@ -177,18 +185,23 @@ def write_heads(writer: ReportWriter, result: Comparison) -> None:
     moved = heads[heads["verdict"] == MOVED]
     if len(moved):
         writer.table(
-            _moved_table(result, moved),
+            _moved_table(moved),
             "moved_beyond",
             floatfmt=".3g",
             collapsed=f"The {len(moved)} heads moved beyond their margin" if len(moved) > LISTED_HEADS else None,
         )
     writer.table(heads, "heads", floatfmt=".3g", collapsed="Every head's verdict (all columns)")
     writer.linked_table(cells[[c for c in CELL_COLUMNS if c in cells]], "head_shifts", "Every dataset × score × head")
-    significant = heads.groupby("model_b", sort=False)["n_significant"].apply(lambda n: int((n > 0).sum()))
+    labels = dict(zip(result.facts["slug"], result.facts["label"], strict=True)) if not result.facts.empty else {}
+    told = [
+        f"{int((heads.loc[heads['model_b'] == m, 'n_significant'] > 0).sum())} of {int((heads['model_b'] == m).sum())} "
+        f"heads of {labels.get(m, m)}"
+        for m in same_architecture(result)
+    ]
     writer.text(
         "Significance only: a paired sign-flip max-T test (family-wise 5% over the heads of each dataset and score) "
         "tells "
-        + "; ".join(f"{n} of {int((heads['model_b'] == m).sum())} heads of {m}" for m, n in significant.items())
+        + "; ".join(told)
         + " apart from the reference on some head-local score (`n_significant`, `p_max_t`). With enough texts it "
         "detects any deterministic change, rounding included: it says a difference is detectable, not that it is "
         "large."
@@ -237,13 +250,20 @@ def write_head_rule(writer: ReportWriter, result: Comparison) -> None:
         "differs on a few texts only does not widen every head's band), critical value "
         + ", ".join(f"{c:.2f} standard errors for {m}" for m, c in critical.items())
         + ". A false *moved beyond* needs a head whose true shift lies within its margin to leave the band on the "
-        f"side facing the margin: simulated with every head at its margin, the family-wise error stayed within "
-        f"{spec.alpha:g} plus Monte Carlo error for normal, skewed and spiky differences of 10 to 64 units, where "
-        "each head's own interval (the distribution rule applied head by head) said *moved beyond* for some head in "
-        f"most comparisons (`benchmarks/compare_head_margin_size.py`). A head's margin: {margin}. A head whose "
-        "differences are the same on every text (unchanged, or a score the same on every text in both models) has "
-        "an exact shift, no interval, and its verdict compares it with the margin."
+        "side facing the margin: simulated with every head at its margin, the family-wise error stayed within "
+        "0.05 plus two Monte Carlo standard errors for normal, skewed and spiky differences of 20 to 128 units, "
+        "where each head's own interval (the distribution rule applied head by head) said *moved beyond* for some "
+        f"head in most comparisons (`benchmarks/compare_head_margin_size.py`). A head's margin: {margin}. A head "
+        "whose differences are the same on every text (unchanged, or a score the same on every text in both models) "
+        "has an exact shift, no interval, and its verdict compares it with the margin."
     )
+    units = int(cells["n_units"].min())
+    if units < MIN_UNITS:
+        writer.text(
+            f"**Too few units for the band**: {units} clusters of texts, fewer than {MIN_UNITS}. At 10 units the "
+            "simulated family-wise error of skewed differences reached 0.11: read the per-head verdicts as a "
+            "sketch, and score more texts to decide."
+        )
 
 
 def write_constant_texts(writer: ReportWriter, result: Comparison) -> None:

@@ -50,6 +50,7 @@ from headstats.stats.distances import interquartile_range
 from headstats.stats.movement import cluster_means, common_heads, dataset_rows, paired_units, sequence_matrix
 
 __all__ = [
+    "MIN_UNITS",
     "HeadDifferences",
     "compare_heads",
     "format_change_shifts",
@@ -69,9 +70,11 @@ EXACT_RTOL = 1e-5  # differences this close, relative to the head's size, are on
 # centred as the population's are) and, through the maximum over the family, would widen every head's band
 # (the critical value of the bf16 copy of SmolLM2 was 25.7 without the floor, 5.3 with it). Normal or skewed
 # differences of 20 or more units hardly ever fall below a third, so there the bootstrap-t stands as it is:
-# simulated at the margin with 10 to 64 units, the family-wise error of "moved beyond" stayed within 5%
-# plus Monte Carlo error for normal, skewed and spiky differences (benchmarks/compare_head_margin_size.py).
+# simulated at the margin with 20 to 128 units, the family-wise error of "moved beyond" stayed within 5% plus
+# two Monte Carlo standard errors for normal, skewed and spiky differences, 24 or 270 heads (at most 0.064;
+# at 10 units skewed differences of 270 heads reached 0.11: MIN_UNITS; benchmarks/compare_head_margin_size.py).
 SE_FLOOR = 1 / 3
+MIN_UNITS = 20  # fewer units than this: the band's level was not kept in simulation (reports say so)
 _BATCH_ELEMENTS = 1 << 21  # replicates x cells per batch of the bootstrap: bounded temporaries
 CELL_KEYS = ["dataset", "score", "layer", "head"]
 
@@ -333,9 +336,11 @@ def head_verdicts(cells: pd.DataFrame) -> pd.DataFrame:
     """One row per (compared model, layer, head) over its head-local cells (the scores that read one
     head alone, on every dataset): ``verdict`` (moved beyond the margin on at least one cell,
     equivalent within it on every cell, else undetermined), the counts of each, ``moved_on`` (the
-    cells it moved beyond on, farthest beyond first: ``score (dataset)``), its largest shift
-    (``largest_shift`` in the reference's IQR, signed, with ``largest_on`` and that cell's interval and
-    margin) and, where the cells carry the sign-flip test, ``n_significant`` (significance only)."""
+    cells it moved beyond on, farthest beyond first: ``score (dataset)``, and the first one's shift, band
+    and margin: ``beyond_shift``, ``beyond_low``, ``beyond_high``, ``beyond_exact``, ``beyond_margin``), its
+    largest shift (``largest_shift`` in the reference's IQR, signed, with ``largest_on`` and that cell's
+    interval and margin) and, where the cells carry the sign-flip test, ``n_significant`` (significance
+    only)."""
     local = cells[cells["head_local"]].copy()
     local["cell"] = local["score"] + " (" + local["dataset"].astype(str) + ")"
     local["beyond_by"] = local["shift_iqr"].abs() / local["margin"]
@@ -354,6 +359,10 @@ def head_verdicts(cells: pd.DataFrame) -> pd.DataFrame:
     )
     moved = local[local["verdict"] == MOVED].sort_values("beyond_by", ascending=False)
     table["moved_on"] = moved.groupby(keys)["cell"].agg(", ".join).reindex(table.index).fillna("")
+    farthest = moved.drop_duplicates(keys).set_index(keys)  # the cell it moved farthest beyond its margin on
+    table["beyond_shift"], table["beyond_margin"] = farthest["shift_iqr"], farthest["margin"]
+    table["beyond_low"], table["beyond_high"] = farthest["shift_iqr_low"], farthest["shift_iqr_high"]
+    table["beyond_exact"] = farthest["exact"].reindex(table.index).fillna(False).astype(bool)
     top = local.loc[local["shift_iqr"].abs().groupby([local[k] for k in keys]).idxmax().dropna()]
     top = top.set_index(keys)
     table["largest_shift"] = top["shift_iqr"]
