@@ -646,3 +646,34 @@ def test_a_planted_change_in_one_head_of_smollm2_is_found_beyond_its_margin_and_
         assert (rows["verdict"] == EQUIVALENT).all() and (rows["largest_shift"] == 0).all()
     assert len(earlier) == SMOLLM2_LAYER * 9
     assert f"L{SMOLLM2_LAYER} H{SMOLLM2_HEAD}" in (out / "summary.md").read_text()
+
+
+def test_a_score_the_same_on_every_text_gives_an_exact_distance_and_no_interval() -> None:
+    """Two models whose `ftvvn` depends on the head only (every text starts alike) and whose `ahon` varies:
+    the `ftvvn` distance is exact (no interval: the bootstrap's zero width is none), its verdict compares it
+    with the margin; `ahon` keeps its interval; the constant score is named for both models."""
+    from headstats.stats.compare import verdicts, yardstick_distances
+    from headstats.stats.constant import texts_constant
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for model, shift in (("base", 0.0), ("tuned", 0.05)):
+        for text in range(20):
+            for head in range(6):
+                rows.append(
+                    {"model": model, "dataset": "piqa", "sample_id": text, "layer": head // 3, "head": head % 3,
+                     "ftvvn": 1.0 + head + shift, "ahon": rng.normal(head, 1.0) + shift}
+                )  # fmt: skip
+    scores = pd.DataFrame(rows)
+    table = yardstick_distances(scores, "base", "tuned", ["piqa"], ["ftvvn", "ahon"], n_boot=200).set_index("score")
+    assert table.loc["ftvvn", "exact"] and not table.loc["ahon", "exact"]
+    assert table.loc["ftvvn", ["w1_iqr_low", "w1_iqr_high", "ci_low", "ci_high"]].isna().all()
+    assert table.loc["ahon", ["w1_iqr_low", "w1_iqr_high"]].notna().all()
+    w1 = table.loc["ftvvn", "w1_iqr"]
+    base = scores.loc[scores["model"] == "base", "ftvvn"]
+    assert w1 == pytest.approx(0.05 / np.subtract(*np.quantile(base, [0.75, 0.25])))  # every head moved 0.05
+    for margin, verdict in ((2 * w1, EQUIVALENT), (w1 / 2, MOVED)):
+        assert verdicts(table.assign(margin=margin).loc[["ftvvn"]])[0] == verdict
+    constant = texts_constant(scores, ["base", "tuned"], ["piqa"])
+    assert list(zip(constant["model"], constant["score"], strict=True)) == [("base", "ftvvn"), ("tuned", "ftvvn")]
+    assert constant["first_token"].all()

@@ -486,12 +486,11 @@ def _write_methods(writer: ReportWriter, result: Comparison, out: Path) -> None:
         writer.heading("Yardsticks", 3)
         if not result.yardstick.empty:
             y = result.yardstick
-            table = y[["dataset", "score", "w1_iqr", "w1_iqr_low", "w1_iqr_high", "w1", "n_seq_a"]].rename(
-                columns={"n_seq_a": "texts"}
-            )
+            shown = ["dataset", "score", "w1_iqr", "w1_iqr_low", "w1_iqr_high", "exact", "w1", "n_seq_a"]
+            table = y[[c for c in shown if c in y]].rename(columns={"n_seq_a": "texts"})
             writer.text(
                 f"The format change ({result.reference}: `{spec.prompt_format}` vs `{result.format_change}`), "
-                "W1/IQR with its 90% interval:"
+                "W1/IQR with its 90% interval (none where `exact`):"
             )
             writer.table(table, "format_change", collapsed="Format-change distances")
         writer.text(
