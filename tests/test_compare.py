@@ -51,6 +51,7 @@ WORDS = [
     "score",
 ]
 LAYER, HEAD = 2, 1  # the last layer of tiny_model("llama") (3 layers x 4 heads): the head whose queries shrink
+PLANTED_LAYER, PLANTED_HEAD = 1, 2  # a middle layer's head whose output rows of W_O are scaled by 3
 
 
 def _texts(n: int) -> list[str]:
@@ -61,8 +62,9 @@ def _texts(n: int) -> list[str]:
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> dict[str, Path]:
     """A tiny Llama saved three times: as it is ("base"), an identical copy ("copy"), and a copy whose last
-    layer has head HEAD's query-projection rows scaled by 0.3 ("scaled"); a copy of the base with a little
-    noise in every weight ("noisy", a stand-in for a seed replicate); and a corpus of 24 texts."""
+    layer has head HEAD's query-projection rows scaled by 0.3 ("scaled"); a copy whose middle layer has head
+    PLANTED_HEAD's output rows of W_O (its columns of o_proj) scaled by 3 ("planted"); a copy of the base with a
+    little noise in every weight ("noisy", a stand-in for a seed replicate); and a corpus of 24 texts."""
     root = tmp_path_factory.mktemp("compare")
     model = tiny_model("llama")
     model.resize_token_embeddings(len(tokenizer))
@@ -75,6 +77,14 @@ def folders(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> dict[str, Pa
     paths["noisy"] = root / "noisy"
     noisy.save_pretrained(paths["noisy"])
     tokenizer.save_pretrained(paths["noisy"])
+    planted = copy.deepcopy(model)
+    o = planted.model.layers[PLANTED_LAYER].self_attn.o_proj
+    head_dim = o.weight.shape[1] // planted.config.num_attention_heads
+    with torch.no_grad():
+        o.weight[:, PLANTED_HEAD * head_dim : (PLANTED_HEAD + 1) * head_dim] *= 3.0
+    paths["planted"] = root / "planted"
+    planted.save_pretrained(paths["planted"])
+    tokenizer.save_pretrained(paths["planted"])
     for name in ("base", "copy", "scaled"):
         if name == "scaled":
             q = model.model.layers[LAYER].self_attn.q_proj
@@ -99,6 +109,7 @@ def report(folders: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -
             str(folders["base"]),
             str(folders["copy"]),
             str(folders["scaled"]),
+            str(folders["planted"]),
             "--data",
             str(folders["corpus"]),
             "--device",
@@ -122,17 +133,32 @@ def test_an_identical_copy_moves_nothing_and_is_equivalent_everywhere(report: Pa
     copy = table[table["model_b"] == "copy"]
     assert len(copy) > 5 and (copy["w1"] == 0).all() and (copy["p_value"] == 1).all()
     assert (copy["verdict"] == EQUIVALENT).all() and not copy["moved"].any()
-    assert not pd.read_csv(report / "tables" / "heads_by_score.csv").query("model_b == 'copy'")["n_moved"].any()
+    assert not pd.read_csv(report / "tables" / "heads_by_score.csv").query("model_b == 'copy'")["n_significant"].any()
+    heads = pd.read_csv(report / "tables" / "heads.csv").query("model_b == 'copy'")
+    assert len(heads) == 12 and (heads["verdict"] == EQUIVALENT).all() and (heads["largest_shift"] == 0).all()
+    cells = pd.read_csv(report / "tables" / "head_shifts.csv").query("model_b == 'copy'")
+    assert cells["exact"].all() and cells[["shift_iqr_low", "shift_iqr_high"]].isna().all().all()
     summary = (report / "summary.md").read_text()
-    assert "**copy vs base**: [equivalent](#verdicts) within the [format-change margin](#the-margin) on" in summary
-    assert "no head [moved](#which-heads-moved)" in summary
+    assert (
+        "**copy vs base**: [equivalent](#verdicts) within the [format-change margin](#the-margin) on "
+        f"{len(copy)} of {len(copy)} dataset × score pairs; per head, 12 of 12 [equivalent within their margin]"
+        "(#how-far-each-head-moved); a [permutation test](#movement-test) tells the distributions apart on 0 of"
+    ) in summary
 
 
-def test_a_head_with_scaled_queries_is_found_and_no_other_head_of_its_layer(report: Path) -> None:
-    moved = pd.read_csv(report / "tables" / "moved_heads.csv")
-    scaled = moved[moved["model_b"] == "scaled"]
-    assert list(zip(scaled["layer"], scaled["head"], strict=True)) == [(LAYER, HEAD)]
-    assert f"L{LAYER} H{HEAD}" in (report / "summary.md").read_text()
+def _verdicts(report: Path, model: str) -> pd.DataFrame:
+    return pd.read_csv(report / "tables" / "heads.csv").query("model_b == @model").set_index(["layer", "head"])
+
+
+def test_a_head_with_scaled_queries_is_told_apart_but_moved_less_than_its_margin(report: Path) -> None:
+    """Queries scaled by 0.3 in a random model whose attention is near uniform barely move its scores (entropy
+    by 0.1 of its IQR, where the chat template moves that head 0.3): the sign-flip test tells that head, and
+    only it, apart from the reference; by size it is within its margin, and no head moved beyond it."""
+    heads = _verdicts(report, "scaled")
+    assert list(heads.index[heads["n_significant"] > 0]) == [(LAYER, HEAD)]
+    assert (heads["verdict"] != MOVED).all() and heads.loc[(LAYER, HEAD), "verdict"] == EQUIVALENT
+    assert (heads.drop(index=(LAYER, HEAD))["largest_shift"] == 0).all()  # every other head: unchanged
+    assert "**scaled vs base**" in (report / "summary.md").read_text()
     # the per-head test itself, on every score that reads one head: only that head of the layer moves
     scores = headstats.read_scores(report / "results" / COMPARED)
     for sid in ("awft", "entropy", "ahon", "fhon", "lthon_hn"):
@@ -147,6 +173,34 @@ def test_a_head_with_scaled_queries_is_found_and_no_other_head_of_its_layer(repo
     )
 
 
+def test_a_planted_change_in_one_heads_output_rows_is_found_beyond_the_margin_and_no_earlier_head(
+    report: Path,
+) -> None:
+    """W_O's rows of one head of the middle layer scaled by 3: that head moved beyond its margin; every head
+    of the layer before it, and every other head of its own layer, is unchanged on every text (exact, 0)
+    and equivalent; heads of the layer after it read a changed input and may move."""
+    heads = _verdicts(report, "planted")
+    assert heads.loc[(PLANTED_LAYER, PLANTED_HEAD), "verdict"] == MOVED
+    assert heads.loc[(PLANTED_LAYER, PLANTED_HEAD), "moved_on"].startswith("fhon")  # the score that reads W_O
+    earlier = heads[(heads.index.get_level_values("layer") < PLANTED_LAYER)]
+    same_layer = heads.loc[PLANTED_LAYER].drop(index=PLANTED_HEAD)
+    for rows in (earlier, same_layer):
+        assert len(rows) and (rows["verdict"] == EQUIVALENT).all() and (rows["largest_shift"] == 0).all()
+    cells = pd.read_csv(report / "tables" / "head_shifts.csv").query("model_b == 'planted' and head_local")
+    planted = cells[(cells["layer"] == PLANTED_LAYER) & (cells["head"] == PLANTED_HEAD)].set_index("score")
+    # fhon triples: the shift is twice the reference's mean, in its IQR
+    assert planted.loc["fhon", "shift_iqr"] == pytest.approx(
+        2 * planted.loc["fhon", "mean_a"] / planted.loc["fhon", "iqr_a"]
+    )
+    assert (planted.drop(index="fhon")["shift_iqr"] == 0).all()  # what it reads before W_O is unchanged
+
+
+def test_no_committed_style_table_of_a_comparison_holds_an_infinity(report: Path) -> None:
+    for table in (report / "tables").glob("*.csv"):
+        numbers = pd.read_csv(table).select_dtypes("number")
+        assert np.isfinite(numbers.to_numpy(dtype=float)[~numbers.isna().to_numpy()]).all(), table.name
+
+
 def test_the_permutation_count_lets_holm_reach_one_percent(report: Path) -> None:
     table = pd.read_csv(report / "tables" / "distances.csv")
     n_tests, n_perm = int(table["p_value"].notna().sum()), int(table["n_perm"].iloc[0])
@@ -158,6 +212,28 @@ def test_the_permutation_count_lets_holm_reach_one_percent(report: Path) -> None
     )
     for n in (1, 9, 90, 1234):
         assert holm_floor(n, permutation_count(n)) <= 0.01 < holm_floor(n, permutation_count(n) - 1)
+    # a p-value at the floor says only that no permutation reached the distance: shown as "<= floor"
+    shown = pd.read_csv(report / "tables" / "verdicts.csv")["p (Holm)"].astype(str)
+    floor = table["p_holm_min"].iloc[0]
+    at_floor = (table["p_holm"] <= floor * (1 + 1e-9)).to_numpy()
+    assert at_floor.any() and (shown[at_floor] == f"<= {floor:.2g}").all()
+    assert (shown[~at_floor].astype(float) > floor).all()
+
+
+def test_the_terminal_prints_each_models_answer_before_the_reports_path(
+    folders: dict[str, Path], report: Path, tmp_path: Path, capsys
+) -> None:
+    args = [str(folders[name]) for name in ("base", "copy", "planted")]
+    code = main(
+        ["compare", *args, "--data", str(folders["corpus"]), "--device", "cpu", "--n-resamples", "50",
+         "--head-permutations", "99", "--scores-dir", str(report / "results"), "--out", str(tmp_path / "out"), "-q"]
+    )  # fmt: skip
+    assert code == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 3 and lines[2] == f"report: {tmp_path / 'out' / 'index.html'}"
+    assert lines[0].startswith("copy vs base: equivalent within the format-change margin on ")
+    assert lines[1].startswith("planted vs base: ") and f"moved beyond it: L{PLANTED_LAYER} H{PLANTED_HEAD}" in lines[1]
+    assert "[" not in lines[0] + lines[1] and "**" not in lines[0] + lines[1]  # plain text, no Markdown
 
 
 def test_the_format_change_yardstick_is_measured_on_the_same_texts(report: Path) -> None:
@@ -231,7 +307,7 @@ def test_texts_to_decide_scale_with_the_observed_half_width() -> None:
     # distance 0.4, upper half-width 0.2 at 100 texts; the margin 0.5 is 0.1 away: 4 times the texts
     assert texts_to_decide(0.4, 0.3, 0.6, 0.5, 100) == 400
     assert texts_to_decide(0.6, 0.45, 0.8, 0.5, 100) == 225  # lower half-width 0.15 against 0.1
-    assert texts_to_decide(0.5, 0.4, 0.6, 0.5, 100) == np.inf
+    assert np.isnan(texts_to_decide(0.5, 0.4, 0.6, 0.5, 100))  # none would: no infinity in a table
 
 
 @pytest.mark.parametrize("margin", [0.1, 0.3])
@@ -421,8 +497,8 @@ def test_the_committed_comparison_is_built_from_its_file_and_results() -> None:
     assert (root / report).is_dir() and (root / spec.scores_dir / COMPARED).is_dir()
     assert check_report(root / report, root=root) == []
     assert recorded_inputs(root / report)["analysis"] == "analyses/compare_embedded.toml"
-    moved = pd.read_csv(root / report / "tables" / "moved_heads.csv")
-    assert {"layer", "head"} <= set(moved.columns)
+    heads = pd.read_csv(root / report / "tables" / "heads.csv")
+    assert {"layer", "head", "verdict"} <= set(heads.columns)
 
 
 def test_a_comparison_needs_two_models_and_says_so(tmp_path: Path, capsys) -> None:
@@ -686,3 +762,72 @@ def test_two_stages_with_the_same_weights_are_compared_with_a_note(capsys) -> No
         with pytest.raises(ValueError) as err:
             identical(spec, name, other, "the same folder, in float32")
         assert str(err.value) == f"{name!r} is {other!r} itself (the same folder, in float32): {SELF}"
+
+
+SMOLLM2_LAYER, SMOLLM2_HEAD = 15, 4  # a middle layer of SmolLM2-135M (30 layers x 9 heads)
+
+
+@pytest.mark.integration  # the embedded SmolLM2-135M and the bundled PIQA questions
+def test_a_planted_change_in_one_head_of_smollm2_is_found_beyond_its_margin_and_no_earlier_head(
+    tmp_path: Path,
+) -> None:
+    """SmolLM2-135M against a copy whose layer-15 head 4 has its query rows scaled by 0.3 (its attention
+    flattens), on 24 PIQA questions: that head moved beyond its margin; every head of the 15 layers before
+    it, and every other head of its layer, is unchanged on every text and equivalent within its margin."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from headstats.io.assets import embedded_model
+
+    source = Path(embedded_model("smollm2-135m"))
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    q = model.model.layers[SMOLLM2_LAYER].self_attn.q_proj
+    head_dim = model.config.hidden_size // model.config.num_attention_heads
+    with torch.no_grad():
+        q.weight[SMOLLM2_HEAD * head_dim : (SMOLLM2_HEAD + 1) * head_dim] *= 0.3
+    model.save_pretrained(tmp_path / "planted")
+    AutoTokenizer.from_pretrained(source).save_pretrained(tmp_path / "planted")
+    out = tmp_path / "report"
+    headstats.compare(
+        ["smollm2-135m", str(tmp_path / "planted")], out=str(out), data=("piqa",), limit=24, device="cpu",
+        n_resamples=300, head_permutations=199, progress=False,
+    )  # fmt: skip
+    heads = pd.read_csv(out / "tables" / "heads.csv").set_index(["layer", "head"])
+    print("\nplanted SmolLM2 head, 24 PIQA questions: heads by verdict", heads["verdict"].value_counts().to_dict())
+    assert heads.loc[(SMOLLM2_LAYER, SMOLLM2_HEAD), "verdict"] == MOVED
+    earlier = heads[heads.index.get_level_values("layer") < SMOLLM2_LAYER]
+    same_layer = heads.loc[SMOLLM2_LAYER].drop(index=SMOLLM2_HEAD)
+    for rows in (earlier, same_layer):
+        assert (rows["verdict"] == EQUIVALENT).all() and (rows["largest_shift"] == 0).all()
+    assert len(earlier) == SMOLLM2_LAYER * 9
+    assert f"L{SMOLLM2_LAYER} H{SMOLLM2_HEAD}" in (out / "summary.md").read_text()
+
+
+def test_a_score_the_same_on_every_text_gives_an_exact_distance_and_no_interval() -> None:
+    """Two models whose `ftvvn` depends on the head only (every text starts alike) and whose `ahon` varies:
+    the `ftvvn` distance is exact (no interval: the bootstrap's zero width is none), its verdict compares it
+    with the margin; `ahon` keeps its interval; the constant score is named for both models."""
+    from headstats.stats.compare import verdicts, yardstick_distances
+    from headstats.stats.constant import texts_constant
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for model, shift in (("base", 0.0), ("tuned", 0.05)):
+        for text in range(20):
+            for head in range(6):
+                rows.append(
+                    {"model": model, "dataset": "piqa", "sample_id": text, "layer": head // 3, "head": head % 3,
+                     "ftvvn": 1.0 + head + shift, "ahon": rng.normal(head, 1.0) + shift}
+                )  # fmt: skip
+    scores = pd.DataFrame(rows)
+    table = yardstick_distances(scores, "base", "tuned", ["piqa"], ["ftvvn", "ahon"], n_boot=200).set_index("score")
+    assert table.loc["ftvvn", "exact"] and not table.loc["ahon", "exact"]
+    assert table.loc["ftvvn", ["w1_iqr_low", "w1_iqr_high", "ci_low", "ci_high"]].isna().all()
+    assert table.loc["ahon", ["w1_iqr_low", "w1_iqr_high"]].notna().all()
+    w1 = table.loc["ftvvn", "w1_iqr"]
+    base = scores.loc[scores["model"] == "base", "ftvvn"]
+    assert w1 == pytest.approx(0.05 / np.subtract(*np.quantile(base, [0.75, 0.25])))  # every head moved 0.05
+    for margin, verdict in ((2 * w1, EQUIVALENT), (w1 / 2, MOVED)):
+        assert verdicts(table.assign(margin=margin).loc[["ftvvn"]])[0] == verdict
+    constant = texts_constant(scores, ["base", "tuned"], ["piqa"])
+    assert list(zip(constant["model"], constant["score"], strict=True)) == [("base", "ftvvn"), ("tuned", "ftvvn")]
+    assert constant["first_token"].all()

@@ -57,8 +57,8 @@ class Comparison:
     distances: pd.DataFrame  # compare_distributions
     yardstick: pd.DataFrame  # the reference under the format change (w1_iqr per dataset x score)
     left_out: dict[str, dict[str, str]]  # other slug -> score -> reason
-    head_summary: pd.DataFrame  # head_changes' per (other, dataset, score) rows; empty across architectures
-    heads: pd.DataFrame  # every head's test row
+    head_summary: pd.DataFrame  # compare_heads' per (other, dataset, score) rows; empty across architectures
+    heads: pd.DataFrame  # compare_heads' cells: every (other, dataset, score, layer, head) shift and verdict
     same_architecture: dict[str, bool]
     timings: dict[str, float] = field(default_factory=dict)
     # the models' facts (series_facts): slug, name, role, replicate_of, params, stage, step, label, position
@@ -68,13 +68,16 @@ class Comparison:
     replicates: pd.DataFrame = field(default_factory=pd.DataFrame)  # replicate_distances (every pair of seeds)
     seeds: pd.DataFrame = field(default_factory=pd.DataFrame)  # seed_yardstick per group, dataset and score
     learning: pd.DataFrame = field(default_factory=pd.DataFrame)  # learning_verdicts of each fine-tuning chain
+    # texts_constant: the (model, dataset, score) whose score is the same on every text
+    constant_texts: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
-    def moved_heads(self) -> pd.DataFrame:
-        """The heads that moved on at least one head-local score (:func:`~headstats.stats.compare.moved_heads`)."""
-        from headstats.stats.compare import moved_heads
+    def head_verdicts(self) -> pd.DataFrame:
+        """One verdict per head of each compared model of the same architecture, over its head-local
+        cells (:func:`~headstats.stats.heads.head_verdicts`); empty across architectures."""
+        from headstats.stats.heads import head_verdicts
 
-        return moved_heads(self.heads)
+        return head_verdicts(self.heads) if not self.heads.empty else pd.DataFrame()
 
 
 def is_comparison(path: str | os.PathLike) -> bool:
@@ -463,7 +466,9 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
     loaded, nothing under the results folder is written); a table that is not there is refused in one
     line naming it and ``collect_with``."""
     from headstats.stats import compare as stats
-    from headstats.stats.compare import compare_distributions, head_changes, left_out_scores, yardstick_distances
+    from headstats.stats import heads as head_stats
+    from headstats.stats.compare import compare_distributions, left_out_scores, yardstick_distances
+    from headstats.stats.constant import texts_constant
 
     if len(spec.models) < 2:
         raise ValueError("a comparison needs a reference and at least one other model: headstats compare REF OTHER")
@@ -477,7 +482,7 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
     scores = _common_texts(scores)
     yard_model = f"{reference} ({change})"
     margins = None
-    yard = pd.DataFrame()
+    yard, both = pd.DataFrame(), scores.iloc[:0]
     ref_left = left_out_scores(scores, [reference], spec.scores)
     ref_scores = [s for s in _present(scores, reference) if s not in ref_left]
     if ref_scores:
@@ -520,23 +525,19 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
     seeds = stats.seed_yardstick(replicates)
     if not seeds.empty:
         distances = stats.beside_seeds(distances, seeds, reference)
+    head_margins = spec.margin
+    if spec.margin is None and margins is not None and any(same.values()):
+        shifts = head_stats.format_change_shifts(both, reference, yard_model, datasets, list(margins["score"].unique()))
+        head_margins = head_stats.head_margins(shifts, margins)
     summaries, heads = [], []
     for other in others:
         if not same[other]:
             continue
         tested = list(distances.loc[distances["model_b"] == other, "score"].drop_duplicates())
-        summary, per_head = head_changes(
-            scores,
-            reference,
-            other,
-            datasets,
-            tested,
-            rate=spec.rate,
-            alpha=spec.alpha,
-            n_perm=spec.head_permutations,
-            n_boot=spec.n_resamples,
-            seed=spec.seed,
-        )
+        summary, per_head = head_stats.compare_heads(
+            scores, reference, other, datasets, tested, head_margins, rate=spec.rate, alpha=spec.alpha,
+            n_perm=spec.head_permutations, n_boot=spec.n_resamples, seed=spec.seed,
+        )  # fmt: skip
         summaries.append(summary)
         heads.append(per_head)
     finished = time.perf_counter()
@@ -560,6 +561,12 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
         replicates=replicates,
         seeds=seeds,
         learning=chain_learning([c for c in table["chain"] if isinstance(c, str)], root, seed=spec.seed),
+        constant_texts=texts_constant(
+            pd.concat([scores, both[both["model"] == yard_model]]),
+            [reference, yard_model, *others],
+            datasets,
+            list(distances["score"].unique()),
+        ),
     )
 
 

@@ -433,6 +433,7 @@ def _body(
             "gained",
             "mdd_80",
             "n_to_certify",
+            "n_to_certify_note",
         ]
     ].sort_values(["model", "task", "score", "share"])
     writer.table(acc, "accuracy")
@@ -486,8 +487,8 @@ def run_notes(writer: ReportWriter, table: pd.DataFrame, runs: dict, results: Pa
         "with its one-sided 95% Tango upper bound; upper_fw: that bound at the family-wise level (Bonferroni "
         "over the planned (model, score, unit, task) sequences); n_to_certify: the questions per task at which that "
         "bound would reach the tolerated drop if the shares of lost and gained answers stayed as observed (for sizing "
-        "a rerun; inf where the observed drop already reaches it); KV saved: KV-cache bytes per token of context and "
-        "sequence that the removed KV heads held."
+        "a rerun; empty, with n_to_certify_note saying never, where the observed drop already reaches it); KV "
+        "saved: KV-cache bytes per token of context and sequence that the removed KV heads held."
     )
     writer.heading("Run", 3)
     if settings:
