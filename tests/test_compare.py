@@ -226,7 +226,8 @@ def test_the_terminal_prints_each_models_answer_before_the_reports_path(
     args = [str(folders[name]) for name in ("base", "copy", "planted")]
     code = main(
         ["compare", *args, "--data", str(folders["corpus"]), "--device", "cpu", "--n-resamples", "50",
-         "--head-permutations", "99", "--scores-dir", str(report / "results"), "--out", str(tmp_path / "out"), "-q"]
+         "--head-permutations", "99", "--scores-dir", str(report / "results"), "--out", str(tmp_path / "out"), "-q",
+         "--self-comparison"]  # the copy holds the base's weights: on purpose, a check of the method
     )  # fmt: skip
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
