@@ -352,7 +352,7 @@ def test_a_compare_study_file_runs_under_headstats_run(
 
 
 def test_a_dtype_suffix_names_a_model_in_another_dtype(tmp_path: Path, monkeypatch) -> None:
-    from headstats.jobs.compare import split_dtype
+    from headstats.jobs.compare_identity import split_dtype
 
     assert split_dtype("smollm2-135m@bfloat16") == ("smollm2-135m", "bfloat16")
     assert split_dtype("org/model@v2") == ("org/model@v2", None)  # not a dtype: part of the name
@@ -592,7 +592,7 @@ def test_a_series_is_ordered_by_step_across_stages_or_by_parameters() -> None:
 
 
 def test_a_checkpoint_step_is_read_from_its_record_or_its_table_name() -> None:
-    from headstats.jobs.compare import checkpoint_step
+    from headstats.jobs.finetune.records import checkpoint_step
 
     record = {"checkpoint": {"stage": "sft", "step": 40, "chain": "c"}}
     assert checkpoint_step("/gone/sft/step-00040", "c-sft-40", record) == ("sft", 40)

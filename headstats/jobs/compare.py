@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -35,6 +34,7 @@ from headstats.jobs.compare_identity import (
     split_dtype,
     stored_slug,
 )
+from headstats.jobs.finetune.records import CHAIN_SLUG, chain_learning, checkpoint_step, record_chains
 from headstats.options import narrow
 from headstats.specs import AnalysisHeader, CollectSpec, CompareSpec, LoadOptions
 
@@ -173,79 +173,6 @@ def plan_units(spec: CompareSpec) -> list[Unit]:
         if i == 0:
             units += [Unit(name, d, spec.format_change, root / FORMAT_CHANGE) for d in spec.data]
     return units
-
-
-STEP_NAME = re.compile(r"(?:step|checkpoint|ckpt|iter)[-_]?0*(\d+)$", re.IGNORECASE)
-# the table name model_slug gives a checkpoint of ``headstats finetune``: <chain>-<stage>-<step>, or <chain>-base
-CHAIN_SLUG = re.compile(r"^(?P<chain>.+)-(?:(?P<stage>sft|dpo|grpo)-(?P<step>\d+)|(?P<base>base))$")
-CHAINS = "chains"  # RESULTS/chains/<chain>/: each fine-tuning chain's recipe and metrics, as collected
-
-
-def checkpoint_step(name: str, slug: str, provenance: dict) -> tuple[str | None, int | None]:
-    """(stage, step) of a compared model, from what its score tables record: the ``headstats finetune``
-    checkpoint record (``HEADSTATS_CHECKPOINT.json``, kept in the provenance), else a table named like a
-    chain's checkpoint (``<chain>-sft-40``, ``<chain>-base``), else the step of a folder named like
-    ``step-00040`` / ``checkpoint-500``, else a ``trainer_state.json``'s ``global_step``; (None, None) for
-    anything else (an embedded name, a Hub id)."""
-    info = provenance.get("checkpoint") or {}
-    if info.get("stage") is not None:
-        return str(info["stage"]), int(info.get("step") or 0)
-    match = CHAIN_SLUG.match(slug)
-    if match:
-        return ("base", 0) if match["base"] else (match["stage"], int(match["step"]))
-    match = STEP_NAME.search(Path(split_dtype(name)[0].rstrip("/")).name)
-    if match:
-        return None, int(match.group(1))
-    step = provenance.get("trainer_step")
-    return None, (int(step) if isinstance(step, int) else None)
-
-
-def chain_root(path: str) -> Path | None:
-    """The ``headstats finetune`` chain a model folder belongs to (its base or a checkpoint): the folder
-    above it that holds the chain's ``metrics.json``; None for any other model."""
-    from headstats.jobs.finetune.layout import METRICS_FILE
-
-    folder = Path(path)
-    for parent in (folder.parent, folder.parent.parent):
-        if (parent / METRICS_FILE).is_file():
-            return parent
-    return None
-
-
-def record_chains(paths: list[str], root: Path) -> None:
-    """Copy the recipe and metrics of every fine-tuning chain that ``paths`` (model folders) belong to
-    into ``root/chains/<chain>/``, so that the report reads whether each stage learned from the results
-    alone, wherever the checkpoints are."""
-    from headstats.jobs.finetune.layout import METRICS_FILE, RECIPE_FILE
-
-    for chain in dict.fromkeys(r for r in map(chain_root, paths) if r is not None):
-        folder = root / CHAINS / chain.name
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in (METRICS_FILE, RECIPE_FILE):
-            source, target = chain / name, folder / name
-            data = source.read_bytes() if source.is_file() else None
-            if data is not None and (not target.is_file() or target.read_bytes() != data):
-                store.write_atomic(target, lambda tmp, data=data: tmp.write_bytes(data))
-
-
-def chain_learning(chains: list[str], root: Path, seed: int = 0) -> pd.DataFrame:
-    """:func:`~headstats.stats.learning.learning_verdicts` of the fine-tuning chains named ``chains``,
-    from their metrics recorded under ``root/chains/`` (:func:`record_chains`), with the chain's name and
-    seed: did each stage learn on its held-out examples? Empty when none is recorded."""
-    from headstats.jobs.finetune.layout import METRICS_FILE, RECIPE_FILE, read_json, read_metrics
-    from headstats.stats.learning import learning_verdicts
-
-    frames = []
-    for chain in dict.fromkeys(chains):
-        folder = root / CHAINS / chain
-        if not (folder / METRICS_FILE).is_file():
-            continue
-        fix = "restore it from version control, or move it away and collect the chain's checkpoints again"
-        metrics = read_metrics(folder / METRICS_FILE, fix)
-        record = read_json(folder / RECIPE_FILE, fix)
-        chain_seed = (record.get("recipe") or {}).get("seed")
-        frames.append(learning_verdicts(metrics, seed=seed).assign(chain=chain, chain_seed=chain_seed))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def check_models(spec: CompareSpec) -> list[Path]:
@@ -439,11 +366,16 @@ def _same_architecture(scores: pd.DataFrame, a: str, b: str) -> bool:
     return heads[0] == heads[1]
 
 
+def check_two(spec: CompareSpec) -> None:
+    """Refuse a comparison of fewer than two models."""
+    if len(spec.models) < 2:
+        raise ValueError("a comparison needs a reference and at least one other model: headstats compare REF OTHER")
+
+
 def run_comparison(spec: CompareSpec) -> Comparison:
     """Collect what is missing (:func:`collect_all`), then compute every statistic of the comparison
     from its tables (:func:`read_comparison`; no report)."""
-    if len(spec.models) < 2:
-        raise ValueError("a comparison needs a reference and at least one other model: headstats compare REF OTHER")
+    check_two(spec)
     started = time.perf_counter()
     collect_all(spec)
     result = read_comparison(spec)
@@ -463,8 +395,7 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
     from headstats.stats.compare import compare_distributions, left_out_scores, yardstick_distances
     from headstats.stats.constant import texts_constant
 
-    if len(spec.models) < 2:
-        raise ValueError("a comparison needs a reference and at least one other model: headstats compare REF OTHER")
+    check_two(spec)
     started = time.perf_counter()
     stored = stored_tables(spec, collect_with)
     slugs, datasets, change = stored.slugs, stored.datasets, stored.format_change

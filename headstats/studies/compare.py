@@ -24,12 +24,14 @@ from headstats.jobs.compare import (
     auto_format_change,
     check_models,
     collect_unit,
+    load_comparison,
     plan_units,
-    record_chains,
+    read_comparison,
     results_root,
-    split_dtype,
 )
+from headstats.jobs.compare_identity import split_dtype
 from headstats.jobs.dryrun import WorkUnit, measure_collection
+from headstats.jobs.finetune.records import record_chains
 from headstats.options import narrow
 from headstats.specs import AnalysisHeader, CollectSpec, CompareSpec, LoadOptions, RunSpec
 from headstats.studies.registry import Session, Study, StudyKind, Unit, not_found_here, register_kind
@@ -53,7 +55,6 @@ class LoadedComparison:
 
 
 def load(path: Path) -> Study:
-    from headstats.jobs.compare import load_comparison
 
     spec, header, report = load_comparison(path)
     return Study("comparison", Path(path), LoadedComparison(spec, header, Path(spec.scores_dir), report))
@@ -116,7 +117,6 @@ def run(unit: Unit, session: Session) -> None:
 
 def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
     """The report from the committed tables alone (:func:`~headstats.jobs.compare.read_comparison`)."""
-    from headstats.jobs.compare import read_comparison
     from headstats.report.compare import write_comparison
 
     loaded: LoadedComparison = study.spec

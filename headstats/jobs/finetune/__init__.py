@@ -11,7 +11,11 @@ live in :mod:`headstats.jobs.finetune_data`. One module per idea:
 - :mod:`~headstats.jobs.finetune.evidence`: each stage's learning metrics on held-out examples;
 - :mod:`~headstats.jobs.finetune.training`: one stage trained with TRL;
 - :mod:`~headstats.jobs.finetune.chain`: the chain built, or finished after an interruption
-  (:func:`finetune`).
+  (:func:`finetune`);
+- :mod:`~headstats.jobs.finetune.study`: a seed study (a study file with ``[design]``), its chains and
+  checkpoints;
+- :mod:`~headstats.jobs.finetune.records`: a chain as a comparison sees it: each checkpoint's stage and
+  step, the chain's recipe and metrics copied beside the score tables, and whether each stage learned.
 
 :func:`finetune` is loaded on first use: the recipe and the layout are read without torch.
 """
