@@ -19,7 +19,7 @@ logger = logging.getLogger("headstats")
 
 # Commands kept in their own module (``add_command(subparsers)``), added after those of
 # :mod:`headstats.cli.commands`; a module not written yet is skipped.
-COMMAND_MODULES = ("headstats.cli.compare", "headstats.cli.finetune", "headstats.cli.prune")
+COMMAND_MODULES = ("headstats.cli.compare", "headstats.cli.finetune", "headstats.cli.prune", "headstats.cli.inactive")
 
 
 class _StderrHandler(logging.StreamHandler):

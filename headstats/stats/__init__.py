@@ -11,6 +11,7 @@
   cluster-level bootstrap, permutation test and noise floor;
 - :mod:`~headstats.stats.stability`: do a model's heads keep their order across datasets?
 - :mod:`~headstats.stats.overlap`: do two score functions select the same heads?
+- :mod:`~headstats.stats.inactive`: on what share of the texts does a score call each head inactive?
 - :mod:`~headstats.stats.ranking`: ranking score functions by their curves, across models;
 - :mod:`~headstats.stats.large`: W1 matrices and overlap read straight from a results folder too
   large for pandas (``*_from_dataset``), on the same kernels.

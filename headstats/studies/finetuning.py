@@ -126,7 +126,7 @@ def plan(study: Study, run: RunSpec) -> list[Unit]:
     return units
 
 
-def measure(unit: Unit, model, tokenizer, probe: int, rng) -> WorkUnit:
+def measure(unit: Unit, model, tokenizer, probe: int, rng, timer=None) -> WorkUnit:
     raise AssertionError("a fine-tuning study's units are counted and timed from recorded rates; no model loads")
 
 
