@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Train and score the chains of analyses/finetuning_confirm.toml: its 12 seeds one after another, each
-# `headstats finetune` with the design's recipe, then the seed's stage ends (and, with the first seed,
-# the base) scored on the design's texts, all by one pinned version of the code.
+# Train and score the chains of a seed study's design file (DESIGN, default analyses/finetuning_confirm.toml):
+# its seeds one after another, each `headstats finetune` with the design's recipe, then the seed's stage
+# ends (and, with the first seed, the base) scored on the design's texts, all by one pinned version of
+# the code.
 #
 #   nohup nice -n 19 env OMP_NUM_THREADS=1 analyses/finetuning_confirm_train.sh > /dev/null 2>&1 &
+#   nohup nice -n 19 env OMP_NUM_THREADS=1 DESIGN=analyses/finetuning_confirm2.toml analyses/finetuning_confirm_train.sh > /dev/null 2>&1 &
 #
 # Resumable: run it again after an interruption. A seed whose chain finished is not trained again (its
 # seed-N.done marker); an unfinished one resumes where `headstats finetune` left it (finished
@@ -12,27 +14,37 @@
 # a fresh machine goes on from the seeds the repository lacks. Each seed has its own lock: a second
 # copy started while one runs takes the seeds nobody holds (two copies, two cores: half the wall time).
 #
-# The code that trains and scores every seed is the commit in analyses/finetuning_confirm.commit (a
-# clone of this repository checked out there; each checkpoint's provenance records it). Its outputs:
-#   RESULTS/seed-N/        (default results/finetuning-confirm of this checkout) the seed's score tables,
-#                          its chain's metrics.json and recipe.json (_chain/), the training log
-#                          (_chain/train.log) and the machine it ran on (_chain/machine.txt); commit them
-#   ROOT/code/             the pinned clone (ROOT: default /root/.cache/headstats/finetuning-confirm)
-#   ROOT/chains/           the chains: gemma3-270m-<recipe hash>-seed-N/ (headstats.jobs.finetune.layout)
+# The code that trains and scores every seed is the commit in the design's .commit file (DESIGN with
+# .commit for .toml; a clone of this repository checked out there; each checkpoint's provenance records
+# it). The seeds, the recipe, the chains' folder (ROOT/chains) and RESULTS come from the design file.
+# Its outputs:
+#   RESULTS/seed-N/        (the design's results folder) the seed's score tables, its chain's
+#                          metrics.json and recipe.json (_chain/), the training log (_chain/train.log)
+#                          and the machine it ran on (_chain/machine.txt); commit them
+#   ROOT/code/             the pinned clone
+#   ROOT/chains/           the chains: <base>-<recipe hash>-seed-N/ (headstats.jobs.finetune.layout)
 #   ROOT/logs/train.log    one line per seed started, finished or skipped, with times and the CPU
 #   ROOT/logs/seed-N.log   the seed's `headstats finetune` output (a line per training step)
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-ROOT=${FINETUNING_CONFIRM_ROOT:-/root/.cache/headstats/finetuning-confirm}
 PYTHON=${PYTHON:-$HERE/.venv/bin/python}
-SEEDS=${SEEDS:-"0 1 2 3 4 5 6 7 8 9 10 11"}
-RESULTS=${RESULTS:-$HERE/results/finetuning-confirm}
+DESIGN=${DESIGN:-analyses/finetuning_confirm.toml}
+# The design's seeds, chains' folder, recipe file and results folder, as the current checkout reads them.
+read -r DESIGN_SEEDS CHAINS RECIPE DESIGN_RESULTS < <(cd "$HERE" && "$PYTHON" -c '
+import sys
+from headstats.jobs.finetune.study import load_seed_study
+s = load_seed_study(sys.argv[1])
+print(",".join(map(str, s.design.seeds)), s.chains, s.design.recipe_file or "analyses/finetuning_confirm_recipe.json", s.results)
+' "$DESIGN")
+ROOT=$(dirname "$CHAINS")
+SEEDS=${SEEDS:-${DESIGN_SEEDS//,/ }}
+RESULTS=${RESULTS:-$HERE/$DESIGN_RESULTS}
 CODE=$ROOT/code
 LOGS=$ROOT/logs
-COMMIT=$(cat "$HERE/analyses/finetuning_confirm.commit")
+COMMIT=$(cat "$HERE/${DESIGN%.toml}.commit")
 CPU=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
-mkdir -p "$ROOT/chains" "$LOGS" "$RESULTS"
+mkdir -p "$CHAINS" "$LOGS" "$RESULTS"
 
 exec 9>"$ROOT/clone.lock"
 flock 9  # one copy at a time makes or checks the pinned clone
@@ -67,7 +79,7 @@ for SEED in $SEEDS; do
     say "training (code $COMMIT, threads ${OMP_NUM_THREADS:-unset}, $CPU)"
     start=$(date +%s)
     if (cd "$CODE" && "$PYTHON" -m headstats finetune --base gemma3-270m \
-        --recipe analyses/finetuning_confirm_recipe.json --seed "$SEED" --out "$ROOT/chains") >> "$LOGS/seed-$SEED.log" 2>&1; then
+        --recipe "$RECIPE" --seed "$SEED" --out "$CHAINS") >> "$LOGS/seed-$SEED.log" 2>&1; then
       touch "$LOGS/seed-$SEED.done"
       say "trained in $(( ($(date +%s) - start) / 60 )) min"
     else
@@ -77,7 +89,7 @@ for SEED in $SEEDS; do
   fi
   say "scoring"
   start=$(date +%s)
-  if (cd "$CODE" && "$PYTHON" -m headstats -q run analyses/finetuning_confirm.toml --stages collect \
+  if (cd "$CODE" && "$PYTHON" -m headstats -q run "$DESIGN" --stages collect \
       --seeds "$SEED" --results "$RESULTS") >> "$LOGS/seed-$SEED.log" 2>&1; then
     mkdir -p "$RESULTS/seed-$SEED/_chain"
     # the committed log names no local folder: the cache and the checkout as variables

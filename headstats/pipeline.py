@@ -11,6 +11,6 @@ from __future__ import annotations
 from headstats.studies import run_study
 from headstats.studies.analysis import report_analysis, run_analysis
 from headstats.studies.confirm import run_confirmation
-from headstats.studies.runner import compare
+from headstats.studies.runner import compare, compare_with_answer
 
-__all__ = ["compare", "report_analysis", "run_analysis", "run_confirmation", "run_study"]
+__all__ = ["compare", "compare_with_answer", "report_analysis", "run_analysis", "run_confirmation", "run_study"]

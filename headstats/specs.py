@@ -225,6 +225,12 @@ class Sampling(Spec):
         choices=_sample_methods,
         noun="sample method",
     )
+    skip_sampled: int = option(
+        0,
+        "leave out the first N of the sample order (the N documents or questions a run with --limit N and the same "
+        "--seed took): a fresh sample, disjoint from that run's",
+        minimum=0,
+    )
 
     def select(self, strata: Sequence[Hashable | None], seed: int) -> list[int]:
         """Positions (in source order) of the documents or questions this sampling takes from those
@@ -235,7 +241,7 @@ class Sampling(Spec):
         so a new option of this group is its field and its use here."""
         from headstats.io.tasks import select_sample
 
-        return select_sample(strata, self.limit, sample=self.sample, seed=seed)
+        return select_sample(strata, self.limit, sample=self.sample, seed=seed, skip=self.skip_sampled)
 
 
 @dataclass(frozen=True)
@@ -973,6 +979,10 @@ def _stage_end(value: str) -> None:
 
 
 HOLM_FAMILIES: tuple[str, ...] = ("stage_end", "all")
+# A seed study's decision rules (docs/guides/finetuning-confirm.md): the seeds' mean base -> stage end
+# distance against the margin, or (registered before rules were named) the contrast of that distance
+# with the seed -> seed distance.
+SEED_RULES: tuple[str, ...] = ("distance", "contrast")
 
 
 @compose(Equivalence)
@@ -985,7 +995,10 @@ class FinetuneDesign(Spec):
     WHAT: ClassVar[str] = "design"
 
     recipe_hash: str = option(
-        "", "the hash, without the seed, of the recipe every chain trains with (in its directory's name)", cli=False
+        "",
+        "the hash, without the seed, of the recipe every chain trains with (in its directory's name)",
+        cli=False,
+        each=lambda value: check_name(value, "the value") if value else value,
     )
     base_model: str | None = option(
         None, "the base model every chain starts from (default: the one a chain of this recipe records)", cli=False
@@ -1005,6 +1018,15 @@ class FinetuneDesign(Spec):
         cli=False,
     )
     min_seeds: int = option(6, "fewest seeds that learned which still decide a stage end", minimum=2, cli=False)
+    rule: str | None = option(
+        None,
+        "the decision rule: 'distance' (the seeds' mean base -> stage end distance against the margin) or "
+        "'contrast' (that distance minus the seed -> seed distance, the rule of designs registered before rules "
+        "were named; unset reads as it)",
+        choices=SEED_RULES,
+        noun="seed study rule",
+        cli=False,
+    )
     power_moved: float | None = option(None, "simulated power of the moved test at the margin", cli=False)
     power_equivalent: float | None = option(None, "simulated power of the equivalence test at no movement", cli=False)
     cpu_hours: float | None = option(None, "planned CPU hours (training and scoring)", minimum=0, cli=False)
@@ -1194,7 +1216,8 @@ class CompareSpec(Spec):
     models: tuple[str, ...] = option(
         (),
         "the reference model, then the models compared with it (embedded names, folders or Hub ids; NAME@bfloat16 "
-        "is a model in another dtype than --dtype, e.g. the reference itself as a numerical-noise yardstick)",
+        "is a model in another dtype than --dtype, e.g. the reference itself as a numerical-noise yardstick, "
+        "unless a folder of that exact name exists)",
         cli=False,
     )
     data: tuple[str, ...] = option(
@@ -1228,6 +1251,12 @@ class CompareSpec(Spec):
         "comma-separated seed replicates given as models: REPLICATE (of the reference) or MODEL=REPLICATE (of "
         "a compared model); their distances to each other are a yardstick beside every distance",
         metavar="MODELS",
+    )
+    self_comparison: bool = option(
+        False,
+        "compare a model with itself on purpose (a check of the method: every distance is noise); without it two "
+        "models of one folder or the same weights in one dtype are refused as a mistake",
+        runtime=True,
     )
 
     def check(self) -> None:

@@ -339,8 +339,10 @@ def test_a_report_rebuilt_beside_the_users_files_keeps_them(tmp_path) -> None:
 def _pruned(heads: list[tuple[int, int]]):
     from families import tiny_model
 
+    from headstats.engine.attention import register_attention
     from headstats.engine.prune import prune_heads
 
+    register_attention()  # run alone, no earlier test has registered it
     model = tiny_model("llama", attn="headstats")
     prune_heads(model, heads)
     return model
@@ -366,6 +368,29 @@ def test_a_second_prune_replaces_its_own_files_and_keeps_the_users(tmp_path) -> 
     assert sorted([*manifest, "_manifest.json"]) == first
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no staging folder left
     assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]  # and no hidden copy beside it
+
+
+@pytest.mark.parametrize(("umask", "files", "folders"), [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
+def test_a_pruned_folder_is_created_with_the_users_umask_and_the_help_says_so(
+    umask: int, files: int, folders: int, tmp_path, capsys
+) -> None:
+    """Every file and folder of a pruned model, its manifest included, as the umask makes new ones:
+    readable by others under 022, the user's alone under 077; ``headstats prune --help`` says so."""
+    from headstats.cli import main
+
+    before = os.umask(umask)
+    try:
+        out = _save(tmp_path / "o", [(0, 1)])
+    finally:
+        os.umask(before)
+    modes = {p.relative_to(tmp_path).as_posix(): p.stat().st_mode & 0o777 for p in [out, *out.rglob("*")]}
+    assert "o/_manifest.json" in modes and "o/pruning.json" in modes
+    assert modes == {name: folders if (tmp_path / name).is_dir() else files for name in modes}
+    with pytest.raises(SystemExit):
+        main(["prune", "--help"])
+    assert "created with your umask: readable by others under the usual 022 (0644 and 0755), yours alone under 077" in (
+        " ".join(capsys.readouterr().out.split())
+    )
 
 
 def test_a_prune_over_an_earlier_one_without_a_manifest_keeps_the_users_files(tmp_path) -> None:
@@ -490,6 +515,65 @@ def test_the_committed_frontiers_still_resume_in_points(name: str) -> None:
             assert (root / "run.json").read_bytes() == before
 
 
+# --- a study file edited after its run is never half-followed ----------------------------------------
+
+
+def _frontier_copy(tmp: Path, edit: tuple[str, str] | None = None) -> tuple[Path, Path]:
+    """analyses/prune_embedded.toml's SmolLM2 frontier with its committed points, in ``tmp``: the file
+    (``edit`` applied), whose model is a folder named like the committed one (only its config: nothing
+    loads), and the model's results folder."""
+    model = tmp / "models" / "smollm2-135m"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    shutil.copytree(ROOT / "results" / "prune-embedded" / "model=smollm2-135m", tmp / "r" / "model=smollm2-135m")
+    text = (ROOT / "analyses" / "prune_embedded.toml").read_text()
+    text = text.replace('names = ["smollm2-135m", "gemma3-270m"]', f"names = [{json.dumps(str(model))}]")
+    text = text.replace('results = "results/prune-embedded"', f'results = "{tmp / "r"}"')
+    text = text.replace('report = "reports/prune-embedded"', f'report = "{tmp / "rep"}"')
+    if edit is not None:
+        assert edit[0] in text
+        text = text.replace(*edit, 1)
+    path = tmp / "frontier.toml"
+    path.write_text(text)
+    return path, tmp / "r" / "model=smollm2-135m"
+
+
+FRONTIER_EDITS = [
+    ("limit raised", ("limit = 20", "limit = 30"), "prune.limit: 20 there, 30 now"),
+    ("a task added", ('tasks = ["piqa", "arc_easy"]', 'tasks = ["piqa", "arc_easy", "hellaswag"]'), "prune.tasks: "),
+    ("calibration_limit", ("calibration_limit = 64", "calibration_limit = 32"), "prune.calibration_limit: 64 there"),
+    ("the dtype", ('dtype = "float32"', 'dtype = "bfloat16"'), 'load.dtype: "float32" there, "bfloat16" now'),
+]
+
+
+def test_a_frontier_states_the_settings_its_points_were_run_with(tmp_path) -> None:
+    from headstats.studies import run_study
+
+    path, _ = _frontier_copy(tmp_path)
+    index = run_study(path, stages=("report",), progress=False)
+    summary = (index.parent / "summary.md").read_text()
+    assert "Every point was run with these settings (each model's `run.json`; a file whose settings changed" in summary
+    assert "`limit = 20`, " in summary and '`tasks = ["piqa", "arc_easy"]`' in summary
+
+
+@pytest.mark.parametrize(("edit", "said"), [c[1:] for c in FRONTIER_EDITS], ids=[c[0] for c in FRONTIER_EDITS])
+def test_a_frontier_edited_after_its_points_ran_is_refused_naming_the_setting(edit, said, tmp_path, capsys) -> None:
+    """The file's settings changed after every point ran: neither a run (which skipped the finished
+    points and rebuilt the report on the old ones) nor the report stage goes on; both name the setting."""
+    path, root = _frontier_copy(tmp_path, edit)
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    expected = f"headstats: error: {root} holds frontier points run with other settings ({said}"
+    for stages in ("collect,ablate,report", "report", "time"):
+        line = cli_error(capsys, ["frontier", str(path), "--stages", stages, "-q"])
+        assert line.startswith(expected), line
+        assert line.endswith(
+            f"): restore those settings in {path}, or give it another results folder (results = ...) to run its points "
+            "under the new ones"
+        )
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before
+    assert not (tmp_path / "rep").exists()
+
+
 # --- pre-registration holds ---------------------------------------------------------------------------
 
 
@@ -537,7 +621,7 @@ def test_a_confirmation_edited_after_its_results_is_an_amendment(edit, said, tmp
     assert "## The claims as amended after the run" in (plan.report / "summary.md").read_text()
     with pytest.raises(SpecError) as err:  # and no pass runs under the changed file
         register(plan)
-    assert str(err.value).startswith(f"{plan.path.as_posix()} changed since its first pass (")
+    assert str(err.value).startswith(f"{plan.path.as_posix()} changed since its first run (")
     assert str(err.value).endswith(
         "): a confirmation's claims and rule are fixed before it runs; restore them, or give the changed file its "
         "own results folder"
@@ -556,7 +640,7 @@ def test_an_unchanged_confirmation_is_pre_registered_and_one_without_a_record_sa
     (plan.results / REGISTRATION_FILE).unlink()
     abstract = _abstract(Path(write_confirmation(plan)).parent)
     assert abstract.removeprefix(PLAIN_QUESTION + " ").startswith(
-        f"**No pre-registration record** (`{(plan.results / REGISTRATION_FILE).as_posix()}` is missing): the rule "
+        f"**No pre-registration record** (`<local>/results/{REGISTRATION_FILE}` is missing): the rule "
         "below is the file's current one, which nothing shows predates the results. "
     )
 
@@ -655,6 +739,165 @@ def test_a_report_of_results_outside_home_names_no_local_folder(tmp_path, capsys
         assert "headstats report &lt;local&gt;/r --out &lt;local&gt;/rep" in text or (
             "headstats report <local>/r --out <local>/rep" in text
         )
+
+
+# --- no report kind writes the building user's home or temporary folder ---------------------------------
+
+
+def _copy_study(tmp: Path, analysis: str, results: str, edits: dict[str, str] | None = None) -> Path:
+    """The committed ``analysis`` file with its committed ``results``, in folders of a user's temporary
+    home: the results outside it (``tmp/data``), the report inside it (``~/reports``), the file outside."""
+    text = (ROOT / "analyses" / f"{analysis}.toml").read_text()
+    name = Path(results).name
+    shutil.copytree(ROOT / results, tmp / "data" / name)
+    for old, new in (edits or {}).items():
+        assert old in text, old
+        text = text.replace(old, new)
+    folders = f'results = "{tmp / "data" / name}"\nreport = "{Path.home() / "reports" / name}"\n'
+    text = folders + "\n".join(line for line in text.splitlines() if not line.startswith(("results =", "report =")))
+    path = tmp / "studies" / f"{analysis}.toml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _stand_ins(tmp: Path, names: list[str]) -> str:
+    """Model folders named like the committed models (their config alone: no report loads a model)."""
+    folders = []
+    for name in names:
+        (tmp / "models" / name).mkdir(parents=True, exist_ok=True)
+        (tmp / "models" / name / "config.json").write_text("{}")
+        folders.append(str(tmp / "models" / name))
+    return json.dumps(folders)
+
+
+def _seed_study(tmp: Path) -> Path:
+    from test_finetune_study import study_file, synthetic_seeds
+
+    path = study_file(
+        tmp, chains=tmp / "chains", seeds=[0, 1, 2], stage_ends=["sft@2", "dpo@2"], recipe_hash="abc", base="tiny",
+        dataset="texts",
+    )  # fmt: skip
+    synthetic_seeds(tmp / "results", 3, ["sft", "dpo"])
+    text = path.read_text().replace(str(tmp / "report"), str(Path.home() / "reports" / "seeds"))
+    path.write_text(text)
+    return path
+
+
+SMALL = [("ref", 2, 4, 2, 0.0), ("other", 2, 4, 2, 0.3)]  # synthetic models: name, layers, heads, KV heads, sink
+
+
+def _small(names: tuple[str, ...] = ("ref", "other")):
+    from headstats.testing.synthetic import SyntheticModel
+
+    return [SyntheticModel(n, layers, heads, kv, sink=sink) for n, layers, heads, kv, sink in SMALL if n in names]
+
+
+def _comparison(tmp: Path) -> Path:
+    """A comparison of two model folders (stand-ins) from synthetic tables, recorded as collected from
+    those folders; the reference's format-change table another draw."""
+    from headstats.testing.synthetic import write_synthetic_scores
+
+    results = tmp / "data" / "compare"
+    write_synthetic_scores(results / "compared", _small(), ["wikipedia"], n_sequences=12, progress=False)
+    write_synthetic_scores(results / "format-change", _small(("ref",)), ["wikipedia"], n_sequences=12, seed=1)
+    for sidecar in results.rglob(store.PROVENANCE_FILE):
+        record = json.loads(sidecar.read_text())
+        sidecar.write_text(json.dumps({**record, "model": f"<local>/{record['model']}"}))
+    path = tmp / "studies" / "compare.toml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(
+        f'results = "{results}"\nreport = "{Path.home() / "reports" / "compare"}"\n[compare]\n'
+        f'models = {_stand_ins(tmp, ["ref", "other"])}\ndata = ["wikipedia"]\nlimit = 12\nn_resamples = 20\n'
+        "head_permutations = 19\n"
+    )
+    return path
+
+
+def _analysis(tmp: Path) -> Path:
+    from headstats.testing.synthetic import write_synthetic_scores
+
+    write_synthetic_scores(tmp / "data" / "synthetic", _small(), n_sequences=16, progress=False)
+    path = tmp / "studies" / "synthetic.toml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(
+        f'results = "{tmp / "data" / "synthetic"}"\nreport = "{Path.home() / "reports" / "synthetic"}"\n'
+        '[models]\nnames = ["m"]\n'
+    )
+    return path
+
+
+# Per study kind (and the paired frontier report), a file of it with results outside the home and its report
+# inside it; built from committed or synthetic results, with no model loaded.
+REPORT_STUDIES: dict[str, Callable[[Path], Path]] = {
+    "analysis": _analysis,
+    "confirmation": lambda t: _copy_study(t, "confirm", "results/confirm"),
+    "frontier": lambda t: _copy_study(
+        t, "prune_embedded", "results/prune-embedded",
+        {'names = ["smollm2-135m", "gemma3-270m"]': f"names = {_stand_ins(t, ['smollm2-135m', 'gemma3-270m'])}"},
+    ),
+    "frontier (paired)": lambda t: _copy_study(
+        t, "prune_pooled", "results/prune-pooled",
+        {
+            'names = ["smollm2-135m"]': f"names = {_stand_ins(t, ['smollm2-135m'])}",
+            'optional = ["gemma3-270m"]': f"optional = {_stand_ins(t, ['gemma3-270m'])}",
+        },
+    ),
+    "comparison": _comparison,
+    "fine-tuning": _seed_study,
+}  # fmt: skip
+
+
+def _no_local_folder(tmp: Path, out: Path) -> None:
+    written = [p for p in out.rglob("*") if p.is_file()]
+    assert written and any(p.name == "index.html" for p in written)
+    for local in {str(tmp), str(tmp.resolve()), str(Path.home())}:
+        for path in written:
+            assert local.encode() not in path.read_bytes(), f"{path} names {local}"
+
+
+@pytest.fixture
+def temporary_home(tmp_path: Path, monkeypatch) -> Path:
+    """The user's home moved into ``tmp_path`` (the cache stays where it is)."""
+    from headstats.io.assets import cache_dir
+
+    monkeypatch.setenv("HEADSTATS_CACHE", str(cache_dir()))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    return tmp_path
+
+
+def test_every_report_kind_is_listed_below() -> None:
+    from headstats.studies.registry import STUDY_KINDS
+
+    assert {name.split(" (")[0] for name in REPORT_STUDIES} == set(STUDY_KINDS)
+
+
+@pytest.mark.parametrize("kind", list(REPORT_STUDIES))
+def test_no_report_kind_writes_the_home_or_temporary_folder(kind: str, temporary_home: Path) -> None:
+    """Each kind's report built from folders under a temporary home and folder (results outside the home,
+    the report inside it, the study file and model folders outside): no written file names either."""
+    from headstats.specs import RunSpec
+    from headstats.studies import load_study
+    from headstats.studies.registry import STUDY_KINDS
+
+    path = REPORT_STUDIES[kind](temporary_home)
+    study = load_study(path)
+    index = STUDY_KINDS.get(study.kind).report(study, RunSpec(), progress=False)
+    assert index.parent.is_relative_to(Path.home())
+    _no_local_folder(temporary_home, index.parent)
+
+
+def test_headstats_report_writes_no_home_or_temporary_folder(temporary_home: Path) -> None:
+    """``headstats report`` (the analysis report without a file; ``headstats paper``, which reads only
+    the bundled curves, is checked in tests/test_paper.py)."""
+    from headstats.cli import main
+    from headstats.testing.synthetic import write_synthetic_scores
+
+    out = Path.home() / "reports" / "report"
+    write_synthetic_scores(temporary_home / "r", _small(), n_sequences=16, progress=False)
+    assert main(["report", str(temporary_home / "r"), "--out", str(out), "-q"]) == 0
+    _no_local_folder(temporary_home, out)
 
 
 def test_a_folder_outside_home_is_recorded_by_its_name_alone() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -453,10 +454,18 @@ def test_the_report_states_the_power_the_design_registered() -> None:
     decision = SeedDecision(
         *("t", tuple(range(12)), 0.12, 0.05, 8, "stage_end", 0.92, 0.98),
         *(empty,) * 7,
-        *({"keys": {}, "sha256": "0" * 64}, "f.toml", "0" * 64, "rebuild"),
+        *({"keys": {}, "sha256": "0" * 64}, "contrast", empty, empty, empty, "gemma3-270m"),
+        *("f.toml", "0" * 64, "rebuild"),
     )
     said = power_statement(decision)
-    assert "a simulation of 12 seeds" in said and "at least 98%" in said and "with probability 92%" in said
+    assert "12 seeds; a simulation whose seed spread came from one exploratory seed pair" in said
+    assert "at least 98%" in said and "with probability 92%" in said
+    distance = dataclasses.replace(decision, rule="distance", power_moved=0.94, power_equivalent=0.85)
+    assert power_statement(distance) == (
+        "Power stated in the design before any seed was trained (12 seeds; from an earlier study's seeds, each "
+        "cell's estimate taken as its truth): at least 94% towards 'moved beyond' in the cells its plan expected to "
+        "decide; at least 85% towards 'equivalent' in the cells its plan expected to decide."
+    )
     unstated = dataclasses.replace(decision, power_moved=None, power_equivalent=None)
     assert power_statement(unstated) == "The design states no power for its 12 seeds."
 
@@ -472,11 +481,224 @@ def test_the_abstract_says_why_a_stage_end_is_undetermined_and_tallies_each_data
     decision = SeedDecision(
         *("t", tuple(range(12)), 0.12, 0.05, 8, "stage_end", 0.92, 0.98),
         *(verdicts, sentences, *(empty,) * 5),
-        *({"keys": {}, "sha256": "0" * 64}, "f.toml", "0" * 64, "rebuild"),
+        *({"keys": {}, "sha256": "0" * 64}, "contrast", empty, empty, empty, "gemma3-270m"),
+        *("f.toml", "0" * 64, "rebuild"),
     )
     said = abstract(decision)
     assert "after SFT it is undetermined (not every cell is shown within the margin, and none beyond it)." in said
     assert said.endswith(
-        "Of 6 cells, 5 are decided (4 equivalent within the margin, 1 moved beyond training noise). By dataset: mmlu "
+        "Of 6 cells, 5 are decided (4 equivalent within the margin, 1 moved beyond training noise; 'moved' "
+        "Holm-adjusted over each stage end, 'equivalent' per cell, unadjusted). By dataset: mmlu "
         "and wikipedia: all 2 equivalent within the margin; piqa: 1 moved beyond training noise, 1 undetermined."
     )
+
+
+# --- a registered design cannot be edited silently ----------------------------------------------------
+
+# One edit per registered key of the tiny design (:func:`headstats.jobs.finetune.study.registered`): the
+# (text, replacement) pairs of the file, and the change the report names. texts and [collect] limit are one
+# number, edited together.
+ONE_NUMBER = [("texts = 4", "texts = 3"), ("limit = 4", "limit = 3")]
+DESIGN_EDITS = {
+    "margin": ([("margin = 0.12", "margin = 0.3")], "margin: 0.12 -> 0.3"),
+    "alpha": ([("[design]\n", "[design]\nalpha = 0.1\n")], "alpha: 0.05 -> 0.1"),
+    "family": ([("[design]\n", '[design]\nfamily = "all"\n')], 'family: "stage_end" -> "all"'),
+    "min_seeds": ([("min_seeds = 2", "min_seeds = 3")], "min_seeds: 2 -> 3"),
+    "seeds": ([("seeds = [0, 1, 2]", "seeds = [0, 1]")], "seeds: [0, 1, 2] -> [0, 1]"),
+    "stage_ends": (
+        [('stage_ends = ["sft@2", "dpo@2"]', 'stage_ends = ["sft@2"]')],
+        'stage_ends: ["sft@2", "dpo@2"] ->',
+    ),
+    "recipe_hash": ([('recipe_hash = "abc"', 'recipe_hash = "abd"')], 'recipe_hash: "abc" -> "abd"'),
+    "texts": (ONE_NUMBER, "texts: 4 -> 3"),
+    "collect.limit": (ONE_NUMBER, "collect.limit: 4 -> 3"),
+    "collect.datasets": ([('datasets = ["texts"]', 'datasets = ["texts", "more"]')], 'collect.datasets: ["texts"] ->'),
+    "collect.scores": (
+        [('scores = ["ahon_ln", "awft"]', 'scores = ["ahon_ln"]')],
+        'collect.scores: ["ahon_ln", "awft"]',
+    ),
+    "collect.sample": ([('sample = "random"', 'sample = "first"')], 'collect.sample: "random" -> "first"'),
+    "collect.seed": ([("seed = 48", "seed = 49")], "collect.seed: 48 -> 49"),
+    "collect.max_length": ([("max_length = 64", "max_length = 32")], "collect.max_length: 64 -> 32"),
+    "collect.padding_side": ([("[collect]\n", '[collect]\npadding_side = "left"\n')], "collect.padding_side: "),
+    "collect.prompt_format": ([("[collect]\n", '[collect]\nprompt_format = "plain"\n')], "collect.prompt_format: "),
+    # keys added after designs were registered, registered once set (an earlier design ran as they are unset)
+    "rule": ([("[design]\n", '[design]\nrule = "distance"\n')], 'rule: null -> "distance"'),
+    "collect.skip_sampled": ([("[collect]\n", "[collect]\nskip_sampled = 4\n")], "collect.skip_sampled: 0 -> 4"),
+}
+
+
+@pytest.fixture
+def scored_study(tmp_path: Path) -> Path:
+    """A design of three seeds at two stage ends (min_seeds 2) after every seed was scored (synthetic
+    tables)."""
+    path = study_file(
+        tmp_path, chains=tmp_path / "no-chains", seeds=[0, 1, 2], stage_ends=["sft@2", "dpo@2"], recipe_hash="abc",
+        base="tiny", dataset="texts",
+    )  # fmt: skip
+    synthetic_seeds(tmp_path / "results", 3, ["sft", "dpo"])
+    return path
+
+
+@pytest.fixture
+def registered_study(scored_study: Path) -> Path:
+    """``scored_study`` with its keys recorded by a first run of its collect stage (no chain is there,
+    so it scores nothing)."""
+    run_study(scored_study, stages=("collect",), progress=False)  # the first run records the design's keys
+    assert (scored_study.parent / "results" / "_registration.json").is_file()
+    return scored_study
+
+
+def _first_screen(index: Path) -> str:
+    """What summary.md shows under the title: the subtitle."""
+    return (index.parent / "summary.md").read_text().split("\n\n")[1]
+
+
+def test_every_registered_key_of_the_design_has_an_edit_below(registered_study: Path) -> None:
+    from headstats.jobs.finetune.study import registered
+    from headstats.jobs.registration import flat_keys
+
+    keys = set(flat_keys(registered(load_study(registered_study).spec).keys))
+    assert keys <= set(DESIGN_EDITS), f"add an edit for {sorted(keys - set(DESIGN_EDITS))} to DESIGN_EDITS"
+    index = run_study(registered_study, stages=("report",), progress=False)
+    assert "pre-registered" not in _first_screen(index)  # the file as registered: nothing to say
+
+
+@pytest.mark.parametrize("key", list(DESIGN_EDITS))
+def test_a_design_edited_after_its_results_is_an_amendment_on_the_first_screen(key, registered_study: Path) -> None:
+    """Each registered key edited after every seed was scored: the rebuilt report's first screen (its
+    subtitle, under the title) calls it an amendment and names the change; a run of its train or
+    collect stage under the edited file is refused, naming it."""
+    from headstats.options import SpecError
+
+    path = registered_study
+    edits, said = DESIGN_EDITS[key]
+    text = path.read_text()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new, 1)
+    path.write_text(text)
+    index = run_study(path, stages=("report",), progress=False)
+    assert (
+        _first_screen(index)
+        .split(" keys' SHA-256 ")[1][20:]
+        .startswith("**Amended after results, not pre-registered**: ")
+    )
+    assert said in (index.parent / "summary.md").read_text()
+    with pytest.raises(SpecError) as err:
+        run_study(path, stages=("collect",), progress=False)
+    assert str(err.value).startswith(f"{path.as_posix()} changed since its first run (")
+    assert said in str(err.value)
+    assert str(err.value).endswith(
+        "): a seed study's design and rule are fixed before it runs; restore them, or give the changed file its own "
+        "results folder"
+    )
+
+
+def test_a_design_without_a_record_says_so_and_is_registered_by_its_next_run(registered_study: Path) -> None:
+    (registered_study.parent / "results" / "_registration.json").unlink()
+    index = run_study(registered_study, stages=("report",), progress=False)
+    assert "**No pre-registration record** (`<local>/results/_registration.json` is missing)" in _first_screen(index)
+    run_study(registered_study, stages=("collect",), progress=False)
+    index = run_study(registered_study, stages=("report",), progress=False)
+    assert "pre-registration" not in _first_screen(index)
+
+
+# --- every input of a seed study is checked where it enters -------------------------------------------
+
+
+def _replace_table(results: Path, slug: str, stage: str, **provenance) -> Path:
+    """seed-0's ``slug`` table written again (its texts shifted by 100 with ``shift``), its provenance
+    with ``provenance`` added; returns its partition."""
+    shift = provenance.pop("shift", 0)
+    partition = store.table_dir(results / "seed-0", "scores", slug, "texts")
+    frame = store.read_scores(results / "seed-0").query("model == @slug").drop(columns=["model", "dataset"])
+    frame = frame.assign(sample_id=frame["sample_id"] + shift)
+    checkpoint = {"stage": stage, "seed": 0, "step": 2, **provenance.pop("checkpoint", {})}
+    record = store.make_provenance(kind="scores", model=slug, dataset="texts", checkpoint=checkpoint, **provenance)
+    for old in store.data_files(partition):
+        old.unlink()
+    store.write_json_atomic(record, partition / store.PROVENANCE_FILE)
+    store.write_parquet_atomic(
+        pa.Table.from_pandas(frame, preserve_index=False), partition / "part-00000.parquet", record
+    )
+    return partition
+
+
+def _metrics(results: Path, value: object) -> Path:
+    path = results / "seed-1" / "_chain" / "metrics.json"
+    path.write_text(json.dumps(value))
+    return path
+
+
+RECOLLECT = "move it away and score it again (headstats run {path} --stages collect --seeds 0)"
+METRICS_FIX = (
+    "copy the chain's metrics.json there again (the collect stage does, with the chain here: headstats run {path} "
+    "--stages collect --seeds 1), or restore it from version control"
+)
+# (case, what is done to the scored study (its file, its results) and the extra arguments, the one line it gets)
+SEED_INPUTS = [
+    (
+        "metrics.json a list",
+        lambda path, results: (_metrics(results, [1, 2]), [])[1],
+        "{results}/seed-1/_chain/metrics.json is damaged (a JSON object expected, not list); " + METRICS_FIX,
+    ),
+    (
+        "a stage of metrics.json not a record",
+        lambda path, results: (_metrics(results, {"sft": [1, 2]}), [])[1],
+        "{results}/seed-1/_chain/metrics.json is damaged (its 'sft' entry is not a stage's record, an object with its "
+        "checkpoints by step); " + METRICS_FIX,
+    ),
+    (
+        "a seed's table scored on other texts",
+        lambda path, results: (_replace_table(results, "base", "base", shift=100), [])[1],
+        "{results}/seed-0/model=base/dataset=texts holds other texts of texts than the study's other tables (16 of "
+        "their 16 are not in it): it was scored on another sample; " + RECOLLECT,
+    ),
+    (
+        "a seed's table scored with other settings",
+        lambda path, results: (_replace_table(results, "base", "base", settings={"seed": 49, "max_length": 64}), [])[1],
+        "{results}/seed-0/model=base/dataset=texts was scored with other settings (seed: 49 there, 48 in seeds.toml): "
+        + RECOLLECT,
+    ),
+    (
+        "another seed's table in a seed's folder",
+        lambda path, results: (_replace_table(results, "seed-0-sft", "sft", checkpoint={"seed": 1}), [])[1],
+        "{results}/seed-0/model=seed-0-sft/dataset=texts records seed 1, not 0: " + RECOLLECT,
+    ),
+    (
+        "another recipe's table",
+        lambda path, results: (_replace_table(results, "seed-0-sft", "sft", checkpoint={"recipe_hash": "xyz"}), [])[1],
+        "{results}/seed-0/model=seed-0-sft/dataset=texts records recipe xyz, the design's is abc: it is another "
+        "study's table; " + RECOLLECT,
+    ),
+    (
+        "--results a folder that does not exist",
+        lambda path, results: ["--results", str(results.parent / "nowhere")],
+        "--results: {results}/../nowhere does not exist: give the folder the collect stage wrote this study's tables "
+        "to (it holds seed-N/ folders), or leave --results out to read the file's ({results})",
+    ),
+    (
+        "no results yet",
+        lambda path, results: (shutil.rmtree(results), [])[1],
+        "{path}: no results under {results} yet: run its collect stage first (headstats run {path} --stages collect)",
+    ),
+    (
+        "a recipe hash that would leave the chains' folder",
+        lambda path, results: (path.write_text(path.read_text().replace('"abc"', '"../../../x"')), [])[1],
+        "{path}: [design] recipe_hash: the value '../../../x' holds a path separator; it becomes part of a file "
+        "name, so use only letters, digits, '-', '_' and '.' (not first)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("damage", "message"), [c[1:] for c in SEED_INPUTS], ids=[c[0] for c in SEED_INPUTS])
+def test_a_seed_studys_inputs_are_refused_in_one_line_that_names_them(
+    damage, message, scored_study: Path, capsys
+) -> None:
+    path, results = scored_study, scored_study.parent / "results"
+    extra = damage(path, results)
+    assert main(["run", str(path), "--stages", "report", "-q", *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    expected = message.format(path=path, results=results).replace(f"{results}/../", f"{results.parent}/")
+    assert err == [f"headstats: error: {expected}"]

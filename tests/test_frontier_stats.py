@@ -29,6 +29,10 @@ def test_the_committed_frontier_tables_are_the_stats_modules_numbers(name: str) 
     assert mine[keys].astype(str).equals(accuracy[keys].astype(str))
     for column in ["n", "accuracy", "drop", "upper", "upper_fw", "lost", "gained", "mdd_80", "n_to_certify"]:
         np.testing.assert_allclose(mine[column].astype(float), accuracy[column].astype(float), rtol=1e-12)
+    # no number of questions certifies a point whose observed drop reaches the tolerated one: an empty count, "never"
+    notes = accuracy["n_to_certify_note"].fillna("")
+    unpruned = mine["score"] == "none"
+    assert mine["n_to_certify_note"].equals(notes) and (mine["n_to_certify"].isna() == ((notes != "") | unpruned)).all()
     ratios = fs.speedups(speed)
     committed = pd.read_csv(tables / "speed.csv")
     merged = committed.merge(ratios, on=["model", "score", "share", "batch"], suffixes=("", "_now"))
@@ -63,6 +67,7 @@ def test_the_certification_counts_leave_out_lucky_cells_from_the_range_to_size_a
             "lost": [0, 0, 3, 1, 1],
             "gained": [0, 0, 1, 4, 4],
             "n_to_certify": [np.nan, 10.0, 900.0, 40.0, 40.0],
+            "n_to_certify_note": "",
         }
     )
     counts = fs.certification_counts(table, 0.01)

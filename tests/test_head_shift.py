@@ -91,7 +91,8 @@ def test_max_t_equals_a_brute_force_enumeration_of_all_sign_vectors() -> None:
     np.testing.assert_allclose(rows["mean_diff"], d.mean(axis=0), rtol=1e-12)
     spread = np.subtract(*np.quantile(a, [0.75, 0.25]))
     np.testing.assert_allclose(rows["shift_iqr"], d.mean(axis=0) / spread, rtol=1e-12)
-    assert rows["d_z"].iloc[3] == np.inf and rows["d_z"].iloc[4] == 0.0
+    # the same difference on every text has no spread to standardise by: no d_z, never an infinite one
+    assert rows["d_z"].iloc[:3].notna().all() and rows["d_z"].iloc[3:].isna().all()
     # With fewer permutations than sign vectors they are drawn; the p-values stay within Monte
     # Carlo error (4 binomial sd) of the exact ones.
     d12 = rng.normal(0.3, 1.0, size=(12, 3))

@@ -128,3 +128,5 @@ def test_paper_command_writes_table_figures_and_report(tmp_path) -> None:
     assert "Table 2" in page and "MIT" in page
     assert page.index('<div id="abstract">') < page.index('alt="table2_dots"') < page.index('<nav id="contents">')
     assert "![accuracy_grid](figures/accuracy_grid.png)" in (out / "summary.md").read_text()
+    for path in (p for p in out.rglob("*") if p.is_file()):  # no local folder in what it wrote (out lies in /tmp)
+        assert str(tmp_path).encode() not in path.read_bytes(), path

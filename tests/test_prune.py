@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import socket
 
 import pandas as pd
 import pyarrow as pa
@@ -549,10 +551,11 @@ def test_the_time_stage_times_finished_points_again_and_keeps_their_answers(
     assert main(["frontier", str(analysis), "--stages", "time", "-q", "--device", "cpu"]) == 0 and len(timed) == 7
     capsys.readouterr()
     assert main(["frontier", str(analysis), "--stages", "time", "-q", "--dtype", "bfloat16"]) != 0
-    assert "holds a frontier run with other settings (load)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert 'holds frontier points run with other settings (load.dtype: null there, "bfloat16" now)' in err, err
     run["settings"]["load"]["dtype"] = "bfloat16"  # the same, recorded by the run
     F.write_json_atomic(run, root / "run.json")
-    with pytest.raises(SpecError, match=r"holds a frontier run with other settings \(load\)"):
+    with pytest.raises(SpecError, match=r'other settings \(load.dtype: "bfloat16" there, null now\)'):
         F.retime_model(spec, str(model_dir))
 
 
@@ -647,7 +650,16 @@ def test_two_runs_share_a_frontiers_points(model_dir, tmp_path, monkeypatch) -> 
     monkeypatch.setattr(F, "_speed", lambda spec_, models: [])
     with claim(points, "ahon_ln-0.250") as held:
         assert held
-        F.run_model(spec, str(model_dir))
+        with pytest.raises(F.PointsHeldError) as err:
+            F.run_model(spec, str(model_dir))
+    holder = f"pid {os.getpid()} on {socket.gethostname()}, since "
+    message = str(err.value)
+    assert message.startswith(f"{points.parent}: another headstats run ({holder}")
+    assert message.endswith(
+        ") is evaluating 1 of its points (ahon_ln-0.250); this run evaluated the others and left those to it. Wait "
+        "for that run to finish (its report then holds every point), or give this file another results folder to "
+        "run its points apart"
+    )
     assert evaluated == ["baseline", "ahon_ln-0.500"]
     assert sorted(p.name for p in points.iterdir()) == sorted(
         f"{stem}.{ext}" for stem in ("baseline", "ahon_ln-0.500") for ext in ("json", "parquet")

@@ -121,7 +121,7 @@ def test_frontier_plans_both_units_and_resumes_folders_recorded_before_units(tmp
     del run["settings"]["prune"]["units"]
     F.write_json_atomic(run, root / "run.json")
     F.check_run_record(plain, root, {"cpu": "here"})
-    with pytest.raises(SpecError, match=r"holds a frontier run with other settings \(prune\)"):
+    with pytest.raises(SpecError, match=r"holds frontier points run with other settings \(prune\.units"):
         F.check_run_record(both, root, {"cpu": "here"})
 
 
@@ -295,7 +295,7 @@ def test_a_frontier_folder_resumes_when_only_where_it_is_timed_changes(tmp_path)
     longer = F.load_frontier(_tiny_frontier(tmp_path, "decode_contexts = [1024, 4096, 8192]\n"))
     F.check_run_record(longer, root, {"cpu": "here"})
     both = F.load_frontier(_tiny_frontier(tmp_path, 'units = ["head", "kv-group"]\n'))
-    with pytest.raises(SpecError, match=r"holds a frontier run with other settings \(prune\)"):
+    with pytest.raises(SpecError, match=r"holds frontier points run with other settings \(prune\.units"):
         F.check_run_record(both, root, {"cpu": "here"})
 
 

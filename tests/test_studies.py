@@ -15,7 +15,7 @@ COMMITTED = sorted(p.name for p in (ROOT / "analyses").glob("*.toml"))
 # The kind each committed file is, by the table it has (none: an analysis).
 KINDS = {"compare_embedded.toml": "comparison", "finetuning_compare.toml": "comparison", "confirm.toml": "confirmation"}
 KINDS |= {name: "frontier" for name in ("prune_embedded.toml", "prune_certify.toml", "prune_pooled.toml")}
-KINDS["finetuning_confirm.toml"] = "fine-tuning"
+KINDS |= {name: "fine-tuning" for name in ("finetuning_confirm.toml", "finetuning_confirm2.toml")}
 # finetuning_embedded.toml stays an analysis: its one chain and seed replicate are scored with zeroing
 # sweeps ([[ablate]]) and a cross-family model (optional), and its report is the analysis report of
 # every checkpoint (25/50/100% of each stage); the fine-tuning kind decides over seeds of one recipe,

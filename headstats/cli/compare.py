@@ -13,12 +13,13 @@ from headstats.specs import CompareSpec
 def add_command(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "compare",
-        help="compare models with a reference on the same texts: how far, equivalent or not, which heads moved",
+        help="compare models with a reference on the same texts: how far, equivalent or not, how far each head moved",
         description=(
             "Collect every model on every --data dataset (resumable; tables under OUT/results), then per (model, "
             "dataset, score): W1 over the reference's IQR with a bootstrap interval, a paired permutation test, and "
             "equivalence against a margin (default: how far the reference moves under a prompt-format change on "
-            "the same texts); per head when the architectures match. Writes OUT/index.html and OUT/summary.md."
+            "the same texts); per head when the architectures match (each head's shift against its margin). Prints "
+            "the answer and writes OUT/index.html and OUT/summary.md."
         ),
         epilog=examples(
             "headstats compare smollm2-135m my-finetuned/ --data wikipedia,piqa --limit 64 --out compare/",
@@ -39,8 +40,9 @@ def _main(args: argparse.Namespace) -> int:
     if len(args.models) < 2:
         raise ValueError("headstats compare needs a reference and at least one other model: REFERENCE OTHER ...")
     spec = spec_from_args(args, CompareSpec, models=tuple(args.models))  # every option checked before loading
-    from headstats.pipeline import compare
+    from headstats.pipeline import compare_with_answer
 
-    index = compare(spec.models, out=str(spec.out), spec=spec)
+    index, answer = compare_with_answer(spec.models, out=str(spec.out), spec=spec)
+    print(answer, flush=True)
     print(f"report: {index}", flush=True)
     return 0

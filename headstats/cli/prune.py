@@ -21,7 +21,8 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
             "passages), remove the fraction --share of heads that look most inactive (or the largest share certified "
             "within --max-drop on the --certify task) from the weights, and write the model to --out with "
             "pruning.json. Load it with headstats.load_model(OUT) or "
-            "AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True)."
+            "AutoModelForCausalLM.from_pretrained(OUT, trust_remote_code=True). Its files and folders are created "
+            "with your umask: readable by others under the usual 022 (0644 and 0755), yours alone under 077."
         ),
         epilog=examples(
             "headstats prune --model smollm2-135m --score ahon_ln --share 0.1 --out pruned/smollm2-10pct",

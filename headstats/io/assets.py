@@ -298,13 +298,13 @@ def _build_gemma3(out: Path) -> None:
 EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
     "smollm2-135m": EmbeddedModel(
         "smollm2-135m",
-        "SmolLM2-135M-Instruct, Llama architecture, 30 layers x 9 heads (3 KV heads)",
+        "SmolLM2-135M-Instruct (a Q4_1 GGUF dequantised to fp32), Llama architecture, 30 layers x 9 heads (3 KV heads)",
         "Apache-2.0",
         _build_smollm2,
     ),
     "gemma3-270m": EmbeddedModel(
         "gemma3-270m",
-        "Gemma-3 270M base, 18 layers x 4 heads (1 KV head), sliding-window layers",
+        "Gemma-3 270M base (a Q4_K_M GGUF dequantised to fp32), 18 layers x 4 heads (1 KV head), sliding-window layers",
         "Gemma terms of use",
         _build_gemma3,
     ),

@@ -11,11 +11,12 @@ resume check are :mod:`headstats.io.store`'s; this module decides what to score.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,29 @@ def collect_key(spec: CollectSpec, **inputs: object) -> dict[str, object]:
     with the model, its weights' hash, the dataset by content, the dtype, the score ids and the
     truncation as resolved (``inputs``)."""
     return settings_key(spec, COLLECT_AXES, **inputs)
+
+
+# Entries of a score table's settings that a collection resolves from its model and data rather than
+# takes from its options (recorded_changes compares the others).
+RESOLVED = ("model", "revision", "dataset", "dataset_identity", "dtype", "scores", "max_length")
+
+
+def recorded_changes(provenance: Mapping[str, object], spec: CollectSpec, here: str = "here") -> list[str]:
+    """The collection options in which a score table (its ``provenance``) was collected otherwise than
+    ``spec`` asks, each named ``seed: 1 there, 48 here`` (``here``: how the message names ``spec``'s
+    side); empty when none, or when the table records no settings (another tool wrote it). Entries
+    resolved from the model and data (:data:`RESOLVED`) are left out, except a truncation longer than
+    ``spec``'s (a model caps it, never lengthens it)."""
+    record = provenance.get("settings")
+    if not isinstance(record, Mapping):
+        return []
+    key = collect_key(spec)
+    stored = recorded_key(record, collect_key(CollectSpec()), RECORDED_NAMES)
+    changed = [name for name in sorted(key) if name not in RESOLVED and stored.get(name) != key.get(name)]
+    there = stored.get("max_length")
+    if isinstance(there, int) and spec.max_length is not None and there > spec.max_length:
+        changed.append("max_length")
+    return [f"{name}: {json.dumps(stored.get(name))} there, {json.dumps(key.get(name))} {here}" for name in changed]
 
 
 def position_limit(model: PreTrainedModel) -> int | None:

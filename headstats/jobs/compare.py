@@ -16,7 +16,6 @@ A study file with a ``[compare]`` table (the options of :class:`~headstats.specs
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -27,6 +26,15 @@ from pathlib import Path
 import pandas as pd
 
 from headstats.io import store
+from headstats.jobs.compare_identity import (
+    check_given_once,
+    check_identities,
+    check_same_weights,
+    check_table,
+    dataset_partition,
+    split_dtype,
+    stored_slug,
+)
 from headstats.options import narrow
 from headstats.specs import AnalysisHeader, CollectSpec, CompareSpec, LoadOptions
 
@@ -49,8 +57,8 @@ class Comparison:
     distances: pd.DataFrame  # compare_distributions
     yardstick: pd.DataFrame  # the reference under the format change (w1_iqr per dataset x score)
     left_out: dict[str, dict[str, str]]  # other slug -> score -> reason
-    head_summary: pd.DataFrame  # head_changes' per (other, dataset, score) rows; empty across architectures
-    heads: pd.DataFrame  # every head's test row
+    head_summary: pd.DataFrame  # compare_heads' per (other, dataset, score) rows; empty across architectures
+    heads: pd.DataFrame  # compare_heads' cells: every (other, dataset, score, layer, head) shift and verdict
     same_architecture: dict[str, bool]
     timings: dict[str, float] = field(default_factory=dict)
     # the models' facts (series_facts): slug, name, role, replicate_of, params, stage, step, label, position
@@ -60,13 +68,16 @@ class Comparison:
     replicates: pd.DataFrame = field(default_factory=pd.DataFrame)  # replicate_distances (every pair of seeds)
     seeds: pd.DataFrame = field(default_factory=pd.DataFrame)  # seed_yardstick per group, dataset and score
     learning: pd.DataFrame = field(default_factory=pd.DataFrame)  # learning_verdicts of each fine-tuning chain
+    # texts_constant: the (model, dataset, score) whose score is the same on every text
+    constant_texts: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
-    def moved_heads(self) -> pd.DataFrame:
-        """The heads that moved on at least one head-local score (:func:`~headstats.stats.compare.moved_heads`)."""
-        from headstats.stats.compare import moved_heads
+    def head_verdicts(self) -> pd.DataFrame:
+        """One verdict per head of each compared model of the same architecture, over its head-local
+        cells (:func:`~headstats.stats.heads.head_verdicts`); empty across architectures."""
+        from headstats.stats.heads import head_verdicts
 
-        return moved_heads(self.heads)
+        return head_verdicts(self.heads) if not self.heads.empty else pd.DataFrame()
 
 
 def is_comparison(path: str | os.PathLike) -> bool:
@@ -118,16 +129,6 @@ def auto_format_change(spec: CompareSpec, tokenizer) -> str:
     return "plain" if has_bos or tokenizer.bos_token_id is None else "bos"
 
 
-DTYPE_SUFFIXES = ("float32", "bfloat16", "float16")
-
-
-def split_dtype(name: str) -> tuple[str, str | None]:
-    """``"smollm2-135m@bfloat16"`` -> (``"smollm2-135m"``, ``"bfloat16"``): a model compared with itself
-    in another dtype (the numerical-noise yardstick); a name without such a suffix is itself."""
-    base, sep, suffix = name.rpartition("@")
-    return (base, suffix) if sep and base and suffix in DTYPE_SUFFIXES else (name, None)
-
-
 def replicate_groups(spec: CompareSpec) -> dict[str, list[str]]:
     """``--replicates`` by the model they replicate (a name of ``models``): REPLICATE is one of the
     reference, MODEL=REPLICATE one of MODEL. Each group lists the replicated model first."""
@@ -143,6 +144,12 @@ def replicate_groups(spec: CompareSpec) -> dict[str, list[str]]:
             )
         groups.setdefault(model, [model]).append(replicate)
     return groups
+
+
+def given_models(spec: CompareSpec) -> list[str]:
+    """Every model as the user gave it, in order: the compared ones, then each replicate (a name given
+    twice stays twice, so that it can be refused)."""
+    return [*spec.models, *(r for members in replicate_groups(spec).values() for r in members[1:])]
 
 
 def all_models(spec: CompareSpec) -> list[str]:
@@ -232,7 +239,7 @@ def chain_learning(chains: list[str], root: Path, seed: int = 0) -> pd.DataFrame
     """:func:`~headstats.stats.learning.learning_verdicts` of the fine-tuning chains named ``chains``,
     from their metrics recorded under ``root/chains/`` (:func:`record_chains`), with the chain's name and
     seed: did each stage learn on its held-out examples? Empty when none is recorded."""
-    from headstats.jobs.finetune.layout import METRICS_FILE, RECIPE_FILE
+    from headstats.jobs.finetune.layout import METRICS_FILE, RECIPE_FILE, read_json, read_metrics
     from headstats.stats.learning import learning_verdicts
 
     frames = []
@@ -240,22 +247,26 @@ def chain_learning(chains: list[str], root: Path, seed: int = 0) -> pd.DataFrame
         folder = root / CHAINS / chain
         if not (folder / METRICS_FILE).is_file():
             continue
-        metrics = json.loads((folder / METRICS_FILE).read_text())
-        record = json.loads((folder / RECIPE_FILE).read_text()) if (folder / RECIPE_FILE).is_file() else {}
+        fix = "restore it from version control, or move it away and collect the chain's checkpoints again"
+        metrics = read_metrics(folder / METRICS_FILE, fix)
+        record = read_json(folder / RECIPE_FILE, fix)
         chain_seed = (record.get("recipe") or {}).get("seed")
         frames.append(learning_verdicts(metrics, seed=seed).assign(chain=chain, chain_seed=chain_seed))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def check_models(spec: CompareSpec) -> list[Path]:
-    """Before any collection: the results folder writable, every model found, every dataset readable
-    and no two models sharing a table name. Returns the models' folders."""
+    """Before any collection: the results folder writable, every model found, none of them another
+    one itself (:func:`~headstats.jobs.compare_identity.check_identities`), every dataset readable and no
+    two models sharing a table name. Returns the models' folders."""
     from headstats.io.models import model_slug, resolve_model_path
     from headstats.io.tasks import collection_source
 
-    store.ensure_writable(results_root(spec))
     names = all_models(spec)
     paths = [resolve_model_path(split_dtype(name)[0]) for name in names]  # unknown names fail first
+    # every model as given, a replicate that names a compared model again included
+    check_identities(spec, given_models(spec), [paths[names.index(name)] for name in given_models(spec)])
+    store.ensure_writable(results_root(spec))
     for name in spec.data:
         collection_source(name, data_dir=spec.data_dir, text_column=spec.text_column)
     slugs = [model_slug(name) for name in names]
@@ -314,48 +325,6 @@ class Stored:
     format_change: str
 
 
-def _same_folder(partition: Path, provenance: dict, folder: Path) -> bool:
-    """Whether the table in ``partition`` was collected from the model folder ``folder``: where it lay
-    relative to the table (``model_from_table``), else its recorded path (``model_path``)."""
-    from headstats.io.assets import local_path
-
-    here = provenance.get("model_from_table")
-    recorded = partition / str(here) if here else local_path(str(provenance.get("model_path") or ""))
-    return bool(here or provenance.get("model_path")) and os.path.normpath(recorded.absolute()) == os.path.normpath(
-        folder.absolute()
-    )
-
-
-def stored_slug(name: str, tables: Path) -> str:
-    """The table name under ``tables`` of the model the user named ``name``, as :func:`collect_all`
-    wrote it (:func:`~headstats.io.models.model_slug`); for a folder that is no longer there, the table
-    whose provenance records that folder (the caller refuses a name whose table is not there)."""
-    from headstats.io.models import model_slug
-
-    slug = model_slug(name)
-    if (tables / f"model={slug}").is_dir() or split_dtype(name)[1]:
-        return slug
-    folder = Path(name).expanduser()
-    for model_dir in sorted(tables.glob("model=*")):
-        for partition in sorted(model_dir.glob("dataset=*")):
-            if _same_folder(partition, store.read_provenance(partition) or {}, folder):
-                return _partition_value(model_dir)
-    return slug
-
-
-def _dataset_partition(model_dir: Path, dataset: str) -> Path | None:
-    """The partition of ``model_dir`` that holds ``dataset`` (a bundled name or a file, as given to
-    collect): the one named so, else the one whose provenance records it as its source."""
-    from headstats.io.assets import portable_name
-
-    if (model_dir / f"dataset={dataset}").is_dir():
-        return model_dir / f"dataset={dataset}"
-    for partition in sorted(model_dir.glob("dataset=*")):
-        if (store.read_provenance(partition) or {}).get("dataset_source") == portable_name(dataset):
-            return partition
-    return None
-
-
 def stored_tables(spec: CompareSpec, collect_with: str) -> Stored:
     """The comparison's score tables under its results folder, checked before any statistic: each
     missing one is refused in one line that names it and ``collect_with`` (the command that collects
@@ -366,13 +335,14 @@ def stored_tables(spec: CompareSpec, collect_with: str) -> Stored:
     def missing(what: str) -> ValueError:
         return ValueError(f"{what} is not collected: run {collect_with} first")
 
+    check_given_once(spec, given_models(spec))
     if not tables.is_dir():
         raise missing(f"no score table under {tables}")
     slugs, provenance, datasets = {}, {}, []
     for i, name in enumerate(all_models(spec)):
         slug = stored_slug(name, tables)
         for dataset in spec.data:
-            partition = _dataset_partition(tables / f"model={slug}", dataset)
+            partition = dataset_partition(tables / f"model={slug}", dataset)
             if partition is None or not store.has_data(partition):
                 raise missing(f"the score table of {name} on {dataset} ({tables}/model={slug})")
             record = store.read_provenance(partition) or {}
@@ -382,10 +352,12 @@ def stored_tables(spec: CompareSpec, collect_with: str) -> Stored:
                     f"{partition} holds prompt format {fmt!r}, the comparison asks for {spec.prompt_format!r}: "
                     "give another results folder, or the format the tables hold"
                 )
+            check_table(spec, name, partition, record)
             provenance.setdefault(name, record)
             if i == 0:
                 datasets.append(_partition_value(partition))
         slugs[name] = slug
+    check_same_weights(spec, provenance)
     reference = slugs[spec.models[0]]
     changes = set()
     for dataset in datasets:
@@ -393,6 +365,7 @@ def stored_tables(spec: CompareSpec, collect_with: str) -> Stored:
         if not store.has_data(partition):
             raise missing(f"the format-change table of {spec.models[0]} on {dataset} ({partition})")
         record = store.read_provenance(partition) or {}
+        check_table(spec, spec.models[0], partition, record, what="format-change")
         changes.add(str((record.get("settings") or {}).get("prompt_format", spec.format_change)))
     (change,) = changes if len(changes) == 1 else (None,)
     if change is None or spec.format_change not in ("auto", change):
@@ -493,7 +466,9 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
     loaded, nothing under the results folder is written); a table that is not there is refused in one
     line naming it and ``collect_with``."""
     from headstats.stats import compare as stats
-    from headstats.stats.compare import compare_distributions, head_changes, left_out_scores, yardstick_distances
+    from headstats.stats import heads as head_stats
+    from headstats.stats.compare import compare_distributions, left_out_scores, yardstick_distances
+    from headstats.stats.constant import texts_constant
 
     if len(spec.models) < 2:
         raise ValueError("a comparison needs a reference and at least one other model: headstats compare REF OTHER")
@@ -507,7 +482,7 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
     scores = _common_texts(scores)
     yard_model = f"{reference} ({change})"
     margins = None
-    yard = pd.DataFrame()
+    yard, both = pd.DataFrame(), scores.iloc[:0]
     ref_left = left_out_scores(scores, [reference], spec.scores)
     ref_scores = [s for s in _present(scores, reference) if s not in ref_left]
     if ref_scores:
@@ -550,23 +525,19 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
     seeds = stats.seed_yardstick(replicates)
     if not seeds.empty:
         distances = stats.beside_seeds(distances, seeds, reference)
+    head_margins = spec.margin
+    if spec.margin is None and margins is not None and any(same.values()):
+        shifts = head_stats.format_change_shifts(both, reference, yard_model, datasets, list(margins["score"].unique()))
+        head_margins = head_stats.head_margins(shifts, margins)
     summaries, heads = [], []
     for other in others:
         if not same[other]:
             continue
         tested = list(distances.loc[distances["model_b"] == other, "score"].drop_duplicates())
-        summary, per_head = head_changes(
-            scores,
-            reference,
-            other,
-            datasets,
-            tested,
-            rate=spec.rate,
-            alpha=spec.alpha,
-            n_perm=spec.head_permutations,
-            n_boot=spec.n_resamples,
-            seed=spec.seed,
-        )
+        summary, per_head = head_stats.compare_heads(
+            scores, reference, other, datasets, tested, head_margins, rate=spec.rate, alpha=spec.alpha,
+            n_perm=spec.head_permutations, n_boot=spec.n_resamples, seed=spec.seed,
+        )  # fmt: skip
         summaries.append(summary)
         heads.append(per_head)
     finished = time.perf_counter()
@@ -590,6 +561,12 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
         replicates=replicates,
         seeds=seeds,
         learning=chain_learning([c for c in table["chain"] if isinstance(c, str)], root, seed=spec.seed),
+        constant_texts=texts_constant(
+            pd.concat([scores, both[both["model"] == yard_model]]),
+            [reference, yard_model, *others],
+            datasets,
+            list(distances["score"].unique()),
+        ),
     )
 
 

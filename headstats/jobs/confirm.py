@@ -33,8 +33,6 @@ kernel only (the fused kernel cannot compute it): its paths are the explicit one
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -52,6 +50,9 @@ from headstats.jobs.analysis import (
     section_table,
     top_level_keys,
 )
+from headstats.jobs.registration import Registered
+from headstats.jobs.registration import amendments as registration_amendments
+from headstats.jobs.registration import register as register_keys
 from headstats.options import SpecError, narrow
 from headstats.specs import (
     STAGES,
@@ -213,7 +214,7 @@ def claims_table(plan: ConfirmPlan) -> pd.DataFrame:
     )
 
 
-REGISTRATION_FILE = "_registration.json"  # under the results folder: the keys as the first pass found them
+REGISTRATION_FILE = store.REGISTRATION_FILE  # under the results folder: the keys as the first pass found them
 UNDECIDING = ("batch_size", "data_dir")  # [confirm] keys that change neither the questions nor the rule
 
 
@@ -222,70 +223,44 @@ def decision_keys(section: ConfirmSection) -> dict:
     return {k: v for k, v in section.settings().items() if k not in UNDECIDING and k not in FROM_CLAIMS}
 
 
-def registration(plan: ConfirmPlan) -> dict:
-    """Every key that decides a verdict: the claims (model, score, target), the held-out questions,
-    the paths, the tolerated ``drop``, the ``confidence`` and the ``metric``, with their hash."""
+def _claim_name(claim: object) -> str:
+    assert isinstance(claim, dict)
+    return f"claim {claim.get('model')} {claim.get('score')}@{claim.get('target')}"
+
+
+def registered(plan: ConfirmPlan) -> Registered:
+    """Every key that decides a verdict: the claims (model, score, target, each named when it is
+    withdrawn or added), the held-out questions, the paths, the tolerated ``drop``, the
+    ``confidence`` and the ``metric``; a key the record lacks ran as its default."""
     keys = decision_keys(plan.section)
     keys["claims"] = [{"model": c.model, "score": c.score, "target": c.target} for c in plan.claims]
-    keys = json.loads(json.dumps(keys, sort_keys=True))
-    return {"keys": keys, "sha256": hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()}
+    return Registered(
+        keys, defaults=decision_keys(ConfirmSection(task=plan.section.task)), items={"claims": _claim_name}
+    )
+
+
+def registration(plan: ConfirmPlan) -> dict:
+    """The deciding keys (:func:`registered`) with their hash."""
+    return registered(plan).record
 
 
 def recorded_registration(plan: ConfirmPlan) -> dict | None:
     """The registration the first pass recorded under ``plan.results``, or None before any."""
-    path = plan.results / REGISTRATION_FILE
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise store.StoreError(f"{path} cannot be read ({err}): restore it from version control") from None
-    if not isinstance(data, dict) or not isinstance(data.get("keys"), dict):
-        raise store.StoreError(f"{path} holds no registration keys: restore it from version control")
-    return data
+    return store.read_registration(plan.results)
 
 
 def amendments(plan: ConfirmPlan) -> list[str] | None:
     """The decision keys the file changed since its first pass (``drop: 1 -> 2``), empty when none;
-    None when no registration was recorded."""
-    recorded = recorded_registration(plan)
-    if recorded is None:
-        return None
-    # A key the record lacks did not exist at the first pass, which ran it as its default does.
-    defaults = json.loads(json.dumps(decision_keys(ConfirmSection(task=plan.section.task))))
-    now, then = registration(plan)["keys"], {**defaults, **recorded["keys"]}
-    out = [
-        f"{key}: {json.dumps(then.get(key))} -> {json.dumps(now.get(key))}"
-        for key in sorted(set(now) | set(then))
-        if key != "claims" and now.get(key) != then.get(key)
-    ]
-
-    def named(claims: object) -> list[str]:
-        entries = claims if isinstance(claims, list) else []
-        return [f"{c.get('model')} {c.get('score')}@{c.get('target')}" for c in entries if isinstance(c, dict)]
-
-    before, after = named(then.get("claims")), named(now.get("claims"))
-    out += [f"claim {c} withdrawn" for c in before if c not in after]
-    out += [f"claim {c} added" for c in after if c not in before]
-    return out
+    None when no registration was recorded (:func:`headstats.jobs.registration.amendments`)."""
+    return registration_amendments(plan.results, registered(plan))
 
 
 def register(plan: ConfirmPlan) -> dict:
-    """Record the decision keys (:func:`registration`) under ``plan.results`` before the first pass;
-    a run of a file whose keys changed since is refused (it is another run: its own results folder)."""
-    changed = amendments(plan)
-    if changed:
-        raise SpecError(
-            "results",
-            f"{plan.path.as_posix()} changed since its first pass ({'; '.join(changed)}): a confirmation's "
-            f"claims and rule are fixed before it runs; restore them, or give the changed file its own results folder",
-            label="",
-        )
-    if changed is None:
-        record = {**registration(plan), "file": plan.path.as_posix()}
-        store.write_json_atomic(record, plan.results / REGISTRATION_FILE)
-        return record
-    return recorded_registration(plan) or {}
+    """Record the decision keys under ``plan.results`` before the first pass; a run of a file whose
+    keys changed since is refused (it is another run: its own results folder)."""
+    return register_keys(
+        plan.results, registered(plan), file=plan.path.as_posix(), what="a confirmation's claims and rule"
+    )
 
 
 def check_run(plan: ConfirmPlan, run: RunSpec) -> None:

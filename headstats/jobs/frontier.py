@@ -45,7 +45,15 @@ from headstats.engine.speed import (
     time_inference,
 )
 from headstats.io.assets import portable_record
-from headstats.io.store import StoreError, claim, partial_file, read_json, write_json_atomic, write_parquet_atomic
+from headstats.io.store import (
+    StoreError,
+    claim,
+    claim_holder,
+    partial_file,
+    read_json,
+    write_json_atomic,
+    write_parquet_atomic,
+)
 from headstats.jobs.analysis import read_analysis_file, section_table, top_level_keys
 from headstats.jobs.checkpoint import MixedKernelsError, PassCheckpoint
 from headstats.jobs.prune import head_means, kv_group_size, select_heads, spec_calibration, task_options
@@ -168,39 +176,91 @@ def run_settings(prune: FrontierSpec, load: LoadOptions) -> dict:
     return record
 
 
+def recorded_settings(frontier: Frontier, root: Path) -> dict | None:
+    """The settings ``root/run.json`` records, read as the current version names them: a setting the
+    record lacks was, when it was written, what the defaults give (or, for one whose earlier behaviour
+    is not its default, :data:`ADDED_SETTINGS`), as in :mod:`headstats.jobs.resume`; None before any run."""
+    record = root / "run.json"
+    if not record.is_file():
+        return None
+    settings = run_settings(frontier.prune, narrow(frontier.models, LoadOptions))
+    saved = portable_record(read_record(record).get("settings", {}))  # a path recorded by an earlier version
+    assert isinstance(saved, dict)
+    defaults = run_settings(FrontierSpec(), LoadOptions())
+    # An option that is no longer recorded (e.g. the runtime-only Hub token) and was unset then
+    # leaves the settings the same.
+    return {
+        part: {
+            k: v
+            for k, v in {**defaults.get(part, {}), **ADDED_SETTINGS.get(part, {}), **values}.items()
+            if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT + DECISION + TIMED
+        }
+        if isinstance(values, dict)
+        else values
+        for part, values in saved.items()
+    }
+
+
+def changed_settings(frontier: Frontier, root: Path) -> list[str]:
+    """The settings ``frontier`` (the file as it is now, with the run's loading options) asks otherwise
+    than the points in ``root`` were run with, each named ``prune.limit: 4 there, 6 now``; empty when
+    none or before any run."""
+    saved = recorded_settings(frontier, root)
+    if saved is None:
+        return []
+    settings = run_settings(frontier.prune, narrow(frontier.models, LoadOptions))
+    changed = []
+    for part in sorted(set(settings) | set(saved)):
+        then, now = saved.get(part) or {}, settings.get(part) or {}
+        for key in sorted(set(then) | set(now)):
+            if then.get(key) != now.get(key):
+                changed.append(f"{part}.{key}: {json.dumps(then.get(key))} there, {json.dumps(now.get(key))} now")
+    return changed
+
+
+def other_settings(frontier: Frontier, root: Path) -> SpecError | None:
+    """The error for a model folder whose points were run with other settings than ``frontier`` asks
+    (:func:`changed_settings`), naming each; None when they agree. A file edited after its points ran
+    is never half-followed: its points are neither reported as the new settings' nor mixed with them."""
+    changed = changed_settings(frontier, root)
+    if not changed:
+        return None
+    first = changed[0].split(":")[0].split(".")[-1]
+    return SpecError(
+        first,
+        f"{root} holds frontier points run with other settings ({'; '.join(changed)}): restore those settings in "
+        f"{frontier.path}, or give it another results folder (results = ...) to run its points under the new ones",
+        label="",
+    )
+
+
 def check_run_record(frontier: Frontier, root: Path, machine: dict) -> dict:
     """The settings of ``frontier``'s run in ``root`` (what changes its numbers), checked against
-    ``root/run.json`` when there is one (another run's folder is refused), else recorded there. A
-    setting the record lacks was, when it was written, what the defaults give (or, for one whose
-    earlier behaviour is not its default, :data:`ADDED_SETTINGS`), as in :mod:`headstats.jobs.resume`."""
+    ``root/run.json`` when there is one (another run's folder is refused, naming the settings that
+    differ: :func:`other_settings`), else recorded there."""
     settings = run_settings(frontier.prune, narrow(frontier.models, LoadOptions))
-    record = root / "run.json"
-    if record.is_file():
-        saved = read_record(record)
-        saved["settings"] = portable_record(saved.get("settings", {}))  # a path recorded by an earlier version
-        defaults = run_settings(FrontierSpec(), LoadOptions())
-        # An option that is no longer recorded (e.g. the runtime-only Hub token) and was unset then
-        # leaves the settings the same.
-        saved["settings"] = {
-            part: {
-                k: v
-                for k, v in {**defaults.get(part, {}), **ADDED_SETTINGS.get(part, {}), **values}.items()
-                if (k in settings.get(part, {}) or v is not None) and k not in PLACEMENT + DECISION + TIMED
-            }
-            if isinstance(values, dict)
-            else values
-            for part, values in saved.get("settings", {}).items()
-        }
-        if saved.get("settings") != settings:
-            changed = sorted(k for k in settings if saved.get("settings", {}).get(k) != settings[k])
-            raise SpecError(
-                changed[0] if changed else "results",
-                f"{root} holds a frontier run with other settings ({', '.join(changed)}); give another results "
-                "directory or restore the settings",
-            )
+    if (root / "run.json").is_file():
+        error = other_settings(frontier, root)
+        if error is not None:
+            raise error
         return settings
-    write_json_atomic({"settings": settings, "machine": machine}, record)
+    write_json_atomic({"settings": settings, "machine": machine}, root / "run.json")
     return settings
+
+
+def check_recorded_settings(frontier: Frontier, names: list[str] | None = None) -> None:
+    """Refuse, before any unit runs or a report is built, a results folder whose points were run with
+    other settings than ``frontier`` asks (``names``: the models to check; default every model folder
+    under its results)."""
+    roots = (
+        [model_root(frontier, name) for name in names]
+        if names is not None
+        else sorted(frontier.results.glob("model=*"))
+    )
+    for root in roots:
+        error = other_settings(frontier, root)
+        if error is not None:
+            raise error
 
 
 def kernel_conflict(frontier: Frontier, name: str, here: object, dtype: str) -> str | None:
@@ -381,13 +441,34 @@ def run_model(frontier: Frontier, name: str, *, calibrate_only: bool = False) ->
     if calibrate_only:
         return root
     questions = {t: load_task(t, **task_options(spec)) for t in spec.tasks}
+    held: dict[str, str] = {}
     for stem, point in [("baseline", None), *((point_name(*p), p) for p in pruned_points(spec))]:
         with claim(points, stem) as mine:
             if not mine:
-                logger.info("%s %s: another run is evaluating it; going on to the next point", name, stem)
+                held[stem] = claim_holder(points, stem)
+                logger.warning(
+                    "%s %s: another run (%s) is evaluating it; going on to the next point", name, stem, held[stem]
+                )
             elif not (points / f"{stem}.json").is_file():  # not finished, nor finished by another run meanwhile
                 _run_point(model, tokenizer, questions, spec, points, stem, point, means, settings, machine)
+    if held:
+        raise PointsHeldError(points_held(root, held))
     return root
+
+
+class PointsHeldError(RuntimeError):
+    """Another run of the same frontier was evaluating points this run left to it; every other point ran."""
+
+
+def points_held(root: Path, held: dict[str, str]) -> str:
+    """What a run says when another run held some of its points (``held``: point -> its holder): which
+    run, which points, and what to do."""
+    holders = "; ".join(dict.fromkeys(held.values()))
+    return (
+        f"{root}: another headstats run ({holders}) is evaluating {len(held)} of its points "
+        f"({', '.join(held)}); this run evaluated the others and left those to it. Wait for that run to finish "
+        "(its report then holds every point), or give this file another results folder to run its points apart"
+    )
 
 
 def _run_point(model, tokenizer, questions, spec: FrontierSpec, points: Path, stem, point, means, settings, machine):

@@ -23,6 +23,7 @@ import hashlib
 import inspect
 import json
 import logging
+import os
 import re
 import shutil
 import tempfile
@@ -347,11 +348,15 @@ def write_weights(model: PreTrainedModel, folder: Path, dtype: str | None = None
     (folder / "config.json").write_text(json.dumps({**config, "dtype": dtype}, indent=2, sort_keys=True) + "\n")
 
 
-def make_world_readable(folder: Path) -> None:
-    """Folders 0755 and files 0644 under ``folder`` (itself included): a pruned model is for others to load."""
-    folder.chmod(0o755)
+def with_umask(folder: Path) -> None:
+    """Folders and files under ``folder`` (itself included) as the user's umask makes new ones: 0755 and
+    0644 under the usual 022, 0700 and 0600 under a careful user's 077. What wrote them (a temporary
+    folder, a library) may have made them private; the umask, not headstats, says who may read them."""
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
     for path in folder.rglob("*"):
-        path.chmod(0o755 if path.is_dir() else 0o644)
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def write_pruned_files(
@@ -363,14 +368,14 @@ def write_pruned_files(
 ) -> None:
     """What a pruned folder holds, written into ``folder``: the weights (safetensors, in ``dtype``) and
     config with an ``auto_map`` to the self-contained modeling file, the tokenizer, that file, and
-    ``pruning.json``; all world-readable."""
+    ``pruning.json``; created with the user's umask (:func:`with_umask`)."""
     model.config.auto_map = {"AutoModelForCausalLM": f"{REMOTE_CODE_FILE[:-3]}.{REMOTE_CLASS}"}
     write_weights(model, folder, dtype)
     if tokenizer is not None:
         tokenizer.save_pretrained(folder)
     (folder / REMOTE_CODE_FILE).write_text(remote_code(model))
     write_json_atomic(record, folder / RECORD_FILE)
-    make_world_readable(folder)
+    with_umask(folder)
 
 
 def save_pruned(

@@ -3,12 +3,14 @@
 It renders the finished tables of :class:`headstats.jobs.compare.Comparison` (every number is a
 statistic of :mod:`headstats.stats.compare`) through the report writer
 (:class:`headstats.report.writer.ReportWriter`): ``index.html``, ``summary.md``, ``tables/*.csv``
-(``moved_heads.csv`` lists the moved heads with ``layer`` and ``head`` columns) and ``figures/``.
+(``heads.csv``: every head's verdict, with ``layer`` and ``head`` columns) and ``figures/``; the
+per-head part is :mod:`headstats.report.compare_heads`.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import shlex
 from pathlib import Path
 
@@ -19,37 +21,32 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
 
 from headstats.io import store
+from headstats.io.assets import portable_name
 from headstats.jobs.compare import COMPARED, FORMAT_CHANGE, Comparison
+from headstats.report.compare_heads import heads_clause, plain, write_constant_texts, write_head_rule, write_heads
 from headstats.report.freshness import report_inputs
 from headstats.report.sections.context import ABSTRACT_WORDS, word_count
 from headstats.report.writer import ReportWriter
 from headstats.stats.compare import ANECDOTE_SEEDS, EQUIVALENT, MOVED, UNDETERMINED
 
 SERIES_AXIS = {"given": "model (order given)", "params": "parameters", "step": "training step"}
-SHOWN_HEADS = 6  # moved heads named in a sentence; the table and CSV list all
 
 PLAIN_NUMBER = FuncFormatter(lambda value, _: f"{value:g}")  # tick labels without exponents
 
 
 def _label(result: Comparison, slug: str) -> str:
     name = result.names.get(slug, slug)
-    return slug if name == slug else f"{slug} ({name})" if Path(name).name != slug else slug
-
-
-def _head_list(moved: pd.DataFrame) -> str:
-    names = [f"L{r.layer} H{r.head}" for r in moved.sort_values(["layer", "head"]).itertuples()]
-    shown = ", ".join(names[:SHOWN_HEADS])
-    return shown + (f" and {len(names) - SHOWN_HEADS} more" if len(names) > SHOWN_HEADS else "")
+    return slug if name == slug else f"{slug} ({portable_name(name)})" if Path(name).name != slug else slug
 
 
 def sentence(result: Comparison, other: str, *, first: bool = True) -> str:
-    """The plain-language answer for one compared model (``first``: the sentence that names the margin
-    and the unit; the ones after it are shorter)."""
+    """The plain-language answer for one compared model, each count ordered by what happened most: the
+    distribution's verdicts, then per head (same architecture), then the permutation test's count
+    (significance, not size); ``first``: the sentence that names the margin and the unit."""
     rows = result.distances[result.distances["model_b"] == other]
     counts = rows["verdict"].value_counts()
     n = len(rows)
     labels = _labels(result)
-    parts = [f"**{labels.get(other, other)} vs {labels.get(result.reference, result.reference)}**: "]
     if not first:
         margin = "margin"
     elif result.spec.margin is None:
@@ -57,29 +54,23 @@ def sentence(result: Comparison, other: str, *, first: bool = True) -> str:
     else:
         margin = f"[margin](#the-margin) of {result.spec.margin:g}"
     unit = " dataset × score pairs" if first else ""
-    parts.append(f"[equivalent](#verdicts) within the {margin} on {counts.get(EQUIVALENT, 0)} of {n}{unit}")
-    extra = []
-    if counts.get(MOVED, 0):
-        extra.append(f"moved beyond it on {counts[MOVED]}")
-    if counts.get(UNDETERMINED, 0):
-        extra.append(f"undetermined on {counts[UNDETERMINED]}")
-    if extra:
-        parts.append(" (" + ", ".join(extra) + ")")
-    moved = int(rows["moved"].sum())
-    parts.append(f"; the distribution [moved](#movement-test) on {moved} of {n}")
-    if result.same_architecture.get(other):
-        heads = result.moved_heads
-        heads = heads[heads["model_b"] == other]
-        tested = result.heads.loc[result.heads["model_b"] == other, ["layer", "head"]].drop_duplicates()
-        if len(heads) == len(tested):
-            parts.append(f"; every one of its {len(tested)} heads [moved](#which-heads-moved) on some score")
-        elif len(heads):
-            plural = "s" if len(heads) != 1 else ""
-            parts.append(f"; {len(heads)} head{plural} [moved](#which-heads-moved): {_head_list(heads)}")
-        else:
-            parts.append("; no head [moved](#which-heads-moved)")
-    else:
+    lead_words = {
+        EQUIVALENT: f"[equivalent](#verdicts) within the {margin}",
+        MOVED: f"[moved beyond](#verdicts) the {margin}",
+        UNDETERMINED: f"[undetermined](#verdicts) against the {margin}",
+    }
+    later_words = {EQUIVALENT: "equivalent within it", MOVED: "moved beyond it", UNDETERMINED: "undetermined"}
+    order = sorted((v for v in (EQUIVALENT, MOVED, UNDETERMINED) if counts.get(v, 0)), key=lambda v: -counts[v])
+    parts = [f"**{labels.get(other, other)} vs {labels.get(result.reference, result.reference)}**: "]
+    parts.append(f"{lead_words[order[0]]} on {counts[order[0]]} of {n}{unit}")
+    if len(order) > 1:
+        parts.append(" (" + ", ".join(f"{later_words[v]} on {counts[v]}" for v in order[1:]) + ")")
+    if result.same_architecture.get(other) and not result.heads.empty:
+        parts.append("; " + heads_clause(result, other))
+    elif not result.same_architecture.get(other):
         parts.append("; other architecture: distributions only")
+    told = int(rows["moved"].sum())
+    parts.append(f"; a [permutation test](#movement-test) tells the distributions apart on {told} of {n}")
     return "".join(parts) + "."
 
 
@@ -177,32 +168,48 @@ def abstract(result: Comparison) -> str:
     return text(models, optional)
 
 
+def answer_text(result: Comparison) -> str:
+    """The abstract's answer for the terminal: every compared model's sentence as plain text."""
+    return "\n".join(plain(sentence(result, other, first=i == 0)) for i, other in enumerate(result.others))
+
+
 def _labels(result: Comparison) -> dict[str, str]:
     if result.facts.empty:
         return {}
     return dict(zip(result.facts["slug"], result.facts["label"], strict=True))
 
 
-def _interval(value: float, low: float, high: float) -> str:
+def _interval(value: float, low: float, high: float, exact: bool = False) -> str:
     if not np.isfinite(value):
         return ""
+    if exact:
+        return f"{value:.3g} (exact)"
     return f"{value:.3g} [{low:.3g}, {high:.3g}]" if np.isfinite(low) else f"{value:.3g}"
+
+
+def p_value_text(p: float, floor: float) -> str:
+    """A p-value as a report shows it: ``<= 0.01`` at the floor its permutations allow (no permutation
+    reached the observed statistic: it says only that p is at most that), else its value."""
+    if not np.isfinite(p):
+        return ""
+    return f"<= {floor:.2g}" if np.isfinite(floor) and p <= floor * (1 + 1e-9) else f"{p:.3g}"
 
 
 def main_table(result: Comparison) -> pd.DataFrame:
     d = result.distances
+    exact = d["exact"] if "exact" in d else pd.Series(False, index=d.index)
     return pd.DataFrame(
         {
             "compared": d["model_b"],
             "dataset": d["dataset"],
             "score": d["score"],
             "W1/IQR [90% CI]": [
-                _interval(*v) for v in zip(d["w1_iqr"], d["w1_iqr_low"], d["w1_iqr_high"], strict=False)
+                _interval(*v) for v in zip(d["w1_iqr"], d["w1_iqr_low"], d["w1_iqr_high"], exact, strict=True)
             ],
             "margin": d["margin"],
             **({"seeds (max)": d["seed_max"]} if "seed_max" in d else {}),
             "verdict": d["verdict"],
-            "p (Holm)": d["p_holm"],
+            "p (Holm)": [p_value_text(p, f) for p, f in zip(d["p_holm"], d["p_holm_min"], strict=True)],
             "W1 (raw)": d["w1"],
             "texts to decide": d["texts_to_decide"],
         }
@@ -438,52 +445,6 @@ def _write_seeds(writer: ReportWriter, result: Comparison) -> None:
     writer.table(seeds, "seed_yardstick", floatfmt=".3g", collapsed="Seed-vs-seed distances per dataset and score")
 
 
-def _write_heads(writer: ReportWriter, result: Comparison) -> None:
-    writer.heading("Which heads moved")
-    across = [o for o in result.others if not result.same_architecture.get(o)]
-    if across:
-        writer.text(
-            f"{', '.join(across)} {'has' if len(across) == 1 else 'have'} another architecture than {result.reference} "
-            "(other layers or heads): only the distribution-level results above apply to "
-            f"{'it' if len(across) == 1 else 'them'}; a head of one model is not a head of the other."
-        )
-    if result.head_summary.empty:
-        return
-    moved = result.moved_heads
-    writer.text(
-        "Per dataset and score, a paired sign-flip max-T test over the texts (family-wise error 5% over the "
-        "heads). Heads listed here moved on at least one score that reads the head alone (raw and head-normalised "
-        "scores); a layer-normalised score divides by its layer's mean, so one moved head moves all heads of its "
-        "layer there. Effect `d_z`: the mean paired difference in standard deviations of the texts' differences."
-    )
-    many = len(moved) > 20
-    writer.table(moved, "moved_heads", floatfmt=".3g", collapsed=f"The {len(moved)} moved heads" if many else None)
-    summary = result.head_summary.copy()
-    summary["jaccard [95% CI]"] = [
-        _interval(*v) for v in zip(summary["jaccard"], summary["jaccard_low"], summary["jaccard_high"], strict=False)
-    ]
-    shown = summary[
-        [
-            "model_b",
-            "dataset",
-            "score",
-            "n_moved",
-            "n_heads",
-            "spearman",
-            "split_half",
-            "jaccard [95% CI]",
-            "n_selected",
-        ]
-    ]
-    writer.text(
-        f"Do the inactive heads stay inactive? `spearman`: rank correlation of the heads' mean scores between the "
-        f"two models (`split_half`: the reference's own agreement between halves of its texts); `jaccard`: overlap "
-        f"of the {result.spec.rate:.0%} most inactive heads by mean score in each model, with a 95% interval from "
-        "resampling texts."
-    )
-    writer.table(shown, "heads_by_score", collapsed="Per dataset and score: moved heads, rank correlation, overlap")
-
-
 def _write_methods(writer: ReportWriter, result: Comparison, out: Path) -> None:
     spec, d = result.spec, result.distances
     n_tests, n_perm = int(d["p_value"].notna().sum()), int(d["n_perm"].max())
@@ -511,39 +472,48 @@ def _write_methods(writer: ReportWriter, result: Comparison, out: Path) -> None:
             "40 to 128 paired texts called it either way at most 5% of the time, within Monte Carlo error "
             "(`benchmarks/compare_margin_size.py`). W1/IQR: the Wasserstein-1 distance between the two "
             "models' score distributions over texts, layers and heads, divided by the reference's interquartile "
-            "range of the score, so that scores on different scales read alike."
+            "range of the score, so that scores on different scales read alike. A distance marked *exact* (a score "
+            "the same on every text in both models) has no interval and is compared with the margin as it is."
         )
         writer.heading("Movement test", 3)
+        floor = float(d["p_holm_min"].max())
         writer.text(
             f"Paired permutation test over texts that swaps the two models' labels within each text; {n_perm} "
             f"permutations per test, chosen so that Holm over this report's family of {n_tests} tests can reach "
-            f"0.01 (a p-value is at least 1/({n_perm} + 1)). 'Moved' means Holm-adjusted p ≤ 0.01. With enough "
-            "texts every pair of models differs: the verdict against the margin says whether it matters."
+            f"0.01 (a p-value is at least 1/({n_perm} + 1), a Holm-adjusted one at least {floor:.2g}: shown as "
+            f"`<= {floor:.2g}`, no permutation reached the observed distance). 'Told apart' means Holm-adjusted "
+            "p ≤ 0.01. With enough texts every pair of models differs: the verdict against the margin says whether "
+            "it matters."
         )
         writer.heading("Yardsticks", 3)
         if not result.yardstick.empty:
             y = result.yardstick
-            table = y[["dataset", "score", "w1_iqr", "w1_iqr_low", "w1_iqr_high", "w1", "n_seq_a"]].rename(
-                columns={"n_seq_a": "texts"}
-            )
+            shown = ["dataset", "score", "w1_iqr", "w1_iqr_low", "w1_iqr_high", "exact", "w1", "n_seq_a"]
+            table = y[[c for c in shown if c in y]].rename(columns={"n_seq_a": "texts"})
             writer.text(
                 f"The format change ({result.reference}: `{spec.prompt_format}` vs `{result.format_change}`), "
-                "W1/IQR with its 90% interval:"
+                "W1/IQR with its 90% interval (none where `exact`):"
             )
             writer.table(table, "format_change", collapsed="Format-change distances")
         writer.text(
             "The split-half mark (|) in the figure is W1/IQR between two random halves of the reference's texts "
             "(95th percentile): resampling noise at half the texts, a description, never a decision."
         )
+        write_head_rule(writer, result)
+        write_constant_texts(writer, result)
         left = {s: r for other in result.others for s, r in result.left_out.get(other, {}).items()}
         if left:
             writer.heading("Scores left out", 3)
             writer.text("\n\n".join(f"`{s}`: {r}." for s, r in sorted(left.items())))
         writer.heading("Rebuild", 3)
-        models = " ".join(shlex.quote(result.names.get(m, m)) for m in [result.reference, *result.others])
+        # every folder as the tables record it (<local>/<folder>, ~/...): no local path in what is shared
+        models = " ".join(
+            shlex.quote(portable_name(result.names.get(m, m))) for m in [result.reference, *result.others]
+        )
+        data = ",".join(map(portable_name, spec.data)) + (" --self-comparison" if spec.self_comparison else "")
         writer.text(
-            f"`headstats compare {models} --data {','.join(spec.data)} --limit {spec.limit} --out {out}`; the "
-            f"score tables are under `{Path(spec.scores_dir) if spec.scores_dir else out / 'results'}` "
+            f"`headstats compare {models} --data {data} --limit {spec.limit} --out {portable_name(out)}`; the "
+            f"score tables are under `{portable_name(spec.scores_dir or out / 'results')}` "
             f"(`{COMPARED}/` and `{FORMAT_CHANGE}/`) and a rerun reuses them."
         )
         if not result.facts.empty:
@@ -571,6 +541,10 @@ def write_comparison(result: Comparison, out: Path, *, analysis: str | None = No
     )
     writer = ReportWriter(out_dir, title, dpi=spec.dpi, subtitle=subtitle)
     root = Path(spec.scores_dir) if spec.scores_dir else out / "results"
+    # the study file, the tables, model folders and data files as records name them, wherever the text names them
+    writer.hide(
+        root, *([analysis] if analysis else []), *(p for p in [*result.names.values(), *spec.data] if os.sep in p)
+    )
     if root.resolve().is_relative_to(out_dir.resolve()):  # the score tables (default OUT/results) are not foreign
         writer.elsewhere = (root.resolve().relative_to(out_dir.resolve()).as_posix(),)
     writer.abstract(abstract(result))
@@ -592,7 +566,7 @@ def write_comparison(result: Comparison, out: Path, *, analysis: str | None = No
     _write_learning(writer, result)
     _write_series(writer, result)
     _write_seeds(writer, result)
-    _write_heads(writer, result)
+    write_heads(writer, result)
     _write_methods(writer, result, out)
     if (root / COMPARED).is_dir():
         writer.inputs = report_inputs(root, spec.settings(), analysis, report=writer.out)

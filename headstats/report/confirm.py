@@ -12,8 +12,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.io import store
-from headstats.jobs.confirm import REGISTRATION_FILE, ConfirmPlan, amendments, claims_table, left_to_run
+from headstats.io.assets import portable_name
+from headstats.jobs.confirm import ConfirmPlan, amendments, claims_table, left_to_run
 from headstats.report.freshness import report_inputs
+from headstats.report.registered import record_name, registration_line
 from headstats.report.sections.context import ABSTRACT_WORDS, Context, term, word_count
 from headstats.report.writer import ReportWriter
 from headstats.stats import coverage
@@ -276,29 +278,6 @@ METRIC_WORDS = {
 }
 
 
-AMENDMENTS_SHOWN = 3  # changed keys the abstract names; the claims section lists every one
-
-
-def _registration_line(plan: ConfirmPlan, changed: list[str] | None, ran: bool) -> str:
-    """The abstract's first words when the file's decision keys are not those its first pass recorded
-    (an amendment after results), or when no record says what they were; empty otherwise."""
-    record = f"`{(plan.results / REGISTRATION_FILE).as_posix()}`"
-    if changed:
-        shown = "; ".join(changed[:AMENDMENTS_SHOWN])
-        if len(changed) > AMENDMENTS_SHOWN:
-            shown += f"; {len(changed) - AMENDMENTS_SHOWN} more under the claims"
-        return (
-            f"**Amended after results, not pre-registered**: {shown} (the first pass recorded the "
-            f"others in {record}); the verdicts below use the amended rule. "
-        )
-    if changed is None and ran:
-        return (
-            f"**No pre-registration record** ({record} is missing): the rule below is the file's current one, "
-            "which nothing shows predates the results. "
-        )
-    return ""
-
-
 def _post_hoc_metric(
     writer: ReportWriter, plan: ConfirmPlan, rows: dict[str, pd.DataFrame], claims: pd.DataFrame, decided: pd.DataFrame
 ) -> None:
@@ -340,6 +319,7 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     left = left_to_run(plan)
     k = len(claims)
     writer = ReportWriter(plan.report, plan.description or plan.name)
+    writer.hide(plan.path, plan.results)  # named as records name them wherever the text names them
     counts = verdicts["verdict"].value_counts()
     ran = int(bounds["n_questions"].notna().sum())
     # No claim incomplete: what is left belongs to claims a path already failed (a confirmed one ran them all).
@@ -357,7 +337,9 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         f"at most {sec.drop:g} point on every path, at level {(1 - sec.confidence) / k:.3g} each "
         f"({term('Bonferroni', 'bonferroni')} over the {k} claims)."
     )
-    answer = PLAIN_QUESTION + " " + _registration_line(plan, changed, bool(rows)) + answer
+    answer = (
+        PLAIN_QUESTION + " " + registration_line(changed, plan.results, bool(rows), more="under the claims") + answer
+    )
     if changed:
         answer = answer.replace("stated before this run", "stated before this run and amended after it")
     worst = _worst_lines(bounds, verdicts)
@@ -398,7 +380,7 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     _what_it_can_show(writer, plan, rows, claims)
     writer.heading("The claims as amended after the run" if changed else "The claims as stated before the run")
     writer.text(
-        f'From `{plan.path.as_posix()}`. Metric: {METRIC_WORDS[sec.metric]} (`metric = "{sec.metric}"`). '
+        f'From `{portable_name(plan.path)}`. Metric: {METRIC_WORDS[sec.metric]} (`metric = "{sec.metric}"`). '
         f"Held-out questions: a seeded random sample (seed {sec.seed}) of "
         f"{sec.limit or 'all'} {sec.task} questions that share neither content nor source document with the "
         f"exploratory run's sample (limit {sec.exclude_limit}, seed {sec.exclude_seed}). Thresholds are calibrated "
@@ -407,7 +389,7 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     )
     if changed:
         writer.text(
-            f"Changed after the first pass recorded the keys in `{(plan.results / REGISTRATION_FILE).as_posix()}` "
+            f"Changed after the first pass recorded the keys in `{record_name(plan.results)}` "
             f"(an amendment, not pre-registered): {'; '.join(changed)}."
         )
     writer.table(claims.assign(paths=claims["paths"].map(", ".join)), "claims", floatfmt=".3g")

@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from headstats.report import seed_distance
+from headstats.report.registered import record_name, registration_line
 from headstats.report.writer import ReportWriter
 from headstats.stats.seeds import (
     EQUIVALENT,
@@ -69,9 +71,18 @@ class SeedDecision:
     moved_heads: pd.DataFrame  # per cell: how many heads moved beyond the seeds, the largest
     machines: pd.DataFrame  # per cell: seed pairs within and across training machines (stats.seeds.machine_spread)
     registration: dict  # {"keys": ..., "sha256": ...}
+    rule: str  # the design's registered rule: "distance" or "contrast"
+    distance_verdicts: pd.DataFrame  # per cell: the distance rule (headstats.stats.seed_margin.study_verdicts)
+    distance_sentences: pd.DataFrame
+    power: pd.DataFrame  # per cell: the distance rule's power at its estimate with these seeds' spread
+    model: str  # the base model and where its weights come from
     design_file: str
     design_sha256: str
     rebuild: str  # the command that rebuilds the report
+    # the deciding keys the file changed since its first run recorded them (headstats.jobs.registration);
+    # None: no record; results: the results folder, as the report names it
+    amended: tuple[str, ...] | None = ()
+    results: str = ""
 
 
 def _stage_sentence(stages: list[str], sentence: str, kept: list[int]) -> str:
@@ -95,14 +106,18 @@ def abstract(decision: SeedDecision) -> str:
     counts = decision.verdicts["verdict"].value_counts()
     decided = len(decision.verdicts) - int(counts.get(UNDETERMINED, 0))
     first = (
-        f"**Does fine-tuning barely change attention heads?** The claim holds at a stage end when every dataset × "
-        f"score cell moved less than the [margin](#the-design) of {decision.margin:g} W1/IQR beyond training noise "
-        f"(the distances between seeds): {stages}."
+        f"**Does fine-tuning barely change attention heads?** As registered, the claim holds at a stage end when in "
+        f"every dataset × score cell the mean base → stage distance exceeds the mean seed → seed distance by less "
+        f"than the [margin](#the-design) of {decision.margin:g} W1/IQR (a difference of distances; see the "
+        f"re-analysis): {stages}."
     )
     parts = [f"{int(v)} {k}" for k, v in counts.items() if k != UNDETERMINED]
     second = (
-        f"Of {len(decision.verdicts)} cells, {decided} are decided" + (f" ({', '.join(parts)})" if parts else "") + "."
-    )
+        f"Of {len(decision.verdicts)} cells, {decided} are decided"
+        + (f" ({', '.join(parts)}; 'moved' Holm-adjusted over each stage end, 'equivalent' per cell, unadjusted)"
+           if parts else "")
+        + "."
+    )  # fmt: skip
     return f"{first}\n\n{second}" + (f" By dataset: {_by_dataset(decision.verdicts)}." if decided else "")
 
 
@@ -159,26 +174,31 @@ def headline_figure(decision: SeedDecision) -> Figure:
 
 
 def power_statement(decision: SeedDecision) -> str:
-    """What the design could detect, as the pre-registered file states it (its power simulation)."""
+    """What the design could detect, as the pre-registered file states it (its power analysis)."""
     n = len(decision.seeds)
-    parts = []
-    if decision.power_equivalent is not None:
-        parts.append(
-            f"a cell whose stage ends are no further from the base than from one another is found equivalent "
-            f"within the margin with probability at least {decision.power_equivalent:.0%}"
-        )
-    if decision.power_moved is not None:
-        parts.append(
-            f"a cell that moved by exactly the margin beyond training noise is found to have moved beyond it "
-            f"with probability {decision.power_moved:.0%} (the median over the cells)"
-        )
+    if decision.rule == "distance":
+        parts = [
+            f"at least {p:.0%} towards '{what}' in the cells its plan expected to decide"
+            for p, what in ((decision.power_moved, "moved beyond"), (decision.power_equivalent, "equivalent"))
+            if p is not None
+        ]
+        source = "from an earlier study's seeds, each cell's estimate taken as its truth"
+    else:
+        parts = []
+        if decision.power_equivalent is not None:
+            parts.append(
+                f"a cell whose stage ends are no further from the base than from one another is found equivalent "
+                f"within the margin with probability at least {decision.power_equivalent:.0%}"
+            )
+        if decision.power_moved is not None:
+            parts.append(
+                f"a cell whose mean(delta) equals the margin is found to have moved beyond training noise with "
+                f"probability {decision.power_moved:.0%} (the median over the cells)"
+            )
+        source = "a simulation whose seed spread came from one exploratory seed pair, not from these seeds"
     if not parts:
         return f"The design states no power for its {n} seeds."
-    return (
-        f"Power, stated in the design before any seed was trained (a simulation of {n} seeds): "
-        + "; ".join(parts)
-        + "."
-    )
+    return f"Power stated in the design before any seed was trained ({n} seeds; {source}): " + "; ".join(parts) + "."
 
 
 def machine_statement(decision: SeedDecision) -> str:
@@ -258,6 +278,74 @@ def heads_figure(decision: SeedDecision, score: str) -> Figure:
     return fig
 
 
+def _distance_decision(writer: ReportWriter, decision: SeedDecision) -> None:
+    """The registered distance rule: the answer, its figure, its table, the sentences and the power."""
+    v, sentences = decision.distance_verdicts, decision.distance_sentences
+    writer.abstract(seed_distance.answer(v, sentences, decision.margin))
+    writer.headline(
+        seed_distance.figure(v, decision.margin, decision.alpha),
+        "verdicts",
+        "Per stage end × dataset × score: the seeds' mean distance from the base (W1 over the base's IQR) with its "
+        "bounds; colour: the verdict.",
+    )
+    writer.main_table(v[seed_distance.MAIN_COLUMNS], "verdicts", legend=seed_distance.LEGEND, full_legend="the-design")
+    writer.heading("The study's sentence per stage end")
+    writer.table(sentences, "sentences")
+    writer.text(seed_distance.power_text(decision.power, seed_distance.deciding_cells(v, sentences)))
+    writer.text(power_statement(decision))
+    writer.table(decision.power, "power", collapsed="The power these seeds gave in every cell")
+    writer.table(v, "estimates", collapsed=ESTIMATES)
+
+
+ESTIMATES = (
+    "Every cell in full: the standard error's seed and text parts, the seeds' sd, the systematic displacement's "
+    "interval, the texts and clusters"
+)
+
+
+def _contrast_decision(writer: ReportWriter, decision: SeedDecision) -> None:
+    """The registered contrast rule, as registered, then the post hoc re-analysis under the distance rule."""
+    registered = abstract(decision).split("\n\n")[0]  # the tallies go to the table: 150 words in all
+    post_hoc = seed_distance.answer(
+        decision.distance_verdicts, decision.distance_sentences, decision.margin, post_hoc=True
+    ).split("\n\n")[0]
+    writer.abstract(f"{registered}\n\n{post_hoc} See [the re-analysis](#re-analysis-under-the-distance-rule-post-hoc).")
+    writer.headline(
+        headline_figure(decision),
+        "verdicts",
+        "Per stage end × dataset × score, as registered: mean(delta), the base → stage distance less the seed → seed "
+        "one, in W1 over the base's IQR, with its upper bound; colour: the verdict.",
+    )
+    main = decision.verdicts[[c for c in MAIN_COLUMNS if c in decision.verdicts]]
+    writer.main_table(
+        main,
+        "verdicts",
+        legend="As registered: seeds kept, mean base -> stage and seed -> seed W1/IQR, their difference with its upper "
+        "bound, the Holm-adjusted p of 'moved', the p of 'equivalent' (per cell, unadjusted), the verdict.",
+        full_legend="the-design",
+    )
+    writer.heading("The study's sentence per stage end")
+    writer.table(decision.sentences, "sentences")
+    writer.text(power_statement(decision))
+    writer.heading("Re-analysis under the distance rule (post hoc)")
+    writer.text(
+        "Post hoc: the rule below was chosen after these seeds were scored, so it decides nothing here; a fresh "
+        "confirmation on new seeds and new texts registers it before its data. " + seed_distance.WHY
+    )
+    writer.figure(
+        seed_distance.figure(decision.distance_verdicts, decision.margin, decision.alpha),
+        "distance_verdicts",
+        "Post hoc: the seeds' mean distance from the base with its bounds, against the margin.",
+    )
+    columns = seed_distance.MAIN_COLUMNS
+    writer.table(decision.distance_verdicts[columns], "distance_verdicts")
+    writer.table(decision.distance_sentences, "distance_sentences")
+    deciding = seed_distance.deciding_cells(decision.distance_verdicts, decision.distance_sentences)
+    writer.text(seed_distance.power_text(decision.power, deciding))
+    writer.table(decision.power, "power", collapsed="The power these seeds gave the distance rule in every cell")
+    writer.table(decision.distance_verdicts, "distance_estimates", collapsed=ESTIMATES)
+
+
 def write_seed_report(decision: SeedDecision, out: Path, inputs: dict | None = None) -> Path:
     """Write the seed study's report to ``out``; returns ``out/index.html``. ``inputs``: what the build
     read (:func:`headstats.report.freshness.report_inputs`), recorded in its manifest."""
@@ -266,25 +354,14 @@ def write_seed_report(decision: SeedDecision, out: Path, inputs: dict | None = N
         f"{len(decision.seeds)} seeds in the design, {n_scored} scored; design {decision.design_file}, registered "
         f"keys' SHA-256 `{decision.registration['sha256'][:16]}`."
     )
+    amended = None if decision.amended is None else list(decision.amended)
+    registered = registration_line(amended, decision.results, n_scored > 0, more="under the design")
+    subtitle += f" {registered.strip()}" if registered else ""
     writer = ReportWriter(out, decision.title, subtitle=subtitle)
-    writer.abstract(abstract(decision))
-    writer.headline(
-        headline_figure(decision),
-        "verdicts",
-        "Per stage end × dataset × score: how far the stage end moved beyond training noise, mean(delta) in W1 over "
-        "the base's IQR, with its upper bound; colour: the verdict.",
-    )
-    main = decision.verdicts[[c for c in MAIN_COLUMNS if c in decision.verdicts]]
-    writer.main_table(
-        main,
-        "verdicts",
-        legend="Seeds kept, mean base -> stage and seed -> seed W1/IQR, their difference with its upper bound, the "
-        "Holm-adjusted p of 'moved', the p of 'equivalent', the verdict.",
-        full_legend="the-design",
-    )
-    writer.heading("The study's sentence per stage end")
-    writer.table(decision.sentences, "sentences")
-    writer.text(power_statement(decision))
+    if decision.rule == "distance":
+        _distance_decision(writer, decision)
+    else:
+        _contrast_decision(writer, decision)
     writer.heading("Learning per seed")
     writer.text(
         "A seed enters a stage end's cells only when that stage and every earlier stage of its chain learned: the "
@@ -315,15 +392,25 @@ def write_seed_report(decision: SeedDecision, out: Path, inputs: dict | None = N
             )
     with writer.appendix():
         writer.heading("The design", 3)
-        writer.text(
+        contrast = (
             f"Margin {decision.margin:g} W1/IQR in every cell; one-sided sign-flip tests over seeds at "
             f"{decision.alpha:g}: 'moved' (mean(delta) > 0) and 'beyond the margin' (mean(delta) > margin), Holm "
             f"over the family `{decision.family}`; 'equivalent' (mean(delta) < margin) per cell. A stage end with "
             f"fewer than {decision.min_seeds} seeds that learned is undetermined. delta_s = d(base, end_s) − "
-            "(2 b_s − B), b_s the mean distance of seed s's end to the other seeds' and B the mean over all pairs. "
-            f"The file `{decision.design_file}` (SHA-256 `{decision.design_sha256}`) states the reasons; its "
-            f"deciding keys hash to `{decision.registration['sha256']}` (`design.json`)."
+            "(2 b_s − B), b_s the mean distance of seed s's end to the other seeds' and B the mean over all pairs."
         )
+        distance = seed_distance.method(decision.margin, decision.alpha, decision.family, decision.min_seeds)
+        registered = distance if decision.rule == "distance" else f"{contrast} The post hoc re-analysis: {distance}"
+        writer.text(
+            f"{registered} The model: {decision.model}. The file `{decision.design_file}` (SHA-256 "
+            f"`{decision.design_sha256}`) states the reasons; its deciding keys hash to "
+            f"`{decision.registration['sha256']}` (`design.json`)."
+        )
+        if decision.amended:
+            writer.text(
+                f"Changed after the first run recorded the keys in `{record_name(decision.results)}` (an "
+                f"amendment, not pre-registered): {'; '.join(decision.amended)}."
+            )
         writer.details(
             "The registered keys", json.dumps(decision.registration, indent=2, sort_keys=True), file="design.json"
         )

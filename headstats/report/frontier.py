@@ -24,8 +24,9 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
+from headstats.io.assets import portable_name
 from headstats.io.machine import describe_machine
-from headstats.jobs.frontier import Frontier, pruned_points, read_record
+from headstats.jobs.frontier import Frontier, check_recorded_settings, pruned_points, read_record, recorded_settings
 from headstats.report.freshness import report_inputs
 from headstats.report.plots import score_style
 from headstats.report.sections.context import ABSTRACT_WORDS, term, word_count
@@ -156,6 +157,7 @@ def _headline(table: pd.DataFrame, tasks: list[str], batch: int) -> Figure:
 def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = None) -> Path:
     """Write the report of ``frontier``'s results to ``out`` (default: its ``report`` directory)."""
     spec = frontier.prune
+    check_recorded_settings(frontier)  # points run under other settings are not reported as the file's
     points, speed, runs = read_points(frontier.results)
     if points.empty:
         raise ValueError(f"no finished frontier points under {str(frontier.results)!r}: run the frontier first")
@@ -180,6 +182,7 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         dpi=90,
         subtitle="Models: " + ", ".join(f"`{m}`" for m in sorted(runs)) + ".",
     )
+    hide_folders(writer, frontier)
     b_small = min(spec.speed_batches)
     from headstats.io.models import model_slug
 
@@ -190,8 +193,8 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         done = ", ".join(f"{names.get(slug, slug)} {n} of {len(pruned_points(spec))}" for slug, n in partial.items())
         so_far = f" (pruned points done: {done}; no share is read until all are)" if done else ""
         abstract += (
-            f"\n\nNot finished: {', '.join(missing)}{so_far}; `headstats frontier {frontier.path} --models "
-            f"{','.join(missing)}` resumes."
+            f"\n\nNot finished: {', '.join(missing)}{so_far}; `headstats frontier {portable_name(frontier.path)} "
+            f"--models {','.join(missing)}` resumes."
         )
     writer.abstract(abstract)
     writer.headline(
@@ -212,10 +215,16 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
         f"{spec.max_drop:g} point.",
         full_legend=anchor_slug(LEGEND),
     )
-    _body(writer, table, certified, runs, spec, frontier.results, family)
+    _body(writer, table, certified, runs, spec, frontier.results, family, settings_line(frontier))
     record_inputs(writer, frontier)
     writer.write()
     return Path(writer.out) / "index.html"
+
+
+def hide_folders(writer: ReportWriter, frontier: Frontier) -> None:
+    """The file, its results and its model folders named as records name them (``<local>/<folder>``)
+    wherever the report's text would name them: no local path in a report."""
+    writer.hide(frontier.path, frontier.results, *(m for m in frontier.model_names(all_models=True) if os.sep in m))
 
 
 def record_inputs(writer: ReportWriter, frontier: Frontier) -> None:
@@ -365,6 +374,7 @@ def _body(
     spec: FrontierSpec,
     results: Path,
     family: int,
+    settings: str = "",
 ) -> None:
     writer.heading("Largest certified share per score", 2)
     writer.text(
@@ -423,12 +433,13 @@ def _body(
             "gained",
             "mdd_80",
             "n_to_certify",
+            "n_to_certify_note",
         ]
     ].sort_values(["model", "task", "score", "share"])
     writer.table(acc, "accuracy")
     _roof(writer, table)
     with writer.appendix():
-        run_notes(writer, table, runs, results)
+        run_notes(writer, table, runs, results, settings)
 
 
 def _roof(writer: ReportWriter, table: pd.DataFrame) -> None:
@@ -449,8 +460,24 @@ def _roof(writer: ReportWriter, table: pd.DataFrame) -> None:
     writer.table(roof, "roof")
 
 
-def run_notes(writer: ReportWriter, table: pd.DataFrame, runs: dict, results: Path) -> None:
-    """The appendix: the columns' legend, and each model's machine and run time."""
+def settings_line(frontier: Frontier) -> str:
+    """The settings the points were run with, as their ``run.json`` records them (the same for every
+    model: :func:`~headstats.jobs.frontier.check_recorded_settings` refuses a folder that differs)."""
+    recorded = next(
+        (r for root in sorted(frontier.results.glob("model=*")) if (r := recorded_settings(frontier, root))), None
+    )
+    if not recorded:
+        return ""
+    parts = [f"`{key} = {json.dumps(value)}`" for part in sorted(recorded) for key, value in recorded[part].items()]
+    return (
+        "Every point was run with these settings (each model's `run.json`; a file whose settings changed since "
+        f"is refused, never half-followed): {', '.join(parts)}."
+    )
+
+
+def run_notes(writer: ReportWriter, table: pd.DataFrame, runs: dict, results: Path, settings: str = "") -> None:
+    """The appendix: the columns' legend, the settings the points were run with (``settings``:
+    :func:`settings_line`), and each model's machine and run time."""
     writer.heading(LEGEND, 3)
     writer.text(
         "share: fraction of all heads removed; heads removed: their number; params: parameters after / "
@@ -460,10 +487,12 @@ def run_notes(writer: ReportWriter, table: pd.DataFrame, runs: dict, results: Pa
         "with its one-sided 95% Tango upper bound; upper_fw: that bound at the family-wise level (Bonferroni "
         "over the planned (model, score, unit, task) sequences); n_to_certify: the questions per task at which that "
         "bound would reach the tolerated drop if the shares of lost and gained answers stayed as observed (for sizing "
-        "a rerun; inf where the observed drop already reaches it); KV saved: KV-cache bytes per token of context and "
-        "sequence that the removed KV heads held."
+        "a rerun; empty, with n_to_certify_note saying never, where the observed drop already reaches it); KV "
+        "saved: KV-cache bytes per token of context and sequence that the removed KV heads held."
     )
     writer.heading("Run", 3)
+    if settings:
+        writer.text(settings)
     for model, info in runs.items():
         machine = info["run"]["machine"]
         points = table[(table["model"] == model) & (table["score"] != "none")]

@@ -18,8 +18,17 @@ from pathlib import Path
 import pandas as pd
 from matplotlib.figure import Figure
 
-from headstats.jobs.frontier import Frontier, pruned_points
-from headstats.report.frontier import LEGEND, family_size, read_points, record_inputs, run_notes
+from headstats.io.assets import portable_name
+from headstats.jobs.frontier import Frontier, check_recorded_settings, pruned_points
+from headstats.report.frontier import (
+    LEGEND,
+    family_size,
+    hide_folders,
+    read_points,
+    record_inputs,
+    run_notes,
+    settings_line,
+)
 from headstats.report.plots import score_style
 from headstats.report.sections.context import fit_sentences, term
 from headstats.report.writer import ReportWriter, anchor_slug
@@ -193,6 +202,7 @@ def build_paired_report(frontier: Frontier, out: str | os.PathLike | None = None
     """Write the report of a frontier timed in paired rounds (see the module docstring) to ``out``
     (default: its ``report`` directory)."""
     spec = frontier.prune
+    check_recorded_settings(frontier)  # points run under other settings are not reported as the file's
     points, speed, runs = read_points(frontier.results)
     if points.empty:
         raise ValueError(f"no finished frontier points under {str(frontier.results)!r}: run the frontier first")
@@ -211,12 +221,13 @@ def build_paired_report(frontier: Frontier, out: str | os.PathLike | None = None
         dpi=90,
         subtitle="Models: " + ", ".join(f"`{m}`" for m in sorted(runs)) + ".",
     )
+    hide_folders(writer, frontier)
     abstract = _abstract(speed, points, certified, frontier)
     if partial:
         done = ", ".join(f"{m} {n} of {len(pruned_points(spec))}" for m, n in partial.items())
         abstract += (
             f"\n\nNot finished: pruned points done: {done} (no share is read until all are); "
-            f"`headstats frontier {frontier.path}` resumes."
+            f"`headstats frontier {portable_name(frontier.path)}` resumes."
         )
     writer.abstract(abstract)
     writer.headline(
@@ -283,7 +294,7 @@ def build_paired_report(frontier: Frontier, out: str | os.PathLike | None = None
     writer.table(points[acc_cols].sort_values(["model", "task", "score", "share"]), "accuracy")
     with writer.appendix():
         table = points if "eval_seconds" in points else points.assign(eval_seconds=0.0)  # a baseline alone
-        run_notes(writer, table, runs, frontier.results)
+        run_notes(writer, table, runs, frontier.results, settings_line(frontier))
     record_inputs(writer, frontier)
     writer.write()
     return Path(writer.out) / "index.html"

@@ -375,6 +375,16 @@ class ReportWriter:
         self._stream.md.append(md)
         return path
 
+    def linked_table(self, frame: pd.DataFrame, name: str, summary: str) -> Path:
+        """A table too long to show on the page: written as CSV like :meth:`table` (numbers to 6
+        significant digits) and linked, with its row count, in both ``index.html`` and ``summary.md``."""
+        frame = _public_frame(frame, self.roots())
+        path = self.folder.path(f"tables/{name}.csv")
+        store.write_atomic(path, lambda tmp: frame.to_csv(tmp, index=False, float_format="%.6g"))
+        rel = path.relative_to(self.out).as_posix()
+        self.text(f"{summary}: [`{rel}`]({rel}) ({len(frame)} row{'' if len(frame) == 1 else 's'}).")
+        return path
+
     def _figure_blocks(self, fig: Figure, name: str, caption: str, css_class: str = "") -> tuple[str, str]:
         for fmt in ("png", "svg"):
             self.folder.path(f"figures/{name}.{fmt}")

@@ -22,12 +22,13 @@ when its prompts change format (the chat template instead of the compared format
 constant by construction for a model (:func:`~headstats.stats.constant.constant_scores`) and the
 ``random`` baseline leave the tests, with the reason stated once.
 
-For models of one architecture, per head: the max-T test over heads
-(:func:`~headstats.stats.movement.head_shift_test`, family-wise 5% per dataset and score), the rank
-correlation of per-head means and the Jaccard overlap of the inactive heads a score selects at a
-share, with a cluster-bootstrap interval (:func:`inactive_overlap`). A layer-normalised score divides
-by the mean over a layer's heads, so one moved head moves every head of its layer on it: the list of
-moved heads is read from the scores that look at one head alone (:func:`head_local`).
+For models of one architecture, how far each head moved against a margin is
+:mod:`headstats.stats.heads`; here, beside it: the max-T test over heads
+(:func:`~headstats.stats.movement.head_shift_test`, family-wise 5% per dataset and score: significance
+only, never the headline), the rank correlation of per-head means and the Jaccard overlap of the
+inactive heads a score selects at a share, with a cluster-bootstrap interval (:func:`inactive_overlap`).
+A layer-normalised score divides by the mean over a layer's heads, so one moved head moves every head of
+its layer on it: heads are counted on the scores that look at one head alone (:func:`head_local`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from headstats.engine.scores import get_score
-from headstats.stats.constant import constant_scores
+from headstats.stats.constant import constant_across_texts, constant_scores
 from headstats.stats.distances import (
     SequenceBlocks,
     cluster_codes,
@@ -85,13 +86,13 @@ __all__ = [
     "in_reference_units",
     "inactive_overlap",
     "left_out_scores",
-    "moved_heads",
     "permutation_count",
     "reference_unit",
     "replicate_distances",
     "seed_yardstick",
     "step_distances",
     "texts_to_decide",
+    "verdicts",
     "w1_bounds",
     "yardstick_distances",
 ]
@@ -121,13 +122,23 @@ def equivalence(low: float, high: float, margin: float) -> str:
     return UNDETERMINED
 
 
+def verdicts(table: pd.DataFrame) -> list[str]:
+    """:func:`equivalence` of every row of a distance table (``w1_iqr`` with its interval, ``margin``):
+    an ``exact`` distance is its own interval, compared with the margin as it is."""
+    exact = table["exact"] if "exact" in table else pd.Series(False, index=table.index)
+    low = table["w1_iqr_low"].where(~exact, table["w1_iqr"])
+    high = table["w1_iqr_high"].where(~exact, table["w1_iqr"])
+    return [equivalence(lo, hi, m) for lo, hi, m in zip(low, high, table["margin"], strict=True)]
+
+
 def texts_to_decide(distance: float, low: float, high: float, margin: float, n_texts: int) -> float:
     """How many texts would decide an undetermined verdict if the distance stayed as observed and the
     interval's half-width on the side facing the margin shrank as ``1 / sqrt(n)`` (the observed
-    variance): ``n * (half-width / |distance - margin|)^2``, rounded up; ``inf`` when the distance
-    equals the margin or is unknown. A figure for sizing the next run, not a result."""
+    variance): ``n * (half-width / |distance - margin|)^2``, rounded up; NaN when no number of texts
+    would (the distance equals the margin, or it, its interval or the margin is unknown). A figure for
+    sizing the next run, not a result."""
     if not all(np.isfinite(v) for v in (distance, low, high, margin)) or distance == margin:
-        return math.inf
+        return math.nan
     half = high - distance if distance < margin else distance - low
     return float(max(n_texts, math.ceil(n_texts * (half / abs(distance - margin)) ** 2)))
 
@@ -172,7 +183,9 @@ def yardstick_distances(
     """:func:`~headstats.stats.distances.model_distance` of ``model_a`` (the reference: its IQR is the
     unit) and ``model_b`` per dataset, overall (no depth bins), with the interval of :func:`w1_bounds`
     (each side a one-sided ``1 - alpha`` bound, together a ``1 - 2 alpha`` interval): one row per
-    (dataset, score) with a ``dataset`` column."""
+    (dataset, score) with a ``dataset`` column. ``exact`` marks a score that is the same on every text
+    in both models (:func:`~headstats.stats.constant.constant_across_texts`): its distance does not
+    depend on the texts drawn, and it has no interval (NaN bounds)."""
     out = []
     for di, dataset in enumerate(datasets):
         here = scores[scores["dataset"].astype(str) == dataset]
@@ -199,6 +212,13 @@ def yardstick_distances(
             for si, sid in enumerate(table["score"])
         ]
         table["ci_low"], table["ci_high"] = [lo for lo, _ in bounds], [hi for _, hi in bounds]
+        # a score the same on every text in both models: resampling texts cannot move the distance, so it
+        # is exact, and the bootstrap's zero-width "interval" is none
+        same = set(constant_across_texts(here, model_a, dataset, list(score_ids))) & set(
+            constant_across_texts(here, model_b, dataset, list(score_ids))
+        )
+        table["exact"] = table["score"].isin(same)
+        table.loc[table["exact"], ["ci_low", "ci_high"]] = np.nan
         spread = table["iqr_a"].where(table["iqr_a"] > 0)
         table["w1_iqr_low"], table["w1_iqr_high"] = table["ci_low"] / spread, table["ci_high"] / spread
         table["confidence"] = 1 - 2 * alpha
@@ -294,10 +314,7 @@ def compare_distributions(
     table = holm_family(tables)
     table["noise_iqr"] = table["noise_floor"] / table["iqr_a"].where(table["iqr_a"] > 0)
     table = _with_margins(table, margins)
-    table["verdict"] = [
-        equivalence(lo, hi, m)
-        for lo, hi, m in zip(table["w1_iqr_low"], table["w1_iqr_high"], table["margin"], strict=False)
-    ]
+    table["verdict"] = verdicts(table)
     table["texts_to_decide"] = [
         texts_to_decide(d, lo, hi, m, n) if v == UNDETERMINED else np.nan
         for d, lo, hi, m, n, v in zip(
@@ -397,8 +414,10 @@ def head_changes(
     """Per (dataset, score) of two models of one architecture: the per-head max-T test (family-wise
     ``alpha`` over the heads), the rank correlation of per-head means (``spearman``, beside the
     reference's own split-half agreement ``split_half``) and the inactive-set overlap at ``rate``
-    (:func:`inactive_overlap`). Returns (one row per dataset and score with ``n_moved`` and
-    ``head_local``; every head's test row of :func:`~headstats.stats.movement.head_shift_test`)."""
+    (:func:`inactive_overlap`). Returns (one row per dataset and score with ``n_significant``, the heads
+    the test tells apart from the reference: significance only, not size, and ``head_local``; every
+    head's test row of :func:`~headstats.stats.movement.head_shift_test`). How far each head moved,
+    against a margin, is :func:`headstats.stats.heads.head_shifts`."""
     summary, heads = [], []
     for di, dataset in enumerate(datasets):
         movement = head_movement(scores, reference, other, list(score_ids), dataset=dataset, rate=rate, seed=seed)
@@ -418,7 +437,7 @@ def head_changes(
                     "dataset": dataset,
                     "score": sid,
                     "head_local": head_local(sid),
-                    "n_moved": int(test["moved"].sum()),
+                    "n_significant": int(test["moved"].sum()),
                     "n_heads": len(test),
                     "spearman": float(rank["spearman"]),
                     "split_half": float(rank["split_half"]),
@@ -428,35 +447,6 @@ def head_changes(
                 }
             )
     return pd.DataFrame(summary), pd.concat(heads, ignore_index=True)
-
-
-MOVED_COLUMNS = ["model_b", "layer", "head", "d_z", "shift_iqr", "strongest_on", "scores", "datasets"]
-
-
-def moved_heads(heads: pd.DataFrame) -> pd.DataFrame:
-    """From :func:`head_changes`' per-head rows: the heads that moved on at least one head-local score,
-    one row per (compared model, layer, head) with the largest effect (``d_z``, in standard deviations of
-    the texts' differences, and ``shift_iqr``), the score and dataset where it is largest
-    (``strongest_on``), and every score and dataset it moved on."""
-    if heads.empty:
-        return pd.DataFrame(columns=MOVED_COLUMNS)
-    moved = heads[heads["moved"] & heads["head_local"]].assign(abs_d=lambda f: f["d_z"].abs())
-    rows = []
-    for (other, layer, head), group in moved.groupby(["model_b", "layer", "head"], sort=True):
-        top = group.sort_values("abs_d", ascending=False).iloc[0]
-        rows.append(
-            {
-                "model_b": other,
-                "layer": int(layer),
-                "head": int(head),
-                "d_z": float(top["d_z"]),
-                "shift_iqr": float(top["shift_iqr"]),
-                "strongest_on": f"{top['score']} ({top['dataset']})",
-                "scores": ", ".join(sorted(set(group["score"]))),
-                "datasets": ", ".join(sorted(set(group["dataset"]))),
-            }
-        )
-    return pd.DataFrame(rows, columns=MOVED_COLUMNS)
 
 
 ANECDOTE_SEEDS = 6  # fewer seeds than this make the replicate-vs-replicate distance an anecdote, not a yardstick
@@ -507,10 +497,7 @@ def step_distances(
     if not tables:
         return pd.DataFrame()
     table = _with_margins(pd.concat(tables, ignore_index=True), margins)
-    table["verdict"] = [
-        equivalence(lo, hi, m)
-        for lo, hi, m in zip(table["w1_iqr_low"], table["w1_iqr_high"], table["margin"], strict=True)
-    ]
+    table["verdict"] = verdicts(table)
     return table
 
 

@@ -11,6 +11,12 @@ a denominator.
 
 The check reads the values themselves (so it also catches a constant score of a user's own), and
 names the architectural cause when the table's ``kv_head`` column shows one.
+
+A score can also be the same on every *text* for each head (:func:`constant_across_texts`): a
+first-token score (``ftvvn``) when every text of a dataset starts with the same token (PIQA's
+prompts). It still separates heads, so it stays in the tests; but resampling texts cannot move it,
+so a distance between two models on which it is constant has no sampling error: it is exact, and a
+bootstrap interval of it has zero width, which is no interval.
 """
 
 from __future__ import annotations
@@ -20,10 +26,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from headstats.engine.scores import tied_within_layer
+from headstats.engine.scores import get_score, tied_within_layer
 from headstats.stats.distances import model_rows, scores_of
 
-__all__ = ["constant_scores"]
+__all__ = ["constant_across_texts", "constant_scores", "reads_first_token_only", "texts_constant"]
 
 
 def _within_layer_spread(rows: pd.DataFrame, sids: list[str]) -> tuple[pd.Series, pd.Series]:
@@ -86,3 +92,53 @@ def constant_scores(
     if not reasons:
         return empty
     return pd.Series(reasons, name="reason").rename_axis("score")
+
+
+def constant_across_texts(
+    scores: pd.DataFrame,
+    model: str,
+    dataset: str,
+    score_ids: Sequence[str] | None = None,
+    *,
+    rtol: float = 1e-5,
+) -> list[str]:
+    """The scores of ``model`` on ``dataset`` that take the same value on every text for each head
+    (within ``rtol`` of the head's size: a batch's round-off is no variation), in the order of
+    ``score_ids``; a dataset of one text has nothing to vary over and gives none."""
+    rows = model_rows(scores, model)
+    rows = rows[rows["dataset"].astype(str) == dataset] if "dataset" in rows.columns else rows
+    sids = scores_of(rows, model, score_ids)
+    if rows.empty or rows["sample_id"].nunique() < 2 or not sids:
+        return []
+    grouped = rows.groupby(["layer", "head"], observed=True, sort=False)[sids]
+    high, low = grouped.max(), grouped.min()
+    size = pd.concat([high.abs(), low.abs()]).groupby(level=[0, 1]).max()
+    same = ((high - low) <= rtol * size).all()
+    return [sid for sid in sids if bool(same[sid])]
+
+
+def reads_first_token_only(score_id: str) -> bool:
+    """Whether a score reads only the first token of a text (``ftvvn`` and its normalised forms): it
+    is the same on every text that starts with the same token."""
+    score = get_score(score_id)
+    if score.ratio is not None:
+        return all(reads_first_token_only(s) for s in score.dependencies())
+    return score.pool == "first"
+
+
+def texts_constant(
+    scores: pd.DataFrame, models: Sequence[str], datasets: Sequence[str], score_ids: Sequence[str] | None = None
+) -> pd.DataFrame:
+    """Every (model, dataset, score) of ``models`` whose score is the same on every text for each head
+    (:func:`constant_across_texts`), with ``first_token``: whether the score reads the first token only
+    (:func:`reads_first_token_only`), the usual cause (every text of the dataset starts alike)."""
+    rows = []
+    present = set(scores["model"].astype(str))
+    for model in (m for m in models if m in present):
+        have = [s for s in scores_of(model_rows(scores, model), model, None) if score_ids is None or s in score_ids]
+        for dataset in datasets:
+            for sid in constant_across_texts(scores, model, dataset, have):
+                rows.append(
+                    {"model": model, "dataset": dataset, "score": sid, "first_token": reads_first_token_only(sid)}
+                )
+    return pd.DataFrame(rows, columns=["model", "dataset", "score", "first_token"])

@@ -24,7 +24,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from headstats.stats.paired import (
@@ -98,15 +97,28 @@ def speedups(speed: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+NEVER = "never: observed drop >= tolerated"
+
+
 def add_questions_to_certify(points: pd.DataFrame, max_drop: float) -> pd.DataFrame:
     """``points`` with ``n_to_certify``: the questions per task at which a pruned point's bound would
-    reach ``max_drop`` (accuracy points) if its shares of lost and gained answers stayed as observed (inf
-    where the observed drop already reaches it; NaN for the unpruned rows)."""
+    reach ``max_drop`` (accuracy points) if its shares of lost and gained answers stayed as observed, and
+    ``n_to_certify_note`` where no number does: :data:`NEVER` where the observed drop already reaches the
+    tolerated one, or more than :func:`~headstats.stats.paired.questions_to_certify` searches (those rows'
+    ``n_to_certify`` is empty: no infinity stands in the table as a count). Empty for the unpruned rows."""
     needed = [
         questions_to_certify(r.lost, r.gained, r.n, max_drop) if r.score != "none" else math.nan
         for r in points.itertuples()
     ]
-    return points.assign(n_to_certify=needed)
+    notes = [
+        ""
+        if math.isfinite(n) or r.score == "none"
+        else NEVER
+        if 100 * (r.lost - r.gained) / r.n >= max_drop
+        else "more than 10,000,000 questions"
+        for r, n in zip(points.itertuples(), needed, strict=True)
+    ]
+    return points.assign(n_to_certify=[n if math.isfinite(n) else math.nan for n in needed], n_to_certify_note=notes)
 
 
 def add_family_bounds(points: pd.DataFrame, family: int, confidence: float = CONFIDENCE) -> pd.DataFrame:
@@ -242,7 +254,7 @@ class CertificationCounts:
     cells: int
     need_low: float  # the fewest questions an uncertified, reachable cell needs (NaN: none)
     need_high: float  # the most
-    beyond: int  # cells whose observed drop already reaches the tolerated drop (n_to_certify inf)
+    beyond: int  # cells whose observed drop already reaches the tolerated drop (n_to_certify_note NEVER)
 
 
 def certification_counts(table: pd.DataFrame, max_drop: float) -> CertificationCounts:
@@ -251,7 +263,7 @@ def certification_counts(table: pd.DataFrame, max_drop: float) -> CertificationC
     gained (one that gained more would "certify" within a few dozen questions at its lucky shares)."""
     cells = table[table["score"] != "none"].drop_duplicates(["model", "score", "share", "task"])
     passed = cells["upper"] <= max_drop
-    finite = np.isfinite(cells["n_to_certify"])
+    finite = cells["n_to_certify"].notna()
     reachable = cells.loc[~passed & finite & (cells["lost"] >= cells["gained"]), "n_to_certify"]
     return CertificationCounts(
         questions=table[table["score"] == "none"].groupby("task")["n"].min(),
@@ -259,5 +271,5 @@ def certification_counts(table: pd.DataFrame, max_drop: float) -> CertificationC
         cells=len(cells),
         need_low=float(reachable.min()) if len(reachable) else math.nan,
         need_high=float(reachable.max()) if len(reachable) else math.nan,
-        beyond=int((~finite).sum()),
+        beyond=int((cells["n_to_certify_note"] == NEVER).sum()),
     )

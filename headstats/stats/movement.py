@@ -22,6 +22,7 @@ scored on the same texts):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -40,7 +41,7 @@ from headstats.stats.overlap import jaccard
 from headstats.stats.stability import grouped_mean, spearman, split_half_spearman
 
 
-def _dataset_rows(scores: pd.DataFrame, model: str, dataset: str | None) -> pd.DataFrame:
+def dataset_rows(scores: pd.DataFrame, model: str, dataset: str | None) -> pd.DataFrame:
     rows = model_rows(scores, model)
     if dataset is not None and "dataset" in rows.columns:
         rows = rows[rows["dataset"].astype(str) == dataset]
@@ -54,7 +55,7 @@ def _head_means(rows: pd.DataFrame, sid: str, heads: pd.MultiIndex) -> np.ndarra
     return grouped_mean(rows[sid].to_numpy(dtype=np.float64), codes, len(heads))
 
 
-def _heads(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str]) -> pd.MultiIndex:
+def common_heads(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str]) -> pd.MultiIndex:
     ha = pd.MultiIndex.from_frame(a[["layer", "head"]].drop_duplicates()).sort_values()
     hb = pd.MultiIndex.from_frame(b[["layer", "head"]].drop_duplicates()).sort_values()
     if not ha.equals(hb):
@@ -92,8 +93,8 @@ def head_movement(
     score, spearman, split_half, inactive_kept, inactive_iou, rate, n_heads, cluster, n_splits``."""
     if not 0 < rate < 1:
         raise ValueError(f"rate must lie strictly between 0 and 1, not {rate}")
-    a, b = _dataset_rows(scores, model_a, dataset), _dataset_rows(scores, model_b, dataset)
-    heads = _heads(a, b, (model_a, model_b))
+    a, b = dataset_rows(scores, model_a, dataset), dataset_rows(scores, model_b, dataset)
+    heads = common_heads(a, b, (model_a, model_b))
     sids = [s for s in scores_of(a, model_a, score_ids) if s in b.columns and s != "random"]
     unit = cluster_column(a, cluster)
     clusters = cluster_codes(a, unit)
@@ -129,8 +130,8 @@ def moved_heads(
     """The ``k`` heads whose mean ``score_id`` moved most from ``model_a`` to ``model_b``: columns
     ``layer, head, mean_a, mean_b, shift`` (``shift`` = (mean_b - mean_a) / sd of model_a's head
     means), largest ``|shift|`` first."""
-    a, b = _dataset_rows(scores, model_a, dataset), _dataset_rows(scores, model_b, dataset)
-    heads = _heads(a, b, (model_a, model_b))
+    a, b = dataset_rows(scores, model_a, dataset), dataset_rows(scores, model_b, dataset)
+    heads = common_heads(a, b, (model_a, model_b))
     ma, mb = _head_means(a, score_id, heads), _head_means(b, score_id, heads)
     spread = np.nanstd(ma)
     shift = (mb - ma) / spread if spread > 0 else np.full_like(ma, np.nan)
@@ -235,7 +236,7 @@ def sign_flip_max_t(differences: ArrayLike, *, n_perm: int = 9999, seed: int = 0
     )
 
 
-def _sequence_matrix(rows: pd.DataFrame, sid: str, sequences: pd.MultiIndex, heads: pd.MultiIndex) -> np.ndarray:
+def sequence_matrix(rows: pd.DataFrame, sid: str, sequences: pd.MultiIndex, heads: pd.MultiIndex) -> np.ndarray:
     """``rows[sid]`` as a sequences x heads matrix (NaN where a pair has no row)."""
     si = sequences.get_indexer(sequence_keys(rows))
     hi = heads.get_indexer(pd.MultiIndex.from_arrays([rows["layer"].to_numpy(), rows["head"].to_numpy()]))
@@ -251,7 +252,7 @@ def _sequence_matrix(rows: pd.DataFrame, sid: str, sequences: pd.MultiIndex, hea
     return out
 
 
-def _cluster_means(values: np.ndarray, units: np.ndarray, n_units: int) -> np.ndarray:
+def cluster_means(values: np.ndarray, units: np.ndarray, n_units: int) -> np.ndarray:
     """Mean of the finite entries of each column over the rows of each unit (units x columns)."""
     ok = np.isfinite(values)
     sums, counts = np.zeros((n_units, values.shape[1])), np.zeros((n_units, values.shape[1]))
@@ -259,6 +260,40 @@ def _cluster_means(values: np.ndarray, units: np.ndarray, n_units: int) -> np.nd
     np.add.at(counts, units, ok)
     with np.errstate(invalid="ignore", divide="ignore"):
         return sums / counts
+
+
+@dataclass(frozen=True)
+class PairedUnits:
+    """The texts two models both scored and the units they fall in (clusters, else texts)."""
+
+    sequences: pd.MultiIndex  # (dataset, sample_id) of each paired text
+    units: np.ndarray  # each text's unit, 0 .. n_units - 1
+    n_units: int
+    cluster: str  # the column the units are read from (see cluster_column)
+
+
+def paired_units(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str], cluster: str | None = None) -> PairedUnits:
+    """The texts (dataset, sample_id) both models' rows ``a`` and ``b`` hold, each in its unit: its
+    cluster of ``a`` (``cluster`` as in :func:`headstats.stats.distances.cluster_column`: MMLU subjects,
+    source documents, else each text is its own). Refused when they share no text or fewer than two
+    units, which no paired resampling can use."""
+    sequences = sequence_keys(a).unique().intersection(sequence_keys(b).unique())
+    if len(sequences) == 0:
+        raise ValueError(
+            f"{names[0]!r} and {names[1]!r} scored no common text (dataset, sample_id): the per-head test pairs each "
+            "text's scores under both models; score both on the same texts"
+        )
+    unit = cluster_column(a, cluster)
+    row_sequence = sequences.get_indexer(sequence_keys(a))
+    sequence_cluster = np.full(len(sequences), -1, dtype=np.int64)
+    sequence_cluster[row_sequence[row_sequence >= 0]] = cluster_codes(a, unit)[row_sequence >= 0]
+    units, uniques = pd.factorize(sequence_cluster)
+    if len(uniques) < 2:
+        raise ValueError(
+            f"the per-head test needs at least two units ({unit}) to flip, but {names[0]!r} and {names[1]!r} share "
+            f"{len(uniques)}: score more texts, or name a finer cluster column"
+        )
+    return PairedUnits(sequences, np.asarray(units, dtype=np.int64), len(uniques), unit)
 
 
 def head_shift_test(
@@ -285,41 +320,30 @@ def head_shift_test(
     ``shift_iqr`` (``mean_diff`` divided by ``iqr_a``, the interquartile range of ``model_a``'s
     values of the score over all its heads on these texts: the scale of
     :func:`~headstats.stats.distances.model_distance`'s ``w1_iqr``), ``d_z`` (``mean_diff`` over the
-    sd of the unit differences), ``t``, ``p_raw``, ``p_max_t`` and ``moved`` (``p_max_t <= alpha``),
+    sd of the unit differences; NaN when they are the same on every unit: nothing to standardise by),
+    ``t``, ``p_raw``, ``p_max_t`` and ``moved`` (``p_max_t <= alpha``),
     with ``n_units``, ``n_seq``, ``cluster``, ``n_perm`` and ``exact``.
     """
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie strictly between 0 and 1, not {alpha}")
     sid = get_score(score_id).id
     names = (model_a, model_b)
-    a, b = _dataset_rows(scores, model_a, dataset), _dataset_rows(scores, model_b, dataset)
+    a, b = dataset_rows(scores, model_a, dataset), dataset_rows(scores, model_b, dataset)
     for name, rows in zip(names, (a, b), strict=True):
         if sid not in rows.columns or not rows[sid].notna().any():
             raise ValueError(f"model {name!r} has no values for {sid!r}: collect them first")
-    heads = _heads(a, b, names)
-    sequences = sequence_keys(a).unique().intersection(sequence_keys(b).unique())
-    if len(sequences) == 0:
-        raise ValueError(
-            f"{model_a!r} and {model_b!r} scored no common text (dataset, sample_id): the per-head test pairs each "
-            "text's scores under both models; score both on the same texts"
-        )
-    va, vb = _sequence_matrix(a, sid, sequences, heads), _sequence_matrix(b, sid, sequences, heads)
-    unit = cluster_column(a, cluster)
-    row_sequence = sequences.get_indexer(sequence_keys(a))
-    sequence_cluster = np.full(len(sequences), -1, dtype=np.int64)
-    sequence_cluster[row_sequence[row_sequence >= 0]] = cluster_codes(a, unit)[row_sequence >= 0]
-    units, uniques = pd.factorize(sequence_cluster)
-    if len(uniques) < 2:
-        raise ValueError(
-            f"the per-head test needs at least two units ({unit}) to flip, but {model_a!r} and {model_b!r} share "
-            f"{len(uniques)}: score more texts, or name a finer cluster column"
-        )
-    test = sign_flip_max_t(_cluster_means(vb - va, units, len(uniques)), n_perm=n_perm, seed=seed)
+    heads = common_heads(a, b, names)
+    paired = paired_units(a, b, names, cluster)
+    sequences, units, unit = paired.sequences, paired.units, paired.cluster
+    va, vb = sequence_matrix(a, sid, sequences, heads), sequence_matrix(b, sid, sequences, heads)
+    test = sign_flip_max_t(cluster_means(vb - va, units, paired.n_units), n_perm=n_perm, seed=seed)
     iqr = interquartile_range(va)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_a, mean_b = np.nanmean(va, axis=0), np.nanmean(vb, axis=0)
-        d_z = test["mean"].to_numpy() / test["sd"].to_numpy()
-        d_z = np.where(test["sd"].to_numpy() == 0, test["t"].to_numpy(), d_z)  # +-inf or 0, like t
+        # no spread to standardise by when a head's differences are the same on every unit (to the
+        # round-off _t_statistics ties): no d_z, rather than an infinite one
+        sd, mean = test["sd"].to_numpy(), test["mean"].to_numpy()
+        d_z = np.where(sd > 1e-6 * np.abs(mean), mean / sd, np.nan)
     return pd.DataFrame(
         {
             "model_a": model_a,
@@ -348,4 +372,16 @@ def head_shift_test(
     )
 
 
-__all__ = ["head_movement", "head_shift_test", "most_inactive", "moved_heads", "sign_flip_max_t"]
+__all__ = [
+    "PairedUnits",
+    "cluster_means",
+    "common_heads",
+    "dataset_rows",
+    "head_movement",
+    "head_shift_test",
+    "most_inactive",
+    "moved_heads",
+    "paired_units",
+    "sequence_matrix",
+    "sign_flip_max_t",
+]

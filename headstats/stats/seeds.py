@@ -400,7 +400,7 @@ def keep_seeds(distances: pd.DataFrame, kept: pd.DataFrame) -> pd.DataFrame:
     ok = set(kept.loc[kept["kept"].astype(bool), ["seed", "stage"]].itertuples(index=False, name=None))
     first = [(int(s), str(t)) in ok for s, t in zip(distances["seed"], distances["stage"], strict=True)]
     second = [o < 0 or (int(o), str(t)) in ok for o, t in zip(distances["other"], distances["stage"], strict=True)]
-    return distances[np.asarray(first) & np.asarray(second)]
+    return distances[np.asarray(first, dtype=bool) & np.asarray(second, dtype=bool)]
 
 
 def _verdict(moved: bool, beyond: bool, equivalent: bool) -> str:

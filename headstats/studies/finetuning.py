@@ -17,17 +17,22 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from headstats.io.assets import portable_name
 from headstats.jobs.dryrun import WorkUnit
 from headstats.jobs.finetune.study import (
     SeedStudy,
+    amendments,
     chain_machines,
     chain_metrics,
     collect_checkpoint,
     copy_chain_records,
     load_seed_study,
+    model_provenance,
+    register,
     registration,
     seconds_per_step,
     seconds_per_text,
+    seed_cells,
     seed_tables,
     steps_left,
     texts_left,
@@ -126,6 +131,12 @@ def plan(study: Study, run: RunSpec) -> list[Unit]:
     return units
 
 
+def begin(study: Study, run: RunSpec) -> None:
+    """Before the first unit: the design's deciding keys recorded under the results folder, or the
+    run refused when the file changed them since (:func:`~headstats.jobs.finetune.study.register`)."""
+    register(study.spec, results_of(study.spec, run))
+
+
 def measure(unit: Unit, model, tokenizer, probe: int, rng, timer=None) -> WorkUnit:
     raise AssertionError("a fine-tuning study's units are counted and timed from recorded rates; no model loads")
 
@@ -159,10 +170,12 @@ def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
 
     from headstats.report.finetuning import SeedDecision, write_seed_report
     from headstats.report.freshness import file_sha256, report_inputs
+    from headstats.stats import seed_margin
     from headstats.stats import seeds as seed_stats
 
     spec: SeedStudy = study.spec
     design, results = spec.design, results_of(spec, run)
+    check_results(study, run, results)
     scores, checkpoints = seed_tables(spec, results)
     score_ids = list(spec.collect.scores or ())
     scored_base = bool((checkpoints["stage"] == seed_stats.BASE).any())
@@ -188,9 +201,10 @@ def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
         heads = seed_stats.head_seed_shifts(scores, checkpoints, score_ids, kept, alpha=design.alpha, stages=stages)
     else:
         heads = pd.DataFrame(columns=seed_stats.HEAD_COLUMNS)
+    distance_verdicts, distance_sentences = _distance_rule(spec, results, kept, (scores, checkpoints), stages)
     table = kept.merge(learning, on=["seed", "stage"], how="left")
     table.insert(2, "machine", [machines.get(int(seed), "not recorded") for seed in table["seed"]])
-    rebuild = f"headstats run {study.path.as_posix()} --stages report"
+    rebuild = f"headstats run {portable_name(study.path)} --stages report"
     decision = SeedDecision(
         title=spec.description or spec.name,
         seeds=tuple(design.seeds),
@@ -206,14 +220,69 @@ def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
         distances=distances,
         heads=heads,
         moved_heads=seed_stats.moved_head_counts(heads),
-        machines=seed_stats.machine_spread(distances, machines, kept),
+        # no distance yet (no table holds every dataset's texts): no seed to keep out
+        machines=seed_stats.machine_spread(distances, machines, kept if len(distances) else None),
         registration=registration(spec),
-        design_file=study.path.as_posix(),
+        rule=spec.rule,
+        distance_verdicts=distance_verdicts,
+        distance_sentences=distance_sentences,
+        power=seed_margin.achieved_power(distance_verdicts, alpha=design.alpha),
+        model=model_provenance(spec),
+        design_file=portable_name(study.path),
         design_sha256=file_sha256(study.path),
-        rebuild=rebuild + (f" --results {run.results_dir}" if run.results_dir else ""),
+        rebuild=rebuild + (f" --results {portable_name(run.results_dir)}" if run.results_dir else ""),
+        amended=None if (changed := amendments(spec, results)) is None else tuple(changed),
+        results=portable_name(results),
     )
     inputs = report_inputs(results, registration(spec)["keys"], study.path, report=spec.report)
     return write_seed_report(decision, spec.report, inputs if results.is_dir() else None)
+
+
+def _distance_rule(spec: SeedStudy, results: Path, kept, tables, stages: list[str]):
+    """The distance rule's verdicts and sentences over the seeds each stage keeps (registered for a
+    ``rule = "distance"`` design; a post hoc re-analysis of a contrast design)."""
+    from headstats.stats import seed_margin
+    from headstats.stats import seeds as seed_stats
+
+    _, checkpoints = tables
+    design = spec.design
+    ok = set(kept.loc[kept["kept"].astype(bool), ["seed", "stage"]].itertuples(index=False, name=None))
+    scored = {
+        stage: sorted(set(checkpoints.loc[checkpoints["stage"] == stage, "seed"].astype(int))) for stage in stages
+    }
+    counts = {stage: sum((s, stage) in ok for s in scored[stage]) for stage in stages}
+    cells = seed_cells(spec, results, kept, tables=tables)
+    return seed_margin.study_verdicts(
+        cells,
+        seeds=list(design.seeds),
+        scored=scored,
+        kept=counts,
+        datasets=spec.datasets,
+        score_ids=list(spec.collect.scores or ()),
+        margin=design.margin,
+        alpha=design.alpha,
+        min_seeds=design.min_seeds,
+        family=seed_stats.FAMILIES[design.family],
+        stages=stages,
+    )
+
+
+def check_results(study: Study, run: RunSpec, results: Path) -> None:
+    """Refuse, before anything is read, a results folder that is not there: ``--results`` naming
+    another folder than the collect stage wrote to, or a study none of whose units has run yet."""
+    if results.is_dir():
+        return
+    if run.results_dir:
+        raise SpecError(
+            "results_dir",
+            f"{run.results_dir} does not exist: give the folder the collect stage wrote this study's tables to (it "
+            f"holds seed-N/ folders), or leave --results out to read the file's ({study.spec.results})",
+            label="--results",
+        )
+    raise ValueError(
+        f"{study.path}: no results under {results} yet: run its collect stage first "
+        f"(headstats run {study.path} --stages collect)"
+    )
 
 
 def _no_distances():
@@ -242,6 +311,7 @@ FINETUNING = register_kind(
         report=report,
         note=FINETUNING_NOTE,
         check=check,
+        begin=begin,
         takes=("only_seeds", "results_dir"),
         example="analyses/finetuning_confirm.toml",
     )

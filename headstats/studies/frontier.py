@@ -21,6 +21,7 @@ from headstats.jobs.analysis import given_load
 from headstats.jobs.dryrun import FRONTIER_NOTE, PassTimer, WorkUnit, measure_task
 from headstats.jobs.frontier import (
     Frontier,
+    check_recorded_settings,
     chosen_models,
     kernel_conflict,
     load_frontier,
@@ -58,6 +59,7 @@ def plan(study: Study, run: RunSpec) -> list[Unit]:
     spec, load_options = frontier.prune, narrow(frontier.models, LoadOptions)
     planned = planned_points(spec)
     units: list[Unit] = []
+    check_recorded_settings(frontier, chosen_models(frontier, run))  # a file edited since its points ran
     for name in chosen_models(frontier, run):
         missing = not_found_here(name)
         if missing:

@@ -176,7 +176,7 @@ class StudyKind:
     check: Callable[[Study, RunSpec, str | None], None] = field(default=lambda study, run, grid: None)
     grid: bool = False  # whether its units may run as launcher jobs (--launcher), one job per model
     # begin(study, run): before the first unit runs, what spans every unit (a results folder made
-    # writable, a confirmation's registration recorded)
+    # writable, a pre-registered study's deciding keys recorded: headstats.jobs.registration)
     begin: Callable[[Study, RunSpec], None] = field(default=lambda study, run: None)
     left: Callable[[list[str]], BaseException] = units_left  # the error naming the units left, one line each
     takes: tuple[str, ...] = ()  # the RunSpec options only some kinds take (KIND_OPTIONS) that this one does

@@ -175,6 +175,27 @@ def run_study(
     return run_loaded(study, run, resources=resources, grid=grid, progress=progress)
 
 
+def compare_with_answer(
+    models: list[str] | tuple[str, ...],
+    *,
+    out: str | os.PathLike,
+    spec: CompareSpec | None = None,
+    analysis: str | os.PathLike | None = None,
+    title: str | None = None,
+    **options: object,
+) -> tuple[Path, str]:
+    """:func:`compare`, returning also its answer: each compared model's sentence of the abstract as
+    plain text (what ``headstats compare`` prints before the report's path)."""
+    from headstats.jobs.compare import run_comparison
+    from headstats.report.compare import answer_text, write_comparison
+
+    spec = CompareSpec.from_kwargs({**options, "models": tuple(models), "out": os.fspath(out)}, base=spec)
+    result = run_comparison(spec)
+    logger.info("collection %.0f s, statistics %.0f s", result.timings["collect_s"], result.timings["statistics_s"])
+    index = write_comparison(result, Path(out), analysis=None if analysis is None else os.fspath(analysis), title=title)
+    return index, answer_text(result)
+
+
 def compare(
     models: list[str] | tuple[str, ...],
     *,
@@ -189,13 +210,7 @@ def compare(
     :class:`~headstats.specs.CompareSpec`'s (``spec``, or its fields by name: ``datasets``, ``limit``,
     ``margin``, ``scores``, ``dtype``, ...); the score tables go to ``results`` (default
     ``out/results``), and a rerun collects only what is missing (:mod:`headstats.jobs.compare`)."""
-    from headstats.jobs.compare import run_comparison
-    from headstats.report.compare import write_comparison
-
-    spec = CompareSpec.from_kwargs({**options, "models": tuple(models), "out": os.fspath(out)}, base=spec)
-    result = run_comparison(spec)
-    logger.info("collection %.0f s, statistics %.0f s", result.timings["collect_s"], result.timings["statistics_s"])
-    return write_comparison(result, Path(out), analysis=None if analysis is None else os.fspath(analysis), title=title)
+    return compare_with_answer(models, out=out, spec=spec, analysis=analysis, title=title, **options)[0]
 
 
-__all__ = ["compare", "plan_study", "run_loaded", "run_model_units", "run_study", "run_units"]
+__all__ = ["compare", "compare_with_answer", "plan_study", "run_loaded", "run_model_units", "run_study", "run_units"]

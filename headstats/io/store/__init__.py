@@ -31,6 +31,7 @@ from headstats.io.store.layout import (
     PROVENANCE_KEY,
     QUESTION_KEY_TYPES,
     READ_FORMAT,
+    REGISTRATION_FILE,
     ROW_KEY,
     SCHEMA_VERSION,
     SCORE_KEY_TYPES,
@@ -49,7 +50,7 @@ from headstats.io.store.layout import (
     score_schema,
     table_dir,
 )
-from headstats.io.store.lock import claim, clean_temporaries, writer_lock
+from headstats.io.store.lock import claim, claim_holder, clean_temporaries, writer_lock
 from headstats.io.store.outdir import (
     MANIFEST_FILE,
     OutputFolder,
@@ -67,7 +68,9 @@ from headstats.io.store.read import (
     read_arrays,
     read_calibration,
     read_json,
+    read_json_object,
     read_provenance,
+    read_registration,
     read_table,
     scan_provenance,
     stored_sample_ids,
@@ -114,6 +117,7 @@ __all__ = [
     "PROVENANCE_PACKAGES",
     "QUESTION_KEY_TYPES",
     "READ_FORMAT",
+    "REGISTRATION_FILE",
     "ROW_KEY",
     "SCHEMA_VERSION",
     "SCORE_KEY_TYPES",
@@ -128,6 +132,7 @@ __all__ = [
     "check_resume",
     "check_schema_versions",
     "claim",
+    "claim_holder",
     "claim_output_folder",
     "clean_temporaries",
     "code_commit",
@@ -153,7 +158,9 @@ __all__ = [
     "read_calibration",
     "read_interventions",
     "read_json",
+    "read_json_object",
     "read_provenance",
+    "read_registration",
     "read_scores",
     "read_table",
     "replace_folder",

@@ -34,6 +34,9 @@ PARTIAL_PREFIX = "_partial-"  # the finished batches of a pass whose file is not
 # Beside a fine-tuning seed's tables (RESULTS/seed-N/): copies of its chain's JSON records (metrics.json with
 # its learning, recipe.json) and its training log, so that its report is rebuilt with no chain present.
 CHAIN_RECORDS = "_chain"
+# Under a study's results folder: the keys that decide its verdicts, as its first unit found them (a
+# pre-registration record; headstats.jobs.registration compares the file with it).
+REGISTRATION_FILE = "_registration.json"
 
 Kind = Literal["scores", "interventions"]
 MODEL_KEY = "model"

@@ -38,6 +38,12 @@ def clean_temporaries(partition: Path) -> list[Path]:
     return removed
 
 
+def this_holder() -> str:
+    """This process as a lock's holder file names it: ``pid 1234 on host, since 2025-01-01T12:00:00+00:00``."""
+    since = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    return f"pid {os.getpid()} on {socket.gethostname()}, since {since}"
+
+
 def lock_holder(partition: Path) -> str:
     """Who holds ``partition``'s writer lock, as its holder recorded it."""
     try:
@@ -71,8 +77,7 @@ def writer_lock(partition: Path) -> Iterator[Path]:
     partition.mkdir(parents=True, exist_ok=True)
     lock = take_lock(partition)
     try:
-        since = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        (partition / HOLDER_FILE).write_text(f"pid {os.getpid()} on {socket.gethostname()}, since {since}")
+        (partition / HOLDER_FILE).write_text(this_holder())
         clean_temporaries(partition)
         if not has_data(partition):  # records of a run that finished nothing describe no data
             for record in (PROVENANCE_FILE, DONE_FILE):
@@ -90,15 +95,18 @@ def writer_lock(partition: Path) -> Iterator[Path]:
 
 
 CLAIM_SUFFIX = "._claim.lock"  # FOLDER/<item>._claim.lock while a run works on the item
+CLAIM_HOLDER_SUFFIX = "._claim.holder"  # FOLDER/<item>._claim.holder: who, for the message another run gets
 
 
 @contextlib.contextmanager
 def claim(folder: Path, item: str) -> Iterator[bool]:
     """Hold ``item`` of ``folder`` for the ``with`` block if no other run holds it: yields True when
     this run took it, False when another run (a live process: the operating system releases a dead
-    one's claim) works on it. The claim's file goes when the block ends."""
+    one's claim) works on it (:func:`claim_holder` names that run). The claim's files go when the
+    block ends."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{item}{CLAIM_SUFFIX}"
+    holder = folder / f"{item}{CLAIM_HOLDER_SUFFIX}"
     lock = FileLock(str(path), timeout=0)
     try:
         lock.acquire()
@@ -106,8 +114,18 @@ def claim(folder: Path, item: str) -> Iterator[bool]:
         yield False
         return
     try:
+        holder.write_text(this_holder())
         yield True
     finally:
-        with contextlib.suppress(OSError):
-            path.unlink()
+        for name in (holder, path):
+            with contextlib.suppress(OSError):
+                name.unlink()
         lock.release()
+
+
+def claim_holder(folder: Path, item: str) -> str:
+    """Who holds ``item`` of ``folder`` (:func:`claim`), as that run recorded it, else "another run"."""
+    try:
+        return (folder / f"{item}{CLAIM_HOLDER_SUFFIX}").read_text(errors="replace").strip() or "another run"
+    except OSError:
+        return "another run"

@@ -24,6 +24,7 @@ from headstats.io.store.layout import (
     CALIBRATION_FILE,
     PROVENANCE_FILE,
     PROVENANCE_KEY,
+    REGISTRATION_FILE,
     StoreError,
     data_files,
     has_data,
@@ -97,6 +98,27 @@ def read_json(path: Path, fix: str) -> object:
         return json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise StoreError(f"{path} is damaged (not valid JSON: {err}); {fix}") from err
+
+
+def read_json_object(path: Path, fix: str) -> dict:
+    """A JSON record that must be an object (a chain's ``metrics.json``, a study's registration): broken
+    JSON or any other value (a list, a number) is a :class:`StoreError` naming the file and saying what to do."""
+    data = read_json(path, fix)
+    if not isinstance(data, dict):
+        raise StoreError(f"{path} is damaged (a JSON object expected, not {type(data).__name__}); {fix}")
+    return data
+
+
+def read_registration(results: Path) -> dict | None:
+    """The registration recorded under a study's ``results`` folder (``_registration.json``: its
+    ``keys`` and their ``sha256``), or None before any; a damaged one is named."""
+    path = results / REGISTRATION_FILE
+    if not path.is_file():
+        return None
+    data = read_json_object(path, "restore it from version control")
+    if not isinstance(data.get("keys"), dict):
+        raise StoreError(f"{path} holds no registration keys: restore it from version control")
+    return data
 
 
 def file_provenance(path: Path) -> dict[str, object] | None:

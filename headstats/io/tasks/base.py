@@ -163,17 +163,20 @@ def sample_order(strata: Sequence[Hashable | None], seed: int) -> list[int]:
 
 
 def select_sample(
-    strata: Sequence[Hashable | None], limit: int | None, *, sample: str = "first", seed: int = 0
+    strata: Sequence[Hashable | None], limit: int | None, *, sample: str = "first", seed: int = 0, skip: int = 0
 ) -> list[int]:
-    """Positions (in source order) of the ``limit`` items ``sample`` selects: see :func:`sample_order`."""
+    """Positions (in source order) of the ``limit`` items ``sample`` selects (every item without a
+    limit): the first in file order, or the first of the seeded order :func:`sample_order`. ``skip``
+    leaves out the first ``skip`` items of that order, which a run with ``limit=skip`` took, so the
+    selection is a fresh sample disjoint from that run's."""
     if sample not in SAMPLE_METHODS:
         raise ValueError(f"unknown sample {sample!r}: choose from {', '.join(SAMPLE_METHODS)}")
     n = len(strata)
-    if limit is None or limit >= n:
+    if not skip and (limit is None or limit >= n):
         return list(range(n))
-    if sample == "first":
-        return list(range(limit))
-    return sorted(sample_order(strata, seed)[:limit])
+    order = list(range(n)) if sample == "first" else sample_order(strata, seed)
+    end = n if limit is None else skip + limit
+    return sorted(order[skip:end])
 
 
 class SampleRule(Protocol):

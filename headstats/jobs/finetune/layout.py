@@ -142,11 +142,28 @@ def write_checkpoint(model, tokenizer, path: Path, info: dict) -> None:
         raise
 
 
-def read_json(path: Path) -> dict:
-    """A chain's JSON record, or {} when it is not written yet."""
+CHAIN_FIX = "remove it, and the next run of the chain writes it again (no checkpoint is lost)"
+
+
+def read_json(path: Path, fix: str = CHAIN_FIX) -> dict:
+    """A chain's JSON record (an object), or {} when it is not written yet; anything else is named."""
     if not path.is_file():
         return {}
-    return store.read_json(path, "remove it, and the next run of the chain writes it again (no checkpoint is lost)")
+    return store.read_json_object(path, fix)
+
+
+def read_metrics(path: Path, fix: str = CHAIN_FIX) -> dict:
+    """A chain's ``metrics.json`` (or a copy of it), {} when not written yet, its shape checked before
+    anything reads it: an object of stages, each an object whose ``checkpoints`` (by step) are objects."""
+    record = read_json(path, fix)
+    for stage, entry in record.items():
+        checkpoints = entry.get("checkpoints", {}) if isinstance(entry, dict) else None
+        if not isinstance(checkpoints, dict) or not all(isinstance(c, dict) for c in checkpoints.values()):
+            raise store.StoreError(
+                f"{path} is damaged (its {stage!r} entry is not a stage's record, an object with its checkpoints by "
+                f"step); {fix}"
+            )
+    return record
 
 
 def steps_done(root: Path, stage: str, steps: int) -> int:

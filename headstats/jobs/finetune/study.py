@@ -12,23 +12,27 @@ decision is rebuilt from the results folder alone when no chain is present.
 
 from __future__ import annotations
 
-import json
 import logging
 import statistics
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
 from headstats.io import store
+from headstats.io.assets import local_path
 from headstats.jobs.analysis import read_analysis_file, section_table
 from headstats.jobs.finetune import layout
 from headstats.jobs.finetune.recipe import STAGES, Recipe, read_recipe
+from headstats.jobs.registration import Registered
+from headstats.jobs.registration import amendments as registration_amendments
+from headstats.jobs.registration import register as register_keys
 from headstats.options import narrow
 from headstats.specs import CollectSection, CollectSpec, FinetuneDesign, ModelsSection
+from headstats.stats import seed_margin
 
 logger = logging.getLogger("headstats")
 
@@ -38,6 +42,9 @@ BASE = "base"
 # stated power and hours): left out of the design's hash.
 UNDECIDING = ("chains", "base_model", "recipe_file", "power_moved", "power_equivalent", "cpu_hours")
 COLLECT_UNDECIDING = ("batch_size", "data_dir", "progress", "part_seconds", "rows_per_part")
+# Keys added after designs were registered, at the value every earlier design ran with: left out of
+# the hash there, so an earlier registration keeps its hash.
+ADDED_AT = {"rule": None, "skip_sampled": 0}
 STEADY_GAP_S = 900.0  # a longer pause between a collection's parts is a stop, not scoring time
 
 
@@ -82,7 +89,12 @@ class SeedStudy:
 
     @property
     def chains(self) -> Path:
-        return Path(self.design.chains).expanduser()
+        return local_path(self.design.chains)
+
+    @property
+    def rule(self) -> str:
+        """The design's decision rule; a design that names none was registered under the contrast rule."""
+        return self.design.rule or "contrast"
 
     @property
     def stage_ends(self) -> list[tuple[str, int]]:
@@ -110,11 +122,11 @@ def _base_slug(design: FinetuneDesign, models: tuple[str, ...], path: Path) -> s
     marker = f"-{design.recipe_hash}-seed-"
     for name in models:
         folder = Path(name).expanduser()
-        if folder.is_relative_to(Path(design.chains).expanduser()):
-            chain = folder.relative_to(Path(design.chains).expanduser()).parts[0]
+        if folder.is_relative_to(local_path(design.chains)):
+            chain = folder.relative_to(local_path(design.chains)).parts[0]
             if marker in chain:
                 return chain.split(marker)[0]
-    chains = Path(design.chains).expanduser()
+    chains = local_path(design.chains)
     found = sorted(chains.glob(f"*{marker}*")) if chains.is_dir() else []
     if found:
         return found[0].name.split(marker)[0]
@@ -174,18 +186,48 @@ def _check_design(design: FinetuneDesign, collect: CollectSection, path: Path) -
         raise ValueError(f"{path}: [collect] names no scores: list those the decision reads")
 
 
-def registration(study: SeedStudy) -> dict:
+def registered(study: SeedStudy) -> Registered:
     """Every key that decides the study's verdicts (the recipe's hash, seeds, stage ends, texts,
-    margin, rule, and the texts' sampling and scores), with their SHA-256: the design's hash the
-    results record."""
-    import hashlib
+    margin, rule, and the texts' sampling and scores), as :mod:`headstats.jobs.registration` records
+    them before the first unit runs; a key a record lacks ran as its default. A key added after
+    designs were registered is left out at the value every earlier design ran with (:data:`ADDED_AT`),
+    so an earlier registration keeps its hash."""
 
-    keys = {k: v for k, v in study.design.settings().items() if k not in UNDECIDING}
+    def decides(k: str, v: object) -> bool:
+        return not (k in ADDED_AT and v == ADDED_AT[k])
+
+    keys = {k: v for k, v in study.design.settings().items() if k not in UNDECIDING and decides(k, v)}
     keys["collect"] = {
-        k: v for k, v in study.collect_section.settings().items() if k not in COLLECT_UNDECIDING and v is not None
+        k: v
+        for k, v in study.collect_section.settings().items()
+        if k not in COLLECT_UNDECIDING and v is not None and decides(k, v)
     }
-    keys = json.loads(json.dumps(keys, sort_keys=True, default=list))
-    return {"keys": keys, "sha256": hashlib.sha256(json.dumps(keys, sort_keys=True).encode()).hexdigest()}
+    design = {
+        f.name: f.default for f in fields(FinetuneDesign) if f.default is not MISSING and f.name not in UNDECIDING
+    }
+    collect = {
+        f.name: f.default
+        for f in fields(CollectSection)
+        if f.default is not MISSING and f.default is not None and f.name not in COLLECT_UNDECIDING
+    }
+    return Registered(keys, defaults={**design, "collect": collect})
+
+
+def registration(study: SeedStudy) -> dict:
+    """The deciding keys (:func:`registered`) with their SHA-256: the design's hash the results record."""
+    return registered(study).record
+
+
+def register(study: SeedStudy, results: Path) -> dict:
+    """Record the design's deciding keys under ``results`` before the first unit of a run (train or
+    collect), or refuse a run of a file whose keys changed since (:func:`headstats.jobs.registration.register`)."""
+    return register_keys(results, registered(study), file=study.path.as_posix(), what="a seed study's design and rule")
+
+
+def amendments(study: SeedStudy, results: Path) -> list[str] | None:
+    """The deciding keys the file changed since ``results`` recorded them, empty when none; None
+    when no registration is recorded there."""
+    return registration_amendments(results, registered(study))
 
 
 # --- what is left -----------------------------------------------------------------------------------
@@ -202,7 +244,7 @@ def seconds_per_step(study: SeedStudy) -> dict[str, float]:
     ``run.seconds_per_step``); a stage no chain has finished is absent."""
     measured: dict[str, list[float]] = {}
     for seed in study.design.seeds:
-        metrics = layout.read_json(study.chain(seed) / layout.METRICS_FILE)
+        metrics = layout.read_metrics(study.chain(seed) / layout.METRICS_FILE)
         for stage, record in metrics.items():
             value = (record.get("run") or {}).get("seconds_per_step") if isinstance(record, dict) else None
             if isinstance(value, (int, float)) and value > 0:
@@ -336,24 +378,76 @@ def texts_left(
 # --- the decision's inputs --------------------------------------------------------------------------
 
 
+def _recollect(study: SeedStudy, seed: int) -> str:
+    return f"move it away and score it again (headstats run {study.path} --stages collect --seeds {seed})"
+
+
+def _table_checkpoint(study: SeedStudy, seed: int, partition: store.Partition) -> tuple[str, int] | None:
+    """The (stage, step) a table under ``RESULTS/seed-N/`` records, checked against the design before
+    it is read: a table of another seed, recipe or collection settings is refused, naming it; one of a
+    stage end the design does not list is left out (None)."""
+    info = (partition.provenance or {}).get("checkpoint") or {}
+    if not info.get("stage") or info.get("seed") is None:
+        raise ValueError(f"{partition.path}: its provenance records no checkpoint stage and seed; not a chain's table")
+    if int(info["seed"]) != seed:
+        raise ValueError(f"{partition.path} records seed {info['seed']}, not {seed}: {_recollect(study, seed)}")
+    recipe = info.get("recipe_hash")
+    if recipe is not None and recipe != study.design.recipe_hash:
+        raise ValueError(
+            f"{partition.path} records recipe {recipe}, the design's is {study.design.recipe_hash}: it is another "
+            f"study's table; {_recollect(study, seed)}"
+        )
+    from headstats.jobs.collect import recorded_changes
+
+    changed = recorded_changes(partition.provenance or {}, study.collect, f"in {study.path.name}")
+    if changed:
+        raise ValueError(
+            f"{partition.path} was scored with other settings ({'; '.join(changed)}): {_recollect(study, seed)}"
+        )
+    stage, step = str(info["stage"]), int(info.get("step") or 0)
+    if stage != BASE and info.get("step") is not None and (stage, step) not in study.stage_ends:
+        logger.info("%s: %s@%d is not a stage end of the design; left out", partition.path, stage, step)
+        return None
+    return stage, step
+
+
+def _check_same_texts(scores: pd.DataFrame, tables: dict[tuple[str, str], tuple[int, Path]], study: SeedStudy) -> None:
+    """Every checkpoint holds the texts of a dataset that most of them hold (the distances pair them):
+    a table scored on another sample is refused, naming it."""
+    for dataset, rows in scores.groupby("dataset", observed=True):
+        held = rows.groupby("model", observed=True)["sample_id"].agg(frozenset)
+        common = held.value_counts().index[0]
+        for model, ids in held.items():
+            if common - ids:  # more texts than the others is a larger limit's table: it holds theirs too
+                seed, path = tables[(str(model), str(dataset))]
+                raise ValueError(
+                    f"{path} holds other texts of {dataset} than the study's other tables ({len(common - ids)} of "
+                    f"their {len(common)} are not in it): it was scored on another sample; {_recollect(study, seed)}"
+                )
+
+
 def seed_tables(study: SeedStudy, results: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(score rows of the study's seeds, one row per checkpoint: ``model``, ``stage``, ``seed``), read
     from ``RESULTS/seed-N/`` alone; each table's stage and seed come from its provenance (the
-    checkpoint's record). A checkpoint enters once every dataset's table holds the design's texts
-    (one still collecting is named and left out). Empty frames before any table."""
-    columns = ["model", "dataset", "sample_id", "layer", "head", *(study.collect.scores or ())]
-    frames, rows = [], []
+    checkpoint's record), checked against the design (:func:`_table_checkpoint`), and every
+    checkpoint must hold the same texts. A checkpoint enters once every dataset's table holds the
+    design's texts (one still collecting is named and left out). Empty frames before any table."""
+    columns = ["model", "dataset", "sample_id", "layer", "head", *(study.collect.scores or ()), "subject"]
+    frames, rows, tables = [], [], {}
     for seed in study.design.seeds:
         folder = study.seed_results(seed, results)
-        if not folder.is_dir() or not store.find_partitions(folder, "scores")[0]:
-            continue
-        for p in store.find_partitions(folder, "scores")[0]:
-            info = (p.provenance or {}).get("checkpoint") or {}
-            if not info.get("stage") or info.get("seed") is None:
-                raise ValueError(f"{p.path}: its provenance records no checkpoint stage and seed; not a chain's table")
-            rows.append((p.model, info["stage"], int(info["seed"])))
-        table = store.read_scores(folder, columns=columns)
-        frames.append(table[columns])
+        found = store.find_partitions(folder, "scores")[0] if folder.is_dir() else []
+        kept = []
+        for p in found:
+            checkpoint = _table_checkpoint(study, seed, p)
+            if checkpoint is not None:
+                rows.append((p.model, checkpoint[0], seed))
+                tables[(p.model, p.name)] = (seed, p.path)
+                kept.append(p.model)
+        if kept:
+            table = store.read_scores(folder, columns=columns)
+            # no subject column outside MMLU
+            frames.append(table.loc[table["model"].astype(str).isin(kept)].reindex(columns=columns))
     checkpoints = pd.DataFrame(sorted(set(rows)), columns=["model", "stage", "seed"])
     scores = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
     texts = scores.groupby(["model", "dataset"], observed=True)["sample_id"].nunique()
@@ -363,7 +457,45 @@ def seed_tables(study: SeedStudy, results: Path) -> tuple[pd.DataFrame, pd.DataF
     if partial:  # a table still collecting would cut every distance to the texts it holds
         logger.info("left out until every dataset holds its %d texts: %s", study.design.texts, ", ".join(partial))
     checkpoints = checkpoints[checkpoints["model"].isin(complete)].reset_index(drop=True)
-    return scores[scores["model"].astype(str).isin(complete)], checkpoints
+    scores = scores[scores["model"].astype(str).isin(complete)]
+    _check_same_texts(scores, tables, study)
+    return scores, checkpoints
+
+
+def seed_cells(
+    study: SeedStudy, results: Path, kept: pd.DataFrame | None = None, tables: tuple | None = None
+) -> dict[tuple[str, str, str], seed_margin.Cell]:
+    """Per (stage, dataset, score) cell: the base's and each seed's stage end scores on the texts all
+    of them hold (:class:`headstats.stats.seed_margin.Cell`; MMLU's subjects its clusters), from the
+    seeds ``kept`` keeps at the stage (:func:`headstats.stats.seeds.seeds_kept`; every seed without
+    it). ``tables``: :func:`seed_tables`' output when the caller has read it. Empty before the base
+    is scored."""
+    scores, checkpoints = tables if tables is not None else seed_tables(study, results)
+    bases = checkpoints.loc[checkpoints["stage"] == BASE, "model"].astype(str).tolist()
+    if not bases:
+        return {}
+    ok = None if kept is None else set(kept.loc[kept["kept"].astype(bool), ["seed", "stage"]].itertuples(index=False))
+    cells = {}
+    for dataset, table in scores.groupby("dataset", observed=True):
+        for stage, _ in study.stage_ends:
+            ends = checkpoints[checkpoints["stage"] == stage].sort_values("seed")
+            pairs = zip(ends["model"], ends["seed"], strict=True)
+            chosen = [str(m) for m, seed in pairs if ok is None or (int(seed), stage) in ok]
+            if not chosen:
+                continue
+            for score in study.collect.scores or ():
+                cells[(stage, str(dataset), score)] = seed_margin.cell_arrays(table, bases[0], chosen, score)
+    return cells
+
+
+def model_provenance(study: SeedStudy) -> str:
+    """The base model every chain starts from, as a report names it: an embedded model with where its
+    weights come from, anything else by its portable name."""
+    from headstats.io.assets import EMBEDDED_MODELS, portable_name
+
+    name = study.design.base_model or study.base_slug
+    embedded = EMBEDDED_MODELS.get(name)
+    return f"{name}, {embedded.description}" if embedded else portable_name(name)
 
 
 def chain_metrics(study: SeedStudy, results: Path) -> dict[int, dict]:
@@ -373,7 +505,11 @@ def chain_metrics(study: SeedStudy, results: Path) -> dict[int, dict]:
     of the results rebuilds."""
     metrics = {}
     for seed in study.design.seeds:
-        record = layout.read_json(study.seed_results(seed, results) / store.CHAIN_RECORDS / layout.METRICS_FILE)
+        fix = (
+            "copy the chain's metrics.json there again (the collect stage does, with the chain here: headstats run "
+            f"{study.path} --stages collect --seeds {seed}), or restore it from version control"
+        )
+        record = layout.read_metrics(study.seed_results(seed, results) / store.CHAIN_RECORDS / layout.METRICS_FILE, fix)
         if record:
             metrics[seed] = record
     return metrics
@@ -406,12 +542,15 @@ def chain_machines(study: SeedStudy, results: Path, metrics: Mapping[int, dict] 
 __all__ = [
     "Checkpoint",
     "SeedStudy",
+    "amendments",
     "chain_machines",
     "chain_metrics",
     "chain_recipe",
     "collect_checkpoint",
     "copy_chain_records",
     "load_seed_study",
+    "register",
+    "registered",
     "registration",
     "seconds_per_step",
     "seconds_per_text",
