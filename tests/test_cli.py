@@ -321,6 +321,30 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
     return path
 
 
+def test_a_real_run_says_first_what_it_runs_where_it_writes_and_for_how_long(
+    tiny_model_dir: Path, tmp_path: Path, capsys
+) -> None:
+    """Before any pass, a run states its units, the folders it writes and the dry run's estimate (from recorded
+    speeds: no second load); run again, it says that nothing is left to compute."""
+    corpus = tmp_path / "notes.txt"
+    corpus.write_text("One short text.\n\nA second text, a little longer than the first.\n\nThe third.")
+    analysis = tmp_path / "tiny.toml"
+    results = tmp_path / "results"
+    analysis.write_text(
+        f'results = "{results}"\nreport = "{tmp_path / "report"}"\n'
+        f'[models]\nnames = ["{tiny_model_dir}"]\n[collect]\ndatasets = ["{corpus}"]\n'
+    )
+    argv = ["run", str(analysis), "--device", "cpu", "--stages", "collect"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith(f"headstats: running {analysis}: ")]
+    assert "1 unit(s) with work left (1 pass(es)" in line and f"it writes {results}" in line, line
+    assert "estimated" in line and "speeds from " in line, line
+    assert err.index(line) < err.index("loading"), err  # said before the model loads
+    assert main(argv) == 0
+    assert f"headstats: running {analysis}: nothing left to compute" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("flags", "progress", "debug"),
     [(["-v"], True, True), (["run", "-v"], True, True), ([], True, False), (["-q"], False, False)],

@@ -135,13 +135,15 @@ def dry_run(study: Study, run: RunSpec | None = None, *, probe_sequences: int = 
         kind.plan(study, run),
         probe_sequences=probe_sequences,
         measure=run.measure,
-        writes=written_folders(study),
+        writes=written_folders(study, tuple(run.stages)),
     )
 
 
-def written_folders(study: Study) -> tuple[str, ...]:
-    """The folders a run of ``study`` writes, each with what goes there."""
-    return (f"{study.results} (results: score tables, sweep points)", f"{study.report} (the report)")
+def written_folders(study: Study, stages: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The folders a run of ``study`` writes, each with what goes there: the report's only where the
+    run's ``stages`` (None: all) include the report."""
+    report = () if stages is not None and "report" not in stages else (f"{study.report} (the report)",)
+    return (f"{study.results} (results: score tables, sweep points)", *report)
 
 
 __all__ = ["dry_run", "dry_run_units", "written_folders"]

@@ -50,7 +50,11 @@ def run_loaded(
     units = kind.plan(study, run)
     if run.dry_run:
         return dry_run_units(
-            kind, units, probe_sequences=probe_sequences, measure=run.measure, writes=written_folders(study)
+            kind,
+            units,
+            probe_sequences=probe_sequences,
+            measure=run.measure,
+            writes=written_folders(study, tuple(run.stages)),
         )
     announce_run(kind, study, run, units)
     started = time.monotonic()
@@ -75,9 +79,13 @@ def announce_run(kind: StudyKind, study: Study, run: RunSpec, units: list[Unit])
         logger.info("running %s: nothing left to compute%s", study.path, report)
         return
     try:
-        estimate = dry_run_units(kind, units, writes=written_folders(study), quiet=True)
+        estimate = dry_run_units(kind, units, writes=written_folders(study, tuple(run.stages)), quiet=True)
     except (OSError, ValueError, RuntimeError, KeyError) as err:  # the run itself says what is wrong
         logger.info("running %s (no estimate: %s)", study.path, err)
+        return
+    if not any(u.passes_left for u in estimate.units):  # every unit's tables are on disk already
+        report = f"; the report goes to {study.report}" if "report" in run.stages else ""
+        logger.info("running %s: nothing left to compute%s", study.path, report)
         return
     logger.info("running %s: %s", study.path, estimate.headline())
 
