@@ -80,7 +80,7 @@ def test_bf16_on_a_cpu_without_bf16_units_warns_with_the_way_out(
 
 
 def test_dtype_fast_is_bf16_only_where_the_device_computes_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """"fast" picks bf16 on a GPU and on a CPU with bf16 matrix units, fp32 on a CPU that would emulate
+    """ "fast" picks bf16 on a GPU and on a CPU with bf16 matrix units, fp32 on a CPU that would emulate
     bf16 (about 6 times slower than fp32 there)."""
     cpu = torch.device("cpu")
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
