@@ -183,6 +183,8 @@ class DryRun:
     def _speed_text(self) -> str:
         if self.probe_sequences:
             return f"measured on {self.probe_sequences} items per unit in length-sorted batches"
+        if not self.sources:  # no unit with a pass left: no speed was looked up
+            return "from recorded speeds, no model loaded"
         return "from recorded speeds, no model loaded; speed: " + "; ".join(
             f"{self._speed_key_of(i)} = {source}" for i, source in enumerate(self.sources)
         )
