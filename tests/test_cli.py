@@ -338,7 +338,8 @@ def test_a_real_run_says_first_what_it_runs_where_it_writes_and_for_how_long(
     assert main(argv) == 0
     err = capsys.readouterr().err
     (line,) = [x for x in err.splitlines() if x.startswith(f"headstats: running {analysis}: ")]
-    assert "1 unit(s) with work left (1 pass(es)" in line and f"it writes {results}" in line, line
+    assert f"1 unit(s) with work left ({tiny_model_dir} collect {corpus}: 1 pass(es)" in line, line
+    assert f"it writes {results} (results: score tables, sweep points);" in line and "(the report)" not in line, line
     assert "estimated" in line and "speeds from " in line, line
     assert err.index(line) < err.index("loading"), err  # said before the model loads
     assert main(argv) == 0

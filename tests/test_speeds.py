@@ -127,7 +127,7 @@ def test_a_dry_run_reads_no_weights_and_times_units_from_recorded_speeds(
     monkeypatch.setattr(speeds, "MIN_SECONDS", 0.0)
     assert main(["run", str(analysis), "--stages", "collect"]) == 0
     err = capsys.readouterr().err
-    assert f"running {analysis}: 1 unit(s) with work left (1 pass(es)" in err and "it writes" in err
+    assert f"running {analysis}: 1 unit(s) with work left ({tiny_dir} collect " in err and "it writes" in err
     (measured,) = speeds.read_cache()
     assert (measured.work, measured.kernel, measured.model) == ("collect", "explicit", str(tiny_dir))
     shutil.rmtree(tmp_path / "results")

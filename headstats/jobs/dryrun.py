@@ -47,6 +47,10 @@ from headstats.specs import CollectSpec, LoadOptions, SweepSpec
 logger = logging.getLogger("headstats")
 
 
+# How many units a run's opening line names before it says "and N more".
+HEADLINE_UNITS = 8
+
+
 @dataclass(frozen=True)
 class WorkUnit:
     """One dataset (collection) or task (sweep) of one model, as a dry run sees it."""
@@ -215,10 +219,13 @@ class DryRun:
         left = [u for u in self.units if u.passes_left]
         where = f"; it writes {'; '.join(self.writes)}" if self.writes else ""
         source = ", ".join(dict.fromkeys(u.speed_from or "a probe" for u in left if not u.untimed)) or "no speed"
+        named = left if len(left) <= HEADLINE_UNITS else left[: HEADLINE_UNITS - 1]
+        units = "; ".join(f"{u.model} {u.stage} {u.what}" for u in named)
+        more = f"; and {len(left) - len(named)} more" if len(named) < len(left) else ""
         return (
-            f"{len(left)} unit(s) with work left ({passes} pass(es), {self.forwards:,} batched forward passes) on "
-            f"{self.device}{where}; {self._estimate_text()} (model loading and the report not included; speeds from "
-            f"{source})"
+            f"{len(left)} unit(s) with work left ({units}{more}: {passes} pass(es), {self.forwards:,} batched "
+            f"forward passes) on {self.device}{where}; {self._estimate_text()} (model loading and the report not "
+            f"included; speeds from {source})"
         )
 
     def _absent_text(self) -> str:
