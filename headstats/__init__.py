@@ -4,6 +4,28 @@ Data flows one way: model -> per-head scores (:mod:`headstats.engine`) -> Parque
 (:mod:`headstats.jobs.collect`, :mod:`headstats.io.store`) -> statistics (:mod:`headstats.stats`)
 -> figures and reports (:mod:`headstats.report`). Interventions zero heads inside the same attention
 function (:mod:`headstats.engine.zeroing`) and measure task accuracy (:mod:`headstats.jobs.sweep`).
+
+Where things are:
+
+- :mod:`headstats.engine`: the score functions, the attention function, the probe, zeroing, and the surgery
+  and speed of pruning;
+- :mod:`headstats.io`: everything read or written outside the process (results layout, models, assets, tasks);
+- :mod:`headstats.stats`: statistics on headstats' tables (pandas in, pandas out);
+- :mod:`headstats.jobs`: what a command runs (collection, sweeps, comparison, pruning, fine-tuning, ...);
+- :mod:`headstats.studies`: the study kinds every ``analyses/*.toml`` file is loaded, planned and run through;
+- :mod:`headstats.report`: reports of a results folder, rebuilt from its Parquet tables alone, and their figures;
+- :mod:`headstats.cli`: the ``headstats`` command line; ``__main__``: ``python -m headstats``, the same;
+- :mod:`headstats.pipeline`: the Python API of ``headstats run`` (a study file of any kind) and :func:`compare`;
+- :mod:`headstats.specs`: the options of every job, each declared once, with the option machinery of
+  :mod:`headstats.options` (every check and flag derives from a field's declaration);
+- :mod:`headstats.registry`: the one registry type for everything headstats looks up by name;
+- :mod:`headstats.names`: the one rule (:func:`~headstats.names.check_name`) for names that become file or
+  folder names;
+- :mod:`headstats.scores`: the public name of the score registry, :mod:`headstats.engine.scores` itself;
+- :mod:`headstats.lmeval`: any lm-evaluation-harness log-likelihood task under head zeroing (the lm-eval
+  model ``headstats``);
+- :mod:`headstats.testing`: support for tests and benchmarks (synthetic tables, planted data), not used by
+  the package itself.
 """
 
 import importlib

@@ -78,10 +78,12 @@ def test_the_fine_tuning_confirmation_reads_its_design_and_dry_runs_before_its_c
     spec, design = study.spec, study.spec.design
     assert len(design.seeds) == 12 and design.margin == 0.12
     assert design.stage_ends == ("sft@40", "dpo@30", "grpo@40") and spec.collect.limit == design.texts
-    with pytest.raises(
-        ValueError, match=r"is a fine-tuning study file \(it has \[design\]\): run it with headstats run"
-    ):
+    with pytest.raises(ValueError) as err:
         load_analysis(ANALYSES / "finetuning_confirm.toml")
+    assert "top level: unknown key(s) design" in str(err.value) and str(err.value).endswith(
+        f"a study file of another kind runs with headstats run {ANALYSES / 'finetuning_confirm.toml'} (its kind is "
+        "read from its table)"
+    )
     moved = tmp_path / "finetuning_confirm.toml"
     moved.write_text((ANALYSES / "finetuning_confirm.toml").read_text().replace(design.chains, str(tmp_path)))
     assert main(["run", "--dry-run", str(moved), "--stages", "train,collect"]) == 0

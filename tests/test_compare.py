@@ -488,12 +488,13 @@ def test_a_table_that_holds_another_model_or_settings_is_refused_by_name(
 
 
 def test_the_committed_comparison_is_built_from_its_file_and_results() -> None:
-    from headstats.jobs.compare import is_comparison, load_comparison
+    from headstats.jobs.compare import load_comparison
     from headstats.report.freshness import check_report, recorded_inputs
+    from headstats.studies import kind_of
 
     root = Path(__file__).resolve().parents[1]
     path = root / "analyses" / "compare_embedded.toml"
-    assert is_comparison(path)
+    assert kind_of(path).name == "comparison"
     spec, _, report = load_comparison(path)
     assert (root / report).is_dir() and (root / spec.scores_dir / COMPARED).is_dir()
     assert check_report(root / report, root=root) == []

@@ -53,8 +53,9 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
 ) -> None:
     from headstats.io.models import model_slug
     from headstats.jobs import confirm
-    from headstats.jobs.confirm import expand, is_confirmation, load_confirmation
+    from headstats.jobs.confirm import expand, load_confirmation
     from headstats.pipeline import run_confirmation
+    from headstats.studies import kind_of
 
     model = tiny_llama_dir.as_posix()
     path = tmp_path / "confirm.toml"
@@ -81,7 +82,7 @@ def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_ru
         target = 0.25
         """)
     )
-    assert is_confirmation(path) and not is_confirmation("analyses/study.toml")
+    assert kind_of(path).name == "confirmation" and kind_of("analyses/study.toml").name == "analysis"
     plan = load_confirmation(path)
     # awft reads the attention probabilities: the explicit paths only.
     runs = {(p.name, s.ablate[0].scores) for p, s in expand(plan)}

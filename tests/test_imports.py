@@ -7,7 +7,8 @@ included. The modules outside the six layers get a place from what they import:
 
 - ``headstats.names`` (path-safe names) imports nothing from headstats and the engine imports it, so
   it is the bottom layer, ``base``; ``headstats.options`` (the option machinery: :class:`Spec`,
-  :func:`option`) imports only ``names`` and sits there too.
+  :func:`option`) imports only ``names`` and sits there too, as does ``headstats.registry`` (the one
+  :class:`Registry` type, which imports nothing of headstats).
 - ``headstats.specs`` (every job's option declarations) checks values against the registries of the
   engine (scores), io (tasks, datasets, dtypes) and stats (rank metrics), and every job, the report
   and the cli build its specs: the ``specs`` layer, between stats and jobs.
@@ -52,6 +53,7 @@ LAYERS = (
 LAYER_OF_PREFIX = {
     "headstats.names": "base",
     "headstats.options": "base",
+    "headstats.registry": "base",
     "headstats.engine": "engine",
     "headstats.io": "io",
     "headstats.stats": "stats",

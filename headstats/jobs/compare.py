@@ -80,13 +80,6 @@ class Comparison:
         return head_verdicts(self.heads) if not self.heads.empty else pd.DataFrame()
 
 
-def is_comparison(path: str | os.PathLike) -> bool:
-    """Whether a study file is a comparison (it has a ``[compare]`` table)."""
-    from headstats.jobs.analysis import top_level_keys
-
-    return "compare" in top_level_keys(Path(path))
-
-
 def load_comparison(path: str | os.PathLike) -> tuple[CompareSpec, AnalysisHeader, Path]:
     """A comparison study file's options (``[compare]``, checked before any model loads), its header
     and the report folder (``report =``, default reports/NAME; tables in ``results =``, default

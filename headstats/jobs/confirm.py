@@ -48,7 +48,6 @@ from headstats.jobs.analysis import (
     merged_load,
     read_analysis_file,
     section_table,
-    top_level_keys,
 )
 from headstats.jobs.registration import Registered
 from headstats.jobs.registration import amendments as registration_amendments
@@ -110,11 +109,6 @@ class ConfirmPlan:
     @property
     def models(self) -> list[str]:
         return list(dict.fromkeys(c.model for c in self.claims))
-
-
-def is_confirmation(path: str | Path) -> bool:
-    """Whether an analysis file is a confirmation file (it has a ``[confirm]`` section)."""
-    return "confirm" in top_level_keys(Path(path))
 
 
 def load_confirmation(path: str | Path) -> ConfirmPlan:
@@ -470,7 +464,6 @@ __all__ = [
     "check_run",
     "claims_table",
     "expand",
-    "is_confirmation",
     "left_for_bf16_units",
     "left_here",
     "left_to_run",

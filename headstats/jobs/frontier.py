@@ -54,7 +54,7 @@ from headstats.io.store import (
     write_json_atomic,
     write_parquet_atomic,
 )
-from headstats.jobs.analysis import read_analysis_file, section_table, top_level_keys
+from headstats.jobs.analysis import read_analysis_file, section_table
 from headstats.jobs.checkpoint import MixedKernelsError, PassCheckpoint
 from headstats.jobs.prune import head_means, kv_group_size, select_heads, spec_calibration, task_options
 from headstats.jobs.timing import paired_rounds
@@ -92,15 +92,12 @@ class Frontier:
         return list(self.models.names) + (list(self.models.optional) if all_models else [])
 
 
-def is_frontier(path: str | Path) -> bool:
-    """Whether an analysis file is a pruning frontier (it has a ``[prune]`` section)."""
-    return "prune" in top_level_keys(Path(path))
-
-
 def load_frontier(path: str | Path) -> Frontier:
     """Read and check a frontier file; every error names the file, section and key."""
     path = Path(path)
-    raw, header = read_analysis_file(path, ("models", "prune"), example="analyses/prune_embedded.toml")
+    raw, header = read_analysis_file(
+        path, ("models", "prune"), what="frontier file", example="analyses/prune_embedded.toml"
+    )
     name, results, report = header.folders(path)
     models = ModelsSection.from_toml(section_table(raw, "models", path), f"{path}: [models]")
     prune = FrontierSpec.from_toml(section_table(raw, "prune", path), f"{path}: [prune]")

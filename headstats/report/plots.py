@@ -36,7 +36,7 @@ MIN_HEATMAP = 3  # rows and columns a heatmap needs; a smaller matrix is a few n
 # vision), the study's best score (ahon) in the most salient one; any two of them, grey and black are
 # at least 21 CIEDE2000 apart (tests/test_browser.py holds figures to 15). The marker keeps apart ahon,
 # lthon and avvn, three warm colours. Normalisation shows in the line style.
-_FAMILY_LOOKS = {
+FAMILY_LOOKS = {
     "awft": ("#0173b2", "s"),
     "entropy": ("#029e73", "D"),
     "ftvvn": ("#cc78bc", "P"),
@@ -45,7 +45,14 @@ _FAMILY_LOOKS = {
     "ahon": ("#d55e00", "^"),
     "fhon": ("#56b4e9", "<"),
 }
-_SPARE_MARKERS = (">", "p", "h", "d", "8", "H")
+# The families a user registers take these in registration order: any two of them, the study's
+# families', grey and black at least 15 CIEDE2000 apart (tests/test_plots.py checks every pair), and
+# none paler than 30 from white. Past twelve user families the colours repeat with another marker.
+SPARE_COLOURS = (
+    "#d62728", "#bcbd22", "#393b79", "#6b6ecf", "#637939", "#8c6d31",
+    "#7b4173", "#74c476", "#e7298a", "#fc8d62", "#225555", "#225522",
+)  # fmt: skip
+_SPARE_MARKERS = (">", "p", "h", "d", "8", "H", "*")
 
 
 def score_style(score_id: str) -> dict[str, object]:
@@ -67,13 +74,13 @@ def score_style(score_id: str) -> dict[str, object]:
 
 def _family_look(family: str) -> tuple[str, str]:
     """A family's colour and marker: the study's families' own, else by registration order."""
-    if family in _FAMILY_LOOKS:
-        return _FAMILY_LOOKS[family]
-    others = [s.id for s in SCORES.values() if s.ratio is None and not s.is_random and s.id not in _FAMILY_LOOKS]
+    if family in FAMILY_LOOKS:
+        return FAMILY_LOOKS[family]
+    others = [s.id for s in SCORES.values() if s.ratio is None and not s.is_random and s.id not in FAMILY_LOOKS]
     if family not in others:
         return "grey", "o"
     i = others.index(family)
-    return mpl.colors.to_hex(mpl.colormaps["tab10"](i % 10)), _SPARE_MARKERS[i % len(_SPARE_MARKERS)]
+    return SPARE_COLOURS[i % len(SPARE_COLOURS)], _SPARE_MARKERS[i % len(_SPARE_MARKERS)]
 
 
 def score_label(score_id: str) -> str:

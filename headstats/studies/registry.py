@@ -16,47 +16,18 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from headstats.jobs.analysis import top_level_keys
 from headstats.jobs.dryrun import WorkUnit
+from headstats.registry import Registry
 from headstats.specs import LoadOptions, RunSpec
 
-T = TypeVar("T")
 logger = logging.getLogger("headstats")
-
-
-class Registry(Generic[T]):
-    """Names to registered objects; looking up a name not registered lists every name that is."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self._entries: dict[str, T] = {}
-
-    def register(self, name: str, entry: T) -> T:
-        if name in self._entries:
-            raise ValueError(f"{self.what} {name!r} is registered already; give the new one another name")
-        self._entries[name] = entry
-        return entry
-
-    def get(self, name: str) -> T:
-        try:
-            return self._entries[name]
-        except KeyError:
-            raise KeyError(f"unknown {self.what} {name!r}: registered are {', '.join(self._entries)}") from None
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._entries
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._entries)
-
-    def items(self) -> list[tuple[str, T]]:
-        return list(self._entries.items())
 
 
 @dataclass(frozen=True)
@@ -206,8 +177,14 @@ KIND_OPTIONS = {"only_seeds": "--seeds", "results_dir": "--results"}
 
 def register_kind(kind: StudyKind) -> StudyKind:
     """Add a study kind: files with its ``section`` table are then loaded, planned, run and
-    reported through it."""
+    reported through it. A kind is one module of :mod:`headstats.studies` that calls this (the package
+    imports each of its modules: nothing lists the kinds)."""
     return STUDY_KINDS.register(kind.name, kind)
+
+
+def kind_module(kind: StudyKind) -> str:
+    """The module that defines ``kind`` (where its ``load`` is written)."""
+    return kind.load.__module__
 
 
 def kind_of(path: str | os.PathLike) -> StudyKind:

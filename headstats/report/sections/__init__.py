@@ -8,6 +8,19 @@ write one section function (in a module here) and add it to :data:`SECTIONS`. Wh
 the page opens with the lead (:func:`~.answer.the_answer`: abstract, headline figure, main table),
 then the contents, the body, and the "Methods and caveats" appendix that sections write to with
 ``writer.appendix()`` and ``writer.note()``.
+
+- ``context``: what every section receives, the :class:`Writer` and the :class:`Context` of one results folder;
+- ``answer``: the lead, the answer to the report's question with its main numbers, figure and table;
+- ``can_show``: first section, what this run can show per task and model (questions, baseline against
+  chance, the smallest detectable drop);
+- ``distributions``: score distributions per dataset (means per model, ECDFs, layer x head maps);
+- ``overlap``: do two scores select the same heads? Overlap at matched selection rates, per dataset;
+- ``distances``: between models, Wasserstein-1 distances of every score per dataset they share;
+- ``contrast``: the same checkpoints under another prompt format (``ReportSpec.contrast``);
+- ``stability``: across datasets, how stable each model's head scores are when the texts change;
+- ``curves``: interventions per task (points, curves, within 1 point, rankings); its
+  :func:`add_curve_sections` is shared with ``headstats paper``;
+- ``provenance``: last section, the provenance of every table the report used.
 """
 
 from __future__ import annotations
