@@ -64,7 +64,7 @@ def run_pandas(root: Path, depth_bins: int) -> tuple[pd.DataFrame, pd.DataFrame,
 
     from headstats.engine.scores import get_score
     from headstats.engine.scores import score_ids as registered_score_ids
-    from headstats.stats.distances import depth_bin, depth_labels
+    from headstats.stats.tables import depth_bin, depth_labels
     from headstats.stats.thresholds import QUANTILE_METHOD
 
     t0 = time.perf_counter()

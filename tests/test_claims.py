@@ -11,7 +11,7 @@ from montecarlo import binomial_band
 
 from headstats.stats import curves as C
 from headstats.stats import ranking
-from headstats.stats.distances import holm
+from headstats.stats.multiple import holm
 from headstats.stats.paired import drop_bound
 from headstats.stats.summary import certified_headline, summarize_curves
 

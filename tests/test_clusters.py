@@ -10,8 +10,9 @@ from montecarlo import binomial_band
 from scipy import stats as st
 from statsmodels.stats.multitest import multipletests
 
-from headstats.stats import distances, stability
-from headstats.stats.distances import holm, model_distance, w1_interval
+from headstats.stats import distances, matrix, multiple, stability
+from headstats.stats.distances import model_distance, w1_interval
+from headstats.stats.multiple import holm
 
 
 def _clustered_rows(rng: np.random.Generator, shift: float, n_clusters: int, per_cluster: int, rows: int):
@@ -102,12 +103,12 @@ def test_a_table_says_when_its_permutations_cannot_reach_significance_after_holm
     text = permutation_resolution(res)
     assert "cannot fall below `p_holm_min` (0.06 here)" in text
     assert "no distance here can test significant at 5%" in text and "at least 59 permutations" in text
-    assert distances.holm_floor(3, 59) <= 0.05 < distances.holm_floor(3, 58)
-    assert distances.permutations_for(3) == 59 and distances.permutations_for(84) == 1679
+    assert multiple.holm_floor(3, 59) <= 0.05 < multiple.holm_floor(3, 58)
+    assert multiple.permutations_for(3) == 59 and multiple.permutations_for(84) == 1679
     enough = model_distance(table, "a", "b", depth_bins=2, n_boot=0, n_perm=59, n_split=0)
     assert "no distance here" not in permutation_resolution(enough) and (enough["p_holm"] <= 0.05).all()
     with pytest.raises(ValueError, match="at least one test and one permutation"):
-        distances.holm_floor(0, 10)
+        multiple.holm_floor(0, 10)
 
 
 def test_paired_cluster_permutation_keeps_its_level() -> None:
@@ -179,7 +180,7 @@ def test_distance_matrix_holm_adjusts_its_pairs_and_names_its_unit() -> None:
     table = _table(rng)
     third = table[table["model"] == "b"].assign(model="c", awft=lambda f: f["awft"] + 0.5)
     table = pd.concat([table, third], ignore_index=True)
-    dm = distances.distance_matrix(table, ["a", "b", "c"], "awft", depth_bins=0, n_perm=19, n_split=20)
+    dm = matrix.distance_matrix(table, ["a", "b", "c"], "awft", depth_bins=0, n_perm=19, n_split=20)
     pairs = [("a", "b"), ("a", "c"), ("b", "c")]
     raw = [dm.p_value.loc[p] for p in pairs]
     np.testing.assert_allclose([dm.p_holm.loc[p] for p in pairs], multipletests(raw, method="holm")[1])

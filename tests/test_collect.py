@@ -15,6 +15,7 @@ from headstats.cli import main
 from headstats.engine.scores import score_ids
 from headstats.io import fingerprint, store
 from headstats.jobs import collect as collect_module
+from headstats.stats import tables
 
 SCORE_IDS = score_ids()
 
@@ -282,7 +283,7 @@ def test_hellaswag_score_tables_carry_their_source_documents_as_clusters(tmp_pat
     table = headstats.read_scores(tmp_path / "out")
     by_sample = table.drop_duplicates(["model", "sample_id"]).sort_values(["model", "question_id"])
     assert by_sample["document"].tolist() == ["activitynet~v_a", "activitynet~v_a", "wikihow~7"] * 2
-    assert distances.cluster_column(table) == "document"
+    assert tables.cluster_column(table) == "document"
     floor = distances.noise_floor(table, table["model"].iloc[0], depth_bins=0, n_split=4)
     assert floor["cluster"].eq("document").all() and floor["n_clusters"].eq(2).all()
     shown = score_samples(Context(tmp_path / "out").scores)

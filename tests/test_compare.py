@@ -26,8 +26,8 @@ from headstats.stats.compare import (
     permutation_count,
     texts_to_decide,
 )
-from headstats.stats.distances import holm_floor
 from headstats.stats.movement import head_shift_test
+from headstats.stats.multiple import holm_floor
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -16,15 +16,10 @@ from statsmodels.stats.multitest import multipletests
 
 from headstats.engine.scores import score_ids
 from headstats.stats.constant import constant_scores
-from headstats.stats.distances import (
-    ALL_DEPTHS,
-    depth_labels,
-    holm_family,
-    holm_floor,
-    model_distance,
-    permutations_for,
-)
+from headstats.stats.distances import model_distance
 from headstats.stats.movement import head_shift_test, sign_flip_max_t
+from headstats.stats.multiple import holm_family, holm_floor, permutations_for
+from headstats.stats.tables import ALL_DEPTHS, depth_labels
 
 LAYERS, HEADS = 3, 4
 

@@ -20,7 +20,7 @@ import scipy.stats
 
 from headstats.engine.scores import score_ids
 from headstats.io import store
-from headstats.stats import distances, overlap
+from headstats.stats import distances, overlap, tables
 from headstats.stats import large as outofcore
 from headstats.testing.synthetic import SyntheticModel, write_synthetic_scores
 
@@ -78,9 +78,9 @@ def test_exact_distance_matrix_equals_scipy_and_the_in_memory_version(table: Pat
     for row in result.itertuples():
         a = frame[frame["model"] == row.model_a]
         b = frame[frame["model"] == row.model_b]
-        if row.depth != distances.ALL_DEPTHS:
-            label_a = np.asarray(distances.depth_labels(3))[distances.depth_bin(a["layer"], a["layer"].max() + 1, 3)]
-            label_b = np.asarray(distances.depth_labels(3))[distances.depth_bin(b["layer"], b["layer"].max() + 1, 3)]
+        if row.depth != tables.ALL_DEPTHS:
+            label_a = np.asarray(tables.depth_labels(3))[tables.depth_bin(a["layer"], a["layer"].max() + 1, 3)]
+            label_b = np.asarray(tables.depth_labels(3))[tables.depth_bin(b["layer"], b["layer"].max() + 1, 3)]
             a, b = a[label_a == row.depth], b[label_b == row.depth]
         assert (row.n_a, row.n_b) == (len(a), len(b))
         expected = scipy.stats.wasserstein_distance(a[row.score], b[row.score])

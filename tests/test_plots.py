@@ -12,7 +12,7 @@ import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from headstats.report import paper, plots
-from headstats.stats import distances, ranking
+from headstats.stats import matrix, ranking
 
 MODELS = ["Llama-3.1-8B-Instruct", "Qwen2.5-3B"]
 
@@ -177,7 +177,7 @@ def test_a_saved_figure_is_png_and_svg_and_the_same_bytes_when_drawn_again(score
 
 
 def test_wasserstein_heatmap_hatches_exactly_the_cells_within_the_noise_floor(score_table) -> None:
-    dm = distances.distance_matrix(score_table, ["m1", "m2", "m3"], "awft", n_split=5)
+    dm = matrix.distance_matrix(score_table, ["m1", "m2", "m3"], "awft", n_split=5)
     # m3's floor exceeds both its distances; a pair's floor is the larger of its two models' floors
     dm.noise_floor[:] = [0.0, 0.0, max(dm.w1.loc["m1", "m3"], dm.w1.loc["m2", "m3"]) * 1.01]
     cells = [(p.get_x(), p.get_y()) for p in plots.wasserstein_heatmap(dm).axes[0].patches if p.get_hatch()]
@@ -189,7 +189,7 @@ def test_wasserstein_heatmap_hatches_exactly_the_cells_within_the_noise_floor(sc
 def test_a_wasserstein_matrix_keeps_its_model_order_under_short_labels(score_table) -> None:
     """Checkpoints in training order (not alphabetical: dpo-12 after dpo-6), named by short labels."""
     order = ["m2", "m3", "m1"]
-    dm = distances.distance_matrix(score_table, order, "awft", n_split=5)
+    dm = matrix.distance_matrix(score_table, order, "awft", n_split=5)
     labels = {"m2": "base", "m3": "dpo-6", "m1": "dpo-12"}
     ax = plots.wasserstein_heatmap(dm, labels=labels).axes[0]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["base", "dpo-6", "dpo-12"]

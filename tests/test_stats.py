@@ -8,8 +8,10 @@ import pytest
 from montecarlo import binomial_band
 from scipy import stats as st
 
-from headstats.stats import distances, overlap, ranking, stability
-from headstats.stats.distances import SequenceBlocks, depth_bin, model_distance, wasserstein1
+from headstats.stats import distances, matrix, overlap, ranking, stability, tables
+from headstats.stats.distances import SequenceBlocks, model_distance
+from headstats.stats.tables import depth_bin
+from headstats.stats.w1 import wasserstein1
 
 
 def synthetic_scores(
@@ -80,7 +82,7 @@ def test_depth_bins_follow_relative_depth() -> None:
     binned = depth_bin(np.arange(30), 30, 5)
     assert binned[0] == 0 and binned[29] == 4
     assert np.bincount(binned).tolist() == [6, 6, 6, 6, 6]
-    assert distances.depth_labels(5)[0] == "0-0.2"
+    assert tables.depth_labels(5)[0] == "0-0.2"
 
 
 def test_model_distance_matches_scipy_overall_and_per_depth_across_depths() -> None:
@@ -93,7 +95,7 @@ def test_model_distance_matches_scipy_overall_and_per_depth_across_depths() -> N
     for sid in ("awft", "ahon_ln"):
         overall = res[(res["score"] == sid) & (res["depth"] == "all")]["w1"].item()
         assert overall == pytest.approx(st.wasserstein_distance(a[sid], b[sid]), abs=1e-9)
-        for i, label in enumerate(distances.depth_labels(5)):
+        for i, label in enumerate(tables.depth_labels(5)):
             in_a = depth_bin(a["layer"], 3, 5) == i
             in_b = depth_bin(b["layer"], 6, 5) == i
             got = res[(res["score"] == sid) & (res["depth"] == label)]["w1"].item()
@@ -168,7 +170,7 @@ def test_permutation_test_and_noise_floor_see_a_real_shift() -> None:
 def test_distance_matrix_is_symmetric_with_floors() -> None:
     rng = np.random.default_rng(6)
     table = pd.concat([synthetic_scores(m, 8, 2, 2, rng, shift=s) for m, s in (("x", 0), ("y", 1), ("z", 2))])
-    dm = distances.distance_matrix(table, ["x", "y", "z"], "awft", n_split=5)
+    dm = matrix.distance_matrix(table, ["x", "y", "z"], "awft", n_split=5)
     w = dm.w1.to_numpy()
     assert np.allclose(w, w.T) and np.all(np.diag(w) == 0)
     assert w[0, 2] > w[0, 1] > 0

@@ -564,7 +564,7 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
 
 
 def _present(scores: pd.DataFrame, model: str) -> list[str]:
-    from headstats.stats.distances import score_columns
+    from headstats.stats.tables import score_columns
 
     return score_columns(scores[scores["model"] == model])
 

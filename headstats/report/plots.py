@@ -26,8 +26,9 @@ from headstats.engine.scores import SCORES
 from headstats.engine.scores import score_ids as registered_score_ids
 from headstats.io import store
 from headstats.stats import ranking
-from headstats.stats.distances import DistanceMatrix, model_rows
+from headstats.stats.matrix import DistanceMatrix
 from headstats.stats.summary import BASELINE
+from headstats.stats.tables import model_rows
 
 X_LABEL = "heads zeroed (realised %)"
 MAX_CURVES = 8  # curves in one panel: beyond this, colours repeat and no curve can be followed

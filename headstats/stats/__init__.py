@@ -7,8 +7,13 @@
 - :mod:`~headstats.stats.paired`: accuracy intervals, paired per-question tests, the certification
   bound of a paired drop and the minimum detectable drop;
 - :mod:`~headstats.stats.summary`: per-point and per-curve summaries of intervention results;
+- :mod:`~headstats.stats.tables`: a score table's parts every statistic starts from: one model's rows,
+  the scores and datasets two models share, sequence keys, relative-depth bins and clusters;
+- :mod:`~headstats.stats.multiple`: multiple testing: Holm, the floor a permutation count allows, and
+  the permutations a family needs;
 - :mod:`~headstats.stats.distances`: Wasserstein-1 between models' score distributions, with
   cluster-level bootstrap, permutation test and noise floor;
+- :mod:`~headstats.stats.matrix`: the W1 matrix of a series of models for one score and depth;
 - :mod:`~headstats.stats.stability`: do a model's heads keep their order across datasets?
 - :mod:`~headstats.stats.overlap`: do two score functions select the same heads?
 - :mod:`~headstats.stats.inactive`: on what share of the texts does a score call each head inactive?

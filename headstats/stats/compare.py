@@ -11,7 +11,7 @@ Per (other model, dataset, score) the comparison reads three things, each from a
 - **whether it moved**: the paired permutation test that swaps the two models' labels within each
   text (or cluster), Holm-adjusted over every test of the comparison, with the permutation count
   chosen from the family size so that Holm can reach :data:`FAMILY_ALPHA`
-  (:func:`~headstats.stats.distances.permutations_for`);
+  (:func:`~headstats.stats.multiple.permutations_for`);
 - **whether it is small**: equivalence against a margin by the interval-inclusion rule, which is
   two one-sided tests (TOST) at level alpha each: the ``1 - 2 alpha`` interval wholly below the
   margin is "equivalent within the margin", wholly above it "moved beyond the margin", otherwise
@@ -42,19 +42,11 @@ import pandas as pd
 
 from headstats.engine.scores import get_score
 from headstats.stats.constant import constant_across_texts, constant_scores
-from headstats.stats.distances import (
-    SequenceBlocks,
-    cluster_codes,
-    cluster_column,
-    holm_family,
-    model_distance,
-    model_rows,
-    permutations_for,
-    score_columns,
-    sequence_keys,
-)
+from headstats.stats.distances import SequenceBlocks, model_distance
 from headstats.stats.movement import head_movement, head_shift_test, most_inactive
+from headstats.stats.multiple import holm_family, permutations_for
 from headstats.stats.overlap import jaccard
+from headstats.stats.tables import cluster_codes, cluster_column, model_rows, score_columns, sequence_keys
 
 # A W1 below this share of the reference's IQR is the round-off of summing the rows' weights in another
 # order (1e-18 between two identical tables): it is 0, and its permutation p-value 1, not a draw among

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from headstats.engine.scores import get_score, tied_within_layer
-from headstats.stats.distances import model_rows, scores_of
+from headstats.stats.tables import model_rows, scores_of
 
 __all__ = ["constant_across_texts", "constant_scores", "reads_first_token_only", "texts_constant"]
 

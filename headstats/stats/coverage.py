@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from headstats.io.machine import describe_machine
-from headstats.stats.distances import cluster_codes, cluster_column
 from headstats.stats.paired import minimum_detectable_drop, questions_to_certify
 from headstats.stats.summary import BASELINE, chance_percent
+from headstats.stats.tables import cluster_codes, cluster_column
 
 CONFIDENCE = 0.95  # one-sided, as the certification of "within 1 point" (headstats.stats.summary)
 POWER = 0.80
@@ -87,7 +87,7 @@ def _mean_percent(rows: pd.DataFrame, column: str) -> float:
 
 def score_samples(scores: pd.DataFrame) -> pd.DataFrame:
     """One row per (dataset, model) of the score tables ``scores``: sequences scored and the clusters they come
-    from (:func:`headstats.stats.distances.cluster_column`: a task's ``subject`` or source
+    from (:func:`headstats.stats.tables.cluster_column`: a task's ``subject`` or source
     ``document`` when the table carries it; else each sequence is its own)."""
     out = []
     for (dataset, model), rows in scores.groupby(["dataset", "model"], sort=True):

@@ -48,7 +48,8 @@ splits by default; the table reports how many), describes sampling noise at half
 between *different* texts: it is not the null distribution of a paired distance, so it describes
 and never decides. P-values of one table are Holm-adjusted together (``p_holm``), since a report
 reads them side by side; a report reading several tables adjusts them as one family
-(:func:`holm_family`) with enough permutations for that family (:func:`permutations_for`).
+(:func:`~headstats.stats.multiple.holm_family`) with enough permutations for that family
+(:func:`~headstats.stats.multiple.permutations_for`).
 
 Everything runs on numpy arrays sorted once per (score, depth bin) (:mod:`headstats.stats.w1`):
 replicates only change the weights, and batches of replicates are one cumulative sum and one
@@ -57,10 +58,8 @@ matrix-vector product over the rows, with no re-sorting and no per-row Python.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import combinations
 from typing import Literal
 
 import numpy as np
@@ -68,31 +67,33 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from tqdm.auto import tqdm
 
-from headstats.engine.scores import get_score
-from headstats.engine.scores import score_ids as registered_score_ids
-from headstats.stats.w1 import w1_on_support, w1_on_support_batch, wasserstein1
+from headstats.stats.multiple import holm, holm_floor
+from headstats.stats.tables import (
+    ALL_DEPTHS,
+    block_clusters,
+    cluster_codes,
+    cluster_column,
+    common_scores,
+    depth_bin,
+    depth_labels,
+    model_rows,
+    scores_of,
+    sequence_keys,
+    shared_datasets,
+)
+from headstats.stats.w1 import w1_on_support, w1_on_support_batch
 
 __all__ = [
-    "ALL_DEPTHS",
-    "DistanceMatrix",
+    "DEFAULT_SPLITS",
     "SequenceBlocks",
-    "cluster_column",
-    "depth_bin",
-    "depth_labels",
-    "distance_matrix",
-    "holm",
-    "holm_family",
-    "holm_floor",
     "interquartile_range",
     "model_distance",
     "noise_floor",
-    "permutations_for",
+    "split_half_distances",
     "w1_interval",
-    "wasserstein1",
 ]
 
 Design = Literal["auto", "paired", "unpaired"]
-ALL_DEPTHS = "all"
 DEFAULT_SPLITS = 200  # random halvings behind a noise floor (docs/statistics.md#noise-floor: at least 200)
 _BATCH_ELEMENTS = 1 << 22  # rows x replicates per vectorised batch: bounded temporaries
 
@@ -141,157 +142,6 @@ class SequenceBlocks:
             wb = groups_b[s : s + step][:, self.block] * self.row_weight
             out[s : s + step] = w1_on_support_batch(self.x, wa, wb)
         return out
-
-
-# --- relative depth ------------------------------------------------------------------------------
-
-
-def depth_bin(layer: ArrayLike, n_layers: int, bins: int) -> np.ndarray:
-    """Bin index of each layer by relative depth ``layer / (n_layers - 1)`` in ``bins`` equal bins
-    of [0, 1] (the last bin closed): the first layer is depth 0, the last depth 1."""
-    if bins < 1:
-        raise ValueError(f"bins must be at least 1, not {bins}")
-    layer = np.asarray(layer, dtype=np.float64)
-    depth = layer / (n_layers - 1) if n_layers > 1 else np.zeros_like(layer)
-    return np.minimum(np.floor(depth * bins), bins - 1).astype(np.int64)
-
-
-def depth_labels(bins: int) -> list[str]:
-    """Readable labels of the depth bins, e.g. ``0.0-0.2`` ... ``0.8-1.0``."""
-    edges = np.linspace(0.0, 1.0, bins + 1)
-    return [f"{edges[i]:.2g}-{edges[i + 1]:.2g}" for i in range(bins)]
-
-
-# --- reading models out of a score table ---------------------------------------------------------
-
-
-def score_columns(frame: pd.DataFrame) -> list[str]:
-    """The score ids with at least one value in ``frame`` (a column of NaN means "not collected")."""
-    return [sid for sid in registered_score_ids() if sid in frame.columns and frame[sid].notna().any()]
-
-
-def scores_of(rows: pd.DataFrame, model: str, score_ids: Sequence[str] | None) -> list[str]:
-    """The score ids to analyse for one model's ``rows``: all it has, or the requested ones (canonical
-    ids), with an error naming what is missing and what is there."""
-    have = score_columns(rows)
-    if score_ids is None:
-        return have
-    wanted = [get_score(s).id for s in dict.fromkeys(score_ids)]
-    missing = [s for s in wanted if s not in have]
-    if missing:
-        raise ValueError(
-            f"model {model!r} has no values for {', '.join(missing)} (it has {', '.join(have) or 'none'}): "
-            "collect them first"
-        )
-    return wanted
-
-
-def model_rows(scores: pd.DataFrame, model: str) -> pd.DataFrame:
-    """The rows of one model, with a clear error when it is not in the table."""
-    if "model" not in scores.columns:
-        raise ValueError("the score table has no 'model' column: read it with headstats.read_scores(ROOT)")
-    rows = scores[scores["model"] == model]
-    if rows.empty:
-        have = ", ".join(sorted(map(str, scores["model"].unique())))
-        raise ValueError(f"model {model!r} is not in the score table; it holds: {have}")
-    return rows
-
-
-def sequence_keys(frame: pd.DataFrame) -> pd.MultiIndex:
-    """What identifies a sequence: ``(dataset, sample_id)`` (sample ids restart in every dataset)."""
-    dataset = frame["dataset"] if "dataset" in frame.columns else pd.Series("", index=frame.index)
-    return pd.MultiIndex.from_arrays([dataset.astype(str).to_numpy(), frame["sample_id"].to_numpy()])
-
-
-def common_scores(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str], wanted: Sequence[str] | None) -> list[str]:
-    have_a, have_b = score_columns(a), score_columns(b)
-    common = [s for s in have_a if s in have_b]
-    if wanted is not None:
-        for sid in wanted:
-            get_score(sid)
-        common = [s for s in common if s in set(wanted)]
-    if not common:
-        raise ValueError(
-            f"{names[0]!r} and {names[1]!r} have no common score ids"
-            + (f" among {', '.join(wanted)}" if wanted is not None else "")
-            + f": {names[0]} has {', '.join(have_a) or 'none'}; {names[1]} has {', '.join(have_b) or 'none'}. "
-            "Collect the same scores for both models."
-        )
-    return common
-
-
-def shared_datasets(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str]) -> list[str] | None:
-    """Datasets both models were scored on (None when the table has no dataset column)."""
-    if "dataset" not in a.columns:
-        return None
-    da, db = set(a["dataset"].astype(str)), set(b["dataset"].astype(str))
-    shared = sorted(da & db)
-    if not shared:
-        raise ValueError(
-            f"{names[0]!r} (datasets {', '.join(sorted(da))}) and {names[1]!r} (datasets {', '.join(sorted(db))}) "
-            "share no dataset: a distance between models must compare them on the same texts. Collect both on one "
-            "dataset, or compare datasets within a model with headstats.stats.stability."
-        )
-    return shared
-
-
-# --- clusters --------------------------------------------------------------------------------------
-
-
-def cluster_column(frame: pd.DataFrame, cluster: str | None = None) -> str:
-    """The column whose values group sequences into clusters (see the module docstring): ``cluster``
-    if given, else ``subject`` when the table has subjects, else ``document`` when its sequences
-    come from source documents (HellaSwag's videos and articles), else ``sample_id`` (every
-    sequence its own cluster)."""
-    if cluster is not None:
-        if cluster not in frame.columns:
-            raise ValueError(
-                f"cluster column {cluster!r} is not in the table; it has: {', '.join(map(str, frame.columns))}. "
-                "Name a column that is constant within a sequence (subject, a document id) or leave cluster=None"
-            )
-        return cluster
-    if "subject" in frame.columns and frame["subject"].notna().any():
-        return "subject"
-    if "document" in frame.columns and frame["document"].notna().any():
-        return "document"
-    return "sample_id"
-
-
-def cluster_codes(frame: pd.DataFrame, column: str) -> np.ndarray:
-    """Cluster index (0..C-1) of every row: the pair (dataset, value of ``column``); a row whose value
-    is missing falls in its own sequence's cluster."""
-    dataset = frame["dataset"] if "dataset" in frame.columns else pd.Series("", index=frame.index)
-    d_codes, _ = pd.factorize(dataset.astype(str))
-    s_codes, _ = sequence_keys(frame).factorize()
-    if column == "sample_id":
-        return np.asarray(s_codes, dtype=np.int64)
-    v_codes, _ = pd.factorize(frame[column])
-    own = v_codes < 0
-    keys = pd.MultiIndex.from_arrays([d_codes, own.astype(np.int8), np.where(own, s_codes, v_codes)])
-    codes, _ = keys.factorize()
-    return np.asarray(codes, dtype=np.int64)
-
-
-def _block_clusters(blocks: np.ndarray, clusters: np.ndarray, n_blocks: int) -> np.ndarray:
-    """Cluster of each block (-1 for a block with no rows), from per-row block and cluster indices."""
-    out = np.full(n_blocks, -1, dtype=np.int64)
-    out[blocks] = clusters
-    return out
-
-
-def holm(p_values: ArrayLike) -> np.ndarray:
-    """Holm-adjusted p-values (family = the finite entries given; NaN stays NaN); equal to
-    ``statsmodels.stats.multitest.multipletests(p, method="holm")[1]``."""
-    p = np.asarray(p_values, dtype=np.float64)
-    out = np.full(p.shape, np.nan)
-    ok = np.flatnonzero(np.isfinite(p))
-    # Written out rather than calling multipletests, which runs gc.collect() on every call (about
-    # 1 s in a process holding large tables, once per table here).
-    order = ok[np.argsort(p[ok], kind="stable")]
-    m = len(order)
-    stepped = np.maximum.accumulate((m - np.arange(m)) * p[order]) if m else order
-    out[order] = np.minimum(stepped, 1.0)
-    return out
 
 
 # --- the two-model comparison --------------------------------------------------------------------
@@ -682,46 +532,6 @@ def _compare(
     return row
 
 
-def holm_floor(n_tests: int, n_perm: int) -> float:
-    """The smallest Holm-adjusted p-value in a family of ``n_tests`` permutation p-values from
-    ``n_perm`` permutations each: a permutation p-value is at least 1 / (1 + ``n_perm``), and Holm
-    multiplies the smallest by the family size."""
-    if n_tests < 1 or n_perm < 1:
-        raise ValueError(f"a Holm floor needs at least one test and one permutation, not {n_tests} and {n_perm}")
-    return min(1.0, n_tests / (1 + n_perm))
-
-
-def permutations_for(n_tests: int, alpha: float = 0.05) -> int:
-    """The fewest permutations per test for which the smallest Holm-adjusted p-value of ``n_tests``
-    tests can reach ``alpha`` (:func:`holm_floor` <= ``alpha``). For a report, ``n_tests`` is its
-    whole Holm family (every p-value it adjusts together, e.g. checkpoints x datasets x scores x
-    depths) and ``alpha`` the smallest level it means to state (``permutations_for(24, 0.01)`` =
-    2399). The design bounds p-values too: a paired design with U clusters cannot give a p-value
-    below about 2**(1 - U) (see :func:`_permutations`), whatever the count."""
-    if n_tests < 1 or not 0 < alpha <= 1:
-        raise ValueError(f"permutations_for needs at least one test and 0 < alpha <= 1, not {n_tests} and {alpha}")
-    return max(1, math.ceil(n_tests / alpha - 1 - 1e-9))
-
-
-def holm_family(tables: pd.DataFrame | Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """Several :func:`model_distance` tables (or their concatenation) as one Holm family: a copy of
-    their rows with ``p_holm`` adjusted over every p-value of all of them, ``n_tests`` their number
-    and ``p_holm_min`` the family's floor (:func:`holm_floor` with the largest ``n_perm``). A report
-    that reads distances of several checkpoints, datasets and scores side by side adjusts them
-    together, not table by table."""
-    table = tables if isinstance(tables, pd.DataFrame) else pd.concat(list(tables), ignore_index=True)
-    missing = [c for c in ("p_value", "n_perm") if c not in table.columns]
-    if missing:
-        raise ValueError(f"holm_family needs model_distance tables; these lack {', '.join(missing)}")
-    out = table.copy()
-    out["p_holm"] = holm(out["p_value"])
-    tested = int(out["p_value"].notna().sum())
-    n_perm = int(out.loc[out["p_value"].notna(), "n_perm"].max()) if tested else 0
-    out["p_holm_min"] = holm_floor(tested, n_perm) if tested else np.nan
-    out["n_tests"] = tested
-    return out
-
-
 def noise_floor(
     scores: pd.DataFrame,
     model: str,
@@ -741,7 +551,7 @@ def noise_floor(
     sids = scores_of(rows_m, model, score_ids)
     unit = cluster_column(rows_m, cluster)
     codes, uniques = sequence_keys(rows_m).factorize()
-    block_cluster = _block_clusters(codes, cluster_codes(rows_m, unit), len(uniques))
+    block_cluster = block_clusters(codes, cluster_codes(rows_m, unit), len(uniques))
     masks = _depth_masks(rows_m, depth_bins)
     out = []
     for si, sid in enumerate(sids):
@@ -766,88 +576,3 @@ def noise_floor(
                 }
             )
     return pd.DataFrame(out)
-
-
-@dataclass
-class DistanceMatrix:
-    """W1 between every pair of a list of models for one score and depth bin."""
-
-    score: str
-    depth: str
-    w1: pd.DataFrame  # models x models, symmetric, 0 on the diagonal
-    noise_floor: pd.Series  # per model: its split-half floor
-    p_value: pd.DataFrame | None  # models x models, None when no permutations were run
-    p_holm: pd.DataFrame | None = None  # the same, Holm-adjusted over the matrix's pairs
-    cluster: str = "sample_id"  # the resampled unit
-    n_splits: int = 0  # random halvings behind each floor
-
-    def pair_floor(self) -> pd.DataFrame:
-        """The floor a pair's distance is judged against: the larger of the two models' floors."""
-        f = self.noise_floor.to_numpy()
-        return pd.DataFrame(np.maximum.outer(f, f), index=self.w1.index, columns=self.w1.columns)
-
-
-def distance_matrix(
-    scores: pd.DataFrame,
-    models: Sequence[str],
-    score_id: str,
-    *,
-    depth: str = ALL_DEPTHS,
-    depth_bins: int = 5,
-    n_perm: int = 0,
-    n_split: int = DEFAULT_SPLITS,
-    floor_quantile: float = 0.95,
-    cluster: str | None = None,
-    seed: int = 0,
-    progress: bool = False,
-) -> DistanceMatrix:
-    """W1 matrix over ``models`` (a fine-tuning chain, a scale series) for one score and depth bin
-    (``"all"`` or a label of :func:`depth_labels`), with each model's noise floor (clusters as in
-    :func:`model_distance`)."""
-    models = list(dict.fromkeys(models))
-    if len(models) < 2:
-        raise ValueError("a distance matrix needs at least two models")
-    labels = [ALL_DEPTHS, *depth_labels(depth_bins)]
-    if depth not in labels:
-        raise ValueError(f"depth must be one of {', '.join(labels)}, not {depth!r}")
-    unit = cluster_column(scores, cluster)
-    w1 = pd.DataFrame(0.0, index=models, columns=models)
-    pv = pd.DataFrame(np.nan, index=models, columns=models) if n_perm > 0 else None
-    pairs = list(combinations(models, 2))
-    for a, b in tqdm(pairs, desc=f"W1 matrix {score_id}", unit="pair", disable=not progress):
-        res = model_distance(
-            scores,
-            a,
-            b,
-            [score_id],
-            depth_bins=depth_bins,
-            n_boot=0,
-            n_perm=n_perm,
-            n_split=0,
-            cluster=unit,
-            seed=seed,
-        )
-        row = res[res["depth"] == depth].iloc[0]
-        w1.loc[a, b] = w1.loc[b, a] = row["w1"]
-        if pv is not None:
-            pv.loc[a, b] = pv.loc[b, a] = row["p_value"]
-    ph = None
-    if pv is not None:
-        adjusted = holm([pv.loc[a, b] for a, b in pairs])
-        ph = pd.DataFrame(np.nan, index=models, columns=models)
-        for (a, b), p in zip(pairs, adjusted, strict=True):
-            ph.loc[a, b] = ph.loc[b, a] = p
-    floors = {}
-    for m in models:
-        nf = noise_floor(
-            scores,
-            m,
-            [score_id],
-            depth_bins=depth_bins,
-            n_split=n_split,
-            quantile=floor_quantile,
-            cluster=unit,
-            seed=seed,
-        )
-        floors[m] = float(nf.loc[nf["depth"] == depth, "floor"].iloc[0])
-    return DistanceMatrix(score_id, depth, w1, pd.Series(floors, name="noise_floor"), pv, ph, unit, max(n_split, 0))

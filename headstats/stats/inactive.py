@@ -10,7 +10,7 @@ zeroing 10% of heads on these texts would zero.
 
 The interval is over texts: a 95% Wilson score interval of the share. Texts of one cluster (an MMLU
 subject, whose prompts share their five shots; a source document) answer alike, so where the table
-has two or more clusters (:func:`headstats.stats.distances.cluster_column`) the interval is the
+has two or more clusters (:func:`headstats.stats.tables.cluster_column`) the interval is the
 Wilson interval at an effective number of texts (Korn and Graubard's, 1998, for proportions from
 clustered samples): n / deff, times (z / t_{C-1})^2 for the few clusters there are. deff is Kish's
 design effect, the ratio estimator's cluster (linearisation) variance C / (C - 1) * sum_c (y_c -
@@ -33,7 +33,7 @@ import pandas as pd
 from scipy.special import stdtrit
 
 from headstats.engine.scores import get_score
-from headstats.stats.distances import cluster_codes, cluster_column, sequence_keys
+from headstats.stats.tables import cluster_codes, cluster_column, sequence_keys
 from headstats.stats.thresholds import thresholds_for_fractions
 
 # The columns of the table :func:`inactive_heads` returns, after the model and dataset columns the

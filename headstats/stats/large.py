@@ -9,7 +9,7 @@ numpy array. The names say so (``..._from_dataset``): these readers take a resul
 pandas frame; the arithmetic (W1 kernels, threshold rule) is shared with them.
 
 **Wasserstein-1 between models** (:func:`distance_matrices_from_dataset`), per score id, overall and per
-relative-depth bin (the bins of :func:`headstats.stats.distances.depth_bin`):
+relative-depth bin (the bins of :func:`headstats.stats.tables.depth_bin`):
 
 - ``exact``: each model's column is sorted once per score (per depth bin, then the bins merged,
   which is cheaper than a second sort), and W1 of every pair is read off the two sorted arrays by
@@ -54,8 +54,8 @@ from tqdm.auto import tqdm
 from headstats.engine.scores import get_score
 from headstats.engine.scores import score_ids as registered_score_ids
 from headstats.io import store
-from headstats.stats.distances import ALL_DEPTHS, depth_bin, depth_labels
 from headstats.stats.overlap import overlap_row
+from headstats.stats.tables import ALL_DEPTHS, depth_bin, depth_labels
 from headstats.stats.thresholds import thresholds_from_values
 from headstats.stats.w1 import wasserstein1, wasserstein1_sorted
 

@@ -29,16 +29,10 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from headstats.engine.scores import get_score
-from headstats.stats.distances import (
-    cluster_codes,
-    cluster_column,
-    interquartile_range,
-    model_rows,
-    scores_of,
-    sequence_keys,
-)
+from headstats.stats.distances import interquartile_range
 from headstats.stats.overlap import jaccard
 from headstats.stats.stability import grouped_mean, spearman, split_half_spearman
+from headstats.stats.tables import cluster_codes, cluster_column, model_rows, scores_of, sequence_keys
 
 
 def dataset_rows(scores: pd.DataFrame, model: str, dataset: str | None) -> pd.DataFrame:
@@ -274,7 +268,7 @@ class PairedUnits:
 
 def paired_units(a: pd.DataFrame, b: pd.DataFrame, names: tuple[str, str], cluster: str | None = None) -> PairedUnits:
     """The texts (dataset, sample_id) both models' rows ``a`` and ``b`` hold, each in its unit: its
-    cluster of ``a`` (``cluster`` as in :func:`headstats.stats.distances.cluster_column`: MMLU subjects,
+    cluster of ``a`` (``cluster`` as in :func:`headstats.stats.tables.cluster_column`: MMLU subjects,
     source documents, else each text is its own). Refused when they share no text or fewer than two
     units, which no paired resampling can use."""
     sequences = sequence_keys(a).unique().intersection(sequence_keys(b).unique())
@@ -313,7 +307,7 @@ def head_shift_test(
     both have), controlling the family-wise error over all heads.
 
     Each text's difference ``model_b - model_a`` per head is averaged within its cluster first
-    (``cluster`` as in :func:`headstats.stats.distances.cluster_column`: MMLU subjects, source
+    (``cluster`` as in :func:`headstats.stats.tables.cluster_column`: MMLU subjects, source
     documents, else each text is its own); the clusters are the units of :func:`sign_flip_max_t`.
     Returns one row per head (by layer, head): ``mean_a``, ``mean_b`` (the head's means over the
     paired texts), ``mean_diff`` (mean over units of the difference: what ``t`` tests),

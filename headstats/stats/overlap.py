@@ -23,7 +23,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from headstats.engine.scores import get_score
-from headstats.stats.distances import model_rows, scores_of
+from headstats.stats.tables import model_rows, scores_of
 from headstats.stats.thresholds import thresholds_for_fractions
 
 

@@ -31,7 +31,7 @@ from headstats.engine.scores import score_ids as registered_score_ids
 from headstats.stats import RANK_METRICS
 from headstats.stats import curves as C
 from headstats.stats import summary as S
-from headstats.stats.distances import holm
+from headstats.stats.multiple import holm
 
 NO_HEAD_ZEROED = "no head zeroed"
 

@@ -41,7 +41,9 @@ import pandas as pd
 from scipy import stats as sps
 from scipy.optimize import brentq
 
-from headstats.stats.distances import cluster_codes, cluster_column, holm, interquartile_range
+from headstats.stats.distances import interquartile_range
+from headstats.stats.multiple import holm
+from headstats.stats.tables import cluster_codes, cluster_column
 
 MOVED_BEYOND_MARGIN = "moved beyond the margin"
 EQUIVALENT = "equivalent within the margin"

@@ -35,9 +35,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from headstats.stats.distances import holm, interquartile_range
+from headstats.stats.distances import interquartile_range
 from headstats.stats.learning import STAGES, learning_verdicts
 from headstats.stats.movement import sign_flip_max_t
+from headstats.stats.multiple import holm
 from headstats.stats.w1 import wasserstein1_sorted
 
 BASE = "base"  # the stage label of the base model in a checkpoints table

@@ -6,7 +6,7 @@ Two views per score id and pair of datasets:
   sequences of each (layer, head)'s score). 1 means the datasets order the heads identically. As a
   yardstick it reports each dataset's *split-half* reliability: the Spearman correlation of the
   per-head means of two random halves of the dataset's *clusters* (MMLU subjects, which share their
-  few-shot prefix; otherwise sequences; see :func:`headstats.stats.distances.cluster_column`),
+  few-shot prefix; otherwise sequences; see :func:`headstats.stats.tables.cluster_column`),
   averaged over ``n_splits`` (>= 200 by default) halvings and corrected to full length by
   Spearman-Brown (``2 r / (1 + r)``: each half holds half the data). A cross-dataset correlation
   near the split-half one means the head ordering moves no more than it does between re-draws of
@@ -26,16 +26,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as _st
 
-from headstats.stats.distances import (
-    DEFAULT_SPLITS,
-    SequenceBlocks,
-    cluster_codes,
-    cluster_column,
-    model_rows,
-    scores_of,
-    sequence_keys,
-    split_half_distances,
-)
+from headstats.stats.distances import DEFAULT_SPLITS, SequenceBlocks, split_half_distances
+from headstats.stats.tables import cluster_codes, cluster_column, model_rows, scores_of, sequence_keys
 
 
 def _datasets(rows: pd.DataFrame, model: str) -> list[str]:

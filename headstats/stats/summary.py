@@ -63,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from headstats.stats import curves as C
-from headstats.stats.distances import holm
+from headstats.stats.multiple import holm
 from headstats.stats.paired import (
     design_effect,
     drop_bound_from_counts,

@@ -21,9 +21,9 @@ from headstats.io import store
 from headstats.io.assets import local_path
 from headstats.io.models import checkpoint_info
 from headstats.specs import FINETUNE_STAGES, ReportSpec
-from headstats.stats import distances, ranking
-from headstats.stats.distances import score_columns
+from headstats.stats import distances, multiple, ranking
 from headstats.stats.summary import summarize_curves, summarize_interventions
+from headstats.stats.tables import score_columns
 
 ABSTRACT_WORDS = 150  # the most words an abstract may have: read in 30 seconds
 # [text](#anchor) in a section's text, or [term](glossary:anchor): a term of the glossary (docs/statistics.md)
@@ -359,7 +359,7 @@ Section = Callable[[Writer, Context], None]
 
 def permutation_resolution(table: pd.DataFrame) -> str | None:
     """What the ``p_holm`` column of a table of W1 tests can show with the permutations run: its
-    floor (``p_holm_min``, :func:`headstats.stats.distances.holm_floor`), and, when the floor lies
+    floor (``p_holm_min``, :func:`headstats.stats.multiple.holm_floor`), and, when the floor lies
     above 5%, that no distance can test significant and how many permutations would let one."""
     if "p_holm_min" not in table.columns or not table["p_holm_min"].notna().any():
         return None
@@ -372,7 +372,7 @@ def permutation_resolution(table: pd.DataFrame) -> str | None:
     )
     if floor.max() > 0.05:
         tests = int(table["n_tests"].max()) if "n_tests" in table.columns else 0
-        needed = f" at least {distances.permutations_for(tests)}" if tests else " more"
+        needed = f" at least {multiple.permutations_for(tests)}" if tests else " more"
         which = "no distance here" if floor.min() > 0.05 else "no distance whose `p_holm_min` exceeds 0.05"
         text += (
             f" **With these permutations {which} can test significant at 5% after Holm**, however large: "

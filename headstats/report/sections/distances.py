@@ -9,7 +9,7 @@ from tqdm.auto import tqdm
 
 from headstats.report import plots
 from headstats.report.sections.context import Context, Writer, permutation_resolution
-from headstats.stats import distances
+from headstats.stats import distances, matrix
 
 
 def between_models(writer: Writer, context: Context) -> None:
@@ -68,7 +68,7 @@ def _distance_matrices(writer: Writer, context: Context, compared: dict[str, lis
         for sid in context.figure_scores(rows):
             if sid == "random":
                 continue
-            dm = distances.distance_matrix(rows, ms, sid, depth_bins=opt.depth_bins, n_split=opt.n_split, seed=opt.seed)
+            dm = matrix.distance_matrix(rows, ms, sid, depth_bins=opt.depth_bins, n_split=opt.n_split, seed=opt.seed)
             if not plots.fits_heatmap(dm.w1):  # two models: one number, in the table above
                 continue
             writer.figure(
