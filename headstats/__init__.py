@@ -46,6 +46,7 @@ _EXPORTS = {
     "headstats.io.tasks": ("load_task",),
     "headstats.jobs.collect": ("collect_scores",),
     "headstats.jobs.sweep": ("run_sweep",),
+    "headstats.stats.inactive": ("inactive_heads",),
     "headstats.stats.summary": ("summarize_curves", "summarize_interventions"),
     "headstats.stats.thresholds": ("threshold_for_fraction", "thresholds_for_fractions"),
 }
@@ -120,6 +121,7 @@ __all__ = [
     "compare",
     "connect",
     "get_score",
+    "inactive_heads",
     "load_model",
     "load_task",
     "read_interventions",

@@ -149,13 +149,16 @@ def compose(
     defaults: Mapping[str, Any] | None = None,
     choices: Mapping[str, Iterable[str]] | None = None,
     flags: Mapping[str, str] | None = None,
+    helps: Mapping[str, str] | None = None,
 ) -> Callable[[type[T]], type[T]]:
     """A class decorator: the class becomes a flat frozen dataclass of the fields of ``groups`` (in
     their order), then its own. The groups' checks run before its own :meth:`Spec.check`.
 
     Where this spec needs it, an option of a group takes another default (``defaults``; a default of
-    None lets the option be unset here), other allowed names (``choices``) or another flag
-    (``flags``; the option's own flag is still accepted). Each name must be an option of the groups.
+    None lets the option be unset here), other allowed names (``choices``), another flag
+    (``flags``; the option's own flag is still accepted) or a help that says what it does in this
+    job's terms (``helps``: a group's help is written for every job that composes it). Each name must
+    be an option of the groups.
     """
 
     def build(cls: type[T]) -> type[T]:
@@ -173,7 +176,7 @@ def compose(
                 }
                 inherited[f.name] = field(default=f.default, default_factory=f.default_factory, metadata=meta)
                 types_[f.name] = group_hints[f.name]
-        for table, what in ((defaults, "defaults"), (choices, "choices"), (flags, "flags")):
+        for table, what in ((defaults, "defaults"), (choices, "choices"), (flags, "flags"), (helps, "helps")):
             unknown = sorted(set(table or {}) - set(inherited))
             if unknown:
                 raise TypeError(f"{cls.__name__}: {what} for {', '.join(unknown)}, which none of its groups has")
@@ -184,6 +187,8 @@ def compose(
                 types_[name] = types_[name] | None
         for name, names in (choices or {}).items():
             inherited[name] = _with_meta(inherited[name], choices=tuple(names))
+        for name, text in (helps or {}).items():
+            inherited[name] = _with_meta(inherited[name], help=text)
         for name, flag in (flags or {}).items():
             f = inherited[name]
             own = f.metadata.get("flag") or "--" + name.replace("_", "-")

@@ -145,7 +145,7 @@ class Seed(Spec):
 
     seed: int = option(
         0,
-        "seed of every random draw (samples, the random score, resampling, a fine-tuning chain's data)",
+        "seed of the job's random draws (its samples, the random score, resampling)",
         minimum=0,
     )
 
@@ -168,7 +168,9 @@ class LoadOptions(Spec):
     GROUP: ClassVar[str | None] = MODEL_LOADING
 
     dtype: str | None = option(
-        None, "float32, bfloat16, float16, or auto = the checkpoint's own (default: bf16 on CUDA, fp32 on CPU)"
+        None,
+        "float32, bfloat16, float16, auto = the checkpoint's own, or fast = bf16 where the device computes it "
+        "natively (a GPU, a CPU with AVX512-BF16 or AMX), float32 elsewhere (default: bf16 on CUDA, fp32 on CPU)",
     )
     device: str | None = option(None, "cpu, cuda, cuda:1, ... (default: cuda if available)")
     revision: str | None = option(None, "Hub branch, tag or commit of the model (recorded with the resolved commit)")
@@ -215,7 +217,7 @@ class Sampling(Spec):
 
     GROUP: ClassVar[str | None] = DATA
 
-    limit: int | None = option(None, "use only N documents (collect) or questions (ablate)", minimum=1)
+    limit: int | None = option(None, "use only N documents or questions (a sample: see --sample)", minimum=1)
     sample: str = option(
         "random",
         "which documents or questions --limit takes: a seeded random sample (MMLU: stratified by subject) or "
@@ -268,7 +270,7 @@ class Batching(Spec):
 class Truncation(Spec):
     GROUP: ClassVar[str | None] = DATA
 
-    max_length: int | None = option(2048, "truncate sequences to this many tokens (unset: no truncation)", minimum=1)
+    max_length: int | None = option(2048, "truncate sequences longer than this many tokens", minimum=1)
 
 
 @dataclass(frozen=True)
@@ -280,8 +282,8 @@ class Calibration(Spec):
 
     calibration: str = option(
         "eval",
-        "'eval' (scores on the evaluation prompts, the study's choice; sweeps only), a score-table directory "
-        "(sweeps), or a collection dataset (e.g. wikipedia)",
+        "where each score's threshold for a target is calibrated: 'eval' (the scores of the evaluation prompts "
+        "themselves, the study's choice), a folder of score tables, or a collection dataset (e.g. wikipedia)",
         each=_calibration_source,
     )
     calibration_limit: int = option(DEFAULT_CALIBRATION_LIMIT, "sequences of a calibration dataset", minimum=1)
@@ -365,12 +367,7 @@ class Figures(Spec):
 class Output(Spec):
     GROUP: ClassVar[str | None] = OUTPUT
 
-    out: str | None = option(
-        None,
-        "output directory: the results root (collect, ablate; hive-partitioned by model and dataset/task), "
-        "the report (report, paper), the pruned model (prune) or the chains (finetune)",
-        toml=False,
-    )
+    out: str | None = option(None, "output directory (created if missing)", toml=False)
 
     def check(self) -> None:
         if self.out is not None and not self.out.strip():
@@ -383,7 +380,8 @@ class Results(Spec):
 
     results: str | None = option(
         None,
-        "a results directory (headstats collect / ablate output; an analysis file's default: results/NAME)",
+        "a results directory: score tables and sweep points, as headstats collect and headstats ablate write them "
+        "(an analysis file's default: results/NAME)",
         positional=True,
     )
 
@@ -471,7 +469,16 @@ class SubmititParameters(Spec):
 # --- jobs: flat specs composed of the groups --------------------------------------------------------
 
 
-@compose(Scoring, Sampling, Seed, Prompting, Batching, Truncation, Progress)
+@compose(
+    Scoring,
+    Sampling,
+    Seed,
+    Prompting,
+    Batching,
+    Truncation,
+    Progress,
+    helps={"limit": "score N documents of each dataset, a sample (see --sample; without it, every document)"},
+)
 class CollectSpec(Spec):
     """Options of :func:`headstats.jobs.collect.collect_scores` (one model on one dataset)."""
 
@@ -495,6 +502,7 @@ class CollectSpec(Spec):
     Calibration,
     Questions,
     defaults={"scores": DEFAULT_SWEEP_SCORES},
+    helps={"limit": "evaluate N questions of the task, a sample (see --sample; without it, every question)"},
 )
 class SweepSpec(Spec):
     """Options of :func:`headstats.jobs.sweep.run_sweep` (one model on one task)."""
@@ -795,8 +803,15 @@ class RunSpec(Spec):
     )
     dry_run: bool = option(
         False,
-        "print what would run (sequences, passes, batched forward passes) and an estimated time measured on a "
-        "short probe on this device, then stop without writing anything",
+        "print what would run (sequences, passes, batched forward passes), where it would write, and an estimated "
+        "time from recorded speeds of similar passes (no model is loaded; see --measure), then stop without "
+        "writing anything",
+        toml=False,
+    )
+    measure: bool = option(
+        False,
+        "with --dry-run: load each model and time every unit on a short probe of its own sequences on this "
+        "device instead (slower: minutes)",
         toml=False,
     )
 
@@ -913,6 +928,10 @@ MEASURES: tuple[str, ...] = ("ends", "all", "none")
     # unset seed: the recipe's; the chains go under finetune/; the stages are the chain's
     defaults={"seed": None, "out": "finetune", "stages": FINETUNE_STAGES},
     choices={"stages": FINETUNE_STAGES},
+    helps={
+        "out": "the folder the chain is built in: one checkpoint folder per stage, and its records",
+        "seed": "training seed: the order of the training data and every draw of training (default: the recipe's)",
+    },
 )
 class FinetuneSpec(Spec):
     """``headstats finetune``: a base -> SFT -> DPO -> GRPO chain (:func:`headstats.jobs.finetune.finetune`)
@@ -1040,6 +1059,13 @@ RANKING_CALIBRATION = {"calibration": "wikipedia", "calibration_limit": 64}
     Output,
     defaults={"scores": ("ahon_ln",), **RANKING_CALIBRATION},
     flags={"scores": "--score", "shares": "--share"},  # one of each (the plural flags still work)
+    helps={
+        "out": "the folder the pruned model is written to, with pruning.json (load it with headstats.load_model)",
+        "limit": "questions of the --certify task, a sample (see --sample; without it, every question)",
+        "calibration": "the texts heads are ranked on, by each head's mean score over --calibration-limit of them: "
+        "a collection dataset (e.g. wikipedia) or a .jsonl/.parquet/.txt file",
+        "calibration_limit": "texts of the --calibration dataset heads are ranked on",
+    },
 )
 class PruneSpec(Spec):
     """``headstats prune``: remove the heads a score calls inactive (:mod:`headstats.jobs.prune`).
@@ -1167,7 +1193,19 @@ def _format_change(value: str) -> None:
 SERIES_ORDERS = ("given", "params", "step")
 
 
-@compose(CollectSpec, LoadOptions, Figures, Output, Equivalence, defaults={"limit": 128})
+@compose(
+    CollectSpec,
+    LoadOptions,
+    Figures,
+    Output,
+    Equivalence,
+    defaults={"limit": 128},
+    helps={
+        "limit": "texts of each dataset, a sample (see --sample) that every model scores",
+        "out": "the report folder (index.html, summary.md, tables, figures); the score tables go to OUT/results "
+        "unless --scores-dir is given",
+    },
+)
 class CompareSpec(Spec):
     """Options of :func:`headstats.jobs.compare.compare` (``headstats compare``, a ``[compare]`` study
     file): the models (the reference first), what is collected (:class:`CollectSpec`), how models load
@@ -1235,6 +1273,44 @@ class CompareSpec(Spec):
             )
 
 
+@compose(Results, helps={"results": "a results directory holding score tables, as headstats collect writes them"})
+class InactiveSpec(Spec):
+    """Options of ``headstats inactive``: which heads a score calls inactive in a results folder's score
+    tables, and on what share of the texts (:func:`headstats.stats.inactive.inactive_heads`)."""
+
+    WHAT: ClassVar[str] = "inactive heads"
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
+
+    score: str = option(
+        "ahon_ln", "the score that calls heads inactive", choices=_score_ids, noun="score id", each=_score_id
+    )
+    share: float | None = option(
+        None,
+        "the threshold as a share of heads: the score's quantile over every (text, layer, head) row of a model on a "
+        "dataset, as a zeroing sweep calibrates it (default: 0.1 when --threshold is not given)",
+        each=_fraction,
+    )
+    threshold: float | None = option(None, "the threshold as a score value, instead of --share")
+    models: tuple[str, ...] | None = option(
+        None, "comma-separated models to read, as the results folder names them (model=NAME)", flag="--model"
+    )
+    datasets: tuple[str, ...] | None = option(
+        None, "comma-separated datasets to read, as the results folder names them (dataset=NAME)", flag="--dataset"
+    )
+    top: int = option(20, "heads printed per model and dataset, most often inactive first (0: every head)", minimum=0)
+    format: str = option(
+        "table",
+        "table: the --top heads for reading; csv or json: every head and every column, for scripts",
+        choices=SUMMARY_FORMATS,
+        noun="format",
+        group=OUTPUT,
+    )
+
+    def check(self) -> None:
+        if self.share is not None and self.threshold is not None:
+            raise SpecError("threshold", "give --share or --threshold, not both")
+
+
 __all__ = [
     "ATTENTION_KERNELS",
     "DEFAULT_CALIBRATION_LIMIT",
@@ -1263,6 +1339,7 @@ __all__ = [
     "FinetuneDesign",
     "FrontierRunSpec",
     "FrontierSpec",
+    "InactiveSpec",
     "ListSpec",
     "LoadOptions",
     "Models",

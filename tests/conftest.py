@@ -10,6 +10,7 @@ outside it that reaches an embedded model or the bundled data fails, naming the 
 import functools
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ import pytest
 # Tests import the tiny-model helpers in tests/families.py by name.
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# The speeds tests' runs measure (headstats.io.speeds) go to a file of this session, not the user's cache.
+os.environ["HEADSTATS_SPEEDS_FILE"] = os.path.join(tempfile.mkdtemp(prefix="headstats-speeds-"), "pass_speeds.jsonl")
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n N: N processes share the cores, one thread each
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch

@@ -321,6 +321,31 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
     return path
 
 
+def test_a_real_run_says_first_what_it_runs_where_it_writes_and_for_how_long(
+    tiny_model_dir: Path, tmp_path: Path, capsys
+) -> None:
+    """Before any pass, a run states its units, the folders it writes and the dry run's estimate (from recorded
+    speeds: no second load); run again, it says that nothing is left to compute."""
+    corpus = tmp_path / "notes.txt"
+    corpus.write_text("One short text.\n\nA second text, a little longer than the first.\n\nThe third.")
+    analysis = tmp_path / "tiny.toml"
+    results = tmp_path / "results"
+    analysis.write_text(
+        f'results = "{results}"\nreport = "{tmp_path / "report"}"\n'
+        f'[models]\nnames = ["{tiny_model_dir}"]\n[collect]\ndatasets = ["{corpus}"]\n'
+    )
+    argv = ["run", str(analysis), "--device", "cpu", "--stages", "collect"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    (line,) = [x for x in err.splitlines() if x.startswith(f"headstats: running {analysis}: ")]
+    assert f"1 unit(s) with work left ({tiny_model_dir} collect {corpus}: 1 pass(es)" in line, line
+    assert f"it writes {results} (results: score tables, sweep points);" in line and "(the report)" not in line, line
+    assert "estimated" in line and "speeds from " in line, line
+    assert err.index(line) < err.index("loading"), err  # said before the model loads
+    assert main(argv) == 0
+    assert f"headstats: running {analysis}: nothing left to compute" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     ("flags", "progress", "debug"),
     [(["-v"], True, True), (["run", "-v"], True, True), ([], True, False), (["-q"], False, False)],
@@ -328,8 +353,9 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, tokenizer) -> Path:
 def test_verbosity_flags_choose_what_a_dry_run_says_while_it_works(
     flags: list[str], progress: bool, debug: bool, tiny_model_dir: Path, tmp_path: Path, capsys
 ) -> None:
-    """A dry run says which unit it is measuring (one line per unit: its probe's passes are most of
-    its time); -v adds each probe's timing, -q leaves only warnings."""
+    """A dry run that measures (--measure) says which unit it is timing (one line per unit: its probe's
+    passes are most of its time); -v adds each probe's timing, -q leaves only warnings. Without
+    --measure it reads the model's configuration and tokenizer only, and says so."""
     corpus = tmp_path / "notes.txt"
     corpus.write_text("One short text.\n\nA second text, a little longer than the first.\n\nThe third.")
     analysis = tmp_path / "tiny.toml"
@@ -337,13 +363,17 @@ def test_verbosity_flags_choose_what_a_dry_run_says_while_it_works(
         f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n'
         f'[models]\nnames = ["{tiny_model_dir}"]\n[collect]\ndatasets = ["{corpus}"]\n'
     )
-    argv = ["run", str(analysis), "--dry-run", "--device", "cpu"]
+    argv = ["run", str(analysis), "--dry-run", "--device", "cpu", "--measure"]
     argv = [*flags, *argv[1:]] if flags[:1] == ["run"] else [*flags, *argv]
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert (f"1/1 collect {corpus}: preparing its sequences, timing 8 of them" in err) == progress, err
     assert ("] loading (dry run)" in err) == progress
     assert ("probe: 3 items" in err) == debug and (f"loaded from {tiny_model_dir}" in err) == debug
+    assert main([a for a in argv if a != "--measure"]) == 0
+    err = capsys.readouterr().err
+    assert ("] reading its configuration and tokenizer (no weights)" in err) == progress
+    assert "loading" not in err and "probe:" not in err
     assert not (tmp_path / "results").exists()
 
 
@@ -421,3 +451,38 @@ def test_every_help_example_is_a_command_line_the_parser_and_the_specs_accept(ca
 def test_the_dataset_help_states_how_a_txt_file_is_split() -> None:
     text = " ".join(_command_parsers()["collect"].format_help().split())
     assert "a .txt file, split into texts at blank lines (single newlines stay inside a text)" in text
+
+
+def test_each_command_help_speaks_of_its_own_work_first_and_in_its_own_terms() -> None:
+    """A command's options that no shared group holds are listed first ("compare options"), and no option's
+    help describes what other commands do (the shared --out once named the outputs of collect, ablate,
+    report, paper, prune and finetune in every command; --limit spoke of collection and ablation in
+    compare). Naming another command as the source of an input ("headstats collect output") is fine. A
+    default never contradicts its text (--max-length read "unset: no truncation" beside "default: 2048")."""
+    import re
+
+    parsers = _command_parsers()
+    jobs = ("collect", "ablate", "prune", "finetune", "frontier")
+    for name, parser in parsers.items():
+        for action in parser._actions:
+            text = " ".join((action.help or "").split())
+            if text == "==SUPPRESS==":
+                continue
+            told = re.sub(r"\((?:one of|default): [^)]*\)", "", text)  # the registry's names (stages) may be commands'
+            for other in parsers:
+                if other == name:
+                    continue
+                as_role = re.search(rf"\((?:[\w-]+, )*{other}[,;)]", told)
+                bare = other in jobs and re.search(rf"(?<!headstats )\b{other}\b", told)
+                assert not as_role and not bare, (name, action.option_strings, other, text)
+            if "(default: " in text or "; default: " in text:
+                assert "unset" not in text.split("default: ")[0], (name, action.option_strings, text)
+    compare = parsers["compare"].format_help()
+    titles = [line[:-1] for line in compare.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert titles[0] == "compare options"
+    own = compare.split("compare options:\n")[1].split("\n\n")[0]
+    for flag in ("--data", "--margin", "--alpha", "--series", "--replicates"):
+        assert f"  {flag} " in own, flag
+    general = compare.split("general options:\n")[1].split("\n\n")[0]
+    assert {line.split()[0] for line in general.splitlines() if line.startswith("  -")} == {"-h,", "-q,", "-v,"}
+    assert "compare options" not in parsers["collect"].format_help()  # every collect option is a shared group's

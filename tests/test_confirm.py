@@ -724,14 +724,14 @@ def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_c
     monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {left: "its baseline ran on other kernels"})
     measured: list[tuple[str, str]] = []
 
-    def measure_sweep(results, name, model, tokenizer, ablation, probe, rng):
+    def measure_sweep(results, name, model, tokenizer, ablation, probe, rng, timer=None):
         measured.append((str(results), name))
         return dryrun.WorkUnit(name, "ablate", str(ablation.task), 0, None, None, None, 0, 0, 1, None)
 
     monkeypatch.setattr(models, "load_model", lambda name, **kwargs: (torch.nn.Linear(1, 1), None))
     monkeypatch.setattr(analysis_kind, "measure_sweep", measure_sweep)
     study = Study("confirmation", plan.path, plan)
-    planned = dry_run(study, RunSpec(device="cpu"))
+    planned = dry_run(study, RunSpec(device="cpu", measure=True))
     # Its baseline and the three claimed scores' points: 4 passes, not loaded, not in the estimate.
     assert planned.refused == ["[explicit-bfloat16] smollm2-135m, 4 passes left: its baseline ran on other kernels"]
     assert planned.summary().endswith(
@@ -744,7 +744,7 @@ def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_c
     # On a CPU without bf16 units every bf16 pair is left out too, each with its reason and passes.
     measured.clear()
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
-    planned = dry_run(study, RunSpec(device="cpu"))
+    planned = dry_run(study, RunSpec(device="cpu", measure=True))
     slow = "this CPU (AVX2 EPYC) has no bf16 matrix units"
     assert [line.split(": ")[0] for line in planned.refused] == [
         "[explicit-bfloat16] smollm2-135m, 4 passes left",

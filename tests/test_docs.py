@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.M | re.S)
 EMBEDDED = re.compile(r"smollm2-135m|gemma3-270m")
 CITATION = re.compile(r"docs/((?:[\w-]+/)*[\w-]+\.md)(?:#([\w-]+))?")
@@ -45,6 +46,8 @@ def _name(page: Path) -> str:
 def _page_params() -> list:
     params = []
     for page in PAGES:
+        if page == README:  # its quick start runs in its own test, which also reads what it prints
+            continue
         code = "\n".join(python_blocks(page))
         if not code:
             continue
@@ -67,8 +70,8 @@ def _imported_modules(code: str) -> set[str]:
     return set(found)
 
 
-@pytest.mark.parametrize("page", _page_params())
-def test_the_pages_python_examples_run(page: Path, tmp_path: Path) -> None:
+def _run_page(page: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The page's python blocks as one script, in a fresh process and an empty folder."""
     code = "\n\n".join(python_blocks(page))
     missing = sorted(m for m in _imported_modules(code) if importlib.util.find_spec(m) is None)
     if missing:
@@ -80,6 +83,34 @@ def test_the_pages_python_examples_run(page: Path, tmp_path: Path) -> None:
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200
     )
     assert run.returncode == 0, f"{_name(page)}'s examples failed:\n{run.stderr[-4000:]}"
+    return run
+
+
+@pytest.mark.parametrize("page", _page_params())
+def test_the_pages_python_examples_run(page: Path, tmp_path: Path) -> None:
+    _run_page(page, tmp_path)
+
+
+ZEROED = re.compile(r"zeroed (\d+\.\d)% of (\d+) heads: next-token loss (\d+\.\d+) -> (\d+\.\d+)")
+
+
+@pytest.mark.integration
+def test_the_readmes_quick_start_zeroes_heads_and_says_what_it_did(tmp_path: Path) -> None:
+    """The README's Python quick start, run as written, names the heads that look inactive, zeroes a
+    share of heads that is not zero, prints the next-token loss before and after, and prints the line the
+    README quotes (so the README says what a newcomer will see)."""
+    section = README.read_text().split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert python_blocks(README)[0] in section  # the quick start is the README's first python block
+    out = _run_page(README, tmp_path).stdout
+    (line,) = [line for line in out.splitlines() if ZEROED.search(line)]
+    share, n_heads, before, after = ZEROED.search(line).groups()
+    assert float(share) > 0 and int(n_heads) == 270 and float(before) > 0 and float(after) > 0
+    # What the README quotes is what it prints (to round-off between CPUs: a head at the threshold may flip).
+    quoted = [float(x) for x in ZEROED.search(section).groups()]
+    assert quoted == pytest.approx([float(share), int(n_heads), float(before), float(after)], abs=0.5)
+    assert abs(quoted[2] - float(before)) <= 0.005 and abs(quoted[3] - float(after)) <= 0.02
+    header = out.splitlines()[0].split()
+    assert header == ["layer", "head", "inactive_share", "low", "high", "mean_score"]
 
 
 def test_the_readme_is_the_short_way_in() -> None:

@@ -11,6 +11,8 @@ commands of :data:`COMMAND_MODULES`, in a module of its own.
   (:class:`headstats.specs.FinetuneSpec`'s flags);
 - :mod:`~headstats.cli.prune`: ``headstats prune``, the heads a score calls inactive removed and the
   smaller model saved (:class:`headstats.specs.PruneSpec`'s flags);
+- :mod:`~headstats.cli.inactive`: ``headstats inactive RESULTS``, which heads a score calls inactive and on
+  what share of the texts (:class:`headstats.specs.InactiveSpec`'s flags);
 - :mod:`~headstats.cli.tables`: how ``headstats summary`` prints its summaries: an aligned table, or
   every column as CSV or JSON;
 - ``__main__``: ``python -m headstats.cli``, the same as the ``headstats`` command.
@@ -33,7 +35,7 @@ logger = logging.getLogger("headstats")
 
 # Commands kept in their own module (``add_command(subparsers)``), added after those of
 # :mod:`headstats.cli.commands`; a module not written yet is skipped.
-COMMAND_MODULES = ("headstats.cli.compare", "headstats.cli.finetune", "headstats.cli.prune")
+COMMAND_MODULES = ("headstats.cli.compare", "headstats.cli.finetune", "headstats.cli.prune", "headstats.cli.inactive")
 
 
 class _StderrHandler(logging.StreamHandler):

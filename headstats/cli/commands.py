@@ -61,7 +61,12 @@ def add_collect(sub: Subparsers) -> None:
     )
     add_spec(p, ModelsSection, required=("names",))
     add_spec(p, CollectSection, required=("datasets",))
-    add_spec(p, Output, required=("out",))
+    add_spec(
+        p,
+        Output,
+        required=("out",),
+        helps={"out": "the results root: one score table per model and dataset, OUT/model=NAME/dataset=NAME/"},
+    )
     add_resources(p)
     p.set_defaults(func=run_collect)
 
@@ -125,7 +130,7 @@ def add_ablate(sub: Subparsers) -> None:
     )
     add_spec(p, ModelsSection)
     add_spec(p, AblateSection)
-    add_spec(p, Output)
+    add_spec(p, Output, helps={"out": "the results root: one Parquet file per sweep point, OUT/model=NAME/task=NAME/"})
     add_spec(p, SummarySpec)
     add_resources(p)
     p.set_defaults(func=run_ablate)
@@ -187,7 +192,7 @@ def add_summary(sub: Subparsers) -> None:
             "headstats summary results/study --format csv --table points > points.csv",
         ),
     )
-    add_spec(p, Results)
+    add_spec(p, Results, helps={"results": "a results directory holding sweep points, as headstats ablate writes them"})
     add_spec(p, SummarySpec)
     add_spec(p, SummaryOutput)
     p.set_defaults(func=run_summary)
@@ -244,7 +249,7 @@ def add_report(sub: Subparsers) -> None:
         ),
     )
     add_spec(p, Results)
-    add_spec(p, Output, required=("out",))
+    add_spec(p, Output, required=("out",), helps={"out": "the report folder: index.html, summary.md, tables, figures"})
     add_spec(p, ReportSpec)
     p.set_defaults(func=run_report)
 
@@ -267,7 +272,12 @@ def add_paper(sub: Subparsers) -> None:
         "published MMLU intervention results.",
         epilog=examples("headstats paper --out reports/paper", "headstats paper --out reports/paper --dpi 150"),
     )
-    add_spec(p, Output, required=("out",))
+    add_spec(
+        p,
+        Output,
+        required=("out",),
+        helps={"out": "the report folder: table2.csv, per-model tables, figures, index.html, summary.md"},
+    )
     add_spec(p, PaperSpec)
     p.set_defaults(func=run_paper)
 

@@ -12,6 +12,7 @@ list option takes comma-separated values and may be repeated; a table option (``
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import textwrap
@@ -49,8 +50,9 @@ class HelpFormatter(argparse.HelpFormatter):
 
 class Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line and leave the exit to :func:`headstats.cli.main`,
-    whose options are listed in sections (:data:`headstats.specs.HELP_GROUPS`, then the general
-    ones) and whose usage line names only what must be given."""
+    whose options are listed in sections (the command's own options first, then
+    :data:`headstats.specs.HELP_GROUPS`, then the general ones) and whose usage line names only what
+    must be given."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", HelpFormatter)
@@ -59,6 +61,15 @@ class Parser(argparse.ArgumentParser):
         self._optionals.title = "general options"
         # argparse lists sections in the order they were made: the general ones (-h, -q, -v) last
         self._action_groups[:] = [*self.sections.values(), *self._action_groups[: -len(HELP_GROUPS)]]
+
+    def own_section(self) -> Any:
+        """The section of the options only this command has (those of no shared group), listed first:
+        "compare options" in ``headstats compare --help``."""
+        title = f"{self.prog.split()[-1]} options"
+        if title not in self.sections:
+            self.sections[title] = self.add_argument_group(title)
+            self._action_groups.insert(0, self._action_groups.pop())
+        return self.sections[title]
 
     def error(self, message: str) -> Any:
         raise CommandLineError(f"{self.prog}: {message} (see {self.prog} --help)")
@@ -142,15 +153,30 @@ def list_items(text: str) -> list[str]:
 
 
 def _section(parser: argparse.ArgumentParser, f: Field, spec: type[Spec]) -> Any:
-    """Where ``f``'s flag is listed in ``parser``'s help: its group's section, else the general one."""
-    sections = getattr(parser, "sections", {})
-    return sections.get(group_of(f, spec), parser)
+    """Where ``f``'s flag is listed in ``parser``'s help: its group's section, else the command's own."""
+    group = group_of(f, spec)
+    if group is None and isinstance(parser, Parser):
+        return parser.own_section()
+    return getattr(parser, "sections", {}).get(group, parser)
 
 
-def add_spec(parser: argparse.ArgumentParser, spec: type[Spec], *, required: tuple[str, ...] = ()) -> None:
-    """One flag (or positional argument) per command-line field of ``spec``, each in its section."""
+def add_spec(
+    parser: argparse.ArgumentParser,
+    spec: type[Spec],
+    *,
+    required: tuple[str, ...] = (),
+    helps: dict[str, str] | None = None,
+) -> None:
+    """One flag (or positional argument) per command-line field of ``spec``, each in its section;
+    ``helps`` words an option of a shared group in this command's terms (as ``compose(helps=)`` does
+    for a spec)."""
     types_ = hints(spec)
+    unknown = sorted(set(helps or {}) - {f.name for f in spec.options(where="cli")})
+    if unknown:
+        raise TypeError(f"helps for {', '.join(unknown)}, which {spec.__name__} has no flag for")
     for f in spec.options(where="cli"):
+        if helps and f.name in helps:
+            f = _with_help(f, helps[f.name])
         hint, help_text, section = types_[f.name], _help(spec, f), _section(parser, f, spec)
         if f.metadata.get("positional"):
             # A positional argument with a default may be left out (``headstats list``).
@@ -173,6 +199,15 @@ def add_spec(parser: argparse.ArgumentParser, spec: type[Spec], *, required: tup
         section.add_argument(flag_of(f), **kw)
         if f.metadata.get("alias"):  # the option's own flag where a job spells it otherwise (prune --scores)
             parser.add_argument(f.metadata["alias"], **{**kw, "help": argparse.SUPPRESS, "required": False})
+
+
+def _with_help(f: Field, text: str) -> Field:
+    """``f`` with another help (its name, default and checks unchanged)."""
+    copy = dataclasses.field(
+        default=f.default, default_factory=f.default_factory, metadata={**f.metadata, "help": text}
+    )
+    copy.name, copy.type = f.name, f.type
+    return copy
 
 
 class _Extend(argparse.Action):

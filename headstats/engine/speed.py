@@ -24,7 +24,7 @@ import inspect
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +51,7 @@ class InferenceCost:
     weight_bytes: int  # bytes of every linear layer's weights and biases (what a decode step reads)
     head_dim: int
     layers: tuple[LayerCost, ...]
+    head_flops: float = 0.0  # 2 x multiply-adds of lm_head alone (part of projection_flops)
 
     @property
     def query_heads(self) -> int:
@@ -76,6 +77,21 @@ class InferenceCost:
             spans = w * (w + 1) / 2 + (length - w) * w  # sum over t = 1..length of min(t, w)
             total += 4.0 * layer.query_heads * self.head_dim * spans
         return total
+
+    def body_prefill_flops(self, length: int) -> float:
+        """:meth:`prefill_flops` without lm_head: what a pass that reads the logits of a few positions
+        only (an evaluation) or none (a collection) computes for every token."""
+        return self.prefill_flops(length) - length * self.head_flops
+
+    def pass_flops(self, lengths: Sequence[int], batch_size: int) -> float:
+        """FLOPs of the model body over sequences of ``lengths`` run as a pass runs them: in length-sorted
+        batches of ``batch_size`` (:func:`headstats.engine.batching.length_sorted_batches`), each row
+        padded to its batch's longest sequence."""
+        ordered = sorted(lengths, reverse=True)
+        return sum(
+            len(ordered[start : start + batch_size]) * self.body_prefill_flops(ordered[start])
+            for start in range(0, len(ordered), batch_size)
+        )
 
     def kv_bytes(self, context: int, batch: int = 1) -> int:
         """Bytes of the KV cache of ``batch`` sequences of ``context`` tokens."""
@@ -123,7 +139,9 @@ def inference_cost(model: PreTrainedModel) -> InferenceCost:
         q, k, v = _layer_heads(module, head_dim)
         sliding = i < len(types) and types[i] == "sliding_attention" and window
         layers.append(LayerCost(q, (k + v) * head_dim * element, int(window) if sliding else None))
-    return InferenceCost(2.0 * macs, weight_bytes, head_dim, tuple(layers))
+    head = model.get_output_embeddings()
+    head_macs = head.weight.numel() if isinstance(head, torch.nn.Linear | Conv1D) else 0
+    return InferenceCost(2.0 * macs, weight_bytes, head_dim, tuple(layers), head_flops=2.0 * head_macs)
 
 
 def cache_bytes(cache: object) -> int:

@@ -12,6 +12,8 @@ benchmark tasks and collection sources (:mod:`~headstats.io.tasks`).
   PyPI wheels, without the Hub;
 - :mod:`~headstats.io.fingerprint`: content hashes of the weight and data files a results folder
   depends on, cached per file;
+- :mod:`~headstats.io.speeds`: recorded pass speeds (the committed calibration table and a per-user
+  cache of what runs measured), which a dry run times units with;
 - :mod:`~headstats.io.sql`: SQL over a results folder: a DuckDB connection with views ``scores`` and
   ``interventions`` (:func:`headstats.connect`);
 - :mod:`~headstats.io.tasks`: benchmark tasks, prompt formats and collection sources.

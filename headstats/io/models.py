@@ -120,9 +120,16 @@ def resolve_dtype(
     AVX512-BF16 or AMX; where they exist, ``bfloat16`` is the measured fast path, see benchmarks/README.md).
 
     ``"auto"`` -> the checkpoint's own dtype, read from ``config`` (as transformers' ``dtype="auto"``;
-    float32 when the config records none); without a config (before loading) the device default."""
+    float32 when the config records none); without a config (before loading) the device default.
+
+    ``"fast"`` -> bf16 where the device computes it natively (a GPU; a CPU with AVX512-BF16 or AMX, where
+    a pass runs about twice as fast as in fp32), float32 elsewhere (a CPU without bf16 units emulates
+    bf16 products, about 6 times slower than fp32: :data:`BF16_EMULATED_COST`)."""
     if isinstance(dtype, torch.dtype):
         return dtype
+    if dtype == "fast":
+        native = device.type == "cuda" or (device.type == "cpu" and emulated_bf16(device) is None)
+        return torch.bfloat16 if native else torch.float32
     if dtype == "auto" and config is not None:
         saved = getattr(config.get_text_config(), "dtype", None) or getattr(config, "dtype", None)
         if isinstance(saved, str):
@@ -139,7 +146,7 @@ def resolve_dtype(
         "fp16": torch.float16,
     }
     if dtype not in names:
-        raise ValueError(f"unknown dtype {dtype!r}: choose from auto, {', '.join(names)}")
+        raise ValueError(f"unknown dtype {dtype!r}: choose from auto, fast, {', '.join(names)}")
     return names[dtype]
 
 
@@ -247,8 +254,9 @@ def load_model(
     of a Hub model, e.g. a pretraining checkpoint ``step1000``), ``token`` and
     ``trust_remote_code`` (off by default: it runs code from the model's repository) go to
     transformers. ``dtype``: None = bf16 on CUDA, fp32 on CPU; ``"auto"`` = the checkpoint's own
-    dtype; or float32 / bfloat16 / float16. ``device_map`` (accelerate, e.g. ``"auto"`` to spread a
-    large model over the GPUs) replaces ``device``.
+    dtype; ``"fast"`` = bf16 where the device has bf16 units, else fp32; or float32 / bfloat16 /
+    float16. ``device_map`` (accelerate, e.g. ``"auto"`` to spread a large model over the GPUs)
+    replaces ``device``.
     """
     register_attention()
     if device_map is not None and device is not None:
@@ -309,6 +317,45 @@ def load_model(
     model.headstats_commit = None if is_local(path) else _resolved_commit(path, hub)
     logger.debug("%s loaded from %s: %s on %s", name_or_path, path, model.dtype, next(model.parameters()).device)
     return model, tokenizer
+
+
+def load_skeleton(
+    name_or_path: str,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device | None = None,
+    *,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    device_map: str | dict | None = None,
+    token: str | bool | None = None,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The model's shapes without its weights, and its tokenizer: the architecture built from its
+    configuration on the meta device (no memory, no weights read) in the dtype :func:`load_model`
+    would give it. What a dry run needs to count a model's sequences and what they cost
+    (:func:`headstats.engine.speed.inference_cost`); it cannot run. ``device`` and ``device_map`` are
+    where the model would run, recorded as ``headstats_device``."""
+    target = torch.device(device) if device is not None else default_device()
+    path = resolve_model_path(name_or_path)
+    hub = {"revision": revision, "token": token, "trust_remote_code": bool(trust_remote_code)}
+    hub = {k: v for k, v in hub.items() if v is not None}
+    config = _load_config(name_or_path, path, hub)
+    _check_architecture(name_or_path, config)
+    tokenizer = _load_tokenizer(name_or_path, path, hub)
+    torch_dtype = resolve_dtype(dtype, target, config)
+    loader = _model_class(config)
+    with torch.device("meta"):
+        if loader is AutoModelForCausalLM:
+            model = loader.from_config(config, dtype=torch_dtype, trust_remote_code=bool(trust_remote_code))
+        else:
+            model = loader(config).to(torch_dtype)
+    model.headstats_name = name_or_path
+    model.headstats_device = "cuda" if device_map is not None and torch.cuda.is_available() else str(target)
+    return model, tokenizer
+
+
+def is_skeleton(model: PreTrainedModel) -> bool:
+    """Whether ``model`` is a :func:`load_skeleton`: shapes on the meta device, no weights."""
+    return next(model.parameters()).device.type == "meta"
 
 
 def _resolved_commit(repo_id: str, hub: dict) -> str | None:

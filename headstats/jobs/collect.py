@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -28,9 +29,16 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from headstats.engine import scores as S
 from headstats.engine.scoring import iter_score_tables
 from headstats.engine.zeroing import warn_tied_scores
-from headstats.io import store
+from headstats.io import speeds, store
 from headstats.io.assets import portable_name
-from headstats.io.models import model_from_table, model_identity, model_location, model_slug, trainer_step
+from headstats.io.models import (
+    machine_info,
+    model_from_table,
+    model_identity,
+    model_location,
+    model_slug,
+    trainer_step,
+)
 from headstats.jobs.resume import check_key, jsonable, recorded_key, settings_key
 from headstats.options import narrow
 from headstats.specs import CollectSpec, Sampling
@@ -130,7 +138,12 @@ def collect_scores(
     with store.writer_lock(run.partition):
         run.check()  # again, now that no one else writes
         done = store.stored_sample_ids(run.partition)
-        n_new = write_scores(run, model, tokenizer, done)
+        lengths: list[int] = []
+        started = time.perf_counter()
+        n_new = write_scores(run, model, tokenizer, done, lengths)
+        kernel = "explicit" if S.reads_weights(run.ids) else "fused"
+        name = model_location(model) or run.model_name
+        speeds.record_pass(model, name, "collect", kernel, lengths, spec.batch_size, time.perf_counter() - started)
         total = len(done) + n_new
         store.mark_done(run.partition, n_samples=total)
     return CollectResult(run.partition, total, n_new)
@@ -210,6 +223,7 @@ def plan_collection(
         attn_implementation="headstats",
         options=jsonable(spec.kwargs()),
         n_parameters=sum(p.numel() for p in model.parameters()),
+        machine=machine_info(param.device),  # what the parts' times were measured on (io/speeds.py)
         **({"trainer_step": step} if (step := trainer_step(Path(str(model.config.name_or_path or "")))) else {}),
     )
     provenance = store.make_provenance(settings, **{**fmt.provenance(), **identity, **settings, **facts})
@@ -275,14 +289,29 @@ def collected_scores(scores: tuple[str, ...] | None, partition: Path) -> tuple[s
     return tuple(recorded)
 
 
-def write_scores(run: Collection, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, done: set[int]) -> int:
-    """Score the documents not ``done`` into new part files; returns how many were scored."""
+def write_scores(
+    run: Collection,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    done: set[int],
+    lengths: list[int] | None = None,
+) -> int:
+    """Score the documents not ``done`` into new part files; returns how many were scored. ``lengths``
+    gets the token count of each document scored."""
     spec, source = run.spec, run.source
     has_questions = hasattr(source, "task")
     questions = {k[0]: (k[1], k[2]) for k in run.keys} if has_questions else None
     documents = source.documents() if has_questions else {}
     schema = store.score_schema(run.ids, question_keys=questions is not None, documents=bool(documents))
-    pending = ((sample_id, tokens) for sample_id, tokens in run.sequences(tokenizer) if sample_id not in done)
+    lengths = [] if lengths is None else lengths
+
+    def todo() -> Iterator[tuple[int, list[int]]]:
+        for sample_id, tokens in run.sequences(tokenizer):
+            if sample_id not in done:
+                lengths.append(len(tokens))
+                yield sample_id, tokens
+
+    pending = todo()
     writer = store.PartWriter(run.partition, schema, run.provenance, spec.rows_per_part, spec.part_seconds)
     # the partition's model name, which tells apart local folders named alike (sft/step-40, grpo/step-40)
     desc = f"{run.partition.parent.name.removeprefix('model=')} on {source.name}"

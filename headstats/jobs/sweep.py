@@ -45,7 +45,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from headstats.engine import scores as S
 from headstats.engine.probe import Probe
 from headstats.engine.zeroing import ablate_heads, model_shape, warn_tied_scores
-from headstats.io import store
+from headstats.io import speeds, store
 from headstats.jobs.checkpoint import MixedKernelsError, PassCheckpoint, Spent, advance_restored, sequences_digest
 from headstats.jobs.evaluate import ANSWER_COLUMNS
 from headstats.jobs.resume import check_key, jsonable
@@ -256,7 +256,23 @@ class Runner:
     def run(self, pending: list[Point]) -> None:
         with store.writer_lock(self.plan.partition):  # one writer per partition
             self.check_settings()
-            self._run([p for p in pending if not self._finished(p)])
+            todo = [p for p in pending if not self._finished(p)]
+            self._announce(todo)
+            self._run(todo)
+
+    def _announce(self, todo: list[Point]) -> None:
+        """What the sweep will run, where it writes, and for about how long (recorded speeds)."""
+        from headstats.jobs.dryrun import PassTimer
+
+        saved = saved_thresholds(self.plan)
+        passes = sum(1 for p in todo if p.is_baseline or not self.plan.reuses_baseline(p, saved.get(p.score)))
+        if not passes or not self.progress:
+            return
+        lengths = [len(s.input_ids) for s in self.sequences()]
+        kernel = "explicit" if self.plan.materialise else "fused"
+        what = f"{self.plan.task_name}: {passes} pass(es) of {len(lengths)} sequences into {self.plan.partition}"
+        timer = PassTimer.for_skeleton(self.model, self.plan.model_name)
+        logger.info(timer.say(what, "evaluate", kernel, lengths, self.batch_size, passes))
 
     def _finished(self, point: Point) -> bool:
         return self.plan.is_done(point)
@@ -411,6 +427,12 @@ class Runner:
         )
         table = pa.Table.from_pandas(rows, preserve_index=False)
         store.write_point(self.plan.partition, point.file_name, table, prov, self.provenance)
+        if spent is not None and len(spent.machines or []) == 1 and not spent.untimed_batches:
+            lengths = [len(s.input_ids) for s in self.sequences()]
+            kernel = "explicit" if self.plan.materialise else "fused"
+            speeds.record_pass(
+                self.model, self.plan.model_name, "evaluate", kernel, lengths, self.batch_size, spent.seconds
+            )
 
 
 def to_rows(frame: pd.DataFrame, point: Point, threshold: float, n_heads: int) -> pd.DataFrame:

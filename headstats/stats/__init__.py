@@ -16,6 +16,7 @@
 - :mod:`~headstats.stats.matrix`: the W1 matrix of a series of models for one score and depth;
 - :mod:`~headstats.stats.stability`: do a model's heads keep their order across datasets?
 - :mod:`~headstats.stats.overlap`: do two score functions select the same heads?
+- :mod:`~headstats.stats.inactive`: on what share of the texts does a score call each head inactive?
 - :mod:`~headstats.stats.ranking`: ranking score functions by their curves, across models;
 - :mod:`~headstats.stats.large`: W1 matrices and overlap read straight from a results folder too
   large for pandas (``*_from_dataset``), on the same kernels;

@@ -18,9 +18,8 @@ from pathlib import Path
 
 from headstats.io import store
 from headstats.jobs.analysis import AnalysisSpec, load_analysis, merged_load, planned_points
-from headstats.jobs.dryrun import SWEEP_NOTE, WorkUnit, count_sweep, measure_collection, measure_sweep
+from headstats.jobs.dryrun import SWEEP_NOTE, PassTimer, WorkUnit, count_sweep, measure_collection, measure_sweep
 from headstats.options import narrow
-from headstats.report.writer import build_report
 from headstats.specs import Resources, RunSpec, SweepSpec
 from headstats.studies.registry import Session, Study, StudyKind, Unit, not_found_here, register_kind
 
@@ -90,12 +89,12 @@ def plan(study: Study, run: RunSpec) -> list[Unit]:
     return analysis_units(study.spec, run)
 
 
-def measure(unit: Unit, model, tokenizer, probe: int, rng) -> WorkUnit:
+def measure(unit: Unit, model, tokenizer, probe: int, rng, timer: PassTimer | None = None) -> WorkUnit:
     """A unit's work is (its file, the dataset or the ``[[ablate]]`` section)."""
     spec, what = unit.work
     if unit.stage == "collect":
-        return measure_collection(spec.results, spec.collect, unit.model, model, tokenizer, what, probe, rng)
-    return measure_sweep(spec.results, unit.model, model, tokenizer, what, probe, rng)
+        return measure_collection(spec.results, spec.collect, unit.model, model, tokenizer, what, probe, rng, timer)
+    return measure_sweep(spec.results, unit.model, model, tokenizer, what, probe, rng, timer)
 
 
 def run_unit(unit: Unit, session: Session) -> None:
@@ -141,6 +140,8 @@ def run_analysis(
 def report_analysis(analysis: AnalysisSpec, run: RunSpec, *, progress: bool = True) -> Path:
     """Rebuild the report of ``analysis`` from its results, naming the sweep points the file plans
     for the models ``run`` may select that are not finished yet; returns index.html."""
+    from headstats.report.writer import build_report  # matplotlib: not for a run's other stages or its dry run
+
     logger.info("building the report into %s", analysis.report)
     options = analysis.report_options
     spec = replace(options, title=analysis.description or analysis.name, progress=progress and options.progress)

@@ -30,7 +30,7 @@ from headstats.jobs.compare import (
     results_root,
 )
 from headstats.jobs.compare_identity import split_dtype
-from headstats.jobs.dryrun import WorkUnit, measure_collection
+from headstats.jobs.dryrun import PassTimer, WorkUnit, measure_collection
 from headstats.jobs.finetune.records import record_chains
 from headstats.options import narrow
 from headstats.specs import AnalysisHeader, CollectSpec, CompareSpec, LoadOptions, RunSpec
@@ -91,14 +91,14 @@ def plan(study: Study, run: RunSpec) -> list[Unit]:
     return units
 
 
-def measure(unit: Unit, model, tokenizer, probe: int, rng) -> WorkUnit:
+def measure(unit: Unit, model, tokenizer, probe: int, rng, timer: PassTimer | None = None) -> WorkUnit:
     spec, planned = unit.work
     if split_dtype(unit.model)[1]:  # its own tables: the name (and so the slug) says the dtype
         model.headstats_name = unit.model
     collect = narrow(spec, CollectSpec)
     if planned.root.name == FORMAT_CHANGE:
         collect = replace(collect, prompt_format=auto_format_change(spec, tokenizer))
-    return measure_collection(planned.root, collect, unit.model, model, tokenizer, planned.dataset, probe, rng)
+    return measure_collection(planned.root, collect, unit.model, model, tokenizer, planned.dataset, probe, rng, timer)
 
 
 def begin(study: Study, run: RunSpec) -> None:

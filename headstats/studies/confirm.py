@@ -29,7 +29,6 @@ from headstats.jobs.confirm import (
 )
 from headstats.jobs.dryrun import SWEEP_NOTE
 from headstats.options import SpecError
-from headstats.report.confirm import write_confirmation
 from headstats.specs import RunSpec
 from headstats.studies.analysis import analysis_units, run_unit
 from headstats.studies.analysis import measure as measure_analysis
@@ -114,6 +113,13 @@ def run_confirmation(
     return run_loaded(Study("confirmation", plan.path, plan), RunSpec.from_kwargs(options, base=run), progress=progress)
 
 
+def report(study: Study, run: RunSpec, *, progress: bool = True) -> Path:
+    """The confirmation's report from its results alone."""
+    from headstats.report.confirm import write_confirmation  # matplotlib: not for the other stages or a dry run
+
+    return write_confirmation(study.spec, progress=progress)
+
+
 CONFIRMATION = register_kind(
     StudyKind(
         name="confirmation",
@@ -124,7 +130,7 @@ CONFIRMATION = register_kind(
         plan=plan,
         measure=measure_analysis,
         run=run_path,
-        report=lambda study, run, *, progress=True: write_confirmation(study.spec, progress=progress),
+        report=report,
         note=SWEEP_NOTE,
         check=check,
         begin=begin,

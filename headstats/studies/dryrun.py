@@ -1,11 +1,13 @@
 """``headstats run --dry-run``: one loop over a study's units, the same for every kind.
 
 The kind plans its units (:class:`~headstats.studies.registry.Unit`) from the results folder alone.
-A model whose units are all done, or need no model, is not loaded: its rows are the counts. Otherwise
-the model loads once and the kind measures each of its units on a probe of the unit's own sequences
-(:mod:`headstats.jobs.dryrun`), so the estimate is the work left over a measured rate. A unit whose
-model folder is not written yet, or which a run here leaves for another machine, is named below the
-table instead. Nothing is written.
+A model whose units are all done, or need no model, is not read: its rows are the counts. Otherwise
+its tokenizer and shapes are (:func:`headstats.io.models.load_skeleton`: no weights) and the kind
+counts each of its units and times it at the recorded speed of the closest pass
+(:class:`~headstats.jobs.dryrun.PassTimer`); with ``measure`` the model loads once instead and each unit
+is timed on a probe of its own sequences (:mod:`headstats.jobs.dryrun`). Either way the estimate is
+the work left over a rate. A unit whose model folder is not written yet, or which a run here leaves
+for another machine, is named below the table instead. Nothing is written.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from contextlib import nullcontext
 from dataclasses import replace
 from itertools import groupby
 
-from headstats.jobs.dryrun import DryRun, WorkUnit, announce, machine_load
+from headstats.jobs.dryrun import DryRun, PassTimer, WorkUnit, announce, machine_load
 from headstats.specs import RunSpec
 from headstats.studies.registry import Study, StudyKind, Unit
 
@@ -42,10 +44,23 @@ def _refused(label: str, name: str, units: list[Unit]) -> str:
     return f"{label}{name}, {left} {noun} left: {units[0].refused}"
 
 
-def dry_run_units(kind: StudyKind, units: list[Unit], *, probe_sequences: int = 8) -> DryRun:
-    """The dry run of ``units`` (planned by ``kind``): each model loaded at most once, and only when one
-    of its units has work left that needs it."""
-    from headstats.io.models import bf16_cost_said, load_model
+def dry_run_units(
+    kind: StudyKind,
+    units: list[Unit],
+    *,
+    probe_sequences: int = 8,
+    measure: bool = False,
+    writes: tuple[str, ...] = (),
+    quiet: bool = False,
+) -> DryRun:
+    """The dry run of ``units`` (planned by ``kind``): each model's skeleton read at most once, and only
+    when one of its units has work left that needs it, its units timed at recorded speeds; with
+    ``measure``, each such model loaded once and its units timed on probes of ``probe_sequences`` items.
+    ``writes``: the folders a real run writes, as the summary names them. ``quiet``: no log line per
+    model (the estimate a real run gives at its start)."""
+    from headstats.io.models import bf16_cost_said, load_model, load_skeleton
+
+    say = logger.debug if quiet else logger.info
 
     load_at_start = machine_load()  # before this run's own work adds to it
     rows: list[WorkUnit] = []
@@ -56,12 +71,12 @@ def dry_run_units(kind: StudyKind, units: list[Unit], *, probe_sequences: int = 
     for (label, name), group in groupby(units, key=lambda u: (u.label, u.model)):
         group = list(group)
         if any(u.absent for u in group):
-            logger.info("%s[%s] not written yet: not loaded", label, name)
+            say("%s[%s] not written yet: not loaded", label, name)
             absent.append(name)
             continue
         why = next((u.missing for u in group if u.missing), None)
         if why:
-            logger.info("%s[%s] not found here: not counted", label, name)
+            say("%s[%s] not found here: not counted", label, name)
             missing.append(why)
             continue
         if any(u.refused is not None for u in group):
@@ -72,41 +87,63 @@ def dry_run_units(kind: StudyKind, units: list[Unit], *, probe_sequences: int = 
         needs = [u for u in live if u.load is not None and not u.done]
         if not needs:
             counted = "no pass left" if all(u.done for u in live) else "counted from records"
-            logger.info("%s[%s] %s: not loaded", label, name, counted)
+            say("%s[%s] %s: not loaded", label, name, counted)
             rows += [row for u in live for row in _rows(u, None)]
             continue
-        logger.info("%s[%s] loading (dry run)", label, name)
-        with bf16_cost_said() if any(u.bf16_said for u in live) else nullcontext():
-            model, tokenizer = load_model(needs[0].loads or name, **needs[0].load.kwargs())
-        device = str(next(model.parameters()).device)
+        timer = None
+        if measure:
+            say("%s[%s] loading (dry run)", label, name)
+            with bf16_cost_said() if any(u.bf16_said for u in live) else nullcontext():
+                model, tokenizer = load_model(needs[0].loads or name, **needs[0].load.kwargs())
+            device = str(next(model.parameters()).device)
+        else:
+            say("%s[%s] reading its configuration and tokenizer (no weights)", label, name)
+            model, tokenizer = load_skeleton(needs[0].loads or name, **needs[0].load.kwargs())
+            timer = PassTimer.for_skeleton(model, name)
+            device = model.headstats_device
         rng = random.Random(0)
         for step, unit in enumerate(live, 1):
             if unit.load is None:  # needs no model (a recorded rate)
                 rows += _rows(unit, None)
                 continue
-            announce(label, name, step, len(live), unit.stage, unit.what, probe_sequences)
-            rows += _rows(unit, kind.measure(unit, model, tokenizer, probe_sequences, rng))
+            if measure:
+                announce(label, name, step, len(live), unit.stage, unit.what, probe_sequences)
+            rows += _rows(unit, kind.measure(unit, model, tokenizer, probe_sequences, rng, timer=timer))
         del model
     return DryRun(
         rows,
         device,
-        probe_sequences,
+        probe_sequences if measure else 0,
         note=kind.note,
         refused=refused,
         absent=absent,
         missing=missing,
         load_at_start=load_at_start,
+        writes=writes,
     )
 
 
 def dry_run(study: Study, run: RunSpec | None = None, *, probe_sequences: int = 8, **options: object) -> DryRun:
-    """What ``run`` (a :class:`RunSpec`, or its fields by name) would compute for ``study``, and for
-    about how long, writing nothing."""
+    """What ``run`` (a :class:`RunSpec`, or its fields by name: ``measure=True`` to time on probes) would
+    compute for ``study``, and for about how long, writing nothing."""
     from headstats.studies.registry import STUDY_KINDS, checked_run
 
     kind = STUDY_KINDS.get(study.kind)
     run = checked_run(kind, study, RunSpec.from_kwargs(options, base=run))
-    return dry_run_units(kind, kind.plan(study, run), probe_sequences=probe_sequences)
+    return dry_run_units(
+        kind,
+        kind.plan(study, run),
+        probe_sequences=probe_sequences,
+        measure=run.measure,
+        writes=written_folders(study, tuple(run.stages)),
+    )
 
 
-__all__ = ["dry_run", "dry_run_units"]
+def written_folders(study: Study, stages: tuple[str, ...] | None = None) -> tuple[str, ...]:
+    """The folders a run of ``study`` writes, each with what goes there: the report's only where the
+    run's ``stages`` (None: all) include the report."""
+    report = () if stages is not None and "report" not in stages else (f"{study.report} (the report)",)
+    return (f"{study.results} (results: score tables, sweep points)", *report)
+
+
+__all__ = ["dry_run", "dry_run_units", "written_folders"]

@@ -137,7 +137,7 @@ def begin(study: Study, run: RunSpec) -> None:
     register(study.spec, results_of(study.spec, run))
 
 
-def measure(unit: Unit, model, tokenizer, probe: int, rng) -> WorkUnit:
+def measure(unit: Unit, model, tokenizer, probe: int, rng, timer=None) -> WorkUnit:
     raise AssertionError("a fine-tuning study's units are counted and timed from recorded rates; no model loads")
 
 

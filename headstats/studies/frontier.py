@@ -18,7 +18,7 @@ from pathlib import Path
 
 from headstats.io import store
 from headstats.jobs.analysis import given_load
-from headstats.jobs.dryrun import FRONTIER_NOTE, WorkUnit, measure_task
+from headstats.jobs.dryrun import FRONTIER_NOTE, PassTimer, WorkUnit, measure_task
 from headstats.jobs.frontier import (
     Frontier,
     check_recorded_settings,
@@ -110,7 +110,7 @@ def time_unit(frontier: Frontier, name: str, ablated: int) -> Unit:
     return Unit(name, "time", "finished points", "timings", left or None, finished, None, work, counted=counted)
 
 
-def measure(unit: Unit, model, tokenizer, probe: int, rng) -> list[WorkUnit]:
+def measure(unit: Unit, model, tokenizer, probe: int, rng, timer: PassTimer | None = None) -> list[WorkUnit]:
     """Each task's evaluation timed through the unpruned model, one row per task; every point left
     costs one evaluation of every task."""
     from headstats.io.tasks import load_task
@@ -122,7 +122,7 @@ def measure(unit: Unit, model, tokenizer, probe: int, rng) -> list[WorkUnit]:
     for task in spec.tasks:
         selected = load_task(task, **task_options(spec))
         saved = sum(store.partial_sequences(store.partial_file(points, f"{stem}-{task}.parquet")) for stem in left)
-        measured = measure_task(model, tokenizer, selected, spec.batch_size, probe, rng)
+        measured = measure_task(model, tokenizer, selected, spec.batch_size, probe, rng, timer=timer)
         rows.append(replace(measured, what=task, passes_left=len(left), passes_total=unit.total or 0, saved=saved))
     return rows
 

@@ -43,13 +43,20 @@ def run_loaded(
     """Run ``study`` as ``run`` asks: with ``run.dry_run`` its :class:`DryRun` (nothing written), else
     its stages and the report's index.html when the report stage ran. ``grid``: the flag that set a
     launcher in ``resources``, or None."""
-    from headstats.studies.dryrun import dry_run_units
+    from headstats.studies.dryrun import dry_run_units, written_folders
 
     kind = STUDY_KINDS.get(study.kind)
     run = checked_run(kind, study, run, grid)
     units = kind.plan(study, run)
     if run.dry_run:
-        return dry_run_units(kind, units, probe_sequences=probe_sequences)
+        return dry_run_units(
+            kind,
+            units,
+            probe_sequences=probe_sequences,
+            measure=run.measure,
+            writes=written_folders(study, tuple(run.stages)),
+        )
+    announce_run(kind, study, run, units)
     started = time.monotonic()
     if kind.grid and resources is not None and resources.launcher is not None:
         left = run_grid_jobs(kind, study, run, units, resources, progress=progress)
@@ -60,6 +67,27 @@ def run_loaded(
     if left:
         raise kind.left(left)
     return index
+
+
+def announce_run(kind: StudyKind, study: Study, run: RunSpec, units: list[Unit]) -> None:
+    """Say, before any work, what the run will compute, where it writes and for about how long (the dry
+    run's estimate from recorded speeds: no model is loaded for it)."""
+    from headstats.studies.dryrun import dry_run_units, written_folders
+
+    if all(u.done or u.refused is not None for u in units):
+        report = f"; the report goes to {study.report}" if "report" in run.stages else ""
+        logger.info("running %s: nothing left to compute%s", study.path, report)
+        return
+    try:
+        estimate = dry_run_units(kind, units, writes=written_folders(study, tuple(run.stages)), quiet=True)
+    except (OSError, ValueError, RuntimeError, KeyError) as err:  # the run itself says what is wrong
+        logger.info("running %s (no estimate: %s)", study.path, err)
+        return
+    if not any(u.passes_left for u in estimate.units):  # every unit's tables are on disk already
+        report = f"; the report goes to {study.report}" if "report" in run.stages else ""
+        logger.info("running %s: nothing left to compute%s", study.path, report)
+        return
+    logger.info("running %s: %s", study.path, estimate.headline())
 
 
 def stop_if_missing(unit: Unit) -> None:

@@ -128,13 +128,13 @@ class MMLUTask(Task):
         offsets = self.subject_offsets(data)
         to_prompt = mmlu_cloze_prompt if self.cloze else mmlu_letter_prompt
         for subject in self.select_subjects(data, subjects):
-            dev = data.load_split(f"{MMLU_DATASET}/{subject}", "dev")
+            dev = data.rows(f"{MMLU_DATASET}/{subject}", "dev")
             if len(dev) < self.num_fewshot:
                 raise ValueError(f"MMLU {subject}: dev split has {len(dev)} questions, {self.num_fewshot} needed")
-            shot_docs = [dev[i] for i in range(self.num_fewshot)]
+            shot_docs = dev[: self.num_fewshot]
             answer = (lambda d: d["choices"][d["answer"]]) if self.cloze else (lambda d: LETTERS[d["answer"]])
             shots = tuple((to_prompt(d), answer(d)) for d in shot_docs)
-            test = data.load_split(f"{MMLU_DATASET}/{subject}", "test")
+            test = data.rows(f"{MMLU_DATASET}/{subject}", "test")
             n = len(test) if limit_per_subject is None else min(limit_per_subject, len(test))
             for i in range(n):
                 doc = test[i]
@@ -179,10 +179,11 @@ class ChoiceTask(Task):
     def count(self, data: DataRoot) -> int:
         return len(self.docs(data))
 
-    def fewshot_source(self, data: DataRoot) -> tuple[datasets.Dataset, bool]:
+    def fewshot_source(self, data: DataRoot) -> tuple[list[dict], bool]:
+        """The rows shots are drawn from, and whether they are the evaluated split itself."""
         if self.num_fewshot and data.has_split(self.dataset, self.fewshot_split):
-            return data.load_split(self.dataset, self.fewshot_split), False
-        return self.docs(data), True
+            return data.rows(self.dataset, self.fewshot_split), False
+        return data.rows(self.dataset, self.split), True
 
     def shots(self, data: DataRoot, question_id: int) -> tuple[tuple[str, str], ...]:
         if not self.num_fewshot:
@@ -211,9 +212,8 @@ class ChoiceTask(Task):
     def iter_questions(
         self, data: DataRoot, *, subjects: Sequence[str] | None = None, limit_per_subject: int | None = None
     ) -> Iterator[Question]:
-        docs = self.docs(data)
-        for i in range(len(docs)):
-            yield self.question(docs[i], i, self.shots(data, i))
+        for i, doc in enumerate(data.rows(self.dataset, self.split)):
+            yield self.question(doc, i, self.shots(data, i))
 
 
 @dataclass(frozen=True, repr=False)
