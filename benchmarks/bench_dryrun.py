@@ -7,7 +7,7 @@ imports, reading each model's configuration and tokenizer (no weights), counting
 from the recorded speeds. Printed per file: wall and CPU seconds (user + system of the process; on a shared
 machine the wall time is mostly waiting for a core, the CPU time is what the command costs), the exit
 status, the estimate it printed and where its speeds came from, with the load average before each run.
-``--measure`` times ``--dry-run --measure`` instead (the probe that loads every model: minutes).
+``--measure`` times ``--dry-run --probe`` instead (the probe that loads every model: minutes).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def one(path: Path, measure: bool) -> dict:
     argv = [sys.executable, "-m", "headstats", "run", str(path.relative_to(ROOT)), "--dry-run", "-q"]
     if measure:
-        argv.append("--measure")
+        argv.append("--probe")
     load = os.getloadavg()[0]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
@@ -63,7 +63,7 @@ def main() -> None:
         ),
         "?",
     )
-    print(f"headstats run FILE --dry-run{' --measure' if args.measure else ''}, {os.cpu_count()} CPUs ({cpu})")
+    print(f"headstats run FILE --dry-run{' --probe' if args.measure else ''}, {os.cpu_count()} CPUs ({cpu})")
     print(f"{'file':<28} {'wall s':>7} {'CPU s':>6} {'load':>5} {'rc':>3}  estimate")
     rows = []
     for _ in range(args.repeats):

@@ -423,6 +423,14 @@ class Shares(Spec):
         each=_fraction,
         metavar="FRACTIONS",
     )
+
+
+@dataclass(frozen=True)
+class MaxDrop(Spec):
+    """The accuracy drop a prune may cost."""
+
+    GROUP: ClassVar[str | None] = ZEROING
+
     max_drop: float = option(
         1.0, "largest certified accuracy drop, in points (1 = one point of accuracy)", each=_drop_points
     )
@@ -549,6 +557,26 @@ class SummarySpec(Spec):
 
 
 @dataclass(frozen=True)
+class OutputFormat(Spec):
+    """How a command prints a table: aligned for reading, or every column as CSV or JSON for scripts."""
+
+    GROUP: ClassVar[str | None] = OUTPUT
+
+    format: str = option(
+        "table",
+        "table: the main columns for reading; csv or json: every column, for scripts",
+        choices=SUMMARY_FORMATS,
+        noun="format",
+        toml=False,
+    )
+
+
+@compose(
+    OutputFormat,
+    helps={
+        "format": "table: the main columns, grouped by model and task, fitting 120 columns; csv or json: every column"
+    },
+)
 class SummaryOutput(Spec):
     """How ``headstats summary`` prints its tables: aligned for reading (the main columns, at most
     120 characters a line) or every column as CSV or JSON for scripts."""
@@ -556,13 +584,6 @@ class SummaryOutput(Spec):
     WHAT: ClassVar[str] = "summary output"
     GROUP: ClassVar[str | None] = OUTPUT
 
-    format: str = option(
-        "table",
-        "table: the main columns, grouped by model and task, fitting 120 columns; csv or json: every column",
-        choices=SUMMARY_FORMATS,
-        noun="format",
-        toml=False,
-    )
     table: str = option(
         "both",
         "which table: points (one row per sweep point), curves (one per curve) or both",
@@ -731,9 +752,12 @@ class Models(Spec):
         metavar="MODELS",
     )
 
-    def check(self) -> None:
-        if not self.names:
-            raise SpecError("names", "needs names = [...] (embedded names, directories or Hub ids)")
+
+def needs_names(spec: Spec) -> None:
+    """Refuse a job that runs models without any named (``Models`` leaves ``names`` empty where a job
+    reads every model it finds)."""
+    if not spec.names:
+        raise SpecError("names", "needs names = [...] (embedded names, directories or Hub ids)")
 
 
 @compose(LoadOptions, Models)
@@ -745,12 +769,14 @@ class ModelsSection(Spec):
 
     optional: tuple[str, ...] = option((), "models run with --all-models", cli=False)
 
+    def check(self) -> None:
+        needs_names(self)
 
-@compose(CollectSpec)
-class CollectSection(Spec):
-    """``[collect]`` of an analysis file: the datasets, then :class:`CollectSpec`."""
 
-    WHAT: ClassVar[str] = "collection"
+@dataclass(frozen=True)
+class Datasets(Spec):
+    """The datasets a job reads."""
+
     GROUP: ClassVar[str | None] = WHAT_TO_RUN
 
     datasets: tuple[str, ...] = option(
@@ -762,6 +788,14 @@ class CollectSection(Spec):
         flag="--dataset",
         metavar="NAMES",
     )
+
+
+@compose(CollectSpec, Datasets)
+class CollectSection(Spec):
+    """``[collect]`` of an analysis file: :class:`CollectSpec`, then the datasets."""
+
+    WHAT: ClassVar[str] = "collection"
+    GROUP: ClassVar[str | None] = WHAT_TO_RUN
 
 
 @compose(SweepSpec, Task)
@@ -804,11 +838,11 @@ class RunSpec(Spec):
     dry_run: bool = option(
         False,
         "print what would run (sequences, passes, batched forward passes), where it would write, and an estimated "
-        "time from recorded speeds of similar passes (no model is loaded; see --measure), then stop without "
+        "time from recorded speeds of similar passes (no model is loaded; see --probe), then stop without "
         "writing anything",
         toml=False,
     )
-    measure: bool = option(
+    probe: bool = option(
         False,
         "with --dry-run: load each model and time every unit on a short probe of its own sequences on this "
         "device instead (slower: minutes)",
@@ -1056,6 +1090,7 @@ RANKING_CALIBRATION = {"calibration": "wikipedia", "calibration_limit": 64}
     Calibration,
     Truncation,
     Shares,
+    MaxDrop,
     Output,
     defaults={"scores": ("ahon_ln",), **RANKING_CALIBRATION},
     flags={"scores": "--score", "shares": "--share"},  # one of each (the plural flags still work)
@@ -1117,6 +1152,7 @@ class PruneSpec(Spec):
     Calibration,
     Truncation,
     Shares,
+    MaxDrop,
     defaults={"scores": DEFAULT_SWEEP_SCORES, **RANKING_CALIBRATION, "shares": (0.0, 0.1, 0.2, 0.3)},
 )
 class FrontierSpec(Spec):
@@ -1273,7 +1309,26 @@ class CompareSpec(Spec):
             )
 
 
-@compose(Results, helps={"results": "a results directory holding score tables, as headstats collect writes them"})
+@compose(
+    Results,
+    Scoring,
+    Shares,
+    Models,
+    Datasets,
+    OutputFormat,
+    defaults={"scores": ("ahon_ln",), "datasets": None},
+    flags={"scores": "--score", "shares": "--share"},
+    helps={
+        "results": "a results directory holding score tables, as headstats collect writes them",
+        "scores": "the score that calls heads inactive (one score id)",
+        "shares": "the threshold as a share of heads: the score's quantile over every (text, layer, head) row of a "
+        "model on a dataset, as a zeroing sweep calibrates it (default: 0.1 when --threshold is not given)",
+        "names": "comma-separated models to read, as the results folder names them (model=NAME; default: every one)",
+        "datasets": "comma-separated datasets to read, as the results folder names them (dataset=NAME; default: "
+        "every one)",
+        "format": "table: the --top heads for reading; csv or json: every head and every column, for scripts",
+    },
+)
 class InactiveSpec(Spec):
     """Options of ``headstats inactive``: which heads a score calls inactive in a results folder's score
     tables, and on what share of the texts (:func:`headstats.stats.inactive.inactive_heads`)."""
@@ -1281,34 +1336,24 @@ class InactiveSpec(Spec):
     WHAT: ClassVar[str] = "inactive heads"
     GROUP: ClassVar[str | None] = WHAT_TO_RUN
 
-    score: str = option(
-        "ahon_ln", "the score that calls heads inactive", choices=_score_ids, noun="score id", each=_score_id
-    )
-    share: float | None = option(
-        None,
-        "the threshold as a share of heads: the score's quantile over every (text, layer, head) row of a model on a "
-        "dataset, as a zeroing sweep calibrates it (default: 0.1 when --threshold is not given)",
-        each=_fraction,
-    )
-    threshold: float | None = option(None, "the threshold as a score value, instead of --share")
-    models: tuple[str, ...] | None = option(
-        None, "comma-separated models to read, as the results folder names them (model=NAME)", flag="--model"
-    )
-    datasets: tuple[str, ...] | None = option(
-        None, "comma-separated datasets to read, as the results folder names them (dataset=NAME)", flag="--dataset"
-    )
+    tau: float | None = option(None, "the threshold as a score value, instead of --share", flag="--threshold")
     top: int = option(20, "heads printed per model and dataset, most often inactive first (0: every head)", minimum=0)
-    format: str = option(
-        "table",
-        "table: the --top heads for reading; csv or json: every head and every column, for scripts",
-        choices=SUMMARY_FORMATS,
-        noun="format",
-        group=OUTPUT,
-    )
 
     def check(self) -> None:
-        if self.share is not None and self.threshold is not None:
-            raise SpecError("threshold", "give --share or --threshold, not both")
+        if len(self.scores or ()) != 1:
+            raise SpecError("scores", f"takes one score id, not {len(self.scores or ())}")
+        if len(self.shares or ()) > 1:
+            raise SpecError("shares", f"takes one share, not {len(self.shares)}")
+        if self.shares and self.tau is not None:
+            raise SpecError("tau", "give --share or --threshold, not both")
+
+    @property
+    def score(self) -> str:
+        return self.scores[0]
+
+    @property
+    def share(self) -> float | None:
+        return self.shares[0] if self.shares else None
 
 
 __all__ = [
@@ -1334,6 +1379,7 @@ __all__ = [
     "CollectSpec",
     "CompareSpec",
     "ConfirmSection",
+    "Datasets",
     "Equivalence",
     "Figures",
     "FinetuneDesign",
@@ -1342,9 +1388,11 @@ __all__ = [
     "InactiveSpec",
     "ListSpec",
     "LoadOptions",
+    "MaxDrop",
     "Models",
     "ModelsSection",
     "Output",
+    "OutputFormat",
     "PaperSpec",
     "Progress",
     "Prompting",

@@ -353,9 +353,9 @@ def test_a_real_run_says_first_what_it_runs_where_it_writes_and_for_how_long(
 def test_verbosity_flags_choose_what_a_dry_run_says_while_it_works(
     flags: list[str], progress: bool, debug: bool, tiny_model_dir: Path, tmp_path: Path, capsys
 ) -> None:
-    """A dry run that measures (--measure) says which unit it is timing (one line per unit: its probe's
+    """A dry run that measures (--probe) says which unit it is timing (one line per unit: its probe's
     passes are most of its time); -v adds each probe's timing, -q leaves only warnings. Without
-    --measure it reads the model's configuration and tokenizer only, and says so."""
+    --probe it reads the model's configuration and tokenizer only, and says so."""
     corpus = tmp_path / "notes.txt"
     corpus.write_text("One short text.\n\nA second text, a little longer than the first.\n\nThe third.")
     analysis = tmp_path / "tiny.toml"
@@ -363,14 +363,14 @@ def test_verbosity_flags_choose_what_a_dry_run_says_while_it_works(
         f'results = "{tmp_path / "results"}"\nreport = "{tmp_path / "report"}"\n'
         f'[models]\nnames = ["{tiny_model_dir}"]\n[collect]\ndatasets = ["{corpus}"]\n'
     )
-    argv = ["run", str(analysis), "--dry-run", "--device", "cpu", "--measure"]
+    argv = ["run", str(analysis), "--dry-run", "--device", "cpu", "--probe"]
     argv = [*flags, *argv[1:]] if flags[:1] == ["run"] else [*flags, *argv]
     assert main(argv) == 0
     err = capsys.readouterr().err
     assert (f"1/1 collect {corpus}: preparing its sequences, timing 8 of them" in err) == progress, err
     assert ("] loading (dry run)" in err) == progress
     assert ("probe: 3 items" in err) == debug and (f"loaded from {tiny_model_dir}" in err) == debug
-    assert main([a for a in argv if a != "--measure"]) == 0
+    assert main([a for a in argv if a != "--probe"]) == 0
     err = capsys.readouterr().err
     assert ("] reading its configuration and tokenizer (no weights)" in err) == progress
     assert "loading" not in err and "probe:" not in err

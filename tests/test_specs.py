@@ -43,7 +43,7 @@ def test_specs_are_flat_compositions_of_groups_without_default_tables() -> None:
         assert cls.__bases__ == (options.Spec,), (cls.__name__, cls.__bases__)
         for table in ("DEFAULTS", "CHOICES", "FLAGS"):
             assert not hasattr(cls, table), (cls.__name__, table)
-    assert len(specs.PruneSpec.GROUPS) == 12 and specs.PruneSpec.__mro__ == (specs.PruneSpec, options.Spec, object)
+    assert len(specs.PruneSpec.GROUPS) == 13 and specs.PruneSpec.__mro__ == (specs.PruneSpec, options.Spec, object)
 
 
 def test_none_means_none_and_is_never_replaced_by_a_default() -> None:
@@ -178,7 +178,8 @@ def test_a_field_shared_by_commands_has_each_commands_default_and_names() -> Non
     }
     assert "(one of: train, collect, ablate, time, report;" in helps["run"]["stages"]
     assert "(one of: sft, dpo, grpo;" in helps["finetune"]["stages"]
-    assert "(default: 0)" in helps["ablate"]["seed"] and "default" not in helps["finetune"]["seed"]
+    assert "(default: 0)" in helps["ablate"]["seed"] and helps["finetune"]["seed"].endswith("(default: the recipe's)")
+    assert "None" not in helps["finetune"]["seed"]  # unset means the recipe's seed, never a printed None
     assert "(default: finetune)" in helps["finetune"]["out"]
 
 

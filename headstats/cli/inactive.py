@@ -40,7 +40,7 @@ def _read(spec: InactiveSpec):
     from headstats.io import store
 
     condition = None
-    for column, wanted in (("model", spec.models), ("dataset", spec.datasets)):
+    for column, wanted in (("model", spec.names), ("dataset", spec.datasets)):
         if wanted:
             term = ds.field(column).isin(list(wanted))
             condition = term if condition is None else condition & term
@@ -49,7 +49,7 @@ def _read(spec: InactiveSpec):
         have = store.read_scores(str(spec.results), columns=["model", "dataset"])
         found = sorted({f"{m}/{d}" for m, d in zip(have["model"], have["dataset"], strict=True)})
         raise ValueError(
-            f"no score rows under {spec.results} for --model {','.join(spec.models or ['*'])} --dataset "
+            f"no score rows under {spec.results} for --model {','.join(spec.names or ['*'])} --dataset "
             f"{','.join(spec.datasets or ['*'])}; the folder holds: {', '.join(found) or 'no score tables'}"
         )
     return table
@@ -83,8 +83,8 @@ def _main(args: argparse.Namespace) -> int:
     from headstats.stats.inactive import inactive_heads
 
     spec = spec_from_args(args, InactiveSpec)
-    share = DEFAULT_SHARE if spec.share is None and spec.threshold is None else spec.share
-    heads = inactive_heads(_read(spec), spec.score, share=share, threshold=spec.threshold)
+    share = DEFAULT_SHARE if spec.share is None and spec.tau is None else spec.share
+    heads = inactive_heads(_read(spec), spec.score, share=share, threshold=spec.tau)
     if spec.format == "csv":
         print(heads.to_csv(index=False).rstrip("\n"), flush=True)
     elif spec.format == "json":

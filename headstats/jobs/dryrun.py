@@ -13,7 +13,7 @@ of two sources:
   padded, length-sorted batches (:meth:`~headstats.engine.speed.InferenceCost.pass_flops`) at the
   GFLOP/s the closest recorded pass of that work reached (:mod:`headstats.io.speeds`: what runs here
   measured, else the committed calibration table), so no model loads and no pass runs;
-- with ``--measure``, a probe: the model is loaded and a few of the stage's own sequences (a seeded
+- with ``--probe``, a probe: the model is loaded and a few of the stage's own sequences (a seeded
   sample) run through headstats' attention on the current device, in length-sorted batches as a real
   pass runs them. The speed is counted in computed tokens, padding included
   (:func:`~headstats.engine.batching.padded_tokens`), because a pass of long-tailed lengths (PIQA's

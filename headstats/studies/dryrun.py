@@ -134,7 +134,7 @@ def dry_run(study: Study, run: RunSpec | None = None, *, probe_sequences: int = 
         kind,
         kind.plan(study, run),
         probe_sequences=probe_sequences,
-        measure=run.measure,
+        measure=run.probe,
         writes=written_folders(study, tuple(run.stages)),
     )
 

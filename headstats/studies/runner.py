@@ -53,7 +53,7 @@ def run_loaded(
             kind,
             units,
             probe_sequences=probe_sequences,
-            measure=run.measure,
+            measure=run.probe,
             writes=written_folders(study, tuple(run.stages)),
         )
     announce_run(kind, study, run, units)
