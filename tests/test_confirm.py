@@ -731,7 +731,7 @@ def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_c
     monkeypatch.setattr(models, "load_model", lambda name, **kwargs: (torch.nn.Linear(1, 1), None))
     monkeypatch.setattr(analysis_kind, "measure_sweep", measure_sweep)
     study = Study("confirmation", plan.path, plan)
-    planned = dry_run(study, RunSpec(device="cpu", measure=True))
+    planned = dry_run(study, RunSpec(device="cpu", probe=True))
     # Its baseline and the three claimed scores' points: 4 passes, not loaded, not in the estimate.
     assert planned.refused == ["[explicit-bfloat16] smollm2-135m, 4 passes left: its baseline ran on other kernels"]
     assert planned.summary().endswith(
@@ -744,7 +744,7 @@ def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_c
     # On a CPU without bf16 units every bf16 pair is left out too, each with its reason and passes.
     measured.clear()
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
-    planned = dry_run(study, RunSpec(device="cpu", measure=True))
+    planned = dry_run(study, RunSpec(device="cpu", probe=True))
     slow = "this CPU (AVX2 EPYC) has no bf16 matrix units"
     assert [line.split(": ")[0] for line in planned.refused] == [
         "[explicit-bfloat16] smollm2-135m, 4 passes left",
@@ -810,13 +810,14 @@ def test_a_confirmation_that_leaves_a_path_for_another_machine_still_reports_wha
     from headstats import pipeline
     from headstats.io import models
     from headstats.jobs import confirm
+    from headstats.report import confirm as report_confirm
     from headstats.studies import confirm as confirmation_kind
 
     written: list[str] = []
     monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
     monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {("fused-float32", "gemma3-270m"): "a reason"})
     monkeypatch.setattr(confirmation_kind, "run_unit", lambda unit, session: None)
-    monkeypatch.setattr(confirmation_kind, "write_confirmation", lambda plan, progress: written.append(plan.name))
+    monkeypatch.setattr(report_confirm, "write_confirmation", lambda plan, progress: written.append(plan.name))
     plan = replace(confirm.load_confirmation("analyses/confirm.toml"), results=tmp_path / "results")
     with pytest.raises(confirm.PathsLeftError, match="not run on this machine") as left:
         pipeline.run_confirmation(plan, progress=False)
