@@ -1,0 +1,193 @@
+"""The report of a skipping study (``headstats run analyses/adaptive_embedded.toml``): each selection's
+cost against the full model at every share, the certified shares, per-prompt against static, and,
+where the study's folder holds them, the speed of skipping (``benchmarks/bench_skip.py`` written to
+``<results>/speed``). Every number is computed in :mod:`headstats.stats.adaptive`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from headstats.io import store
+from headstats.jobs.adaptive import AdaptiveStudy, read_rows
+from headstats.report.freshness import report_inputs
+from headstats.report.writer import ReportWriter
+from headstats.stats import adaptive as A
+
+COLOURS = {"per-prompt": "#1f77b4", "static": "#ff7f0e", "random": "#7f7f7f", "oracle": "#2ca02c"}
+MARKERS = {"per-prompt": "o", "static": "s", "random": "^", "oracle": "D"}
+UNITS = {"correct_norm": "accuracy drop (points)", "loss": "loss increase (nats/token)"}
+
+
+def family_size(study: AdaptiveStudy) -> int:
+    """The fixed sequences read: models x tasks x selections."""
+    return len(study.model_names()) * len(study.adaptive.tasks) * len(A.SELECTIONS)
+
+
+def frontier_figure(table: pd.DataFrame) -> Figure:
+    """One panel per (model, task): each selection's cost against share, bars the 95% interval, the
+    dotted line the margin."""
+    models, tasks = sorted(table["model"].unique()), list(dict.fromkeys(table["task"]))
+    fig = Figure(figsize=(3.6 * len(tasks), 3.0 * len(models)))
+    axes = fig.subplots(len(models), len(tasks), squeeze=False)
+    for i, model in enumerate(models):
+        for j, task in enumerate(tasks):
+            ax = axes[i][j]
+            cells = table[(table["model"] == model) & (table["task"] == task)]
+            for k, selection in enumerate(A.SELECTIONS):
+                rows = cells[cells["selection"] == selection].sort_values("share")
+                if rows.empty:
+                    continue
+                x = 100 * rows["share"] + (k - 1.5) * 0.8  # side by side at each share
+                ax.errorbar(
+                    x,
+                    rows["drop"],
+                    yerr=[rows["drop"] - rows["low"], rows["high"] - rows["drop"]],
+                    color=COLOURS[selection],
+                    marker=MARKERS[selection],
+                    label=selection + (" (upper bound)" if selection == "oracle" else ""),
+                    capsize=2,
+                    linestyle="-" if selection != "oracle" else "--",
+                )
+            if not cells.empty:
+                ax.axhline(float(cells["margin"].iloc[0]), color="grey", linestyle=":", linewidth=1)
+                ax.set_ylabel(UNITS[cells["metric"].iloc[0]], fontsize=8)
+            ax.axhline(0.0, color="grey", linewidth=0.6)
+            ax.set_title(f"{model}: {task}", fontsize=9)
+            ax.set_xlabel("heads skipped (%)", fontsize=8)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False, fontsize=8)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return fig
+
+
+def _share_list(shares: list[float]) -> str:
+    return "none" if not shares else ", ".join(f"{s:.0%}" for s in shares)
+
+
+def answer(table: pd.DataFrame, certified: pd.DataFrame, versus: pd.DataFrame, speed: pd.DataFrame | None) -> str:
+    """The abstract: the certified shares per selection, what the measured costs say, and the speed."""
+    best = certified[certified["selection"].isin(["per-prompt", "static"])]
+    per_prompt = best.loc[best["selection"] == "per-prompt", "certified_share"].max()
+    static = best.loc[best["selection"] == "static", "certified_share"].max()
+    n = table.groupby(["model", "task"])["n"].first()
+    lines = [
+        f"Per-prompt selection keeps every task within its margin (1 point of accuracy, 0.02 nats of loss) up to "
+        f"{per_prompt:.0%} of heads skipped, static selection up to {static:.0%}: with {n.min()} to {n.max()} items "
+        "per task, no bound is narrow enough to certify more, whatever the selection."
+    ]
+    wins = versus[versus["low"] > 0]
+    losses = versus[versus["high"] < 0]
+    lines.append(
+        f"Measured, per-prompt keeps more than static in {len(wins)} of {len(versus)} (model, task, share) cells "
+        f"(interval above 0) and less in {len(losses)}; the rest are undetermined."
+    )
+    if speed is not None and not speed.empty:
+        decode = speed[(speed["contestant"] == "per-prompt") & (speed["phase"] == "decode")]
+        whole = speed[(speed["contestant"] == "per-prompt") & (speed["phase"] == "prefill+decode")]
+        lines.append(
+            f"Skipping the chosen heads makes decode x{decode['speedup'].min():.2f} to x{decode['speedup'].max():.2f} "
+            f"as fast as the dense model (a whole prompt and continuation: x{whole['speedup'].min():.2f} to "
+            f"x{whole['speedup'].max():.2f}, the decision's cost included)."
+        )
+    return "\n\n".join(lines)
+
+
+def main_table(table: pd.DataFrame, certified: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, task, selection): the cost at each share as ``drop [family-wise upper]``, and the certified share."""
+    out = []
+    for (model, task, selection), rows in table.groupby(["model", "task", "selection"], sort=False):
+        row = {"model": model, "task": task, "selection": selection}
+        loss = rows["metric"].iloc[0] == "loss"
+        for _, cell in rows.sort_values("share").iterrows():
+            fmt = "{:+.3f} [{:.3f}]" if loss else "{:+.1f} [{:.1f}]"
+            row[f"{cell['share']:.0%}"] = fmt.format(cell["drop"], cell["upper_fw"])
+        hit = certified[(certified["model"] == model) & (certified["task"] == task) & (certified["selection"] == selection)]
+        row["certified"] = f"{hit['certified_share'].iloc[0]:.0%}"
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def read_speed(results: Path) -> pd.DataFrame | None:
+    path = Path(results) / "speed" / "speed.csv"
+    return pd.read_csv(path) if path.is_file() else None
+
+
+def build_adaptive_report(study: AdaptiveStudy, out: str | Path | None = None) -> Path:
+    """Write the report of ``study``'s results to ``out`` (default: its ``report`` folder)."""
+    rows = read_rows(study)
+    if rows.empty:
+        raise ValueError(f"no measured items under {str(study.results)!r}: run the study first")
+    spec = study.adaptive
+    margins = {"correct_norm": spec.max_drop, "loss": spec.loss_margin}
+    family = family_size(study)
+    table = A.cells(rows, margins, family, seed=spec.seed)
+    order = {t: i for i, t in enumerate(spec.tasks)}
+    table = table.sort_values(["model", "task"], key=lambda c: c.map(order) if c.name == "task" else c, kind="stable")
+    certified = A.certified_shares(table)
+    versus = A.versus_static(rows, seed=spec.seed)
+    speed = read_speed(study.results)
+    writer = ReportWriter(
+        out or study.report,
+        study.description or f"Heads skipped per prompt: {study.name}",
+        dpi=90,
+        subtitle="Models: " + ", ".join(f"`{m}`" for m in study.model_names()) + ".",
+    )
+    writer.hide(study.path, study.results)
+    writer.abstract(answer(table, certified, versus, speed))
+    writer.headline(
+        frontier_figure(table),
+        "frontier",
+        "Each selection's cost against the full model on the same items, at each share of heads skipped "
+        "(accuracy drop in points, or loss increase in nats per token); bars are 95% cluster-bootstrap intervals, "
+        "the dotted line the margin. The oracle sees the continuation it is scored on: an upper bound, not a method.",
+    )
+    writer.main_table(
+        main_table(table, certified),
+        "selections",
+        legend="Per model, task and selection: the cost at each share as estimate [one-sided upper bound at "
+        f"family-wise 95%, {family} sequences], and the largest share certified within the margin.",
+    )
+    writer.heading("Per-prompt against static")
+    writer.text(
+        "At equal share, how much more of the full model's result per-prompt selection keeps than the static set "
+        "(accuracy points, or nats per token of loss; positive = per-prompt better), with a 95% cluster-bootstrap "
+        "interval, and the share of the per-prompt heads the static set also holds."
+    )
+    writer.table(versus.merge(A.overlap(rows), on=["model", "task", "share"]), "per_prompt_vs_static")
+    if speed is not None:
+        writer.heading("Speed")
+        writer.text(
+            "Speed-ups over the dense model (geometric mean of paired rounds, 95% t interval) of the statically "
+            "pruned model and of per-prompt skipping (its scored prompt pass, the choice and the cut included in "
+            "its prefill), batch 1; every round's times are in the results' speed folder."
+        )
+        writer.table(speed, "speed")
+    with writer.appendix():
+        writer.heading("Every cell", 3)
+        writer.text(
+            "Per (model, task, selection, share): items, clusters, the full model's and the selection's mean "
+            "(accuracy in %, loss in nats per token), the cost with its 95% interval, its one-sided 95% bound "
+            "(`upper`) and the family-wise one (`upper_fw`), and for accuracy the answers lost and gained, the "
+            "design effect of the clusters and the items a run would need to certify at the observed rates "
+            "(`n_to_certify`, empty where none would)."
+        )
+        writer.table(table, "cells")
+        writer.heading("Methods", 3)
+        writer.text(
+            f"Score `{spec.score}` ranks heads; every selection takes round(share x heads) {spec.unit}s. The prompt runs "
+            "with every head; the chosen heads are zeroed at the continuation's positions only (what skipping them "
+            "computes; tests/test_skip.py). Static: the lowest mean scores over "
+            f"{spec.calibration_limit} calibration items per task, disjoint from the measured ones and their "
+            "documents. Random: seeded per item. Oracle: scored on the whole text, continuation included. "
+            "PIQA and HellaSwag: acc_norm; Wikipedia: mean loss of the "
+            f"{spec.continuation_tokens} tokens after the first {spec.prompt_tokens}. Certified: a fixed sequence over "
+            "increasing shares at Bonferroni family-wise 95% (Tango's score bound for accuracy at the effective number "
+            "of items; a cluster bootstrap for loss). Design and margins were registered before the first item "
+            f"(the results' `{store.REGISTRATION_FILE}`)."
+        )
+    writer.inputs = report_inputs(study.results, {**study.tables["models"], **study.tables["adaptive"]}, study.path, report=writer.out)
+    writer.write()
+    return Path(writer.out) / "index.html"
