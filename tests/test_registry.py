@@ -1,5 +1,5 @@
 """One registry type for every name headstats looks up (headstats/registry.py): score ids, tasks, embedded
-models, report sections and study kinds. A name it lacks is refused with every name it has;
+models, report sections, study kinds and commands. A name it lacks is refused with every name it has;
 a lazy ``"module:object"`` entry whose module lacks the object names the file; every entry of every
 registry of the package resolves."""
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from headstats.cli.commands import COMMANDS
 from headstats.engine.scores import SCORES
 from headstats.io.assets import EMBEDDED_MODELS
 from headstats.io.tasks import TASKS
@@ -24,6 +25,7 @@ REGISTRIES = {
     "embedded model": EMBEDDED_MODELS,
     "report section": SECTIONS,
     "study kind": STUDY_KINDS,
+    "command": COMMANDS,
 }
 
 
@@ -69,3 +71,14 @@ def test_every_entry_of_every_registry_resolves_and_an_unknown_name_lists_them(w
         assert registry[name] is not None  # a lazy entry imports its module and finds its object here
     with pytest.raises(ValueError, match=re.escape(f"unknown {what} 'nope': registered are {', '.join(registry)}")):
         registry["nope"]
+
+
+def test_each_command_is_a_module_of_its_own_with_a_place_in_the_help() -> None:
+    """One module per command (headstats/cli/commands/NAME.py, '-' spelt '_'), and no two built-in
+    commands share a position, so that `headstats --help` lists them in the order chosen, not by name."""
+    folder = Path(__file__).resolve().parents[1] / "headstats" / "cli" / "commands"
+    modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    assert sorted(command.module.rsplit(".", 1)[1] for command in COMMANDS.values()) == modules
+    assert all(command.module.endswith("." + name.replace("-", "_")) for name, command in COMMANDS.items())
+    positions = [command.position for command in COMMANDS.values()]
+    assert len(set(positions)) == len(positions)
