@@ -31,16 +31,8 @@ from headstats.engine.scoring import iter_score_tables
 from headstats.engine.zeroing import warn_tied_scores
 from headstats.io import speeds, store
 from headstats.io.assets import portable_name
-from headstats.io.models import (
-    load_model,
-    machine_info,
-    model_from_table,
-    model_identity,
-    model_location,
-    model_slug,
-    resolve_model_path,
-    trainer_step,
-)
+from headstats.io.identity import model_from_table, model_identity, model_location, model_slug, trainer_step
+from headstats.io.models import load_model, machine_info, resolve_model_path
 from headstats.io.tasks import collection_source, resolve_format
 from headstats.jobs.resume import check_key, jsonable, recorded_key, settings_key
 from headstats.options import narrow

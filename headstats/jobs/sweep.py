@@ -47,7 +47,7 @@ from headstats.engine import scores as S
 from headstats.engine.probe import Probe
 from headstats.engine.zeroing import ablate_heads, model_shape, warn_tied_scores
 from headstats.io import speeds, store
-from headstats.io.models import model_slug
+from headstats.io.identity import model_slug
 from headstats.jobs.checkpoint import MixedKernelsError, PassCheckpoint, Spent, advance_restored, sequences_digest
 from headstats.jobs.evaluate import ANSWER_COLUMNS
 from headstats.jobs.grid import FunctionJob, GridResult, run_grid
@@ -142,7 +142,8 @@ def sweep_grid(
 def sweep_provenance(plan: SweepPlan, model: PreTrainedModel, num_layers: int, num_heads: int) -> dict:
     """The record every point file of ``plan`` carries: the run's key with the weights' hash (its
     ``settings``), the model's identity, every option as given and the machine."""
-    from headstats.io.models import machine_info, model_from_table, model_identity
+    from headstats.io.identity import model_from_table, model_identity
+    from headstats.io.models import machine_info
 
     identity = model_identity(model) | model_from_table(model, plan.partition)
     param = next(model.parameters())

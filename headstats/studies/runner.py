@@ -143,7 +143,7 @@ def run_grid_jobs(
     """Each model with units left as one grid job (:func:`run_model_units`) under ``resources``' launcher
     (:mod:`headstats.jobs.grid`); the job writes only its model's folder of the results."""
     from headstats.io import store
-    from headstats.io.models import model_slug
+    from headstats.io.identity import model_slug
     from headstats.jobs.grid import FunctionJob, run_grid
 
     for unit in units:
