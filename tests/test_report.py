@@ -231,7 +231,7 @@ def test_the_section_list_drives_the_report(results: Path, tmp_path: Path, monke
         per_seq = context.scores.groupby("sample_id")["n_tokens"].first()
         writer.table(per_seq.describe().to_frame("n_tokens"), "tokens_per_sequence", index=True)
 
-    monkeypatch.setattr(sections, "SECTIONS", [*sections.SECTIONS, tokens_per_sequence])
+    monkeypatch.setitem(sections.SECTIONS, "tokens_per_sequence", tokens_per_sequence)  # added last
     page = (report.build_report(root, tmp_path / "out", dpi=30, progress=False)).read_text()
     assert (
         '<h2 id="tokens-per-sequence">Tokens per sequence</h2>' in page

@@ -6,6 +6,8 @@ benchmark tasks and collection sources (:mod:`~headstats.io.tasks`).
   reading, resume checks;
 - :mod:`~headstats.io.models`: loading models with headstats' attention selected, and checking they
   can be scored;
+- :mod:`~headstats.io.identity`: what a model is, as results record it: its identity, the name results
+  record, its folder's content hash, the partition value its tables are filed under;
 - :mod:`~headstats.io.machine`: what a machine record (:func:`headstats.io.models.machine_info`) says,
   in words and as kernels; plain dictionaries, no torch import;
 - :mod:`~headstats.io.assets`: embedded real assets (pretrained weights, benchmark data) from pinned

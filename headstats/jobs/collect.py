@@ -16,7 +16,7 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,17 +31,12 @@ from headstats.engine.scoring import iter_score_tables
 from headstats.engine.zeroing import warn_tied_scores
 from headstats.io import speeds, store
 from headstats.io.assets import portable_name
-from headstats.io.models import (
-    machine_info,
-    model_from_table,
-    model_identity,
-    model_location,
-    model_slug,
-    trainer_step,
-)
+from headstats.io.identity import model_from_table, model_identity, model_location, model_slug, trainer_step
+from headstats.io.models import load_model, machine_info, resolve_model_path
+from headstats.io.tasks import collection_source, resolve_format
 from headstats.jobs.resume import check_key, jsonable, recorded_key, settings_key
 from headstats.options import narrow
-from headstats.specs import CollectSpec, Sampling
+from headstats.specs import CollectSpec, LoadOptions, Sampling
 
 log = logging.getLogger("headstats")
 
@@ -149,6 +144,37 @@ def collect_scores(
     return CollectResult(run.partition, total, n_new)
 
 
+def check_collection(names: Sequence[str], datasets: Sequence[str], out: str | os.PathLike, spec: CollectSpec) -> None:
+    """Refuse, before any model loads, a collection of ``datasets`` by the models ``names`` into ``out``
+    that could not finish: an output folder that cannot be written, no dataset, a model that cannot be
+    found, a dataset without documents."""
+    store.ensure_writable(out, create=False)  # created with the first table: a refused run leaves nothing
+    if not datasets:
+        raise ValueError("no dataset given: give a built-in one (headstats list datasets) or a file")
+    for name in names:  # an unknown model fails before any other loads
+        resolve_model_path(name)
+    for dataset in datasets:  # a bad dataset fails before any time is spent on a model
+        if len(collection_source(dataset, data_dir=spec.data_dir, text_column=spec.text_column)) == 0:
+            raise ValueError(f"dataset {dataset!r} has no documents to score")
+
+
+def collect_models(
+    names: Sequence[str], datasets: Sequence[str], out: str | os.PathLike, *, spec: CollectSpec, load: LoadOptions
+) -> Iterator[CollectResult]:
+    """Score every dataset with each model in turn, in this process and one model in memory at a time,
+    yielding each table's result as it is finished (``headstats collect``). Everything is checked
+    before the first model loads (:func:`check_collection`);
+    :func:`headstats.jobs.grid.collect_grid` runs the same pairs as jobs of a grid."""
+    check_collection(names, datasets, out, spec)
+    for name in names:
+        model, tokenizer = load_model(name, **load.kwargs())
+        for dataset in datasets:
+            yield collect_scores(model, tokenizer, dataset, out, spec=spec)
+        del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
 @dataclass
 class Collection:
     """One collection, checked against what its partition holds before anything is scored."""
@@ -189,8 +215,6 @@ def plan_collection(
 ) -> Collection:
     """The collection's source, sample, resume key and provenance; refuses a partition that holds
     scores of other settings."""
-    from headstats.io.tasks import collection_source, resolve_format
-
     store.ensure_writable(out, create=False)
     source = collection_source(dataset, data_dir=spec.data_dir, text_column=spec.text_column)
     if len(source) == 0:
@@ -245,8 +269,6 @@ def planned_sample(source, spec: CollectSpec) -> tuple[list, set[int]]:
 def collection_sample(dataset: str, spec: CollectSpec) -> tuple[str, set[int]]:
     """The name of ``dataset``'s source (its partitions' ``dataset=``) and the sample ids a collection
     under ``spec`` scores, as :func:`plan_collection` draws them, without a model."""
-    from headstats.io.tasks import collection_source
-
     source = collection_source(dataset, data_dir=spec.data_dir, text_column=spec.text_column)
     return source.name, planned_sample(source, spec)[1]
 

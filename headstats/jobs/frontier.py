@@ -143,7 +143,7 @@ def point_name(score: str, share: float, unit: str = "head") -> str:
 
 def model_root(frontier: Frontier, model: str) -> Path:
     """The results folder of one model of ``frontier`` (its run record, means and ``points/``)."""
-    from headstats.io.models import model_slug
+    from headstats.io.identity import model_slug
 
     return frontier.results / f"model={model_slug(model)}"
 

@@ -191,7 +191,7 @@ def plan_sweep(
 
     The options are :class:`~headstats.specs.SweepSpec`'s and, for a model given by name,
     :class:`~headstats.specs.LoadOptions`' (``spec`` / ``load``, or their fields by name)."""
-    from headstats.io.models import model_slug, recorded_model
+    from headstats.io.identity import model_slug, recorded_model
 
     load_kw, sweep_kw = split_kwargs(options, LoadOptions, SweepSpec)
     spec, load = SweepSpec.from_kwargs(sweep_kw, base=spec), LoadOptions.from_kwargs(load_kw, base=load)
@@ -235,7 +235,8 @@ def load_sweep_task(task: str, spec: SweepSpec):
 def model_of(model: str | PreTrainedModel, load: LoadOptions) -> tuple[str, str, str]:
     """(name, dtype, device kind) of a loaded model, or of one given by name as ``load`` will load it
     (a missing model or an unusable device fails here, before any work)."""
-    from headstats.io.models import model_identity, model_location, resolve_dtype, resolve_model_path
+    from headstats.io.identity import model_identity, model_location
+    from headstats.io.models import resolve_dtype, resolve_model_path
 
     if isinstance(model, str):
         resolve_model_path(model)

@@ -184,7 +184,7 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     )
     hide_folders(writer, frontier)
     b_small = min(spec.speed_batches)
-    from headstats.io.models import model_slug
+    from headstats.io.identity import model_slug
 
     names = {model_slug(m): m for m in frontier.model_names(all_models=True)}
     missing = [m for slug, m in names.items() if slug not in runs or slug in partial]

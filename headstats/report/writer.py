@@ -588,7 +588,7 @@ def build_report(
                 f"{len(context.stray)} Parquet file(s) outside the results layout were ignored, e.g. "
                 f"`{context.stray[0].relative_to(results).as_posix()}`."
             )
-    for section in report_sections.SECTIONS if sections is None else sections:
+    for section in report_sections.SECTIONS.values() if sections is None else sections:
         section(writer, context)
     writer.inputs = report_inputs(results, spec.settings(), analysis, report=writer.out)
     return writer.write()

@@ -128,7 +128,7 @@ def dry_run(study: Study, run: RunSpec | None = None, *, probe_sequences: int = 
     compute for ``study``, and for about how long, writing nothing."""
     from headstats.studies.registry import STUDY_KINDS, checked_run
 
-    kind = STUDY_KINDS.get(study.kind)
+    kind = STUDY_KINDS[study.kind]
     run = checked_run(kind, study, RunSpec.from_kwargs(options, base=run))
     return dry_run_units(
         kind,

@@ -115,7 +115,7 @@ class SeedStudy:
 
 
 def _base_slug(design: FinetuneDesign, models: tuple[str, ...], path: Path) -> str:
-    from headstats.io.models import model_slug
+    from headstats.io.identity import model_slug
 
     if design.base_model:
         return model_slug(design.base_model)
