@@ -105,3 +105,21 @@ def test_selection_takes_the_most_inactive_heads_in_the_scores_direction():
         select_heads(values, 1.0)
     with pytest.raises(ValueError, match="unknown unit 'group': choose from head, kv-group"):
         select_heads(values, 0.1, unit="group")
+
+
+@pytest.mark.integration
+def test_skipping_equals_zeroing_on_the_embedded_model():
+    import headstats
+
+    model, tok = headstats.load_model("smollm2-135m", dtype="float32")
+    prompt = tok("Water boils at 100 degrees Celsius at sea level, and", return_tensors="pt").input_ids
+    continuation = tok(" freezes at 0 degrees, so the two points", return_tensors="pt", add_special_tokens=False).input_ids
+    with torch.no_grad():
+        decision = score_prompt(model, {"input_ids": prompt}, "ahon_ln")
+        heads = select_heads(decision.scores, 0.3, score="ahon_ln")
+        cache = decision.output.past_key_values
+        zeroed = _continue(model, prompt, continuation, copy.deepcopy(cache), heads=heads)
+        skipped = _continue(model, prompt, continuation, copy.deepcopy(cache), heads=heads, skip=True)
+    # As the pruned model's test reads it (tests/test_prune.py): the largest difference over the largest
+    # logit. fp32 sums of fewer terms round differently: about 1.6e-5 absolute on logits up to ~20.
+    assert float((skipped - zeroed).abs().max() / zeroed.abs().max()) <= 1e-5

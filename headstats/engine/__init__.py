@@ -15,5 +15,7 @@ surgery and speed of pruning.
 - :mod:`~headstats.engine.pruned_model`: the structure of a pruned model in one self-contained file,
   copied into every saved pruned folder (torch and transformers only);
 - :mod:`~headstats.engine.speed`: what a model costs per token, by arithmetic (:func:`inference_cost`,
-  the roof of a speed-up) and by the clock (:func:`time_inference`, :func:`phase_timer`).
+  the roof of a speed-up) and by the clock (:func:`time_inference`, :func:`phase_timer`);
+- :mod:`~headstats.engine.skip`: heads skipped per prompt: scored on the prompt in its own pass, the
+  most inactive share not computed for the continuation (:func:`skipping`, :func:`generate_skipping`).
 """

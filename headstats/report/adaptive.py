@@ -69,6 +69,8 @@ def _share_list(shares: list[float]) -> str:
 
 def answer(table: pd.DataFrame, certified: pd.DataFrame, versus: pd.DataFrame, speed: pd.DataFrame | None) -> str:
     """The abstract: the certified shares per selection, what the measured costs say, and the speed."""
+    if certified.empty:
+        return "No (model, task) has all its items measured yet: every cell below is interim."
     best = certified[certified["selection"].isin(["per-prompt", "static"])]
     per_prompt = best.loc[best["selection"] == "per-prompt", "certified_share"].max()
     static = best.loc[best["selection"] == "static", "certified_share"].max()
@@ -105,7 +107,8 @@ def main_table(table: pd.DataFrame, certified: pd.DataFrame) -> pd.DataFrame:
             fmt = "{:+.3f} [{:.3f}]" if loss else "{:+.1f} [{:.1f}]"
             row[f"{cell['share']:.0%}"] = fmt.format(cell["drop"], cell["upper_fw"])
         hit = certified[(certified["model"] == model) & (certified["task"] == task) & (certified["selection"] == selection)]
-        row["certified"] = f"{hit['certified_share'].iloc[0]:.0%}"
+        share = hit["certified_share"].iloc[0]
+        row["certified"] = f"{share:.0%}" if share == share else f"interim ({rows['n'].iloc[0]} items)"
         out.append(row)
     return pd.DataFrame(out)
 
@@ -126,7 +129,12 @@ def build_adaptive_report(study: AdaptiveStudy, out: str | Path | None = None) -
     table = A.cells(rows, margins, family, seed=spec.seed)
     order = {t: i for i, t in enumerate(spec.tasks)}
     table = table.sort_values(["model", "task"], key=lambda c: c.map(order) if c.name == "task" else c, kind="stable")
+    planned = {(m, t): n for m in study.model_names() for t, n in zip(spec.tasks, spec.limits, strict=True)}
+    done = rows.groupby(["model", "task"])["item"].nunique().to_dict()
+    unfinished = {key: done.get(key, 0) for key, n in planned.items() if done.get(key, 0) < n}
     certified = A.certified_shares(table)
+    finished = ~certified.apply(lambda r: (r["model"], r["task"]) in unfinished, axis=1)
+    certified = certified.assign(certified_share=certified["certified_share"].where(finished))
     versus = A.versus_static(rows, seed=spec.seed)
     speed = read_speed(study.results)
     writer = ReportWriter(
@@ -136,7 +144,14 @@ def build_adaptive_report(study: AdaptiveStudy, out: str | Path | None = None) -
         subtitle="Models: " + ", ".join(f"`{m}`" for m in study.model_names()) + ".",
     )
     writer.hide(study.path, study.results)
-    writer.abstract(answer(table, certified, versus, speed))
+    abstract = answer(table, certified.dropna(subset=["certified_share"]), versus, speed)
+    if unfinished:
+        left = ", ".join(f"{m} / {t} {n} of {planned[(m, t)]}" for (m, t), n in unfinished.items())
+        abstract += (
+            f"\n\nNot finished: {left} items measured; those cells are interim and no share is read from them; "
+            f"`headstats run {study.path.as_posix()}` resumes."
+        )
+    writer.abstract(abstract)
     writer.headline(
         frontier_figure(table),
         "frontier",
