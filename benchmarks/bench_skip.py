@@ -45,6 +45,9 @@ from headstats.jobs.timing import paired_rounds
 from headstats.stats.speed import paired_speedup
 
 ROOT = Path(__file__).resolve().parents[1]
+# What each speed-up times: the whole run, the prompt's pass alone (per-prompt's includes its decision: the
+# scored pass, the choice and the cut), and the continuation's tokens alone.
+PHASES = (("prefill+decode", lambda t: t[0] + t[1]), ("prefill", lambda t: t[0]), ("decode", lambda t: t[1]))
 STATIC = ROOT / "results" / "adaptive-embedded" / "{model}" / "wikipedia" / "calibration.json"
 
 
@@ -137,7 +140,8 @@ def main() -> None:
         "torch": torch.__version__,
         "device": args.device,
         "load_average_at_start": os.getloadavg(),
-        "command": "python benchmarks/bench_skip.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
+        "command": "python benchmarks/bench_skip.py "
+        + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()),
     }
     (out / "machine.json").write_text(json.dumps(machine, indent=2))
     rounds, speeds = [], []
@@ -159,16 +163,30 @@ def main() -> None:
                 kept = len(done.seconds["dense"])
                 for cand, times in phases.items():
                     for i, (prefill, decode) in enumerate(times[-kept:]):
-                        rounds.append({**setting, "contestant": cand, "round": i, "prefill_s": prefill, "decode_s": decode})
+                        rounds.append(
+                            {**setting, "contestant": cand, "round": i, "prefill_s": prefill, "decode_s": decode}
+                        )
                 for cand in ("static", "per-prompt"):
-                    for what, pick in (("prefill+decode", lambda t: t[0] + t[1]), ("decode", lambda t: t[1])):
+                    for what, pick in PHASES:
                         ref = [pick(t) for t in phases["dense"][-kept:]]
                         got = [pick(t) for t in phases[cand][-kept:]]
                         s = paired_speedup(ref, got)
                         speeds.append(
-                            {**setting, "contestant": cand, "phase": what, "speedup": s.speedup, "low": s.low, "high": s.high, "rounds": kept}
+                            {
+                                **setting,
+                                "contestant": cand,
+                                "phase": what,
+                                "speedup": s.speedup,
+                                "low": s.low,
+                                "high": s.high,
+                                "rounds": kept,
+                            }
                         )
-                        print(f"{name} share {share:.0%} context {context} {cand:>10} {what:>14}: x{s.speedup:.3f} [{s.low:.3f}, {s.high:.3f}]", flush=True)
+                        print(
+                            f"{name} share {share:.0%} context {context} {cand:>10} {what:>14}: "
+                            f"x{s.speedup:.3f} [{s.low:.3f}, {s.high:.3f}]",
+                            flush=True,
+                        )
                 pd.DataFrame(rounds).to_csv(out / "rounds.csv", index=False)
                 pd.DataFrame(speeds).to_csv(out / "speed.csv", index=False)
             del pruned

@@ -125,7 +125,7 @@ def test_an_items_rows_score_continuations_as_a_whole_sequence_pass_does():
     item = Item(0, "doc", prompt, conts, gold=gold, lengths=(1, 1))
     static = {0.25: [(0, 0), (1, 1), (2, 2)]}
     rows = pd.DataFrame(item_rows(model, item, Design("ahon_ln", (0.25,), "head", 0, static)))
-    assert sorted(zip(rows["selection"], rows["share"])) == sorted(
+    assert sorted(zip(rows["selection"], rows["share"], strict=True)) == sorted(
         [("full", 0.0)] + [(s, 0.25) for s in A.SELECTIONS]
     )
     assert rows.loc[rows["selection"] == "full", "correct"].item() == 1

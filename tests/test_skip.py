@@ -101,7 +101,7 @@ def test_selection_takes_the_most_inactive_heads_in_the_scores_direction():
     assert select_heads(values, 0.25, score="awft") == [(0, 0), (1, 1)]  # high awft (first-token attention) is inactive
     # KV groups of two heads: group means (0.5, 0.6), (0.5, 0.45); the lowest one goes whole.
     assert select_heads(values, 0.25, score="ahon_ln", unit="kv-group", kv_heads=2) == [(1, 2), (1, 3)]
-    with pytest.raises(ValueError, match="share=1.0 must lie in"):
+    with pytest.raises(ValueError, match=r"share=1\.0 must lie in"):
         select_heads(values, 1.0)
     with pytest.raises(ValueError, match="unknown unit 'group': choose from head, kv-group"):
         select_heads(values, 0.1, unit="group")
@@ -113,7 +113,9 @@ def test_skipping_equals_zeroing_on_the_embedded_model():
 
     model, tok = headstats.load_model("smollm2-135m", dtype="float32")
     prompt = tok("Water boils at 100 degrees Celsius at sea level, and", return_tensors="pt").input_ids
-    continuation = tok(" freezes at 0 degrees, so the two points", return_tensors="pt", add_special_tokens=False).input_ids
+    continuation = tok(
+        " freezes at 0 degrees, so the two points", return_tensors="pt", add_special_tokens=False
+    ).input_ids
     with torch.no_grad():
         decision = score_prompt(model, {"input_ids": prompt}, "ahon_ln")
         heads = select_heads(decision.scores, 0.3, score="ahon_ln")

@@ -77,7 +77,9 @@ def question_items(questions: Sequence, renderer: PromptRenderer) -> list[Item]:
             raise ValueError(f"{q.task}: choices with different contexts have no one prompt to decide from")
         cluster = q.document if q.document is not None else f"{q.task}-{q.question_id}"
         lengths = tuple(len(t) for t in q.choice_texts)
-        items.append(Item(q.sample_key, cluster, tuple(pairs[0][0]), tuple(tuple(c) for _, c in pairs), q.gold, lengths))
+        items.append(
+            Item(q.sample_key, cluster, tuple(pairs[0][0]), tuple(tuple(c) for _, c in pairs), q.gold, lengths)
+        )
     return items
 
 
@@ -312,10 +314,10 @@ def run_task(
     means = calibration_means(model, calibration, settings.score)
     static = static_sets(means, settings.shares, settings.score, settings.unit, kv)
     record = {
-            "calibration_items": [it.key for it in calibration],
-            "measured_items": [it.key for it in items],
-            "static_heads": json_heads(static),
-            "calibration_means": means.tolist(),
+        "calibration_items": [it.key for it in calibration],
+        "measured_items": [it.key for it in items],
+        "static_heads": json_heads(static),
+        "calibration_means": means.tolist(),
     }
     folder.mkdir(parents=True, exist_ok=True)
     recorded = folder / "calibration.json"

@@ -106,7 +106,9 @@ def main_table(table: pd.DataFrame, certified: pd.DataFrame) -> pd.DataFrame:
         for _, cell in rows.sort_values("share").iterrows():
             fmt = "{:+.3f} [{:.3f}]" if loss else "{:+.1f} [{:.1f}]"
             row[f"{cell['share']:.0%}"] = fmt.format(cell["drop"], cell["upper_fw"])
-        hit = certified[(certified["model"] == model) & (certified["task"] == task) & (certified["selection"] == selection)]
+        hit = certified[
+            (certified["model"] == model) & (certified["task"] == task) & (certified["selection"] == selection)
+        ]
         share = hit["certified_share"].iloc[0]
         row["certified"] = f"{share:.0%}" if share == share else f"interim ({rows['n'].iloc[0]} items)"
         out.append(row)
@@ -192,7 +194,8 @@ def build_adaptive_report(study: AdaptiveStudy, out: str | Path | None = None) -
         writer.table(table, "cells")
         writer.heading("Methods", 3)
         writer.text(
-            f"Score `{spec.score}` ranks heads; every selection takes round(share x heads) {spec.unit}s. The prompt runs "
+            f"Score `{spec.score}` ranks heads; every selection takes round(share x heads) {spec.unit}s. "
+            "The prompt runs "
             "with every head; the chosen heads are zeroed at the continuation's positions only (what skipping them "
             "computes; tests/test_skip.py). Static: the lowest mean scores over "
             f"{spec.calibration_limit} calibration items per task, disjoint from the measured ones and their "
@@ -203,6 +206,8 @@ def build_adaptive_report(study: AdaptiveStudy, out: str | Path | None = None) -
             "of items; a cluster bootstrap for loss). Design and margins were registered before the first item "
             f"(the results' `{store.REGISTRATION_FILE}`)."
         )
-    writer.inputs = report_inputs(study.results, {**study.tables["models"], **study.tables["adaptive"]}, study.path, report=writer.out)
+    writer.inputs = report_inputs(
+        study.results, {**study.tables["models"], **study.tables["adaptive"]}, study.path, report=writer.out
+    )
     writer.write()
     return Path(writer.out) / "index.html"

@@ -115,7 +115,6 @@ from headstats.specs.values import (
 )
 
 __all__ = [
-    "AdaptiveSpec",
     "ATTENTION_KERNELS",
     "DATA",
     "DEFAULT_CALIBRATION_LIMIT",
@@ -149,6 +148,7 @@ __all__ = [
     "ZEROING",
     "AblateSection",
     "AccuracyMetric",
+    "AdaptiveSpec",
     "AnalysisHeader",
     "Batching",
     "Calibration",

@@ -26,7 +26,9 @@ class AdaptiveSpec(Spec):
 
     score: str = option("ahon_ln", "the score that ranks heads on each prompt", choices=score_ids, each=check_score_id)
     shares: tuple[float, ...] = option((0.1, 0.2, 0.3), "fractions of all heads skipped", each=check_fraction)
-    unit: str = option("head", "what a selection takes: head, or kv-group (whole KV groups)", choices=UNITS, noun="unit")
+    unit: str = option(
+        "head", "what a selection takes: head, or kv-group (whole KV groups)", choices=UNITS, noun="unit"
+    )
     tasks: tuple[str, ...] = option(("piqa", "hellaswag", "wikipedia"), "tasks", choices=adaptive_tasks, noun="task")
     limits: tuple[int, ...] = option((80, 48, 80), "measured items of each task", minimum=1)
     calibration_limit: int = option(32, "items of each task that calibrate the static selection", minimum=1)
@@ -38,4 +40,6 @@ class AdaptiveSpec(Spec):
         if len(self.limits) != len(self.tasks):
             raise SpecError("limits", f"gives {len(self.limits)} limits for {len(self.tasks)} tasks: one per task")
         if not self.shares or any(s <= 0 for s in self.shares) or list(self.shares) != sorted(set(self.shares)):
-            raise SpecError("shares", "needs increasing shares above 0 (the full model is always measured), e.g. [0.1, 0.2]")
+            raise SpecError(
+                "shares", "needs increasing shares above 0 (the full model is always measured), e.g. [0.1, 0.2]"
+            )

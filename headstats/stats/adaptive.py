@@ -108,7 +108,9 @@ def cells(
             for share in sorted(group.loc[group["selection"] == selection, "share"].unique()):
                 both = paired(group, selection, share, metric)
                 row = cell_row(both, metric, family, margins[metric], n_resamples, seed)
-                out.append({"model": model, "task": task, "metric": metric, "selection": selection, "share": share, **row})
+                out.append(
+                    {"model": model, "task": task, "metric": metric, "selection": selection, "share": share, **row}
+                )
     return pd.DataFrame(out)
 
 
@@ -137,12 +139,24 @@ def versus_static(rows: pd.DataFrame, *, n_resamples: int = 10_000, seed: int = 
         for share in sorted(group.loc[group["selection"] == "per-prompt", "share"].unique()):
             a = paired(group, "per-prompt", share, metric)
             b = paired(group, "static", share, metric)
-            diff = sign * scale * (a["selected"].to_numpy(float) - b.set_index("item").loc[a["item"], "selected"].to_numpy(float))
+            diff = (
+                sign
+                * scale
+                * (a["selected"].to_numpy(float) - b.set_index("item").loc[a["item"], "selected"].to_numpy(float))
+            )
             means = cluster_means(diff, a["cluster"].to_numpy(), n_resamples, seed)
             low, high = np.quantile(means, [0.025, 0.975])
             out.append(
-                {"model": model, "task": task, "metric": metric, "share": share, "advantage": float(diff.mean()),
-                 "low": float(low), "high": float(high), "n": len(diff)}
+                {
+                    "model": model,
+                    "task": task,
+                    "metric": metric,
+                    "share": share,
+                    "advantage": float(diff.mean()),
+                    "low": float(low),
+                    "high": float(high),
+                    "n": len(diff),
+                }
             )
     return pd.DataFrame(out)
 

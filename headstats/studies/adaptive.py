@@ -14,13 +14,22 @@ import logging
 import time
 from pathlib import Path
 
+from headstats.engine.pruned_model import geometry
 from headstats.io import store
-from headstats.jobs.adaptive import AdaptiveStudy, finished_items, item_rows, load_adaptive, run_task, task_items
-from headstats.jobs.adaptive import Design, calibration_means, static_sets
+from headstats.jobs.adaptive import (
+    AdaptiveStudy,
+    Design,
+    calibration_means,
+    finished_items,
+    item_rows,
+    load_adaptive,
+    run_task,
+    static_sets,
+    task_items,
+)
 from headstats.jobs.dryrun import PassTimer, WorkUnit
 from headstats.jobs.registration import register
 from headstats.options import SpecError, narrow
-from headstats.engine.pruned_model import geometry
 from headstats.specs import LoadOptions, RunSpec
 from headstats.studies.registry import Session, Study, StudyKind, Unit, not_found_here, register_kind
 
@@ -84,9 +93,13 @@ def measure(unit: Unit, model, tokenizer, probe: int, rng, timer: PassTimer | No
     )
     _, _, kv, _ = geometry(model)
     means = calibration_means(model, calibration, settings.score)
-    design = Design(settings.score, settings.shares, settings.unit, settings.seed, static_sets(
-        means, settings.shares, settings.score, settings.unit, kv
-    ))
+    design = Design(
+        settings.score,
+        settings.shares,
+        settings.unit,
+        settings.seed,
+        static_sets(means, settings.shares, settings.score, settings.unit, kv),
+    )
     start = time.perf_counter()
     item_rows(model, items[0], design)
     seconds = (time.perf_counter() - start) * unit.left
