@@ -71,28 +71,41 @@ def answer(table: pd.DataFrame, certified: pd.DataFrame, versus: pd.DataFrame, s
     """The abstract: the certified shares per selection, what the measured costs say, and the speed."""
     if certified.empty:
         return "No (model, task) has all its items measured yet: every cell below is interim."
-    best = certified[certified["selection"].isin(["per-prompt", "static"])]
-    per_prompt = best.loc[best["selection"] == "per-prompt", "certified_share"].max()
-    static = best.loc[best["selection"] == "static", "certified_share"].max()
-    n = table.groupby(["model", "task"])["n"].first()
+    best = certified.groupby("selection")["certified_share"].max()
+    done = table.merge(certified[["model", "task"]].drop_duplicates(), on=["model", "task"])
+    n = done.groupby(["model", "task"])["n"].first()
+    smallest = table[table["share"] == table["share"].min()]
+
+    def reach(selection: str) -> str:
+        share = best.get(selection, 0.0)
+        return f"up to {share:.0%}" if share > 0 else f"not even at {smallest['share'].iloc[0]:.0%}"
+
+    lead = "No selection is" if not (best > 0).any() else "Per-prompt and static selections are"
     lines = [
-        f"Per-prompt selection keeps every task within its margin (1 point of accuracy, 0.02 nats of loss) up to "
-        f"{per_prompt:.0%} of heads skipped, static selection up to {static:.0%}: with {n.min()} to {n.max()} items "
-        "per task, no bound is narrow enough to certify more, whatever the selection."
+        f"{lead} certified to keep a task within its margin (1 point of accuracy, 0.02 nats of loss): "
+        f"per-prompt {reach('per-prompt')} of heads skipped, static {reach('static')}; {n.min()} to {n.max()} items "
+        "per task give bounds wider than the margins."
     ]
-    wins = versus[versus["low"] > 0]
-    losses = versus[versus["high"] < 0]
+    loss = smallest[smallest["metric"] == "loss"]
+    parts = []
+    for (model, task), cells in loss.groupby(["model", "task"], sort=False):
+        cost = cells.set_index("selection")["drop"]
+        parts.append(
+            f"{model} on {task}, +{cost['per-prompt']:.2f} nats/token per prompt against +{cost['static']:.2f} static "
+            f"and +{cost['random']:.2f} random (oracle +{cost['oracle']:.2f})"
+        )
+    wins, losses = (versus["low"] > 0).sum(), (versus["high"] < 0).sum()
     lines.append(
-        f"Measured, per-prompt keeps more than static in {len(wins)} of {len(versus)} (model, task, share) cells "
-        f"(interval above 0) and less in {len(losses)}; the rest are undetermined."
+        (f"At {smallest['share'].iloc[0]:.0%} of heads: " + "; ".join(parts) + ". " if parts else "")
+        + f"Per-prompt keeps more than static in {wins} of {len(versus)} cells, less in {losses}."
     )
     if speed is not None and not speed.empty:
-        decode = speed[(speed["contestant"] == "per-prompt") & (speed["phase"] == "decode")]
-        whole = speed[(speed["contestant"] == "per-prompt") & (speed["phase"] == "prefill+decode")]
+        mine = speed[speed["contestant"] == "per-prompt"]
+        decode, whole = mine[mine["phase"] == "decode"], mine[mine["phase"] == "prefill+decode"]
         lines.append(
-            f"Skipping the chosen heads makes decode x{decode['speedup'].min():.2f} to x{decode['speedup'].max():.2f} "
-            f"as fast as the dense model (a whole prompt and continuation: x{whole['speedup'].min():.2f} to "
-            f"x{whole['speedup'].max():.2f}, the decision's cost included)."
+            f"Skipping makes decode x{decode['speedup'].min():.2f} to x{decode['speedup'].max():.2f} as fast as the "
+            f"dense model (prompt and continuation, decision included: x{whole['speedup'].min():.2f} to "
+            f"x{whole['speedup'].max():.2f})."
         )
     return "\n\n".join(lines)
 
@@ -148,11 +161,8 @@ def build_adaptive_report(study: AdaptiveStudy, out: str | Path | None = None) -
     writer.hide(study.path, study.results)
     abstract = answer(table, certified.dropna(subset=["certified_share"]), versus, speed)
     if unfinished:
-        left = ", ".join(f"{m} / {t} {n} of {planned[(m, t)]}" for (m, t), n in unfinished.items())
-        abstract += (
-            f"\n\nNot finished: {left} items measured; those cells are interim and no share is read from them; "
-            f"`headstats run {study.path.as_posix()}` resumes."
-        )
+        left = ", ".join(f"{m} {t} {n} of {planned[(m, t)]}" for (m, t), n in unfinished.items())
+        abstract += f"\n\nInterim (no share read): {left} items; `headstats run {study.path.as_posix()}` resumes."
     writer.abstract(abstract)
     writer.headline(
         frontier_figure(table),
