@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from headstats.io.assets import portable_name
 from headstats.jobs.frontier import Frontier, check_recorded_settings, pruned_points
+from headstats.report.figure import score_style
 from headstats.report.frontier import (
     LEGEND,
     family_size,
@@ -29,7 +30,6 @@ from headstats.report.frontier import (
     run_notes,
     settings_line,
 )
-from headstats.report.plots import score_style
 from headstats.report.sections.context import fit_sentences, term
 from headstats.report.writer import ReportWriter, anchor_slug
 from headstats.stats.frontier import CONFIDENCE, add_family_bounds, both_certified_shares, unfinished

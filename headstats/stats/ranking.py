@@ -128,15 +128,18 @@ def _flags(curves: pd.DataFrame, column: str) -> pd.Series:
     return curves[column].fillna(False).astype(bool)
 
 
-def top_k(curves: pd.DataFrame, k: int = 5, by: str = "norm_auc") -> dict[str, list[str]]:
-    """Each model's ``k`` best score functions, best first."""
+def top_k(
+    curves: pd.DataFrame, k: int = 5, by: str = "norm_auc", *, exclude: Sequence[str] = ()
+) -> dict[str, list[str]]:
+    """Each model's ``k`` best score functions by :func:`rank_scores`, best first, leaving out the
+    scores ``exclude`` names (e.g. ``random``, the yardstick a figure draws beside the best)."""
     if k < 1:
         raise ValueError(f"k must be at least 1, not {k}")
     ranks = rank_scores(curves, by)
     out = {}
     for model in ranks.index:
         r = ranks.loc[model].dropna().astype(int).sort_values(kind="stable")
-        out[model] = list(r.index[:k])
+        out[model] = [s for s in r.index if s not in exclude][:k]
     return out
 
 

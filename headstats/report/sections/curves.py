@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pandas as pd
 from tqdm.auto import tqdm
 
-from headstats.report import plots
+from headstats.report import figure, plots
 from headstats.report.sections.context import Context, Writer
 from headstats.stats import ranking
 from headstats.stats.paired import minimum_detectable_drop
@@ -157,7 +157,7 @@ def _curve_figures(
         "Every curve of every model against the realised % of (sequence, layer, head) triples zeroed (not the "
         "target p); dashed: baseline accuracy, dotted: baseline - 1 point; shaded: 95% intervals of each point's "
         "accuracy and, in grey, of the baseline (where the table has them). More than "
-        f"{plots.MAX_CURVES} curves are split into panels of raw and of normalised scores, `random` in each.",
+        f"{figure.MAX_CURVES} curves are split into panels of raw and of normalised scores, `random` in each.",
     )
     writer.figure(
         plots.accuracy_grid(points, models=models, labels=labels),
@@ -169,8 +169,9 @@ def _curve_figures(
     measured = points[(points["score"] != BASELINE) & (points["score"] != "random") & points["model"].isin(shown)]
     # With at most three curves per model besides random, the best three are all of them: the grid above.
     if shown and measured.groupby("model")["score"].nunique().max() > 3:
+        best = ranking.top_k(curves, 3, rank_by, exclude=("random",))
         writer.figure(
-            plots.top_curves(points, curves, shown, k=3, by=rank_by, labels=labels),
+            plots.top_curves(points, {model: best[model] for model in shown}, labels=labels),
             f"{prefix}top_curves",
             f"Random and the three best curves by `{rank_by}` of {', '.join(shown)}.",
         )
