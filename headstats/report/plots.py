@@ -329,7 +329,7 @@ def rank_heatmap(ranks: pd.DataFrame, *, title: str = "Rank of score functions (
 
 def area_intervals(intervals: pd.DataFrame, *, labels: Mapping[str, str] | None = None) -> Figure:
     """Each model's curve areas with their bootstrap intervals, best first, one panel per model
-    (``intervals``: :func:`headstats.stats.ranking.curve_intervals`); the reference curve's interval
+    (``intervals``: :func:`headstats.stats.curve_bootstrap.curve_intervals`); the reference curve's interval
     is shaded across the panel, so a score whose interval clears it beats chance."""
     if intervals.empty:
         raise ValueError("no curve areas to draw: curve_intervals returned no rows")
