@@ -27,8 +27,8 @@ from matplotlib.figure import Figure
 from headstats.io.assets import portable_name
 from headstats.io.machine import describe_machine
 from headstats.jobs.frontier import Frontier, check_recorded_settings, pruned_points, read_record, recorded_settings
+from headstats.report.figure import score_style
 from headstats.report.freshness import report_inputs
-from headstats.report.plots import score_style
 from headstats.report.sections.context import ABSTRACT_WORDS, term, word_count
 from headstats.report.writer import ReportWriter, anchor_slug
 from headstats.specs import FrontierSpec
