@@ -133,6 +133,14 @@ def read_speed(results: Path) -> pd.DataFrame | None:
     return pd.read_csv(path) if path.is_file() else None
 
 
+def unfinished_cells(study: AdaptiveStudy, rows: pd.DataFrame) -> tuple[dict, dict]:
+    """(items planned per (model, task), items measured where fewer than planned)."""
+    spec = study.adaptive
+    planned = {(m, t): n for m in study.model_names() for t, n in zip(spec.tasks, spec.limits, strict=True)}
+    done = rows.groupby(["model", "task"])["item"].nunique().to_dict()
+    return planned, {key: done.get(key, 0) for key, n in planned.items() if done.get(key, 0) < n}
+
+
 def build_adaptive_report(study: AdaptiveStudy, out: str | Path | None = None) -> Path:
     """Write the report of ``study``'s results to ``out`` (default: its ``report`` folder)."""
     rows = read_rows(study)
@@ -144,9 +152,7 @@ def build_adaptive_report(study: AdaptiveStudy, out: str | Path | None = None) -
     table = A.cells(rows, margins, family, seed=spec.seed)
     order = {t: i for i, t in enumerate(spec.tasks)}
     table = table.sort_values(["model", "task"], key=lambda c: c.map(order) if c.name == "task" else c, kind="stable")
-    planned = {(m, t): n for m in study.model_names() for t, n in zip(spec.tasks, spec.limits, strict=True)}
-    done = rows.groupby(["model", "task"])["item"].nunique().to_dict()
-    unfinished = {key: done.get(key, 0) for key, n in planned.items() if done.get(key, 0) < n}
+    planned, unfinished = unfinished_cells(study, rows)
     certified = A.certified_shares(table)
     finished = ~certified.apply(lambda r: (r["model"], r["task"]) in unfinished, axis=1)
     certified = certified.assign(certified_share=certified["certified_share"].where(finished))
@@ -192,6 +198,17 @@ def build_adaptive_report(study: AdaptiveStudy, out: str | Path | None = None) -
             "its prefill), batch 1; every round's times are in the results' speed folder."
         )
         writer.table(speed, "speed")
+    _appendix(writer, study, table)
+    writer.inputs = report_inputs(
+        study.results, {**study.tables["models"], **study.tables["adaptive"]}, study.path, report=writer.out
+    )
+    writer.write()
+    return Path(writer.out) / "index.html"
+
+
+def _appendix(writer: ReportWriter, study: AdaptiveStudy, table: pd.DataFrame) -> None:
+    """Every cell, and the methods."""
+    spec = study.adaptive
     with writer.appendix():
         writer.heading("Every cell", 3)
         writer.text(
@@ -216,8 +233,3 @@ def build_adaptive_report(study: AdaptiveStudy, out: str | Path | None = None) -
             "of items; a cluster bootstrap for loss). Design and margins were registered before the first item "
             f"(the results' `{store.REGISTRATION_FILE}`)."
         )
-    writer.inputs = report_inputs(
-        study.results, {**study.tables["models"], **study.tables["adaptive"]}, study.path, report=writer.out
-    )
-    writer.write()
-    return Path(writer.out) / "index.html"
