@@ -138,7 +138,7 @@ def add_ablate(sub: Subparsers) -> None:
 
 def run_ablate(args: argparse.Namespace) -> int:
     from headstats.io import store
-    from headstats.io.models import model_slug
+    from headstats.io.model_paths import model_slug
     from headstats.jobs.sweep import run_sweep
 
     summary = spec_from_args(args, SummarySpec)

@@ -1,20 +1,19 @@
-"""Loading models with headstats' attention selected, and checking they can be scored."""
+"""Loading models with headstats' attention selected, and checking they can be scored.
+
+Finding a model and naming it (:func:`resolve_model_path`, :func:`model_slug`, :func:`recorded_model`,
+...) need neither torch nor transformers and live in :mod:`headstats.io.model_paths`; they are
+re-exported here, where loading code has always found them."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
 import pickle
-import platform
-import re
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from urllib.parse import urlparse
 
 import torch
 from safetensors import SafetensorError
@@ -30,22 +29,21 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from headstats.engine.attention import ATTN_IMPLEMENTATION, UnsupportedModelError, check_supported, register_attention
 from headstats.engine.prune import CONFIG_KEY, pruned_class
-from headstats.io import assets
-from headstats.io.machine import usable_cores
+from headstats.io import assets, machine
+from headstats.io.dtypes import dtype_name
+from headstats.io.machine import BF16_EMULATED_COST, emulated_bf16
+from headstats.io.model_paths import (
+    ModelLoadError,
+    ModelNotFoundError,
+    checkpoint_info,
+    directory_fingerprint,
+    is_local,
+    not_found_message,
+    recorded_model,
+    resolve_model_path,
+)
 
 logger = logging.getLogger("headstats")
-
-
-class ModelNotFoundError(ValueError):
-    pass
-
-
-class ModelLoadError(ValueError):
-    """A model that was found but cannot be loaded (a broken config, tokenizer or weights file)."""
-
-
-# A Hub repository id: "name" or "org/name" (letters, digits, '-', '_', '.'; no leading '.' or '-').
-_HUB_ID = re.compile(r"^(?![.-])[\w.-]{1,96}(/(?![.-])[\w.-]{1,96})?$")
 
 
 def default_device() -> torch.device:
@@ -58,20 +56,8 @@ def machine_info(device: torch.device | str) -> dict[str, object]:
     use, torch's thread count, the vector instructions torch dispatches to (``cpu_capability``) and,
     on CUDA, the GPU."""
     device = torch.device(device)
-    cpu = platform.processor() or platform.machine()
-    flags: set[str] = set()
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-        names = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
-        cpu = names[0].strip() if names else cpu
-        first = re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
-        flags = set(first.group(1).split()) if first else set()
-    except OSError:
-        pass
     info: dict[str, object] = {
-        "cpu": cpu,
-        "bf16_units": [f for f in ("avx512_bf16", "amx_bf16") if f in flags],
-        "cores": usable_cores(),
+        **machine.cpu_record(),
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
@@ -79,14 +65,6 @@ def machine_info(device: torch.device | str) -> dict[str, object]:
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
-
-
-BF16_EMULATED_COST = (
-    "a bf16 pass takes about 6 times as long as a float32 one (SmolLM2-135M's fused HellaSwag baseline, 12,000 "
-    "sequences, on a 2-core AVX2 EPYC: 7.6 CPU-hours against 1.3, 4.9 h of wall time against 50 min; one "
-    "2048x576 by 576x1536 product: 64 times)"
-)
-"""What emulated bf16 costs, as measured (README.md, "Machines differ"; reports/confirm's run time)."""
 
 
 _BF16_COST_SAID: ContextVar[bool] = ContextVar("headstats_bf16_cost_said", default=False)
@@ -104,15 +82,6 @@ def bf16_cost_said() -> Iterator[None]:
         _BF16_COST_SAID.reset(token)
 
 
-def emulated_bf16(device: torch.device | str) -> str | None:
-    """The CPU's name when ``device`` is a CPU without bf16 matrix units (AVX512-BF16 or AMX), where
-    PyTorch emulates bf16 products (:data:`BF16_EMULATED_COST`); None on a GPU or on a CPU that has them."""
-    if torch.device(device).type != "cpu":
-        return None
-    info = machine_info("cpu")
-    return None if info["bf16_units"] else str(info["cpu"])
-
-
 def resolve_dtype(
     dtype: str | torch.dtype | None, device: torch.device, config: PretrainedConfig | None = None
 ) -> torch.dtype:
@@ -127,84 +96,12 @@ def resolve_dtype(
     bf16 products, about 6 times slower than fp32: :data:`BF16_EMULATED_COST`)."""
     if isinstance(dtype, torch.dtype):
         return dtype
-    if dtype == "fast":
-        native = device.type == "cuda" or (device.type == "cpu" and emulated_bf16(device) is None)
-        return torch.bfloat16 if native else torch.float32
     if dtype == "auto" and config is not None:
         saved = getattr(config.get_text_config(), "dtype", None) or getattr(config, "dtype", None)
         if isinstance(saved, str):
             saved = getattr(torch, saved, None)
         return saved if isinstance(saved, torch.dtype) else torch.float32
-    if dtype is None or dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    names = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-    }
-    if dtype not in names:
-        raise ValueError(f"unknown dtype {dtype!r}: choose from auto, fast, {', '.join(names)}")
-    return names[dtype]
-
-
-def resolve_model_path(name_or_path: str) -> str:
-    """An embedded name, a local directory, or a Hub id (``org/name`` or ``name``, as ``gpt2``),
-    returned as is for transformers."""
-    if name_or_path in assets.EMBEDDED_MODELS:
-        return str(assets.embedded_model(name_or_path))
-    path = Path(name_or_path).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise ModelNotFoundError(
-                f"model directory {str(path)!r} has no config.json: give a directory written by save_pretrained"
-            )
-        return str(path)
-    if not _HUB_ID.match(name_or_path):
-        raise ModelNotFoundError(_not_found(name_or_path))
-    if not _in_hf_cache(name_or_path) and not hub_reachable():
-        raise ModelNotFoundError(
-            f"{_not_found(name_or_path)}; it is not in the local Hugging Face cache and the Hub is not reachable "
-            "from this machine"
-        )
-    return name_or_path
-
-
-_HUB: dict[str, bool] = {}
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face Hub can be reached, asked once per process (one TCP connection with a
-    short timeout) instead of letting every download retry for half a minute. False under
-    ``HF_HUB_OFFLINE``; when it is not reachable, offline mode is switched on, so that models in the
-    local cache load from it at once. Behind a proxy (``HTTPS_PROXY``) the proxy decides: True."""
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE:
-        return False
-    if "reachable" not in _HUB:
-        if any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-            _HUB["reachable"] = True
-        else:
-            url = urlparse(constants.ENDPOINT)
-            try:
-                socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout).close()
-                _HUB["reachable"] = True
-            except OSError:
-                _HUB["reachable"] = False
-                constants.HF_HUB_OFFLINE = True
-    return _HUB["reachable"]
-
-
-def _in_hf_cache(repo_id: str) -> bool:
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
-    except ValueError:  # not a valid repository id
-        return False
+    return getattr(torch, dtype_name(dtype, device.type, native_bf16=lambda: emulated_bf16(device) is None))
 
 
 def _check_shards(name: str, path: Path) -> None:
@@ -223,17 +120,6 @@ def _check_shards(name: str, path: Path) -> None:
                 f"{name}: weight shard(s) {', '.join(missing)} listed in {index.name} are missing from {path}; copy "
                 "them there, or save the model again with save_pretrained"
             )
-
-
-def is_local(path: str) -> bool:
-    return Path(path).expanduser().is_dir()
-
-
-def _not_found(name: str) -> str:
-    return (
-        f"model {name!r} not found: give a local directory, a Hub id (org/name or name, from your HF cache or the "
-        f"Hub), or one of: {', '.join(assets.EMBEDDED_MODELS)}"
-    )
 
 
 def load_model(
@@ -287,7 +173,9 @@ def load_model(
             path, config=config, dtype=torch_dtype, attn_implementation=ATTN_IMPLEMENTATION, **placement, **hub
         )
     except OSError as err:
-        raise ModelNotFoundError(f"{_not_found(name_or_path)} ({err.__class__.__name__}: {_first_line(err)})") from err
+        raise ModelNotFoundError(
+            f"{not_found_message(name_or_path)} ({err.__class__.__name__}: {_first_line(err)})"
+        ) from err
     except pickle.UnpicklingError as err:
         raise ModelLoadError(
             f"{name_or_path}: a weights file holds a pickle that is not plain tensors, which torch refuses to load "
@@ -399,7 +287,7 @@ def _load_config(name: str, path: str, hub: dict) -> PretrainedConfig:
     try:
         return AutoConfig.from_pretrained(path, **hub)
     except OSError as err:
-        raise ModelNotFoundError(f"{_not_found(name)} ({err.__class__.__name__}: {_first_line(err)})") from err
+        raise ModelNotFoundError(f"{not_found_message(name)} ({err.__class__.__name__}: {_first_line(err)})") from err
     except ValueError as err:  # an unknown model_type, or custom code that needs trust_remote_code
         raise ModelLoadError(f"{name}: config.json cannot be read by transformers ({_first_line(err)})") from err
 
@@ -454,7 +342,7 @@ def _load_tokenizer(name: str, path: str, hub: dict) -> PreTrainedTokenizerBase:
     try:
         return AutoTokenizer.from_pretrained(path, **hub)
     except OSError as err:
-        raise ModelNotFoundError(f"{_not_found(name)} ({err.__class__.__name__}: {_first_line(err)})") from err
+        raise ModelNotFoundError(f"{not_found_message(name)} ({err.__class__.__name__}: {_first_line(err)})") from err
     except ValueError as err:  # transformers' "needs sentencepiece ..." when no tokenizer file is there
         raise ModelLoadError(
             f"{name}: no usable tokenizer next to the model (tokenizer.json / tokenizer_config.json); save it "
@@ -496,27 +384,6 @@ def model_location(model: PreTrainedModel) -> str:
     return str(getattr(model, "headstats_name", None) or model.config.name_or_path or "")
 
 
-def recorded_model(name: str) -> str:
-    """A model's name as results and resume keys record it: an embedded name or Hub id as given, and a
-    local folder as ``<local>/<folder name>`` wherever it lies (home, cache or elsewhere; given
-    absolute or relative). The folder's content hash, recorded beside it as ``revision``, identifies
-    the weights, so the record names no local path and a folder moved elsewhere keeps its key. A name
-    recorded by an earlier version (the folder's path as given) reads the same way."""
-    text = str(name)
-    if not text or text in assets.EMBEDDED_MODELS or text.startswith(assets.ELSEWHERE + "/"):
-        return text
-    local = text.startswith(("/", "~", ".", assets.CACHE_VARIABLE))
-    if not local:  # a Hub id, or a relative folder that is here
-        try:
-            local = Path(text).expanduser().is_dir()
-        except OSError:
-            local = False
-    if not local:
-        return text
-    folder = assets.local_path(text).absolute()
-    return f"{assets.ELSEWHERE}/{folder.name or folder.resolve().name}"
-
-
 def model_from_table(model: PreTrainedModel, table: Path) -> dict[str, str]:
     """``{"model_from_table": PATH}``: where a model in a local folder outside the cache and home lies,
     relative to the folder of the table that records it (a report finds a fine-tuning chain's
@@ -526,80 +393,3 @@ def model_from_table(model: PreTrainedModel, table: Path) -> dict[str, str]:
     if not folder.is_dir() or not assets.portable_name(folder.absolute()).startswith(assets.ELSEWHERE + "/"):
         return {}
     return {"model_from_table": Path(os.path.relpath(folder.absolute(), Path(table).absolute())).as_posix()}
-
-
-def checkpoint_info(path: Path) -> dict:
-    """What ``headstats finetune`` wrote beside a checkpoint (stage, step, the stage's steps, chain);
-    empty for any other folder. A damaged sidecar only loses the stage label."""
-    sidecar = path / "HEADSTATS_CHECKPOINT.json"
-    try:
-        info = json.loads(sidecar.read_text()) if sidecar.is_file() else {}
-    except (OSError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
-
-
-def trainer_step(path: Path) -> int | None:
-    """The ``global_step`` a Trainer checkpoint folder records (``trainer_state.json``), or None."""
-    folder = Path(path).expanduser()
-    state = folder / "trainer_state.json"
-    try:
-        step = json.loads(state.read_text()).get("global_step") if str(path) and state.is_file() else None
-    except (OSError, ValueError, AttributeError):
-        return None
-    return step if isinstance(step, int) else None
-
-
-# The ``transformers_version`` a config.json carries names the library that wrote the file, not the
-# model: transformers 5.25 converting the same GGUF weights as 5.24 changed only that line, and with it
-# the identity of every committed run. The fingerprint reads the stamp as this fixed value, the version
-# that wrote the configs of every committed result, so that their identities stay what they were.
-CONFIG_WRITER_STAMP = "5.24.0"
-
-
-def _config_bytes(config: Path) -> bytes:
-    """config.json as save_pretrained writes it (sorted keys, indent 2), its writer's stamp read as
-    :data:`CONFIG_WRITER_STAMP`; a file that is not a JSON object counts as its bytes."""
-    raw = config.read_bytes()
-    try:
-        content = json.loads(raw)
-    except ValueError:
-        return raw
-    if not isinstance(content, dict):
-        return raw
-    if "transformers_version" in content:
-        content["transformers_version"] = CONFIG_WRITER_STAMP
-    return (json.dumps(content, indent=2, sort_keys=True) + "\n").encode()
-
-
-def directory_fingerprint(path: Path) -> str:
-    """A content hash of a checkpoint directory: config plus the bytes of every weight file, so
-    weights saved again in place get another identity (each file's hash is cached by path, size
-    and times in :mod:`headstats.io.fingerprint`, so reruns cost nothing). The version of
-    transformers that wrote config.json is not part of it (:data:`CONFIG_WRITER_STAMP`)."""
-    from headstats.io.fingerprint import files_digest, weight_files
-
-    digest = hashlib.sha256()
-    config = path / "config.json"
-    if config.is_file():
-        digest.update(_config_bytes(config))
-    digest.update(files_digest((f.name, f) for f in weight_files(path)).encode())
-    source = path / "HEADSTATS_SOURCE.json"
-    if source.is_file():
-        digest.update(json.dumps(json.loads(source.read_text()), sort_keys=True).encode())
-    return "sha256:" + digest.hexdigest()[:16]
-
-
-def model_slug(name: str) -> str:
-    """A file-system safe partition value for a model name or path: a local folder's name, or for a
-    checkpoint of ``headstats finetune`` its chain, stage and step (``gemma3-270m-<hash>-sft-15``:
-    every stage has a ``step-00015``, so the folder name alone would mix them)."""
-    base = name.rstrip("/").removeprefix(assets.ELSEWHERE + "/")
-    if os.path.sep in base and Path(base).expanduser().exists():
-        base = Path(base).expanduser().name
-        info, folder = checkpoint_info(Path(name).expanduser()), Path(name).expanduser().resolve()
-        if info.get("stage") == "base":  # OUT/<chain>/base
-            base = f"{folder.parent.name}-base"
-        elif info.get("stage") and info.get("step") is not None:  # OUT/<chain>/<stage>/step-N
-            base = f"{info.get('chain') or folder.parent.parent.name}-{info['stage']}-{int(info['step'])}"
-    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in base.replace("/", "--"))

@@ -179,7 +179,7 @@ def check_models(spec: CompareSpec) -> list[Path]:
     """Before any collection: the results folder writable, every model found, none of them another
     one itself (:func:`~headstats.jobs.compare_identity.check_identities`), every dataset readable and no
     two models sharing a table name. Returns the models' folders."""
-    from headstats.io.models import model_slug, resolve_model_path
+    from headstats.io.model_paths import model_slug, resolve_model_path
     from headstats.io.tasks import collection_source
 
     names = all_models(spec)

@@ -26,7 +26,13 @@ from matplotlib.figure import Figure
 
 from headstats.io.assets import portable_name
 from headstats.io.machine import describe_machine
-from headstats.jobs.frontier import Frontier, check_recorded_settings, pruned_points, read_record, recorded_settings
+from headstats.jobs.frontier_plan import (
+    Frontier,
+    check_recorded_settings,
+    pruned_points,
+    read_record,
+    recorded_settings,
+)
 from headstats.report.freshness import report_inputs
 from headstats.report.plots import score_style
 from headstats.report.sections.context import ABSTRACT_WORDS, term, word_count
@@ -184,7 +190,7 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     )
     hide_folders(writer, frontier)
     b_small = min(spec.speed_batches)
-    from headstats.io.models import model_slug
+    from headstats.io.model_paths import model_slug
 
     names = {model_slug(m): m for m in frontier.model_names(all_models=True)}
     missing = [m for slug, m in names.items() if slug not in runs or slug in partial]

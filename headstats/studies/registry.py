@@ -161,7 +161,7 @@ class StudyKind:
 
 def not_found_here(name: str) -> str | None:
     """Why the model ``name`` cannot be found on this machine (the error a load would raise), or None."""
-    from headstats.io.models import ModelNotFoundError, resolve_model_path
+    from headstats.io.model_paths import ModelNotFoundError, resolve_model_path
 
     try:
         resolve_model_path(name)

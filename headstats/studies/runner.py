@@ -92,7 +92,7 @@ def announce_run(kind: StudyKind, study: Study, run: RunSpec, units: list[Unit])
 
 def stop_if_missing(unit: Unit) -> None:
     """Stop the run at a unit whose model cannot be found here, with the error its load would raise."""
-    from headstats.io.models import ModelNotFoundError
+    from headstats.io.model_paths import ModelNotFoundError
     from headstats.studies.registry import not_found_here
 
     why = unit.missing or (not_found_here(unit.loads or unit.model) if unit.absent else None)
@@ -143,7 +143,7 @@ def run_grid_jobs(
     """Each model with units left as one grid job (:func:`run_model_units`) under ``resources``' launcher
     (:mod:`headstats.jobs.grid`); the job writes only its model's folder of the results."""
     from headstats.io import store
-    from headstats.io.models import model_slug
+    from headstats.io.model_paths import model_slug
     from headstats.jobs.grid import FunctionJob, run_grid
 
     for unit in units:

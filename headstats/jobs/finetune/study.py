@@ -115,7 +115,7 @@ class SeedStudy:
 
 
 def _base_slug(design: FinetuneDesign, models: tuple[str, ...], path: Path) -> str:
-    from headstats.io.models import model_slug
+    from headstats.io.model_paths import model_slug
 
     if design.base_model:
         return model_slug(design.base_model)
@@ -366,8 +366,8 @@ def texts_left(
     """(texts left, texts) of ``checkpoint``'s collection of ``dataset``: the collection planner's
     sample (:func:`~headstats.jobs.collect.collection_sample`, kept in ``samples`` per dataset when
     given) counted against its partition; no model loaded."""
-    from headstats.jobs.collect import collection_sample
-    from headstats.jobs.collect import texts_left as collection_left
+    from headstats.jobs.collect_plan import collection_sample
+    from headstats.jobs.collect_plan import texts_left as collection_left
 
     samples = {} if samples is None else samples
     if dataset not in samples:
@@ -397,7 +397,7 @@ def _table_checkpoint(study: SeedStudy, seed: int, partition: store.Partition) -
             f"{partition.path} records recipe {recipe}, the design's is {study.design.recipe_hash}: it is another "
             f"study's table; {_recollect(study, seed)}"
         )
-    from headstats.jobs.collect import recorded_changes
+    from headstats.jobs.collect_plan import recorded_changes
 
     changed = recorded_changes(partition.provenance or {}, study.collect, f"in {study.path.name}")
     if changed:

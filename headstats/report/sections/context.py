@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 
 from headstats.io import store
 from headstats.io.assets import local_path
-from headstats.io.models import checkpoint_info
+from headstats.io.model_paths import checkpoint_info
 from headstats.specs import FINETUNE_STAGES, ReportSpec
 from headstats.stats import distances, multiple, ranking
 from headstats.stats.summary import summarize_curves, summarize_interventions
