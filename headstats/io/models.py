@@ -32,15 +32,19 @@ from headstats.engine.prune import CONFIG_KEY, pruned_class
 from headstats.io import assets, machine
 from headstats.io.dtypes import dtype_name
 from headstats.io.machine import BF16_EMULATED_COST, emulated_bf16
-from headstats.io.model_paths import (
+from headstats.io.model_paths import (  # noqa: F401  (finding and naming: callers find them here too)
+    CONFIG_WRITER_STAMP,
     ModelLoadError,
     ModelNotFoundError,
     checkpoint_info,
     directory_fingerprint,
+    hub_reachable,
     is_local,
+    model_slug,
     not_found_message,
     recorded_model,
     resolve_model_path,
+    trainer_step,
 )
 
 logger = logging.getLogger("headstats")

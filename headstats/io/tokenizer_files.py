@@ -11,6 +11,7 @@ transformers' tokenizer instead.
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime
 from pathlib import Path
@@ -53,12 +54,13 @@ def _chat_template(folder: Path, config: dict) -> str | None:
     raise NoTokenizerFile(f"{folder} has several named chat templates")
 
 
-def render_chat(template: str, messages: list[dict[str, str]], **variables: object) -> str:
-    """``template`` rendered as transformers renders a chat template: a sandboxed Jinja2 environment
+@functools.cache
+def compiled_chat(template: str):
+    """``template`` compiled as transformers compiles a chat template: a sandboxed Jinja2 environment
     with ``trim_blocks`` and ``lstrip_blocks``, loop controls, a ``tojson`` that does not escape HTML,
-    and ``raise_exception`` and ``strftime_now``; ``variables``: ``add_generation_prompt`` and the
-    special tokens by name."""
+    and ``raise_exception`` and ``strftime_now``."""
     import jinja2
+    import jinja2.ext
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message: str) -> None:
@@ -71,7 +73,13 @@ def render_chat(template: str, messages: list[dict[str, str]], **variables: obje
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda format: datetime.now().strftime(format)
-    return env.from_string(template).render(messages=messages, tools=None, documents=None, **variables)
+    return env.from_string(template)
+
+
+def render_chat(template: str, messages: list[dict[str, str]], **variables: object) -> str:
+    """``messages`` rendered by ``template`` as transformers renders a chat (:func:`compiled_chat`), with
+    no tools or documents; ``variables``: ``add_generation_prompt`` and the special tokens by name."""
+    return compiled_chat(template).render(messages=messages, tools=None, documents=None, **variables)
 
 
 class FileTokenizer:
@@ -130,4 +138,4 @@ class FileTokenizer:
         )
 
 
-__all__ = ["FileTokenizer", "NoTokenizerFile", "render_chat"]
+__all__ = ["FileTokenizer", "NoTokenizerFile", "compiled_chat", "render_chat"]
