@@ -16,7 +16,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 import headstats
 from headstats.engine.attention import UnsupportedModelError
-from headstats.io import models
+from headstats.io import model_paths, models
 from headstats.io.models import ModelLoadError, ModelNotFoundError, load_model, model_identity, resolve_dtype
 
 
@@ -267,7 +267,7 @@ def test_errors_are_value_errors_so_the_cli_prints_one_line(monkeypatch: pytest.
     from huggingface_hub import constants
 
     # Where the Hub answers, a Hub id passes as is (offline, one not in the HF cache is refused at once).
-    monkeypatch.setattr(models, "_HUB", {"reachable": True})
+    monkeypatch.setattr(model_paths, "_HUB", {"reachable": True})
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     assert models.resolve_model_path("gpt2") == "gpt2"  # a Hub id without organisation
     assert models.resolve_model_path("EleutherAI/pythia-70m") == "EleutherAI/pythia-70m"

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -32,7 +33,9 @@ from headstats.jobs.registration import amendments as registration_amendments
 from headstats.jobs.registration import register as register_keys
 from headstats.options import narrow
 from headstats.specs import CollectSection, CollectSpec, FinetuneDesign, ModelsSection
-from headstats.stats import seed_margin
+
+if TYPE_CHECKING:
+    from headstats.stats import seed_margin
 
 logger = logging.getLogger("headstats")
 
@@ -470,6 +473,8 @@ def seed_cells(
     seeds ``kept`` keeps at the stage (:func:`headstats.stats.seeds.seeds_kept`; every seed without
     it). ``tables``: :func:`seed_tables`' output when the caller has read it. Empty before the base
     is scored."""
+    from headstats.stats import seed_margin  # scipy: for the decision, not for loading or planning a study
+
     scores, checkpoints = tables if tables is not None else seed_tables(study, results)
     bases = checkpoints.loc[checkpoints["stage"] == BASE, "model"].astype(str).tolist()
     if not bases:
