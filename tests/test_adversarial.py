@@ -883,7 +883,7 @@ def test_no_report_kind_writes_the_home_or_temporary_folder(kind: str, temporary
 
     path = REPORT_STUDIES[kind](temporary_home)
     study = load_study(path)
-    index = STUDY_KINDS.get(study.kind).report(study, RunSpec(), progress=False)
+    index = STUDY_KINDS[study.kind].report(study, RunSpec(), progress=False)
     assert index.parent.is_relative_to(Path.home())
     _no_local_folder(temporary_home, index.parent)
 

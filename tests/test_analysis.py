@@ -402,7 +402,8 @@ def test_the_committed_study_results_resume_under_the_study_file(monkeypatch: py
     """results/study/ is committed so that a fresh checkout resumes the powered study: every committed
     partition has the run key the study file plans now (a sweep refuses to resume under another) and
     the weights' fingerprint of the model it names, and every committed point is one the file plans."""
-    from headstats.io.models import directory_fingerprint, resolve_model_path
+    from headstats.io.identity import directory_fingerprint
+    from headstats.io.models import resolve_model_path
     from headstats.jobs.analysis import merged_load, planned_points
 
     monkeypatch.chdir(ANALYSES.parent)

@@ -82,7 +82,7 @@ def report_command(env: Env, monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     write_synthetic_scores(env.tmp / "results", models=2, n_sequences=4, progress=False)
     user_files(env, "report")
-    monkeypatch.setattr(report_sections, "SECTIONS", [])  # the sections' statistics are not what is tested
+    monkeypatch.setattr(report_sections, "SECTIONS", {})  # the sections' statistics are not what is tested
     return ["report", str(env.tmp / "results"), "--out", str(env.tmp / "report"), "-q"]
 
 

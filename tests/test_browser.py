@@ -22,7 +22,7 @@ import pytest
 from figure_checks import ciede2000, colour_problems, legends_on_data, measure, overlapping_labels
 from matplotlib.figure import Figure
 
-from headstats.report.plots import save_figure
+from headstats.report.figure import save_figure
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = sorted(p.parent for p in (ROOT / "reports").glob("*/index.html"))

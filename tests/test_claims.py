@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 from montecarlo import binomial_band
 
+from headstats.stats import curve_bootstrap, ranking
 from headstats.stats import curves as C
-from headstats.stats import ranking
 from headstats.stats.multiple import holm
 from headstats.stats.paired import drop_bound
 from headstats.stats.summary import certified_headline, summarize_curves
@@ -87,8 +87,8 @@ def test_the_adjusted_headline_equals_a_hand_computation_on_a_synthetic_family()
 def test_verdicts_against_random_are_holm_adjusted_over_every_curve_given() -> None:
     # Bootstrap p-values by hand: 4 of 999 resamples at or below 0 -> p = 2 * 5 / 1000.
     diffs = np.r_[np.full(995, 1.0), np.full(4, -1.0)]
-    assert ranking.bootstrap_pvalue(diffs) == pytest.approx(0.01)
-    assert ranking.bootstrap_pvalue(np.zeros(10)) == 1.0
+    assert curve_bootstrap.bootstrap_pvalue(diffs) == pytest.approx(0.01)
+    assert curve_bootstrap.bootstrap_pvalue(np.zeros(10)) == 1.0
     p = [0.004, 0.02, 0.03, 0.6]
     intervals = pd.DataFrame(
         {
@@ -103,13 +103,13 @@ def test_verdicts_against_random_are_holm_adjusted_over_every_curve_given() -> N
             "p_best": [0.97, 0.03, 0.5, 0.5, 0.0, 0.0],
         }
     )
-    tests = ranking.against_reference(intervals)
+    tests = curve_bootstrap.against_reference(intervals)
     assert tests["vs_reference_p_holm"].tolist() == pytest.approx(holm(p).tolist())
     assert tests["vs_reference_p_holm"].tolist() == pytest.approx([0.016, 0.06, 0.06, 0.6])
     # s2 of a and s1 of b are significant alone, not over the four curves.
     assert tests["unadjusted"].tolist() == ["better", "better", "worse", "indistinguishable"]
     assert tests["holm"].tolist() == ["better", "indistinguishable", "indistinguishable", "indistinguishable"]
-    table = ranking.verdicts(intervals).set_index("model")
+    table = curve_bootstrap.verdicts(intervals).set_index("model")
     assert (table.loc["a", "better"], table.loc["a", "indistinguishable"]) == ("s1", "s2")
     assert table.loc["b", "worse"] == "" and table.loc["b", "indistinguishable"] == "s1, s2"
     assert table.loc["a", "unadjusted_differs"] == "s2: better unadjusted, p = 0.020, Holm 0.06"
@@ -150,7 +150,7 @@ def _flat_then_falling(loss, n: int, draws: int, resamples: int) -> tuple[float,
             ],
             ignore_index=True,
         )
-        got = ranking.curve_intervals(rows, n_resamples=resamples, seed=draw).iloc[0]
+        got = curve_bootstrap.curve_intervals(rows, n_resamples=resamples, seed=draw).iloc[0]
         covered["raw"] += got["first_low"] <= truth and (truth <= got["first_high"] or got["first_high_open"])
         covered["mono"] += got["first_mono_low"] <= truth and (
             truth <= got["first_mono_high"] or got["first_mono_high_open"]
@@ -181,8 +181,8 @@ def test_first_drop_intervals_cover_the_true_reading_on_flat_then_falling_curves
 
 
 def test_a_reading_outside_the_central_half_of_its_resamples_is_unstable() -> None:
-    assert ranking.unstable(25.4, 4.7, 24.6) and not ranking.unstable(13.0, 4.7, 24.6)
-    assert not ranking.unstable(float("nan"), 1.0, 2.0) and not ranking.unstable(1.5, 1.0, float("nan"))
+    assert curve_bootstrap.unstable(25.4, 4.7, 24.6) and not curve_bootstrap.unstable(13.0, 4.7, 24.6)
+    assert not curve_bootstrap.unstable(float("nan"), 1.0, 2.0) and not curve_bootstrap.unstable(1.5, 1.0, float("nan"))
     # The monotone fit pools a point that dips below the line with the higher one after it.
     x, y = [0, 5, 10, 15, 20], [60.0, 58.8, 59.6, 59.5, 55.0]
     raw, mono = C.within_one_point(x, y, 60.0), C.within_one_point_monotone(x, y, 60.0)

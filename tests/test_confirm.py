@@ -51,7 +51,7 @@ def test_a_claim_is_confirmed_only_when_every_planned_path_certifies_it() -> Non
 def test_a_confirmation_runs_every_claim_on_every_path_and_reports_the_stated_rule(
     tiny_llama_dir, tmp_path, caplog, monkeypatch
 ) -> None:
-    from headstats.io.models import model_slug
+    from headstats.io.identity import model_slug
     from headstats.jobs import confirm
     from headstats.jobs.confirm import expand, load_confirmation
     from headstats.pipeline import run_confirmation

@@ -131,7 +131,7 @@ def test_the_plan_counts_steps_and_texts_before_and_after_a_partial_run(tiny_stu
     with all their texts); after seed 0 is trained to its SFT end, that stage has no step left, its
     base and SFT end have their texts left in their own partitions; after the collect stage of seed 0,
     none; the train stage then finishes seed 0's chain."""
-    import headstats.io.models as models
+    from headstats.io.identity import model_slug
     from headstats.jobs import finetune as ft
 
     path, recipe, base = tiny_study
@@ -159,7 +159,7 @@ def test_the_plan_counts_steps_and_texts_before_and_after_a_partial_run(tiny_stu
     run_study(path, stages=("collect",), only_seeds=(0,), progress=False)
     results = study.spec.results / "seed-0"
     chain = study.spec.chain(0)
-    slugs = {models.model_slug(str(chain / "base")), models.model_slug(str(chain / "sft" / "step-00002"))}
+    slugs = {model_slug(str(chain / "base")), model_slug(str(chain / "sft" / "step-00002"))}
     assert {p.model for p in store.find_partitions(results, "scores")[0]} == slugs  # the score script's layout
     assert (results / "_chain" / "metrics.json").is_file()  # the learning evidence, kept beside the tables
     units = plan_study(study, stages=("collect",), only_seeds=(0,))
@@ -386,7 +386,7 @@ def test_the_plan_reads_steps_from_the_chain_folders_and_texts_from_the_results_
     """Without a model or a trainer: a stage end with its record is finished, a stage's saved trainer
     state counts its steps done; the texts left are the collection planner's sample less the sample
     ids of the checkpoint's table, in the folder ``--results`` names (the file's results otherwise)."""
-    from headstats.io.models import model_slug
+    from headstats.io.identity import model_slug
     from headstats.jobs.collect import collection_sample
 
     (tmp_path / "texts.txt").write_text("\n\n".join(f"Text {i} is here." for i in range(6)))

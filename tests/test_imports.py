@@ -248,7 +248,7 @@ def test_planted_violations_in_a_copy_are_found(tmp_path) -> None:
         f.write("\n\ndef planted():\n    return stability._planted_too\n")
     with (root / "stats" / "w1.py").open("a") as f:
         f.write("\nfrom headstats import load_model\n")
-    with (root / "specs.py").open("a") as f:
+    with (root / "specs" / "commands.py").open("a") as f:
         f.write("\nfrom headstats.jobs.sweep import run_sweep\n")
     with (root / "options.py").open("a") as f:
         f.write("\nfrom headstats.specs import SweepSpec\n")
@@ -259,7 +259,7 @@ def test_planted_violations_in_a_copy_are_found(tmp_path) -> None:
         ("headstats.io.sql", "headstats.stats.stability"),
         ("headstats.io.sql", "headstats.jobs.sweep"),
         ("headstats.stats.w1", "headstats"),
-        ("headstats.specs", "headstats.jobs.sweep"),
+        ("headstats.specs.commands", "headstats.jobs.sweep"),
         ("headstats.options", "headstats.specs"),
     }
     assert set(private) - set(before_private) == {

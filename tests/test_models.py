@@ -17,7 +17,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 import headstats
 from headstats.engine.attention import UnsupportedModelError
 from headstats.io import model_paths, models
-from headstats.io.models import ModelLoadError, ModelNotFoundError, load_model, model_identity, resolve_dtype
+from headstats.io.identity import directory_fingerprint, model_identity
+from headstats.io.models import ModelLoadError, ModelNotFoundError, load_model, resolve_dtype
 
 
 def save(path: Path, tokenizer, *, seed: int = 0, dtype: torch.dtype = torch.float32) -> Path:
@@ -168,9 +169,9 @@ def test_the_fingerprint_ignores_the_transformers_version_that_wrote_the_config(
     other = _restamped(bf16_dir, tmp_path / "other", transformers_version="5.25.0", rms_norm_eps=1e-3)
     recorded = hashlib.sha256((old / "config.json").read_bytes())
     recorded.update(files_digest((f.name, f) for f in weight_files(old)).encode())
-    assert models.directory_fingerprint(old) == "sha256:" + recorded.hexdigest()[:16]
-    assert models.directory_fingerprint(new) == models.directory_fingerprint(old)
-    assert models.directory_fingerprint(other) != models.directory_fingerprint(new)
+    assert directory_fingerprint(old) == "sha256:" + recorded.hexdigest()[:16]
+    assert directory_fingerprint(new) == directory_fingerprint(old)
+    assert directory_fingerprint(other) != directory_fingerprint(new)
 
 
 @pytest.fixture

@@ -28,9 +28,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
-# The edits, all in headstats/specs.py: each option's field, and its use in its group's one function
-# (the method as it stands is kept under another name and wrapped, so the test does not depend on its
-# body). anchor -> what replaces it.
+# The edits, all in headstats/specs/groups.py (the option groups): each option's field, and its use in
+# its group's one function (the method as it stands is kept under another name and wrapped, so the test
+# does not depend on its body). anchor -> what replaces it.
 EDITS = {
     "    def select(self, strata: Sequence[Hashable | None], seed: int) -> list[int]:\n": """\
     skip_first: int = option(0, "leave out the first N documents or questions before sampling", minimum=0)
@@ -121,7 +121,7 @@ def planned(folder: str, sampling: dict, calibration: dict) -> dict:
 def edited_package(folder: Path) -> Path:
     """A copy of the package with the edits made; the folder to put first on the import path."""
     shutil.copytree(ROOT / "headstats", folder / "headstats", ignore=shutil.ignore_patterns("__pycache__"))
-    specs = folder / "headstats" / "specs.py"
+    specs = folder / "headstats" / "specs" / "groups.py"
     text = specs.read_text()
     for anchor, edit in EDITS.items():
         moved = f"{anchor.strip()!r} moved: keep the recipe of docs/developing.md true, and EDITS with it"

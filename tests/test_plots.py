@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from headstats.report import paper, plots
+from headstats.report import figure, paper, plots
 from headstats.stats import matrix, ranking
 
 MODELS = ["Llama-3.1-8B-Instruct", "Qwen2.5-3B"]
@@ -67,13 +67,13 @@ def test_curve_figures_draw_every_curve_and_the_baseline_lines(published) -> Non
     panels = [ax for ax in fig.axes if ax.has_data()]
     assert len(panels) == 4  # 2 models x 2 groups of scores
     for ax in panels:
-        assert len(_curves_of(ax)) <= plots.MAX_CURVES and "random" in _curves_of(ax)
+        assert len(_curves_of(ax)) <= figure.MAX_CURVES and "random" in _curves_of(ax)
         assert len(ax.lines) == len(_curves_of(ax)) + 2  # baseline and baseline - 1 point
     for model in MODELS:
         drawn = [c for ax in panels if ax.get_title() == model for c in _curves_of(ax)]
         # random twice (once per block), every other score once
-        assert sorted(drawn) == sorted([plots.score_style(s)["label"] for s in curves["score"].unique()] + ["random"])
-        label_of = {plots.score_style(s)["label"]: s for s in curves["score"].unique()}
+        assert sorted(drawn) == sorted([figure.score_style(s)["label"] for s in curves["score"].unique()] + ["random"])
+        label_of = {figure.score_style(s)["label"]: s for s in curves["score"].unique()}
         for line in (line for ax in panels if ax.get_title() == model for line in ax.lines):
             if not line.get_label().startswith("baseline"):  # a curve: the score's points, left to right
                 rows = points[(points["model"] == model) & (points["score"] == label_of[line.get_label()])]
@@ -93,7 +93,8 @@ def test_curve_figures_draw_every_curve_and_the_baseline_lines(published) -> Non
         assert legend.y1 > min(a.y0 for a in axes) and legend.y0 < max(a.y1 for a in axes)  # beside them
         assert legend.x1 <= fig.bbox.x1
 
-    top = plots.top_curves(points, curves, MODELS, k=3)
+    best = ranking.top_k(curves, 3, exclude=("random",))
+    top = plots.top_curves(points, {model: best[model] for model in MODELS})
     labels = [line.get_label() for line in top.axes[0].lines]
     assert labels[2] == "random" and "ahon_ln (avg head-output norm, layer-normalised)" in labels
     assert len(top.axes[0].lines) == 2 + 4  # baseline lines, random and the top 3
@@ -169,9 +170,9 @@ def test_area_intervals_draw_each_area_and_its_interval_best_last(score_table) -
 
 
 def test_a_saved_figure_is_png_and_svg_and_the_same_bytes_when_drawn_again(score_table, tmp_path) -> None:
-    first = plots.save_figure(plots.ecdf(score_table, "awft", ["m1", "m2"]), tmp_path / "a", "ecdf", dpi=40)
+    first = figure.save_figure(plots.ecdf(score_table, "awft", ["m1", "m2"]), tmp_path / "a", "ecdf", dpi=40)
     _written(first)
-    again = plots.save_figure(plots.ecdf(score_table, "awft", ["m1", "m2"]), tmp_path / "b", "ecdf", dpi=40)
+    again = figure.save_figure(plots.ecdf(score_table, "awft", ["m1", "m2"]), tmp_path / "b", "ecdf", dpi=40)
     assert all(first[k].read_bytes() == again[k].read_bytes() for k in first)
     assert not [p for p in (tmp_path / "a").iterdir() if p.suffix == ".tmp"]  # no temporary file left
 
@@ -239,7 +240,7 @@ def test_more_models_than_a_panel_holds_become_small_multiples(score_table) -> N
     assert len(fig.axes) == 2  # 9 others after the reference: 7 + 2
     for ax in fig.axes:
         labels = [line.get_label() for line in ax.lines]
-        assert len(labels) <= plots.MAX_CURVES and labels[0] == "c0"  # the reference in every panel
+        assert len(labels) <= figure.MAX_CURVES and labels[0] == "c0"  # the reference in every panel
     drawn = {label for ax in fig.axes for label in (line.get_label() for line in ax.lines)}
     assert drawn == {f"c{i}" for i in range(10)}
 
@@ -268,7 +269,7 @@ def test_headline_curves_one_panel_per_model_and_task(published) -> None:
     panels = [ax for ax in fig.axes if ax.has_data()]
     assert len(panels) == 4  # 2 models x 2 tasks
     for ax in panels:
-        assert len(_curves_of(ax)) == plots.MAX_CURVES and _curves_of(ax)[0] == "random"
+        assert len(_curves_of(ax)) == figure.MAX_CURVES and _curves_of(ax)[0] == "random"
     assert [ax.get_title().split(" · ")[0] for ax in panels] == ["mmlu", "mmlu_cloze"] * 2
     assert len(fig.legends) == 1
 
@@ -288,18 +289,18 @@ def test_figures_refuse_bad_tables(published, score_table) -> None:
 
 
 def test_styles_come_from_the_score_registry() -> None:
-    raw, ln = plots.score_style("ahon"), plots.score_style("ahon_ln")
+    raw, ln = figure.score_style("ahon"), figure.score_style("ahon_ln")
     assert raw["color"] == ln["color"] and raw["linestyle"] == "-" and ln["linestyle"] == "--"
     assert raw["marker"] == ln["marker"]  # one family, one look; normalisation shows in the line style
-    assert plots.score_style("lthon_hn")["linestyle"] == ":"
+    assert figure.score_style("lthon_hn")["linestyle"] == ":"
     # Each family has a shape of its own: ahon, lthon and avvn are three warm colours that thin lines
     # do not keep apart, and none takes random's black circle.
     from headstats.engine.scores import SCORES
 
     families = [s.id for s in SCORES.values() if s.ratio is None and not s.is_random]
-    shapes = [plots.score_style(f)["marker"] for f in families] + [plots.score_style("random")["marker"]]
+    shapes = [figure.score_style(f)["marker"] for f in families] + [figure.score_style("random")["marker"]]
     assert len(set(shapes)) == len(shapes) == len(families) + 1
-    assert plots.score_label("awft") == "awft (avg weight of first token)"
+    assert figure.score_label("awft") == "awft (avg weight of first token)"
 
 
 def test_curves_carry_95_percent_bands_and_the_baseline_band(published) -> None:
@@ -337,7 +338,7 @@ def test_long_model_identities_stay_inside_their_panels(published) -> None:
     }
     for fig in (
         plots.accuracy_grid(points, labels=labels),
-        plots.top_curves(points, published[1], MODELS, labels=labels),
+        plots.top_curves(points, ranking.top_k(published[1], 3, exclude=("random",)), labels=labels),
     ):
         canvas = FigureCanvasAgg(fig)
         canvas.draw()
@@ -372,7 +373,7 @@ def test_annotations_that_overlap_are_moved_apart_inside_their_axes() -> None:
         for share, y in ((30, 1), (20, 0.98))
     ]
     FigureCanvasAgg(fig)
-    plots.make_legible(fig)
+    figure.make_legible(fig)
     renderer = fig.canvas.get_renderer()
     first, second = (note.get_window_extent(renderer) for note in crowd)
     assert not first.overlaps(second)

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from montecarlo import binomial_band
 
+from headstats.stats import curve_bootstrap, ranking
 from headstats.stats import curves as C
-from headstats.stats import ranking
 from headstats.stats.paired import drop_bound, drop_bound_from_counts, mcnemar_exact, minimum_detectable_drop
 from headstats.stats.summary import summarize_curves, summarize_interventions
 
@@ -205,12 +205,12 @@ def test_curve_intervals_give_the_summary_areas_and_ranks_and_resample_curves_to
     df = _sweep_rows(600, {"ahon_ln": 0.05, "awft": 0.6, "entropy_ln": 0.6, "random": 0.3})
     curves = summarize_curves(df, n_resamples=100)
     for by in ranking.RANK_METRICS:
-        got = ranking.curve_intervals(df, by=by, n_resamples=300).set_index("score")
+        got = curve_bootstrap.curve_intervals(df, by=by, n_resamples=300).set_index("score")
         want = curves.set_index("score")[by]
         assert got["area"].to_numpy() == pytest.approx(want[got.index].to_numpy(), rel=1e-12)
         assert got["rank"].to_dict() == ranking.rank_scores(curves, by).loc["m"].astype(int).to_dict()
         assert (got["area_low"] <= got["area"]).all() and (got["area"] <= got["area_high"]).all()
-    got = ranking.curve_intervals(df, n_resamples=300).set_index("score")
+    got = curve_bootstrap.curve_intervals(df, n_resamples=300).set_index("score")
     # The first-drop reading is the summary's, inside its interval; ahon_ln's curve (a 0.6-point loss
     # at 20%) never drops, so its reading and the top of its interval are lower bounds.
     assert got["first_drop"].to_dict() == pytest.approx(curves.set_index("score")["within_1pt"].to_dict())
@@ -227,15 +227,17 @@ def test_curve_intervals_give_the_summary_areas_and_ranks_and_resample_curves_to
     )
     assert (got.loc["awft", "rank"], got.loc["entropy_ln", "rank"]) == (3, 4)
     assert np.isnan(got.loc["random", "vs_reference"]) and got["cluster"].eq("question_id").all()
-    verdict = ranking.verdicts(got.reset_index()).iloc[0]
+    verdict = curve_bootstrap.verdicts(got.reset_index()).iloc[0]
     assert (verdict["better"], verdict["worse"], verdict["best"]) == ("ahon_ln", "awft, entropy_ln", "ahon_ln")
     assert verdict["indistinguishable"] == ""
     # Two scores that lose about the same answers cannot be told apart, nor ordered.
-    close = ranking.curve_intervals(_sweep_rows(600, {"ahon_ln": 0.1, "awft": 0.11, "random": 0.1}), n_resamples=300)
-    verdict = ranking.verdicts(close).iloc[0]
+    close = curve_bootstrap.curve_intervals(
+        _sweep_rows(600, {"ahon_ln": 0.1, "awft": 0.11, "random": 0.1}), n_resamples=300
+    )
+    verdict = curve_bootstrap.verdicts(close).iloc[0]
     assert verdict["indistinguishable"] == "awft, ahon_ln" and verdict["best"].startswith("undecided: ")
-    alone = ranking.curve_intervals(_sweep_rows(300, {"ahon_ln": 0.1, "awft": 0.5}), n_resamples=50)
-    verdict = ranking.verdicts(alone).iloc[0]  # no random curve: nothing to compare with
+    alone = curve_bootstrap.curve_intervals(_sweep_rows(300, {"ahon_ln": 0.1, "awft": 0.5}), n_resamples=50)
+    verdict = curve_bootstrap.verdicts(alone).iloc[0]  # no random curve: nothing to compare with
     assert (verdict["reference"], verdict["indistinguishable"], verdict["best"]) == ("", "", "ahon_ln")
 
 
@@ -243,20 +245,20 @@ def test_curve_intervals_resample_clusters_and_skip_curves_that_zero_nothing() -
     # The losses sit in a few subjects: resampling subjects (the default where a task has them)
     # gives a wider interval than pretending the questions were independent.
     df = _sweep_rows(1200, {"ahon_ln": 0.2, "random": 0.5}, subjects=40)
-    by_subject = ranking.curve_intervals(df, n_resamples=400).set_index("score")
-    by_question = ranking.curve_intervals(df, n_resamples=400, cluster="question_id").set_index("score")
+    by_subject = curve_bootstrap.curve_intervals(df, n_resamples=400).set_index("score")
+    by_question = curve_bootstrap.curve_intervals(df, n_resamples=400, cluster="question_id").set_index("score")
     assert by_subject["cluster"].eq("subject").all() and by_subject["n_clusters"].eq(40).all()
     width = lambda t: t.loc["ahon_ln", "vs_reference_high"] - t.loc["ahon_ln", "vs_reference_low"]  # noqa: E731
     assert width(by_subject) > 1.5 * width(by_question)
     # A tied score zeroes nothing at either target: its answers are the baseline's.
     base = df[df["score"] == "baseline"]
     tied = pd.concat([base.assign(score="avvn_ln", target=t, threshold=1.0) for t in (0.1, 0.2)])
-    got = ranking.curve_intervals(pd.concat([df, tied]), n_resamples=100)
+    got = curve_bootstrap.curve_intervals(pd.concat([df, tied]), n_resamples=100)
     assert "avvn_ln" not in set(got["score"]) and len(got) == 2
     with pytest.raises(ValueError, match="rank by one of"):
-        ranking.curve_intervals(df, by="auc")
+        curve_bootstrap.curve_intervals(df, by="auc")
     with pytest.raises(ValueError, match="n_resamples must be at least 1"):
-        ranking.curve_intervals(df, n_resamples=0)
+        curve_bootstrap.curve_intervals(df, n_resamples=0)
 
 
 def test_rank_interval_coverage_on_clustered_answers() -> None:
@@ -306,7 +308,7 @@ def test_rank_interval_coverage_on_clustered_answers() -> None:
     for draw in range(100):
         rows = task()
         for unit in covered:
-            got = ranking.curve_intervals(rows, cluster=unit, n_resamples=200, seed=draw).set_index("score")
+            got = curve_bootstrap.curve_intervals(rows, cluster=unit, n_resamples=200, seed=draw).set_index("score")
             covered[unit] += got.loc["ahon_ln", "vs_reference_low"] <= truth <= got.loc["ahon_ln", "vs_reference_high"]
     assert covered["subject"] >= 88 and covered["question_id"] <= 85
 

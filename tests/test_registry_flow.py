@@ -12,7 +12,7 @@ import torch
 
 import headstats
 from headstats.engine.scores import SCORES, Ratio, Score, TokenRows, score_ids
-from headstats.report import plots
+from headstats.report import figure
 from headstats.report.writer import build_report
 from headstats.stats import distances
 from headstats.testing.synthetic import SyntheticModel, synthetic_part
@@ -102,11 +102,13 @@ def test_a_registered_score_reaches_synthetic_tables_and_plot_styles(maxattn) ->
     assert list(part.columns[-len(score_ids()) :]) == list(score_ids())
     layer_mean = part.groupby(["sample_id", "layer"])[raw_id].transform("mean")
     np.testing.assert_allclose(part[ln_id], part[raw_id] / layer_mean, rtol=1e-6)
-    raw_style, ln_style = plots.score_style(raw_id), plots.score_style(ln_id)
+    raw_style, ln_style = figure.score_style(raw_id), figure.score_style(ln_id)
     assert raw_style["color"] == ln_style["color"] != "grey"
-    assert raw_style["marker"] == ln_style["marker"] not in {plots.score_style(s)["marker"] for s in ("awft", "random")}
+    assert (
+        raw_style["marker"] == ln_style["marker"] not in {figure.score_style(s)["marker"] for s in ("awft", "random")}
+    )
     assert (raw_style["linestyle"], ln_style["linestyle"]) == ("-", "--")
-    assert plots._ordered_scores([ln_id, "awft", raw_id]) == ["awft", raw_id, ln_id]
+    assert figure.ordered_scores([ln_id, "awft", raw_id]) == ["awft", raw_id, ln_id]
 
 
 # -- a user's score that reads the attention probabilities, used alone ------------------------------

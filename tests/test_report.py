@@ -24,7 +24,7 @@ from headstats.io import store
 from headstats.report import sections
 from headstats.report import writer as report
 from headstats.report.sections.context import model_identity_text
-from headstats.stats import ranking
+from headstats.stats import curve_bootstrap
 from headstats.stats.coverage import fewest_questions_to_certify
 from headstats.stats.paired import (
     drop_bound_from_counts,
@@ -231,7 +231,7 @@ def test_the_section_list_drives_the_report(results: Path, tmp_path: Path, monke
         per_seq = context.scores.groupby("sample_id")["n_tokens"].first()
         writer.table(per_seq.describe().to_frame("n_tokens"), "tokens_per_sequence", index=True)
 
-    monkeypatch.setattr(sections, "SECTIONS", [*sections.SECTIONS, tokens_per_sequence])
+    monkeypatch.setitem(sections.SECTIONS, "tokens_per_sequence", tokens_per_sequence)  # added last
     page = (report.build_report(root, tmp_path / "out", dpi=30, progress=False)).read_text()
     assert (
         '<h2 id="tokens-per-sequence">Tokens per sequence</h2>' in page
@@ -355,7 +355,7 @@ def test_the_main_table_gives_each_curves_reading_and_certified_value(tiny_sweep
     first = ("≥ " if curve["censored"] else "") + f"{curve['within_1pt']:.1f}" + ("*" if curve["non_monotone"] else "")
     certified = ("≥ " if curve["certified_open"] else "") + f"{curve['within_1pt_certified']:.1f}"
     fw = ("≥ " if curve["certified_fw_open"] else "") + f"{curve['within_1pt_certified_fw']:.1f}"
-    ci = ranking.curve_intervals(rows, n_resamples=200).iloc[0]  # the report's defaults: 200 resamples, seed 0
+    ci = curve_bootstrap.curve_intervals(rows, n_resamples=200).iloc[0]  # the report's defaults: 200 resamples, seed 0
     assert ci["first_drop"] == pytest.approx(curve["within_1pt"])
     if ci["first_unstable"]:  # outside the central half of its resamples: not shown as a finding
         first = f"unstable ({first}; median {ci['first_median']:.1f})"

@@ -20,7 +20,7 @@ from test_tasks import PIQA, build_data_dir
 from test_tasks import _save as save_rows
 
 from headstats.io import store
-from headstats.io.models import model_slug
+from headstats.io.identity import model_slug
 from headstats.jobs.analysis import load_analysis
 from headstats.jobs.collect import COLLECT_AXES, plan_collection
 from headstats.jobs.sweep import run_sweep

@@ -12,7 +12,7 @@ from families import reference_scores, tiny_model
 from figure_checks import ciede2000, srgb_to_lab
 
 from headstats.engine.scores import SCORES, score_ids
-from headstats.report.plots import FAMILY_LOOKS, SPARE_COLOURS
+from headstats.report.figure import FAMILY_LOOKS, SPARE_COLOURS
 
 ROOT = Path(__file__).resolve().parents[1]
 MIN_DELTA_E = 15.0  # CIEDE2000, as the browser test holds every figure's colours

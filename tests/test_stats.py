@@ -288,6 +288,35 @@ def test_ranks_ties_nan_correlation_and_top_k_on_hand_made_curves() -> None:
         ranking.rank_scores(curves.assign(task=["a"] * 4 + ["b"] * 4))
 
 
+def test_top_k_leaving_out_random_is_each_models_best_areas_sorted_by_hand() -> None:
+    """The best curves a figure draws beside random are those a plain sort of each model's areas gives:
+    largest first, a NaN area or a curve that zeroed no head last or left out, ties in registry order."""
+    from headstats.engine.scores import score_ids
+
+    rng = np.random.default_rng(3)
+    scores = ["random", "awft", "entropy", "ahon", "ahon_ln", "lthon_ln", "fhon"]
+    curves = pd.DataFrame(
+        {
+            "model": np.repeat(["p", "q", "r"], len(scores)),
+            "score": scores * 3,
+            "norm_auc": np.round(rng.uniform(20, 60, 3 * len(scores)), 0),  # rounded: ties happen
+            "zeroes_none": [False] * (3 * len(scores) - 1) + [True],
+        }
+    )
+    curves.loc[3, "norm_auc"] = np.nan  # p's ahon: no area, ranked last
+    canonical = {sid: i for i, sid in enumerate(score_ids())}
+    for k in (1, 3, 10):
+        expected = {}
+        for model, mine in curves.groupby("model"):
+            mine = mine[(mine["score"] != "random") & ~mine["zeroes_none"]]
+            keyed = sorted(
+                mine.itertuples(), key=lambda r: (-np.nan_to_num(r.norm_auc, nan=-np.inf), canonical[r.score])
+            )
+            expected[model] = [r.score for r in keyed][:k]
+        assert ranking.top_k(curves, k, exclude=("random",)) == expected
+    assert all("random" in best for best in ranking.top_k(curves, 10).values())
+
+
 def test_descriptive_score_tables_match_numpy() -> None:
     from headstats.stats import describe
 
@@ -315,3 +344,8 @@ def test_descriptive_score_tables_match_numpy() -> None:
     heads = describe.head_means(rows[rows["model"] == "a"], ["s"])
     a = rows[rows["model"] == "a"]
     assert heads.loc[(1, 2), "s"] == pytest.approx(a[(a["layer"] == 1) & (a["head"] == 2)]["s"].mean())
+    # An ECDF of n finite values drawn at n levels passes through each sorted value; NaN and inf are left out.
+    values = rows["s"].to_numpy()
+    x, levels = describe.ecdf_points(np.append(values, [np.nan, np.inf]), quantiles=len(values))
+    np.testing.assert_allclose(x, np.sort(values), rtol=1e-12)
+    np.testing.assert_allclose(levels, np.arange(len(values)) / (len(values) - 1))

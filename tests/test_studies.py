@@ -9,33 +9,12 @@ import pytest
 import tomllib
 
 from headstats.cli import main
-from headstats.studies import STUDY_KINDS, Registry, kind_of, load_study, plan_study
+from headstats.studies import STUDY_KINDS, kind_of, load_study, plan_study
 
 ROOT = Path(__file__).parent.parent
 COMMITTED = sorted(p.name for p in (ROOT / "analyses").glob("*.toml"))
 # The kind each committed file is, by the table it has (none: an analysis).
 FINISHED = ("prune_embedded.toml", "prune_certify.toml")  # prune_pooled.toml's points are committed as they finish
-
-
-def test_the_registry_lists_what_it_has_when_asked_for_what_it_lacks() -> None:
-    with pytest.raises(KeyError) as err:
-        STUDY_KINDS.get("sweep")
-    assert str(err.value) == f"\"unknown study kind 'sweep': registered are {', '.join(STUDY_KINDS)}\""
-    registry: Registry[int] = Registry("thing")
-    registry.register("one", 1)
-    with pytest.raises(ValueError, match="thing 'one' is registered already"):
-        registry.register("one", 2)
-    # a lazy entry imports its module on first lookup; one whose module lacks the object names the file
-    registry.register_lazy("path", "os.path:join")
-    registry.register_lazy("gone", "os.path:no_such_thing")
-    assert list(registry) == ["one", "path", "gone"] and registry.get("path") is __import__("os").path.join
-    with pytest.raises(LookupError) as err:
-        registry.get("gone")
-    where = Path(__import__("os").path.__file__).as_posix()
-    assert str(err.value) == (
-        f"thing 'gone' is registered as 'os.path:no_such_thing', but {where} defines no 'no_such_thing': define it "
-        "there, or register 'gone' with the module that does"
-    )
 
 
 def test_a_file_with_the_tables_of_two_kinds_is_refused(tmp_path: Path) -> None:
@@ -156,7 +135,7 @@ def test_the_runner_runs_each_unit_with_work_left_once_and_the_report_after_all(
         '[[ablate]]\ntask = "arc_easy"\nlimit = 3\nscores = ["random"]\ntargets = [0.5]\n'
         "[report_options]\nn_boot = 20\nn_perm = 20\n"
     )
-    kind = STUDY_KINDS.get("analysis")
+    kind = STUDY_KINDS["analysis"]
     events: list[tuple[str, ...]] = []
 
     def run(unit, session):
@@ -167,7 +146,7 @@ def test_the_runner_runs_each_unit_with_work_left_once_and_the_report_after_all(
         events.append(("report",))
         return kind.report(study, run, progress=progress)
 
-    monkeypatch.setitem(STUDY_KINDS._entries, "analysis", replace(kind, run=run, report=report))
+    monkeypatch.setitem(STUDY_KINDS, "analysis", replace(kind, run=run, report=report))
 
     # Nothing run yet: every unit once (a sweep's passes counted from the results folder), the report last.
     index = run_study(path, progress=False)

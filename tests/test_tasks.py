@@ -208,7 +208,9 @@ def test_registry_holds_every_benchmark_and_rejects_unknown_names(data_dir: Path
         "openbookqa",
         "heldout_pool",
     }
-    with pytest.raises(ValueError, match=r"unknown task 'mmlu_pro'.*arc_challenge.*mmlu.*winogrande"):
+    with pytest.raises(
+        ValueError, match=r"unknown task 'mmlu_pro': registered are mmlu, mmlu_cloze, .*winogrande.*arc_challenge"
+    ):
         load_task("mmlu_pro", data_dir=data_dir)
 
 

@@ -1,18 +1,12 @@
 """``headstats ...``: the command line. argparse only: every flag is derived from the option
-declarations of :mod:`headstats.specs` (:mod:`headstats.cli.options`), each command is a small
-function that builds its specs and calls the library, in :mod:`headstats.cli.commands` or, for the
-commands of :data:`COMMAND_MODULES`, in a module of its own.
+declarations of :mod:`headstats.specs` (:mod:`headstats.cli.options`), and each command is one module
+of :mod:`headstats.cli.commands` that registers itself (:mod:`headstats.cli.registry`), builds its
+specs from the parsed flags and calls the library.
 
 - :mod:`~headstats.cli.options`: the flags derived from the specs' option declarations, and the parser;
-- :mod:`~headstats.cli.commands`: the subcommands, each building its specs from the parsed flags first;
-- :mod:`~headstats.cli.compare`: ``headstats compare REFERENCE OTHER [OTHER ...]``, answer first
-  (:class:`headstats.specs.CompareSpec`'s flags);
-- :mod:`~headstats.cli.finetune`: ``headstats finetune``, a base -> SFT -> DPO -> GRPO chain
-  (:class:`headstats.specs.FinetuneSpec`'s flags);
-- :mod:`~headstats.cli.prune`: ``headstats prune``, the heads a score calls inactive removed and the
-  smaller model saved (:class:`headstats.specs.PruneSpec`'s flags);
-- :mod:`~headstats.cli.inactive`: ``headstats inactive RESULTS``, which heads a score calls inactive and on
-  what share of the texts (:class:`headstats.specs.InactiveSpec`'s flags);
+- :mod:`~headstats.cli.registry`: the registry of commands (:class:`~headstats.cli.registry.Command`,
+  ``register_command``) and the order ``headstats --help`` lists them in;
+- :mod:`~headstats.cli.commands`: the subcommands, one module each, found by importing the package;
 - :mod:`~headstats.cli.tables`: how ``headstats summary`` prints its summaries: an aligned table, or
   every column as CSV or JSON;
 - ``__main__``: ``python -m headstats.cli``, the same as the ``headstats`` command.
@@ -22,20 +16,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import logging
 import os
 import signal
 import sys
 from collections.abc import Iterator, Sequence
 
+from headstats import __version__
+from headstats.cli.commands import COMMANDS
 from headstats.cli.options import CommandLineError, Parser, examples, join_dash_values
+from headstats.cli.registry import in_help_order
 
 logger = logging.getLogger("headstats")
-
-# Commands kept in their own module (``add_command(subparsers)``), added after those of
-# :mod:`headstats.cli.commands`; a module not written yet is skipped.
-COMMAND_MODULES = ("headstats.cli.compare", "headstats.cli.finetune", "headstats.cli.prune", "headstats.cli.inactive")
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -108,9 +100,7 @@ VERBOSITY = (
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from headstats import __version__
-    from headstats.cli.commands import COMMANDS, add_lm_eval
-
+    """The ``headstats`` parser: every registered command, in :func:`~headstats.cli.registry.in_help_order`."""
     parser = Parser(
         prog="headstats",
         description="Find and evaluate inactive attention heads in pretrained decoder LLMs.",
@@ -125,20 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
     for flags, text in VERBOSITY:
         parser.add_argument(*flags, action="store_true", default=False, help=text)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
-    for add in COMMANDS:
-        add(sub)
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name == name:
-                continue
-            raise
-        module.add_command(sub)
-    for command in sub.choices.values():
-        for flags, text in VERBOSITY:
-            command.add_argument(*flags, action="store_true", default=argparse.SUPPRESS, help=text)
-    add_lm_eval(sub)
+    for command in in_help_order():
+        command.add(sub)
+        if command.name not in sub.choices:
+            raise RuntimeError(f"command {command.name!r} of {command.module}: its add() adds no parser of that name")
+        if not command.passthrough:
+            for flags, text in VERBOSITY:
+                sub.choices[command.name].add_argument(
+                    *flags, action="store_true", default=argparse.SUPPRESS, help=text
+                )
     return parser
 
 
@@ -166,8 +151,9 @@ def _terminate_as_interrupt() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
+    passthrough = {command.name for command in COMMANDS.values() if command.passthrough}
     try:
-        if "lm-eval" not in argv:  # lm-eval's arguments go to lm-eval untouched
+        if passthrough.isdisjoint(argv):  # such a command's arguments go to the program it runs untouched
             argv = join_dash_values(argv, parser)
         args = parser.parse_args(argv)
     except CommandLineError as err:

@@ -112,13 +112,8 @@ def attention_with_stats(
     (B, K) marks real tokens among the K positions.
     Returns the attention output (B, S, H, D) in the query dtype, a (B, H) fp32 tensor per raw
     score id, and the number of valid query rows (B,). With ``pool_sums`` a mean-pooled score is
-    returned as its sum over the valid query rows (for a caller that combines passes).
-
-    The probabilities are materialised (the explicit kernel) when a score reads them, for logit
-    softcapping or an additive mask, or when ``materialise`` asks; otherwise PyTorch's fused SDPA
-    computes the head outputs. The two agree to fp32 rounding, but a bf16 body rounds their outputs
-    differently and amplifies the difference layer by layer, so passes whose outputs are compared
-    (a sweep's baseline and its points) ask for one kernel (see :attr:`SweepPlan.materialise`).
+    returned as its sum over the valid query rows (for a caller that combines passes). The kernel
+    is :func:`attention_chunks`' choice (``materialise``: the explicit one).
     """
     b, h, s, d = query.shape
     group = h // key.shape[1]
@@ -135,15 +130,8 @@ def attention_with_stats(
         attention_mask = torch.ones(s, k_len, dtype=torch.bool, device=query.device).tril(offset)[None, None]
     cache = {} if mask_cache is None else mask_cache
     stats = {sid: S.SCORES[sid] for sid in raw_ids}
-    needs_weights = any(score.needs_weights for score in stats.values())
-    boolean = attention_mask is None or isinstance(attention_mask, RowMask) or attention_mask.dtype == torch.bool
-    chunk = rows_per_chunk(b, h, k_len, chunk_bytes)
-    if not (needs_weights or materialise) and softcap is None and boolean:
-        chunks = _fused_rows(query, key, v32, attention_mask, scaling, chunk, cache)
-    else:
-        if boolean and attention_mask is not None:
-            chunk = min(chunk, BLOCK_ROWS)
-        chunks = _explicit_rows(query, key, v32, attention_mask, scaling, softcap, chunk, cache)
+    explicit = materialise or any(score.needs_weights for score in stats.values())
+    chunks = attention_chunks(query, key, v32, attention_mask, scaling, softcap, explicit, chunk_bytes, cache)
     out = torch.empty(b, s, h, d, dtype=query.dtype, device=query.device)
     sums = {sid: torch.zeros(b, h, dtype=torch.float32, device=query.device) for sid in raw_ids}
     for start, probs, logits, o, key_start in chunks:
@@ -166,19 +154,63 @@ def attention_with_stats(
             key_start=key_start,
             n_keys=k_len,
         )
-        computed: dict[S.TokenStat, torch.Tensor] = {}
-        span = range(offset + start, offset + stop)
-        for sid, score in stats.items():
-            assert score.stat is not None and score.pool is not None
-            if score.stat not in computed:
-                computed[score.stat] = token_stat(sid, score, rows)
-            sums[sid] += S.pool_rows(computed[score.stat], score.pool, span, valid, first, last)
-        del probs, logits, o, rows, computed
+        pool_chunk(stats, rows, range(offset + start, offset + stop), valid, first, last, sums)
+        del probs, logits, o, rows
     raw = {}
     count = n_tokens.clamp_min(1).float().unsqueeze(-1)
     for sid, score in stats.items():
         raw[sid] = sums[sid] / count if score.pool == "mean" and not pool_sums else sums[sid]
     return out, raw, n_tokens
+
+
+def pool_chunk(
+    stats: dict[str, S.Score],
+    rows: S.TokenRows,
+    span: range,
+    valid: torch.Tensor,
+    first: torch.Tensor,
+    last: torch.Tensor,
+    sums: dict[str, torch.Tensor],
+) -> None:
+    """Add each score's token statistic on one chunk's query rows (``span``, positions in the whole
+    sequence), pooled over their valid tokens, to its running ``sums``; a token statistic that several
+    scores pool (the value norm: ``ftvvn`` at the first token, ``avvn`` as a mean) is computed once."""
+    computed: dict[S.TokenStat, torch.Tensor] = {}
+    for sid, score in stats.items():
+        assert score.stat is not None and score.pool is not None
+        if score.stat not in computed:
+            computed[score.stat] = token_stat(sid, score, rows)
+        sums[sid] += S.pool_rows(computed[score.stat], score.pool, span, valid, first, last)
+
+
+def attention_chunks(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    v32: torch.Tensor,
+    attention_mask: torch.Tensor | RowMask | None,
+    scaling: float,
+    softcap: float | None,
+    explicit: bool,
+    chunk_bytes: int,
+    cache: dict,
+) -> Iterator[RowChunk]:
+    """The attention of ``query`` over ``key`` and ``v32`` (the values in fp32) in chunks of query
+    rows (:class:`RowChunk`), from the kernel that serves the pass.
+
+    The probabilities are materialised (the explicit kernel) when ``explicit`` asks (a score reads
+    them, or the caller wants it), for logit softcapping or an additive mask; otherwise PyTorch's
+    fused SDPA computes the head outputs. The two agree to fp32 rounding, but a bf16 body rounds their
+    outputs differently and amplifies the difference layer by layer, so passes whose outputs are
+    compared (a sweep's baseline and its points) ask for one kernel (see :attr:`SweepPlan.materialise`).
+    """
+    b, h = query.shape[:2]
+    boolean = attention_mask is None or isinstance(attention_mask, RowMask) or attention_mask.dtype == torch.bool
+    chunk = rows_per_chunk(b, h, key.shape[2], chunk_bytes)
+    if not explicit and softcap is None and boolean:
+        return _fused_rows(query, key, v32, attention_mask, scaling, chunk, cache)
+    if boolean and attention_mask is not None:
+        chunk = min(chunk, BLOCK_ROWS)
+    return _explicit_rows(query, key, v32, attention_mask, scaling, softcap, chunk, cache)
 
 
 def token_stat(score_id: str, score: S.Score, rows: S.TokenRows) -> torch.Tensor:

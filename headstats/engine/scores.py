@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 # directions) is read by the command line, which must start without loading torch.
 
 from headstats.names import check_name
+from headstats.registry import Registry
 
 Direction = Literal["above", "below"]
 Pool = Literal["mean", "first", "last"]
@@ -220,24 +221,23 @@ class Ratio:
         return torch.where(den == 0, torch.zeros_like(num), num / safe)
 
 
-SCORES: dict[str, Score] = {}
+SCORES: Registry[Score] = Registry("score id")  # in registration order: the column order of every table
 
 
 def register(score: Score) -> Score:
     """Add a score to the registry; its id becomes a column name in every table and part of the
-    file name of every sweep point, so it must be a safe name (:func:`headstats.names.check_name`)."""
+    file name of every sweep point, so it must be a safe name (:func:`headstats.names.check_name`).
+    An id registered already is refused."""
     check_name(score.id, "score id")
     if score.id in SCORES:
-        raise ValueError(f"score id {score.id!r} is already registered")
+        raise ValueError(f"score id {score.id!r} is registered already; give the new one another id")
     if score.ratio is not None:
         for dep in score.dependencies():
             # A ratio may name a raw score registered after it (lthon_ln divides by ahon), so an
             # unknown dependency is refused when the score is used (raw_closure), not here.
             if dep in SCORES and SCORES[dep].ratio is not None:
                 raise ValueError(f"{score.id!r}: normalised scores derive from raw scores, not from {dep!r}")
-    score = replace(score, needs_weights=_needs_weights(score))
-    SCORES[score.id] = score
-    return score
+    return SCORES.register(score.id, replace(score, needs_weights=_needs_weights(score)))
 
 
 register_score = register  # the public name (``headstats.register_score``)
@@ -431,10 +431,8 @@ def tied_within_layer(score_ids: Iterable[str], n_heads: int, n_kv_heads: int) -
 
 
 def get_score(score_id: str) -> Score:
-    try:
-        return SCORES[score_id]
-    except KeyError:
-        raise ValueError(f"unknown score id {score_id!r}: choose from {', '.join(SCORES)}") from None
+    """The registered score ``score_id``; an unknown id is a ``ValueError`` that lists the registered ones."""
+    return SCORES[score_id]
 
 
 def resolve(score_ids: Iterable[str] | None) -> tuple[str, ...]:

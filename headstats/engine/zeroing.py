@@ -238,53 +238,67 @@ def ablate_heads(
     if heads is not None:
         if threshold is not None:
             raise ValueError("static zeroing (heads=...) takes no threshold")
-        static = _check_heads(heads, num_layers, num_heads)
-        mask = torch.zeros(num_layers, num_heads, dtype=torch.bool)
-        for layer, head in static:
-            mask[layer, head] = True
-        mask = mask.to(next(model.parameters()).device)
+        return _static_heads(model, _check_heads(heads, num_layers, num_heads), seed, materialise)
+    assert score is not None
+    return _dynamic(model, score, threshold, seed, record_scores, materialise)
 
-        def static_policy(layer: int, _scores: dict[str, torch.Tensor], keys: torch.Tensor) -> torch.Tensor:
-            return mask[layer].unsqueeze(0).expand(len(keys), num_heads)
 
-        def static_ablation() -> Ablation:
-            # No score ids: the attention function then computes attention only (the fast path).
-            probe = Probe(
-                model,
-                (),
-                static_policy,
-                seed=seed,
-                keep_history=True,
-                record_scores=False,
-                materialise=materialise,
-                cached=True,
-            )
-            return Ablation("static", None, None, static, num_layers, num_heads, probe)
+def _static_heads(
+    model: PreTrainedModel, static: tuple[tuple[int, int], ...], seed: int, materialise: bool
+) -> AblationContext:
+    """Static zeroing of the checked (layer, head) pairs ``static`` in every input."""
+    num_layers, num_heads = model_shape(model)
+    mask = torch.zeros(num_layers, num_heads, dtype=torch.bool)
+    for layer, head in static:
+        mask[layer, head] = True
+    mask = mask.to(next(model.parameters()).device)
 
-        return AblationContext(static_ablation)
-    else:
-        assert score is not None
-        sid = S.get_score(score).id
-        tau = _check_threshold(sid, threshold)
+    def static_policy(layer: int, _scores: dict[str, torch.Tensor], keys: torch.Tensor) -> torch.Tensor:
+        return mask[layer].unsqueeze(0).expand(len(keys), num_heads)
 
-        def dynamic_policy(layer: int, scores: dict[str, torch.Tensor], _keys: torch.Tensor) -> torch.Tensor:
-            return S.is_inactive(sid, scores[sid], tau)
+    def static_ablation() -> Ablation:
+        # No score ids: the attention function then computes attention only (the fast path).
+        probe = Probe(
+            model,
+            (),
+            static_policy,
+            seed=seed,
+            keep_history=True,
+            record_scores=False,
+            materialise=materialise,
+            cached=True,
+        )
+        return Ablation("static", None, None, static, num_layers, num_heads, probe)
 
-        mode = "random" if S.get_score(sid).is_random else "dynamic"
+    return AblationContext(static_ablation)
 
-        def dynamic_ablation() -> Ablation:
-            probe = Probe(
-                model,
-                (sid,),
-                dynamic_policy,
-                seed=seed,
-                keep_history=True,
-                record_scores=record_scores,
-                materialise=materialise,
-            )
-            return Ablation(mode, sid, tau, None, num_layers, num_heads, probe)
 
-        return AblationContext(dynamic_ablation)
+def _dynamic(
+    model: PreTrainedModel, score: str, threshold: float | None, seed: int, record_scores: bool, materialise: bool
+) -> AblationContext:
+    """Dynamic zeroing by ``score`` at ``threshold`` (random zeroing when the score is ``random``)."""
+    num_layers, num_heads = model_shape(model)
+    sid = S.get_score(score).id
+    tau = _check_threshold(sid, threshold)
+
+    def dynamic_policy(layer: int, scores: dict[str, torch.Tensor], _keys: torch.Tensor) -> torch.Tensor:
+        return S.is_inactive(sid, scores[sid], tau)
+
+    mode = "random" if S.get_score(sid).is_random else "dynamic"
+
+    def dynamic_ablation() -> Ablation:
+        probe = Probe(
+            model,
+            (sid,),
+            dynamic_policy,
+            seed=seed,
+            keep_history=True,
+            record_scores=record_scores,
+            materialise=materialise,
+        )
+        return Ablation(mode, sid, tau, None, num_layers, num_heads, probe)
+
+    return AblationContext(dynamic_ablation)
 
 
 def _per_sequence_mask(model: PreTrainedModel, mask: torch.Tensor, seed: int, materialise: bool) -> AblationContext:

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from headstats.registry import Registry
+
 
 class AssetError(RuntimeError):
     """An embedded asset is missing and could not be fetched."""
@@ -295,26 +297,31 @@ def _build_gemma3(out: Path) -> None:
         _convert_gguf(Path(tmp), name, out, source)
 
 
-EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
-    "smollm2-135m": EmbeddedModel(
+EMBEDDED_MODELS: Registry[EmbeddedModel] = Registry("embedded model")
+EMBEDDED_MODELS.register(
+    "smollm2-135m",
+    EmbeddedModel(
         "smollm2-135m",
         "SmolLM2-135M-Instruct (a Q4_1 GGUF dequantised to fp32), Llama architecture, 30 layers x 9 heads (3 KV heads)",
         "Apache-2.0",
         _build_smollm2,
     ),
-    "gemma3-270m": EmbeddedModel(
+)
+EMBEDDED_MODELS.register(
+    "gemma3-270m",
+    EmbeddedModel(
         "gemma3-270m",
         "Gemma-3 270M base (a Q4_K_M GGUF dequantised to fp32), 18 layers x 4 heads (1 KV head), sliding-window layers",
         "Gemma terms of use",
         _build_gemma3,
     ),
-}
+)
 
 
 def embedded_model(name: str) -> Path:
     """Path of the converted checkpoint of an embedded model, building it on first use."""
     if name not in EMBEDDED_MODELS:
-        raise AssetError(f"unknown embedded model {name!r}: choose from {', '.join(EMBEDDED_MODELS)}")
+        raise AssetError(str(EMBEDDED_MODELS.unknown(name)))
     final = cache_dir() / "models" / name
     if (final / "config.json").is_file():
         return final

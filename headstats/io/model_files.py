@@ -20,7 +20,8 @@ from pathlib import Path
 
 from headstats.engine.cost import InferenceCost, config_cost
 from headstats.io.dtypes import dtype_name
-from headstats.io.model_paths import ModelNotFoundError, directory_fingerprint, recorded_model, resolve_model_path
+from headstats.io.identity import directory_fingerprint, recorded_model
+from headstats.io.model_paths import ModelNotFoundError, resolve_model_path
 from headstats.io.tokenizer_files import FileTokenizer, NoTokenizerFile
 from headstats.options import check_device
 
@@ -95,12 +96,12 @@ class FileModel:
 
     @property
     def recorded_name(self) -> str:
-        """Its name as results record it (:func:`~headstats.io.model_paths.recorded_model`)."""
+        """Its name as results record it (:func:`~headstats.io.identity.recorded_model`)."""
         return recorded_model(self.headstats_name or self.config.name_or_path)
 
     @property
     def revision(self) -> str:
-        """Its weights' identity as :func:`headstats.io.models.model_identity` gives it: the Hub commit,
+        """Its weights' identity as :func:`headstats.io.identity.model_identity` gives it: the Hub commit,
         or a local folder's content hash."""
         path = Path(self.config.name_or_path)
         return self.commit or (directory_fingerprint(path) if path.is_dir() else "")

@@ -1,14 +1,13 @@
 """Loading models with headstats' attention selected, and checking they can be scored.
 
-Finding a model and naming it (:func:`resolve_model_path`, :func:`model_slug`, :func:`recorded_model`,
-...) need neither torch nor transformers and live in :mod:`headstats.io.model_paths`; they are
-re-exported here, where loading code has always found them."""
+Finding a model (:func:`resolve_model_path`, :func:`hub_reachable`, the errors) needs neither torch
+nor transformers and lives in :mod:`headstats.io.model_paths`, re-exported here, where loading code has
+always found it; what a model is called in results is :mod:`headstats.io.identity`'s."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import pickle
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,22 +28,16 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from headstats.engine.attention import ATTN_IMPLEMENTATION, UnsupportedModelError, check_supported, register_attention
 from headstats.engine.prune import CONFIG_KEY, pruned_class
-from headstats.io import assets, machine
+from headstats.io import machine
 from headstats.io.dtypes import dtype_name
 from headstats.io.machine import BF16_EMULATED_COST, emulated_bf16
-from headstats.io.model_paths import (  # noqa: F401  (finding and naming: callers find them here too)
-    CONFIG_WRITER_STAMP,
+from headstats.io.model_paths import (  # noqa: F401  (finding a model: callers find it here too)
     ModelLoadError,
     ModelNotFoundError,
-    checkpoint_info,
-    directory_fingerprint,
     hub_reachable,
     is_local,
-    model_slug,
     not_found_message,
-    recorded_model,
     resolve_model_path,
-    trainer_step,
 )
 
 logger = logging.getLogger("headstats")
@@ -194,21 +187,27 @@ def load_model(
     check_supported(model)
     if device_map is None:
         model.to(target)
-        cpu = emulated_bf16(target) if model.dtype == torch.bfloat16 and not _BF16_COST_SAID.get() else None
-        if cpu:
-            logger.warning(
-                "%s runs in bfloat16 on a CPU without bf16 matrix units (%s: no AVX512-BF16 or AMX), where %s; "
-                "pass --dtype float32 (dtype='float32') unless bf16's own numbers are wanted",
-                name_or_path,
-                cpu,
-                BF16_EMULATED_COST,
-            )
+        _warn_emulated_bf16(name_or_path, model, target)
     model.eval()
     model.headstats_name = name_or_path
     model.headstats_revision = revision
     model.headstats_commit = None if is_local(path) else _resolved_commit(path, hub)
     logger.debug("%s loaded from %s: %s on %s", name_or_path, path, model.dtype, next(model.parameters()).device)
     return model, tokenizer
+
+
+def _warn_emulated_bf16(name: str, model: PreTrainedModel, device: torch.device) -> None:
+    """Warn that a bf16 model on a CPU without bf16 matrix units runs emulated (:data:`BF16_EMULATED_COST`),
+    unless the caller has said so itself (:func:`bf16_cost_said`)."""
+    cpu = emulated_bf16(device) if model.dtype == torch.bfloat16 and not _BF16_COST_SAID.get() else None
+    if cpu:
+        logger.warning(
+            "%s runs in bfloat16 on a CPU without bf16 matrix units (%s: no AVX512-BF16 or AMX), where %s; "
+            "pass --dtype float32 (dtype='float32') unless bf16's own numbers are wanted",
+            name,
+            cpu,
+            BF16_EMULATED_COST,
+        )
 
 
 def load_skeleton(
@@ -352,48 +351,3 @@ def _load_tokenizer(name: str, path: str, hub: dict) -> PreTrainedTokenizerBase:
             f"{name}: no usable tokenizer next to the model (tokenizer.json / tokenizer_config.json); save it "
             f"with tokenizer.save_pretrained(dir) ({_first_line(err)})"
         ) from err
-
-
-def model_identity(model: PreTrainedModel) -> dict[str, object]:
-    """Name, revision / content hash and architecture, for provenance records.
-
-    ``revision`` identifies the weights: the Hub commit the files came from, or a content hash of a
-    local directory. ``requested_revision`` is the branch, tag or commit asked for (``revision=``),
-    ``commit`` the Hub commit it resolved to ("" when unknown, e.g. a local directory). A checkpoint
-    of ``headstats finetune`` adds ``checkpoint``: its stage, step and the stage's steps."""
-    name = recorded_model(model_location(model) or type(model).__name__)
-    path = Path(str(model.config.name_or_path or ""))
-    commit = getattr(model.config, "_commit_hash", None) or getattr(model, "headstats_commit", None) or ""
-    revision = commit
-    if not revision and path.is_dir():
-        revision = directory_fingerprint(path)
-    identity = {
-        "model": str(name),
-        "model_path": assets.portable_name(str(model.config.name_or_path or "")),
-        "revision": str(revision),
-        "requested_revision": str(getattr(model, "headstats_revision", None) or ""),
-        "commit": str(commit),
-        "architecture": type(model).__name__,
-        "model_type": str(model.config.model_type),
-    }
-    info = checkpoint_info(path)
-    if info:
-        identity["checkpoint"] = info
-    return identity
-
-
-def model_location(model: PreTrainedModel) -> str:
-    """Where a loaded model came from, as it was named to :func:`load_model` (an embedded name, a Hub
-    id, a folder); what partitions are named after (:func:`model_slug`)."""
-    return str(getattr(model, "headstats_name", None) or model.config.name_or_path or "")
-
-
-def model_from_table(model: PreTrainedModel, table: Path) -> dict[str, str]:
-    """``{"model_from_table": PATH}``: where a model in a local folder outside the cache and home lies,
-    relative to the folder of the table that records it (a report finds a fine-tuning chain's
-    recipe and metrics beside its checkpoints there); empty for any other model, whose
-    ``model_path`` locates it."""
-    folder = Path(str(model.config.name_or_path or "")).expanduser()
-    if not folder.is_dir() or not assets.portable_name(folder.absolute()).startswith(assets.ELSEWHERE + "/"):
-        return {}
-    return {"model_from_table": Path(os.path.relpath(folder.absolute(), Path(table).absolute())).as_posix()}

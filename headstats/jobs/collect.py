@@ -15,7 +15,7 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +29,10 @@ from headstats.engine.scoring import iter_score_tables
 from headstats.engine.zeroing import warn_tied_scores
 from headstats.io import speeds, store
 from headstats.io.assets import portable_name
-from headstats.io.models import machine_info, model_from_table, model_identity, model_location, trainer_step
+from headstats.io.identity import model_from_table, model_identity, model_location, trainer_step
+from headstats.io.model_paths import resolve_model_path
+from headstats.io.models import load_model, machine_info
+from headstats.io.tasks import collection_source
 from headstats.jobs.collect_plan import (  # noqa: F401  (the planner's names, where callers have found them)
     COLLECT_AXES,
     RECORDED_NAMES,
@@ -45,7 +48,7 @@ from headstats.jobs.collect_plan import (  # noqa: F401  (the planner's names, w
     texts_left,
 )
 from headstats.jobs.resume import jsonable
-from headstats.specs import CollectSpec
+from headstats.specs import CollectSpec, LoadOptions
 
 log = logging.getLogger("headstats")
 
@@ -73,7 +76,7 @@ def position_limit(model: PreTrainedModel) -> int | None:
 
 def planned_model(model: PreTrainedModel, identity: Mapping[str, object] | None = None) -> PlannedModel:
     """What a collection's plan reads of a loaded model (or of its meta-device skeleton); ``identity``:
-    its :func:`~headstats.io.models.model_identity`, when the caller has it."""
+    its :func:`~headstats.io.identity.model_identity`, when the caller has it."""
     identity = identity or model_identity(model)
     return PlannedModel(
         str(identity["model"]),
@@ -116,6 +119,37 @@ def collect_scores(
         total = len(done) + n_new
         store.mark_done(run.partition, n_samples=total)
     return CollectResult(run.partition, total, n_new)
+
+
+def check_collection(names: Sequence[str], datasets: Sequence[str], out: str | os.PathLike, spec: CollectSpec) -> None:
+    """Refuse, before any model loads, a collection of ``datasets`` by the models ``names`` into ``out``
+    that could not finish: an output folder that cannot be written, no dataset, a model that cannot be
+    found, a dataset without documents."""
+    store.ensure_writable(out, create=False)  # created with the first table: a refused run leaves nothing
+    if not datasets:
+        raise ValueError("no dataset given: give a built-in one (headstats list datasets) or a file")
+    for name in names:  # an unknown model fails before any other loads
+        resolve_model_path(name)
+    for dataset in datasets:  # a bad dataset fails before any time is spent on a model
+        if len(collection_source(dataset, data_dir=spec.data_dir, text_column=spec.text_column)) == 0:
+            raise ValueError(f"dataset {dataset!r} has no documents to score")
+
+
+def collect_models(
+    names: Sequence[str], datasets: Sequence[str], out: str | os.PathLike, *, spec: CollectSpec, load: LoadOptions
+) -> Iterator[CollectResult]:
+    """Score every dataset with each model in turn, in this process and one model in memory at a time,
+    yielding each table's result as it is finished (``headstats collect``). Everything is checked
+    before the first model loads (:func:`check_collection`);
+    :func:`headstats.jobs.grid.collect_grid` runs the same pairs as jobs of a grid."""
+    check_collection(names, datasets, out, spec)
+    for name in names:
+        model, tokenizer = load_model(name, **load.kwargs())
+        for dataset in datasets:
+            yield collect_scores(model, tokenizer, dataset, out, spec=spec)
+        del model
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
 
 def plan_collection(

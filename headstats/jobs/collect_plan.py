@@ -16,7 +16,7 @@ from typing import Any
 
 from headstats.engine import scores as S
 from headstats.io import store
-from headstats.io.model_paths import model_slug
+from headstats.io.identity import model_slug
 from headstats.io.tasks import PromptFormat
 from headstats.jobs.resume import check_key, recorded_key, settings_key
 from headstats.options import narrow
@@ -65,7 +65,7 @@ def recorded_changes(provenance: Mapping[str, object], spec: CollectSpec, here: 
 class PlannedModel:
     """What a collection's plan reads of its model, loaded or read from its files."""
 
-    name: str  # as results record it (headstats.io.model_paths.recorded_model)
+    name: str  # as results record it (headstats.io.identity.recorded_model)
     revision: str  # the weights' Hub commit or content hash
     model_type: str
     location: str  # as it was named to load_model: what its partition is named after

@@ -179,7 +179,8 @@ def check_models(spec: CompareSpec) -> list[Path]:
     """Before any collection: the results folder writable, every model found, none of them another
     one itself (:func:`~headstats.jobs.compare_identity.check_identities`), every dataset readable and no
     two models sharing a table name. Returns the models' folders."""
-    from headstats.io.model_paths import model_slug, resolve_model_path
+    from headstats.io.identity import model_slug
+    from headstats.io.model_paths import resolve_model_path
     from headstats.io.tasks import collection_source
 
     names = all_models(spec)
@@ -391,8 +392,7 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
     loaded, nothing under the results folder is written); a table that is not there is refused in one
     line naming it and ``collect_with``."""
     from headstats.stats import compare as stats
-    from headstats.stats import heads as head_stats
-    from headstats.stats.compare import compare_distributions, left_out_scores, yardstick_distances
+    from headstats.stats.compare import compare_distributions
     from headstats.stats.constant import texts_constant
 
     check_two(spec)
@@ -404,66 +404,26 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
     scores = store.read_scores(root / COMPARED)
     scores = scores[scores["dataset"].astype(str).isin(datasets) & scores["model"].isin(list(slugs.values()))]
     scores = _common_texts(scores)
-    yard_model = f"{reference} ({change})"
-    margins = None
-    yard, both = pd.DataFrame(), scores.iloc[:0]
-    ref_left = left_out_scores(scores, [reference], spec.scores)
-    ref_scores = [s for s in _present(scores, reference) if s not in ref_left]
-    if ref_scores:
-        changed = store.read_scores(root / FORMAT_CHANGE)
-        changed = changed[(changed["model"] == reference) & changed["dataset"].astype(str).isin(datasets)]
-        both = pd.concat([scores[scores["model"] == reference], _common_texts(changed).assign(model=yard_model)])
-        both["model"] = both["model"].astype(str)
-        yard = yardstick_distances(
-            both, reference, yard_model, datasets, ref_scores, alpha=spec.alpha, n_boot=spec.n_resamples, seed=spec.seed
-        )
-        if spec.margin is None:
-            margins = yard.assign(margin=yard["w1_iqr"])
-    distances, left = compare_distributions(
-        scores,
-        reference,
-        others,
-        datasets,
-        spec.scores,
-        margins=spec.margin if spec.margin is not None else margins,
-        alpha=spec.alpha,
-        n_boot=spec.n_resamples,
-        seed=spec.seed,
-    )
+    yardstick = _format_yardstick(spec, root, scores, reference, f"{reference} ({change})", datasets)
+    margins = spec.margin if spec.margin is not None else yardstick.margins
+    how = {"alpha": spec.alpha, "n_boot": spec.n_resamples, "seed": spec.seed}
+    distances, left = compare_distributions(scores, reference, others, datasets, spec.scores, margins=margins, **how)
     table = series_facts(spec, stored)
     unit = stats.reference_unit(distances)
-    step_margins = spec.margin if spec.margin is not None else margins
     same = {other: _same_architecture(scores, reference, other) for other in others}
     series, steps = [], pd.DataFrame()
     if spec.series:
         ordered = order_series(spec, table, {o for o in others if not same[o]})
         table = table.merge(ordered[["slug", "order", "position"]], on="slug", how="left")
         series = list(ordered["slug"])
-        steps = stats.step_distances(
-            scores, series, datasets, unit, step_margins, alpha=spec.alpha, n_boot=spec.n_resamples, seed=spec.seed
-        )
+        steps = stats.step_distances(scores, series, datasets, unit, margins, **how)
     groups = {slugs[m]: [slugs[r] for r in members] for m, members in replicate_groups(spec).items()}
-    replicates = stats.replicate_distances(
-        scores, groups, datasets, unit, alpha=spec.alpha, n_boot=spec.n_resamples, seed=spec.seed
-    )
+    replicates = stats.replicate_distances(scores, groups, datasets, unit, **how)
     seeds = stats.seed_yardstick(replicates)
     if not seeds.empty:
         distances = stats.beside_seeds(distances, seeds, reference)
-    head_margins = spec.margin
-    if spec.margin is None and margins is not None and any(same.values()):
-        shifts = head_stats.format_change_shifts(both, reference, yard_model, datasets, list(margins["score"].unique()))
-        head_margins = head_stats.head_margins(shifts, margins)
-    summaries, heads = [], []
-    for other in others:
-        if not same[other]:
-            continue
-        tested = list(distances.loc[distances["model_b"] == other, "score"].drop_duplicates())
-        summary, per_head = head_stats.compare_heads(
-            scores, reference, other, datasets, tested, head_margins, rate=spec.rate, alpha=spec.alpha,
-            n_perm=spec.head_permutations, n_boot=spec.n_resamples, seed=spec.seed,
-        )  # fmt: skip
-        summaries.append(summary)
-        heads.append(per_head)
+    alike = [other for other in others if same[other]]
+    head_summary, heads = _head_comparisons(spec, scores, reference, alike, datasets, distances, yardstick)
     finished = time.perf_counter()
     return Comparison(
         spec=spec,
@@ -473,10 +433,10 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
         datasets=datasets,
         format_change=change,
         distances=distances,
-        yardstick=yard,
+        yardstick=yardstick.distances,
         left_out=left,
-        head_summary=pd.concat(summaries, ignore_index=True) if summaries else pd.DataFrame(),
-        heads=pd.concat(heads, ignore_index=True) if heads else pd.DataFrame(),
+        head_summary=head_summary,
+        heads=heads,
         same_architecture=same,
         timings={"statistics_s": finished - started},
         facts=table,
@@ -486,12 +446,79 @@ def read_comparison(spec: CompareSpec, collect_with: str = COLLECT_WITH) -> Comp
         seeds=seeds,
         learning=chain_learning([c for c in table["chain"] if isinstance(c, str)], root, seed=spec.seed),
         constant_texts=texts_constant(
-            pd.concat([scores, both[both["model"] == yard_model]]),
-            [reference, yard_model, *others],
+            pd.concat([scores, yardstick.rows[yardstick.rows["model"] == yardstick.model]]),
+            [reference, yardstick.model, *others],
             datasets,
             list(distances["score"].unique()),
         ),
     )
+
+
+@dataclass(frozen=True)
+class _Yardstick:
+    """The margin's yardstick: the reference against itself under the other prompt format (scored as
+    ``model``) on the same texts."""
+
+    distances: pd.DataFrame  # its W1 per dataset and score (empty when the reference has no score left)
+    rows: pd.DataFrame  # the score rows of both formats: the reference's, then ``model``'s
+    model: str
+    margins: pd.DataFrame | None  # the margins it gives, where the spec states none
+
+
+def _format_yardstick(
+    spec: CompareSpec, root: Path, scores: pd.DataFrame, reference: str, yard_model: str, datasets: list[str]
+) -> _Yardstick:
+    """The reference's distance to itself under the other prompt format (:class:`_Yardstick`), from
+    the format-change tables under ``root``."""
+    from headstats.stats.compare import left_out_scores, yardstick_distances
+
+    ref_left = left_out_scores(scores, [reference], spec.scores)
+    ref_scores = [s for s in _present(scores, reference) if s not in ref_left]
+    if not ref_scores:
+        return _Yardstick(pd.DataFrame(), scores.iloc[:0], yard_model, None)
+    changed = store.read_scores(root / FORMAT_CHANGE)
+    changed = changed[(changed["model"] == reference) & changed["dataset"].astype(str).isin(datasets)]
+    both = pd.concat([scores[scores["model"] == reference], _common_texts(changed).assign(model=yard_model)])
+    both["model"] = both["model"].astype(str)
+    yard = yardstick_distances(
+        both, reference, yard_model, datasets, ref_scores, alpha=spec.alpha, n_boot=spec.n_resamples, seed=spec.seed
+    )
+    return _Yardstick(yard, both, yard_model, yard.assign(margin=yard["w1_iqr"]) if spec.margin is None else None)
+
+
+def _head_comparisons(
+    spec: CompareSpec,
+    scores: pd.DataFrame,
+    reference: str,
+    alike: list[str],
+    datasets: list[str],
+    distances: pd.DataFrame,
+    yardstick: _Yardstick,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Which heads moved, for each model of the reference's architecture (``alike``): the summary and
+    the per-head rows (:func:`headstats.stats.heads.compare_heads`), empty when no model is alike.
+    Without a margin in the spec, each head's margin comes from its own shift under the format
+    change (the ``yardstick``'s rows and margins)."""
+    from headstats.stats import heads as head_stats
+
+    head_margins = spec.margin
+    margins = yardstick.margins
+    if spec.margin is None and margins is not None and alike:
+        sids = list(margins["score"].unique())
+        shifts = head_stats.format_change_shifts(yardstick.rows, reference, yardstick.model, datasets, sids)
+        head_margins = head_stats.head_margins(shifts, margins)
+    summaries, heads = [], []
+    for other in alike:
+        tested = list(distances.loc[distances["model_b"] == other, "score"].drop_duplicates())
+        summary, per_head = head_stats.compare_heads(
+            scores, reference, other, datasets, tested, head_margins, rate=spec.rate, alpha=spec.alpha,
+            n_perm=spec.head_permutations, n_boot=spec.n_resamples, seed=spec.seed,
+        )  # fmt: skip
+        summaries.append(summary)
+        heads.append(per_head)
+    if not summaries:
+        return pd.DataFrame(), pd.DataFrame()
+    return pd.concat(summaries, ignore_index=True), pd.concat(heads, ignore_index=True)
 
 
 def _present(scores: pd.DataFrame, model: str) -> list[str]:

@@ -71,7 +71,7 @@ def _weights(path: str) -> str:
     """How two models are told apart before any loads: a local folder by the content hash of its weight
     files alone (a copy saved with another config is the same weights), a Hub id by its name."""
     from headstats.io.fingerprint import files_digest, weight_files
-    from headstats.io.model_paths import directory_fingerprint
+    from headstats.io.identity import directory_fingerprint
 
     folder = Path(path).expanduser()
     if not folder.is_dir():
@@ -127,10 +127,10 @@ def check_identities(spec: CompareSpec, names: list[str], paths: list[str]) -> N
 
 def expected_names(name: str) -> set[str]:
     """The names a table of the model ``name`` may record as its ``model``: as results record it now
-    (:func:`~headstats.io.models.recorded_model`), or a folder by its name alone (``<local>/<name>``),
+    (:func:`~headstats.io.identity.recorded_model`), or a folder by its name alone (``<local>/<name>``),
     the folder gone or not."""
     from headstats.io.assets import ELSEWHERE
-    from headstats.io.model_paths import recorded_model
+    from headstats.io.identity import recorded_model
 
     return {recorded_model(name), name, f"{ELSEWHERE}/{Path(name.rstrip('/')).name}"}
 
@@ -141,7 +141,7 @@ def check_table(
     """Refuse a score table under ``partition`` that its records say holds another model than ``name``,
     another dtype than the comparison asks of it, or scores collected with other settings (``what``:
     compared, or format-change, whose prompt format is the yardstick's own)."""
-    from headstats.io.model_paths import recorded_model
+    from headstats.io.identity import recorded_model
     from headstats.jobs.collect_plan import recorded_changes
 
     fix = "give another results folder, or move that table away and collect it again"
@@ -207,9 +207,9 @@ def _same_folder(partition: Path, provenance: dict, folder: Path) -> bool:
 
 def stored_slug(name: str, tables: Path) -> str:
     """The table name under ``tables`` of the model the user named ``name``, as :func:`collect_all`
-    wrote it (:func:`~headstats.io.models.model_slug`); for a folder that is no longer there, the table
+    wrote it (:func:`~headstats.io.identity.model_slug`); for a folder that is no longer there, the table
     whose provenance records that folder (the caller refuses a name whose table is not there)."""
-    from headstats.io.model_paths import model_slug
+    from headstats.io.identity import model_slug
 
     slug = model_slug(name)
     if (tables / f"model={slug}").is_dir() or split_dtype(name)[1]:

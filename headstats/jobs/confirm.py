@@ -189,7 +189,7 @@ def expand(plan: ConfirmPlan) -> list[tuple[ComputePath, AnalysisSpec]]:
 def claims_table(plan: ConfirmPlan) -> pd.DataFrame:
     """The claims as :func:`headstats.stats.confirm.claim_bounds` reads them (models as the
     results' slugs), with the exploratory % of heads zeroed and source."""
-    from headstats.io.model_paths import model_slug
+    from headstats.io.identity import model_slug
 
     return pd.DataFrame(
         [
@@ -344,8 +344,8 @@ def left_for_bf16_units(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[t
     matrix units and ``--paths`` did not name them. There a bf16 pass takes hours, and the batches it
     saves tie the path to these kernels (:func:`refused_here`); naming the path with ``--paths`` runs it
     here anyway. Empty elsewhere."""
+    from headstats.io.identity import model_slug
     from headstats.io.machine import BF16_EMULATED_COST
-    from headstats.io.model_paths import model_slug
 
     run = run or RunSpec()
     if run.only_paths:
@@ -419,8 +419,8 @@ def left_to_run(plan: ConfirmPlan) -> pd.DataFrame:
     that began stays on kernels like those of its baseline and saved batches
     (:class:`~headstats.jobs.sweep.MixedKernelsError`); fp32 runs anywhere. Empty (with its columns)
     when every pass has run."""
+    from headstats.io.identity import model_slug
     from headstats.io.machine import REDUCED_PRECISION, reduced_precision_kernels
-    from headstats.io.model_paths import model_slug
     from headstats.jobs.checkpoint import saved_machines
     from headstats.jobs.sweep_plan import Point
     from headstats.stats.summary import BASELINE

@@ -174,17 +174,7 @@ def question_logliks(
         sequences = model_sequences(
             model, tokenizer, questions, prompt_format, one_pass_per_question=one_pass_per_question
         )
-    logliks = [np.zeros(q.n_choices, dtype=np.float64) for q in questions]
-    zeroed = np.zeros(len(questions), dtype=np.float64)
-    counts = np.zeros(len(questions), dtype=np.int64)
-
-    def take(done: DoneBatch) -> None:
-        for r, i in enumerate(done.rows):
-            s = sequences[i]
-            logliks[s.question][s.choices] = done.logliks[r]
-            zeroed[s.question] += done.zeroed[r]
-            counts[s.question] += 1
-
+    tally = _Tally(questions, sequences)
     device = next(model.parameters()).device
     history = probe is not None and probe.keep_history  # a calibration pass: its records are kept too
     was_training = model.training
@@ -204,7 +194,7 @@ def question_logliks(
             ):
                 done = None if checkpoint is None else checkpoint.restore(batch.indices)
                 if done is not None and (done.record is not None or not history):
-                    take(done)
+                    tally.take(done)
                     if history:
                         probe.history.append(done.record)  # type: ignore[union-attr]  # as if it had run
                     advance_restored(bar, len(done.rows))
@@ -214,19 +204,13 @@ def question_logliks(
                     bar.refresh()
                     restored_unshown = False
                 rows = [sequences[i] for i in batch.indices]
-                records: list[ForwardRecord] = []
                 keys = [questions[s.question].sample_key for s in rows]
-                call = _plain_call(model, prefix) if probe is None else _probed_call(probe, keys, records, prefix)
                 try:
-                    values = _batch_logliks(model, call, batch, rows)
+                    done = _run_batch(model, probe, prefix, batch, rows, keys, keep_record=history)
                 except PrefixMismatch as error:
                     runner.fall_back(error)  # these rows come back as whole sequences
                     continue
-                record = records[-1] if records else None
-                zero_counts = _zero_counts(record, len(rows))
-                kept = record if history else None
-                done = DoneBatch(np.asarray(batch.indices, dtype=np.int64), values, zero_counts, kept)
-                take(done)
+                tally.take(done)
                 if checkpoint is not None:
                     checkpoint.add(done)
                 bar.update(len(rows))
@@ -235,9 +219,53 @@ def question_logliks(
         model.train(was_training)
         if checkpoint is not None:
             checkpoint.save()  # what finished survives an error or an interrupt
-    return [
-        QuestionLogliks(q, logliks[i], float(zeroed[i] / counts[i]), int(counts[i])) for i, q in enumerate(questions)
-    ]
+    return tally.results()
+
+
+class _Tally:
+    """Each question's per-choice log-likelihoods and zeroed-head counts, gathered from the finished
+    batches of its sequences (one per question, or one per choice)."""
+
+    def __init__(self, questions: Sequence[Question], sequences: Sequence[ScoringSequence]) -> None:
+        self.questions, self.sequences = questions, sequences
+        self.logliks = [np.zeros(q.n_choices, dtype=np.float64) for q in questions]
+        self.zeroed = np.zeros(len(questions), dtype=np.float64)
+        self.counts = np.zeros(len(questions), dtype=np.int64)
+
+    def take(self, done: DoneBatch) -> None:
+        for r, i in enumerate(done.rows):
+            s = self.sequences[i]
+            self.logliks[s.question][s.choices] = done.logliks[r]
+            self.zeroed[s.question] += done.zeroed[r]
+            self.counts[s.question] += 1
+
+    def results(self) -> list[QuestionLogliks]:
+        """Per question: its log-likelihoods, and heads zeroed averaged over its sequences."""
+        return [
+            QuestionLogliks(q, self.logliks[i], float(self.zeroed[i] / self.counts[i]), int(self.counts[i]))
+            for i, q in enumerate(self.questions)
+        ]
+
+
+def _run_batch(
+    model: PreTrainedModel,
+    probe: Probe | None,
+    prefix: SharedPrefix | None,
+    batch: Batch,
+    rows: Sequence[ScoringSequence],
+    keys: list[int],
+    *,
+    keep_record: bool,
+) -> DoneBatch:
+    """One batch run (through ``probe`` where there is one, continuing ``prefix`` where one is shared):
+    its rows' log-likelihoods and zeroed-head counts, and the probe's record when ``keep_record``.
+    A :class:`~headstats.engine.prefix.PrefixMismatch` propagates, for the caller to fall back."""
+    records: list[ForwardRecord] = []
+    call = _plain_call(model, prefix) if probe is None else _probed_call(probe, keys, records, prefix)
+    values = _batch_logliks(model, call, batch, rows)
+    record = records[-1] if records else None
+    kept = record if keep_record else None
+    return DoneBatch(np.asarray(batch.indices, dtype=np.int64), values, _zero_counts(record, len(rows)), kept)
 
 
 def _batch_logliks(

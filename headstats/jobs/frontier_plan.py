@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from headstats.io.assets import portable_record
-from headstats.io.model_paths import model_slug
+from headstats.io.identity import model_slug
 from headstats.io.store import StoreError, partial_file, read_json, write_json_atomic
 from headstats.jobs.analysis import read_analysis_file, section_table
 from headstats.options import SpecError, narrow

@@ -177,7 +177,8 @@ def load_and_collect(model: str, dataset: str, out: str, spec: CollectSpec, load
 def collect_job(model: str, dataset: str, out: str | os.PathLike, spec: CollectSpec, load: LoadOptions) -> FunctionJob:
     """The job that scores ``dataset`` with ``model`` into ``out/model=<slug>/dataset=<name>/``, with
     the model name and the dataset checked here, before anything is submitted."""
-    from headstats.io.model_paths import model_slug, resolve_model_path
+    from headstats.io.identity import model_slug
+    from headstats.io.model_paths import resolve_model_path
     from headstats.io.tasks import collection_source
 
     resolve_model_path(model)  # a typo in a model name fails now, not in every job

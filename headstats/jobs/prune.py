@@ -504,7 +504,8 @@ def run_prune(spec: PruneSpec) -> dict:
     """Load the spec's model, rank its heads on the calibration set, remove the ``share`` (or the
     largest share certified on the ``certify`` task) and write the pruned model to ``out``.
     Returns the ``pruning.json`` record."""
-    from headstats.io.models import load_model, model_identity
+    from headstats.io.identity import model_identity
+    from headstats.io.models import load_model
     from headstats.io.tasks import load_task
 
     name, score = spec.names[0], spec.scores[0]  # type: ignore[index]

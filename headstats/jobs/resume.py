@@ -25,7 +25,7 @@ from pathlib import Path
 
 from headstats.io import store
 from headstats.io.assets import portable_record
-from headstats.io.model_paths import recorded_model
+from headstats.io.identity import recorded_model
 from headstats.options import Spec
 
 

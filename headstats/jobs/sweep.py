@@ -32,7 +32,8 @@ import functools
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -46,8 +47,10 @@ from headstats.engine import scores as S
 from headstats.engine.probe import Probe
 from headstats.engine.zeroing import ablate_heads, model_shape, warn_tied_scores
 from headstats.io import speeds, store
+from headstats.io.identity import model_slug
 from headstats.jobs.checkpoint import MixedKernelsError, PassCheckpoint, Spent, advance_restored, sequences_digest
 from headstats.jobs.evaluate import ANSWER_COLUMNS
+from headstats.jobs.grid import FunctionJob, GridResult, run_grid
 from headstats.jobs.resume import check_key, jsonable
 from headstats.jobs.sweep_plan import (
     Point,
@@ -58,7 +61,7 @@ from headstats.jobs.sweep_plan import (
     saved_thresholds,
 )
 from headstats.options import split_kwargs
-from headstats.specs import LoadOptions, SweepSpec
+from headstats.specs import LoadOptions, Resources, SweepSpec
 from headstats.stats.summary import BASELINE
 from headstats.stats.thresholds import QUANTILE_METHOD, thresholds_for_fractions
 
@@ -110,10 +113,37 @@ def run_sweep(
     return plan.partition
 
 
+def sweep_grid(
+    models: Sequence[str],
+    sweeps: Mapping[str, SweepSpec],
+    out: str | os.PathLike,
+    *,
+    resources: Resources,
+    load: LoadOptions,
+) -> GridResult:
+    """Run each task's sweep (``sweeps``: task -> its spec) with each model as jobs of a grid
+    (:func:`headstats.jobs.grid.run_grid`), one job per (model, task): the points of one sweep share
+    its baseline and calibration file. ``resources.folder`` defaults to ``out/_grid``."""
+    if resources.folder is None:
+        resources = replace(resources, folder=os.fspath(Path(out) / "_grid"))
+    jobs = [
+        FunctionJob(
+            f"ablate {model} {task}",
+            run_sweep,
+            {"model": model, "task": task, "out": out, **spec.kwargs(), **load.kwargs(), "progress": False},
+            output_paths=(str(store.partition_dir(out, model=model_slug(model), task=task)),),
+        )
+        for model in models
+        for task, spec in sweeps.items()
+    ]
+    return run_grid(jobs, resources, progress=next(iter(sweeps.values())).progress)
+
+
 def sweep_provenance(plan: SweepPlan, model: PreTrainedModel, num_layers: int, num_heads: int) -> dict:
     """The record every point file of ``plan`` carries: the run's key with the weights' hash (its
     ``settings``), the model's identity, every option as given and the machine."""
-    from headstats.io.models import machine_info, model_from_table, model_identity
+    from headstats.io.identity import model_from_table, model_identity
+    from headstats.io.models import machine_info
 
     identity = model_identity(model) | model_from_table(model, plan.partition)
     param = next(model.parameters())

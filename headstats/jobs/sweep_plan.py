@@ -193,7 +193,7 @@ def plan_sweep(
 
     The options are :class:`~headstats.specs.SweepSpec`'s and, for a model given by name,
     :class:`~headstats.specs.LoadOptions`' (``spec`` / ``load``, or their fields by name)."""
-    from headstats.io.model_paths import model_slug, recorded_model
+    from headstats.io.identity import model_slug, recorded_model
 
     load_kw, sweep_kw = split_kwargs(options, LoadOptions, SweepSpec)
     spec, load = SweepSpec.from_kwargs(sweep_kw, base=spec), LoadOptions.from_kwargs(load_kw, base=load)
@@ -238,14 +238,13 @@ def model_of(model: str | PreTrainedModel, load: LoadOptions) -> tuple[str, str,
     """(name, dtype, device kind) of a loaded model, or of one given by name as ``load`` will load it
     (a missing model or an unusable device fails here, before any work)."""
     from headstats.io.dtypes import dtype_name
+    from headstats.io.identity import model_identity, model_location
     from headstats.io.model_paths import resolve_model_path
 
     if isinstance(model, str):
         resolve_model_path(model)
         device = check_device(load.device)
         return model, dtype_name(load.dtype, device), device
-    from headstats.io.models import model_identity, model_location
-
     param = next(model.parameters())
     return (
         model_location(model) or model_identity(model)["model"],

@@ -1,13 +1,16 @@
 """Reports: :func:`~headstats.report.writer.build_report` runs the list of sections
 (:data:`headstats.report.sections.SECTIONS`, one small module per section) over a results folder
 and renders them with :class:`~headstats.report.writer.ReportWriter` (HTML + markdown); figures
-come from :mod:`~headstats.report.plots`, the study's published curves from
+come from :mod:`~headstats.report.plots`, drawn with :mod:`~headstats.report.figure`, the study's published curves from
 :mod:`~headstats.report.paper`.
 
 - :mod:`~headstats.report.writer`: ``headstats report``, a report of a results folder built from its
   Parquet tables alone;
 - :mod:`~headstats.report.sections`: the sections of that report, in the order they appear;
-- :mod:`~headstats.report.plots`: figures (seaborn/matplotlib, PNG and SVG), built without pyplot;
+- :mod:`~headstats.report.plots`: the figure kinds (accuracy curves, matrices, score distributions),
+  drawn from finished tables without pyplot;
+- :mod:`~headstats.report.figure`: the machinery they share: how scores and models look, legible text
+  at a report's width, annotations kept apart, atomic PNG and SVG;
 - :mod:`~headstats.report.paper`: ``headstats paper``, the study's Table 2 and MMLU figures rebuilt from
   its published numbers;
 - :mod:`~headstats.report.freshness`: is a committed report built from the inputs it sits beside?

@@ -18,6 +18,7 @@ from headstats.report.freshness import report_inputs
 from headstats.report.registered import record_name, registration_line
 from headstats.report.sections.context import ABSTRACT_WORDS, Context, term, word_count
 from headstats.report.writer import ReportWriter
+from headstats.specs import ConfirmSection
 from headstats.stats import coverage
 from headstats.stats.confirm import claim_bounds, claim_verdicts, path_agreement, path_baselines
 
@@ -320,9 +321,54 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
     k = len(claims)
     writer = ReportWriter(plan.report, plan.description or plan.name)
     writer.hide(plan.path, plan.results)  # named as records name them wherever the text names them
+    # No claim incomplete: what is left belongs to claims a path already failed (a confirmed one ran them all).
+    decided = not verdicts["verdict"].value_counts().get("incomplete", 0)
+    answer = _answer(plan, bounds, verdicts, times, left, changed, bool(rows), k)
+    worst = _worst_lines(bounds, verdicts)
+    # Many claims: their bounds stay in the verdict table rather than overflow the abstract.
+    fits = word_count(answer + worst) <= ABSTRACT_WORDS
+    writer.abstract(answer + (worst if fits else " Each claim's deciding bound: the verdict table."))
+    writer.headline(
+        headline_figure(bounds, [p.name for p in plan.paths], sec.drop, verdicts),
+        "bounds",
+        f"Each claim's drop on every path it runs on, with a bar to its one-sided upper bound at level "
+        f"{(1 - sec.confidence) / k:.3g}; confirmed when every bar ends at most {sec.drop:g} point (dotted line). "
+        f"Under each claim, its verdict{' so far' if len(left) else ''}.",
+    )
+    _verdict_table(writer, verdicts, sec, k)
+    _what_it_can_show(writer, plan, rows, claims)
+    _the_claims(writer, plan, claims, changed)
+    bounds_at = writer.heading("Every claim on every path")
+    writer.text(
+        "Per (claim, path): paired questions and their clusters, baseline and zeroed accuracy (%), the realised % of "
+        "heads zeroed, the answers lost and gained, the design effect, the drop with its one-sided upper bound "
+        "(Tango's score bound at the effective number of questions), `bound_if_no_drop` (the bound the same number "
+        "of changed answers gives when as many are gained as lost: how much of the tolerance churn alone takes) "
+        "and whether it certifies the claim."
+    )
+    writer.table(bounds, "bounds", floatfmt=".3g")
+    _paths_apart(writer, rows, claims, bounds, bounds_at)
+    _post_hoc_metric(writer, plan, rows, claims, verdicts)
+    _methods(writer, plan, rows, times, left, decided)
+    if plan.results.is_dir():
+        writer.inputs = report_inputs(plan.results, plan.section.settings(), plan.path, report=writer.out)
+    return writer.write()
+
+
+def _answer(
+    plan: ConfirmPlan,
+    bounds: pd.DataFrame,
+    verdicts: pd.DataFrame,
+    times: pd.DataFrame,
+    left: pd.DataFrame,
+    changed: list[str] | None,
+    ran_any: bool,
+    k: int,
+) -> str:
+    """The abstract's answer: how many of the ``k`` claims were confirmed, on what, and by which rule."""
+    sec = plan.section
     counts = verdicts["verdict"].value_counts()
     ran = int(bounds["n_questions"].notna().sum())
-    # No claim incomplete: what is left belongs to claims a path already failed (a confirmed one ran them all).
     decided = not counts.get("incomplete", 0)
     held_out = f"{sec.limit:,}" if sec.limit else "all"
     answer = (
@@ -337,22 +383,14 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         f"at most {sec.drop:g} point on every path, at level {(1 - sec.confidence) / k:.3g} each "
         f"({term('Bonferroni', 'bonferroni')} over the {k} claims)."
     )
-    answer = (
-        PLAIN_QUESTION + " " + registration_line(changed, plan.results, bool(rows), more="under the claims") + answer
-    )
+    answer = PLAIN_QUESTION + " " + registration_line(changed, plan.results, ran_any, more="under the claims") + answer
     if changed:
         answer = answer.replace("stated before this run", "stated before this run and amended after it")
-    worst = _worst_lines(bounds, verdicts)
-    # Many claims: their bounds stay in the verdict table rather than overflow the abstract.
-    fits = word_count(answer + worst) <= ABSTRACT_WORDS
-    writer.abstract(answer + (worst if fits else " Each claim's deciding bound: the verdict table."))
-    writer.headline(
-        headline_figure(bounds, [p.name for p in plan.paths], sec.drop, verdicts),
-        "bounds",
-        f"Each claim's drop on every path it runs on, with a bar to its one-sided upper bound at level "
-        f"{(1 - sec.confidence) / k:.3g}; confirmed when every bar ends at most {sec.drop:g} point (dotted line). "
-        f"Under each claim, its verdict{' so far' if len(left) else ''}.",
-    )
+    return answer
+
+
+def _verdict_table(writer: ReportWriter, verdicts: pd.DataFrame, sec: ConfirmSection, k: int) -> None:
+    """The main table, one row per claim, with its one-line legend and the full one."""
     legend = writer.note(
         "Reading the verdict table",
         f"One row per claim. held_out_n: the held-out questions paired with each path's baseline (the fewest "
@@ -377,7 +415,12 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
         full_legend=legend,
         floatfmt=".3g",
     )
-    _what_it_can_show(writer, plan, rows, claims)
+
+
+def _the_claims(writer: ReportWriter, plan: ConfirmPlan, claims: pd.DataFrame, changed: list[str] | None) -> None:
+    """The claims as the file states them, with the held-out questions they are tested on and any
+    amendment made after the first pass."""
+    sec = plan.section
     writer.heading("The claims as amended after the run" if changed else "The claims as stated before the run")
     writer.text(
         f'From `{portable_name(plan.path)}`. Metric: {METRIC_WORDS[sec.metric]} (`metric = "{sec.metric}"`). '
@@ -393,21 +436,6 @@ def write_confirmation(plan: ConfirmPlan, *, progress: bool = True) -> Path:
             f"(an amendment, not pre-registered): {'; '.join(changed)}."
         )
     writer.table(claims.assign(paths=claims["paths"].map(", ".join)), "claims", floatfmt=".3g")
-    bounds_at = writer.heading("Every claim on every path")
-    writer.text(
-        "Per (claim, path): paired questions and their clusters, baseline and zeroed accuracy (%), the realised % of "
-        "heads zeroed, the answers lost and gained, the design effect, the drop with its one-sided upper bound "
-        "(Tango's score bound at the effective number of questions), `bound_if_no_drop` (the bound the same number "
-        "of changed answers gives when as many are gained as lost: how much of the tolerance churn alone takes) "
-        "and whether it certifies the claim."
-    )
-    writer.table(bounds, "bounds", floatfmt=".3g")
-    _paths_apart(writer, rows, claims, bounds, bounds_at)
-    _post_hoc_metric(writer, plan, rows, claims, verdicts)
-    _methods(writer, plan, rows, times, left, decided)
-    if plan.results.is_dir():
-        writer.inputs = report_inputs(plan.results, plan.section.settings(), plan.path, report=writer.out)
-    return writer.write()
 
 
 __all__ = ["path_rows", "run_times", "write_confirmation"]

@@ -33,8 +33,8 @@ from headstats.jobs.frontier_plan import (
     read_record,
     recorded_settings,
 )
+from headstats.report.figure import score_style
 from headstats.report.freshness import report_inputs
-from headstats.report.plots import score_style
 from headstats.report.sections.context import ABSTRACT_WORDS, term, word_count
 from headstats.report.writer import ReportWriter, anchor_slug
 from headstats.specs import FrontierSpec
@@ -190,7 +190,7 @@ def build_frontier_report(frontier: Frontier, out: str | os.PathLike | None = No
     )
     hide_folders(writer, frontier)
     b_small = min(spec.speed_batches)
-    from headstats.io.model_paths import model_slug
+    from headstats.io.identity import model_slug
 
     names = {model_slug(m): m for m in frontier.model_names(all_models=True)}
     missing = [m for slug, m in names.items() if slug not in runs or slug in partial]

@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from headstats.io.assets import portable_name
 from headstats.jobs.frontier_plan import Frontier, check_recorded_settings, pruned_points
+from headstats.report.figure import score_style
 from headstats.report.frontier import (
     LEGEND,
     family_size,
@@ -29,9 +30,9 @@ from headstats.report.frontier import (
     run_notes,
     settings_line,
 )
-from headstats.report.plots import score_style
 from headstats.report.sections.context import fit_sentences, term
 from headstats.report.writer import ReportWriter, anchor_slug
+from headstats.specs import FrontierSpec
 from headstats.stats.frontier import CONFIDENCE, add_family_bounds, both_certified_shares, unfinished
 from headstats.stats.speed import against_ceiling
 
@@ -255,6 +256,20 @@ def build_paired_report(frontier: Frontier, out: str | os.PathLike | None = None
         writer.text("No model has run every point yet.")
     else:
         writer.table(certified, "certified_shares")
+    _speed_section(writer, speed, runs, spec)
+    writer.heading("Accuracy per task", 2)
+    acc_cols = ["model", "score", "share", "task", "n", "accuracy", "drop", "upper", "upper_fw", "lost", "gained"]
+    writer.table(points[acc_cols].sort_values(["model", "task", "score", "share"]), "accuracy")
+    with writer.appendix():
+        table = points if "eval_seconds" in points else points.assign(eval_seconds=0.0)  # a baseline alone
+        run_notes(writer, table, runs, frontier.results, settings_line(frontier))
+    record_inputs(writer, frontier)
+    writer.write()
+    return Path(writer.out) / "index.html"
+
+
+def _speed_section(writer: ReportWriter, speed: pd.DataFrame, runs: dict, spec: FrontierSpec) -> None:
+    """Every timed setting: how the rounds were run and read, and their table."""
     writer.heading("Speed at each setting", 2)
     writer.text(
         "Paired, interleaved rounds (the unpruned model and the candidate on the same random prompts, the order "
@@ -289,12 +304,3 @@ def build_paired_report(frontier: Frontier, out: str | os.PathLike | None = None
         "load_after",
     ]
     writer.table(speed[[c for c in cols if c in speed]].sort_values(["model", "setting", "score", "share"]), "speed")
-    writer.heading("Accuracy per task", 2)
-    acc_cols = ["model", "score", "share", "task", "n", "accuracy", "drop", "upper", "upper_fw", "lost", "gained"]
-    writer.table(points[acc_cols].sort_values(["model", "task", "score", "share"]), "accuracy")
-    with writer.appendix():
-        table = points if "eval_seconds" in points else points.assign(eval_seconds=0.0)  # a baseline alone
-        run_notes(writer, table, runs, frontier.results, settings_line(frontier))
-    record_inputs(writer, frontier)
-    writer.write()
-    return Path(writer.out) / "index.html"

@@ -1,21 +1,18 @@
-"""Figures of the study and of headstats' analyses (seaborn/matplotlib; written as PNG and SVG).
+"""The figure kinds of the study and of headstats' analyses (seaborn/matplotlib): accuracy curves,
+matrices (ranks, IoU, W1) and score distributions.
 
-Every function takes tables (intervention points and curve summaries, score tables, distance and
-overlap matrices) and returns a :class:`matplotlib.figure.Figure` built without pyplot, so plotting
-works headless and leaves no global state behind; :func:`save_figure` writes it atomically. Score
-names, directions and line styles come from :data:`headstats.engine.scores.SCORES`: one colour per score
-family, solid for raw scores, dashed for layer-normalised (LN), dotted for head-normalised (HN).
+Every function takes finished tables (intervention points and curve summaries, score tables, rankings,
+distance and overlap matrices, per-head means) and returns a :class:`matplotlib.figure.Figure` built
+without pyplot, so plotting works headless and leaves no global state behind; the statistics it draws
+come from :mod:`headstats.stats`, its looks, legibility and saving from :mod:`headstats.report.figure`.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 
-import matplotlib as mpl
 import numpy as np
 import pandas as pd
 import seaborn as sns
@@ -23,221 +20,24 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from headstats.engine.scores import SCORES
-from headstats.engine.scores import score_ids as registered_score_ids
-from headstats.io import store
-from headstats.stats import ranking
+from headstats.report.figure import (
+    MAX_CURVES,
+    curve_groups,
+    is_normalised_score,
+    is_random_score,
+    model_looks,
+    ordered_scores,
+    score_label,
+    score_style,
+    wrap_title,
+)
+from headstats.stats import describe
 from headstats.stats.matrix import DistanceMatrix
 from headstats.stats.summary import BASELINE
 from headstats.stats.tables import model_rows
 
 X_LABEL = "heads zeroed (realised %)"
-MAX_CURVES = 8  # curves in one panel: beyond this, colours repeat and no curve can be followed
 MIN_HEATMAP = 3  # rows and columns a heatmap needs; a smaller matrix is a few numbers, shown as a table
-# One colour and one marker per score family: colours Okabe-Ito-like (distinguishable in colour-blind
-# vision), the study's best score (ahon) in the most salient one; any two of them, grey and black are
-# at least 21 CIEDE2000 apart (tests/test_browser.py holds figures to 15). The marker keeps apart ahon,
-# lthon and avvn, three warm colours. Normalisation shows in the line style.
-FAMILY_LOOKS = {
-    "awft": ("#0173b2", "s"),
-    "entropy": ("#029e73", "D"),
-    "ftvvn": ("#cc78bc", "P"),
-    "avvn": ("#8c564b", "v"),
-    "lthon": ("#de8f05", "X"),
-    "ahon": ("#d55e00", "^"),
-    "fhon": ("#56b4e9", "<"),
-}
-# The families a user registers take these in registration order: any two of them, the study's
-# families', grey and black at least 15 CIEDE2000 apart (tests/test_plots.py checks every pair), and
-# none paler than 30 from white. Past twelve user families the colours repeat with another marker.
-SPARE_COLOURS = (
-    "#d62728", "#bcbd22", "#393b79", "#6b6ecf", "#637939", "#8c6d31",
-    "#7b4173", "#74c476", "#e7298a", "#fc8d62", "#225555", "#225522",
-)  # fmt: skip
-_SPARE_MARKERS = (">", "p", "h", "d", "8", "H", "*")
-
-
-def score_style(score_id: str) -> dict[str, object]:
-    """Colour, line style, marker and legend label of a score's curves, read from the registry: a
-    normalised score takes its numerator's colour and marker (dashed when divided by a layer mean,
-    dotted by a head's own score), so a score registered in user code gets a style of its own too."""
-    score = SCORES.get(score_id)
-    if score is not None and score.is_random:
-        return {"color": "black", "linestyle": "-", "marker": "o", "label": score_id}  # its name says no more
-    if score is not None:
-        family = score.ratio.numerator if score.ratio is not None else score.id
-        kind = "" if score.ratio is None else {"layer": "ln", "head": "hn"}[score.ratio.over]
-    else:  # an id this registry does not know (e.g. from a newer run): read its suffix
-        family, _, kind = score_id.partition("_")
-    linestyle = {"": "-", "ln": "--", "hn": ":"}.get(kind, "-.")
-    color, marker = _family_look(family)
-    return {"color": color, "linestyle": linestyle, "marker": marker, "label": score_label(score_id)}
-
-
-def _family_look(family: str) -> tuple[str, str]:
-    """A family's colour and marker: the study's families' own, else by registration order."""
-    if family in FAMILY_LOOKS:
-        return FAMILY_LOOKS[family]
-    others = [s.id for s in SCORES.values() if s.ratio is None and not s.is_random and s.id not in FAMILY_LOOKS]
-    if family not in others:
-        return "grey", "o"
-    i = others.index(family)
-    return SPARE_COLOURS[i % len(SPARE_COLOURS)], _SPARE_MARKERS[i % len(_SPARE_MARKERS)]
-
-
-def score_label(score_id: str) -> str:
-    """``id (name)`` from the registry; unknown ids (e.g. from a newer run) stay as they are."""
-    score = SCORES.get(score_id)
-    return f"{score_id} ({score.name})" if score is not None else score_id
-
-
-def wrap_title(text: str, width_in: float, fontsize: float) -> str:
-    """``text`` wrapped to lines that fit ``width_in`` inches at ``fontsize`` points (a character is
-    at most about 0.6 em wide in the default sans-serif), so that no title is clipped by its figure."""
-    chars = max(12, int(width_in * 72 / (0.6 * fontsize)))
-    return "\n".join(textwrap.fill(line, chars) for line in text.splitlines())
-
-
-def _is_random(score_id: str) -> bool:
-    score = SCORES.get(score_id)
-    return score.is_random if score is not None else score_id == "random"
-
-
-def _is_normalised(score_id: str) -> bool:
-    score = SCORES.get(score_id)
-    return score.ratio is not None if score is not None else "_" in score_id
-
-
-def curve_groups(scores: Sequence[str], max_curves: int = MAX_CURVES) -> list[list[str]]:
-    """The score ids split into panels of at most ``max_curves`` curves each: all in one panel when
-    they fit, else raw and normalised scores apart (chunked further if needed), with ``random``, the
-    yardstick, in every panel."""
-    randoms = [s for s in scores if _is_random(s)]
-    others = [s for s in scores if not _is_random(s)]
-    room = max_curves - len(randoms)
-    if room < 1:
-        raise ValueError(f"{len(randoms)} random curves leave no room in a panel of {max_curves} curves")
-    if len(others) <= room:
-        return [list(scores)]
-    groups = []
-    for family in ([s for s in others if not _is_normalised(s)], [s for s in others if _is_normalised(s)]):
-        groups += [randoms + family[i : i + room] for i in range(0, len(family), room)]
-    return groups
-
-
-def _ordered_scores(scores: Iterable[str]) -> list[str]:
-    canonical = {sid: i for i, sid in enumerate(registered_score_ids())}
-    return sorted(set(scores), key=lambda s: (canonical.get(s, len(canonical)), s))
-
-
-MIN_TEXT_PX = 10  # the smallest text of a figure as a reader sees it in a report at 1280 px
-PAGE_WIDTH_PX = 1160  # a report's column at 1280 px (its body's width less its padding)
-CSS_PX_PER_PT = 96 / 72  # an SVG's size in pt, shown in CSS px
-
-
-def shown_scale(fig: Figure, width_px: float = PAGE_WIDTH_PX, max_height_px: float | None = None) -> float:
-    """How much a report shrinks ``fig``'s SVG (1: shown at its own size): to the page's column, and to
-    ``max_height_px`` where it has one (the headline)."""
-    w_in, h_in = fig.get_size_inches()
-    scale = min(1.0, width_px / (72 * w_in * CSS_PX_PER_PT))
-    if max_height_px:
-        scale = min(scale, max_height_px / (72 * h_in * CSS_PX_PER_PT))
-    return scale
-
-
-def make_legible(
-    fig: Figure, min_px: float = MIN_TEXT_PX, width_px: float = PAGE_WIDTH_PX, max_height_px: float | None = None
-) -> float:
-    """Raise every text of ``fig`` (titles, labels, tick labels, legends, annotations) to at least
-    ``min_px`` as shown in a report (:func:`shown_scale`), lay the figure out again and move
-    annotations off other texts (:func:`separate_annotations`); returns that smallest size in pt."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.text import Text
-
-    smallest = math.ceil(10 * min_px / CSS_PX_PER_PT / shown_scale(fig, width_px, max_height_px)) / 10
-    if fig.canvas is None or not hasattr(fig.canvas, "get_renderer"):
-        FigureCanvasAgg(fig)
-    fig.canvas.draw()  # tick labels exist once drawn
-    changed = False
-    for ax in fig.axes:
-        for axis, name in ((ax.xaxis, "x"), (ax.yaxis, "y")):
-            labels = [t for t in axis.get_ticklabels(which="both") if t.get_text()]
-            if labels and min(t.get_fontsize() for t in labels) < smallest:
-                ax.tick_params(axis=name, which="both", labelsize=smallest)
-                changed = True
-    for text in fig.findobj(Text):
-        if text.get_text().strip() and text.get_fontsize() < smallest:
-            text.set_fontsize(smallest)
-            changed = True
-    if changed and fig.get_layout_engine() is None:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a figure tight_layout cannot fit keeps its layout
-            fig.tight_layout()
-    separate_annotations(fig)
-    return smallest
-
-
-# Places tried around an annotated point, in offset points with the text's alignment: beside it
-# up-right first (where the curves' end labels go), then the other corners, then further out.
-_ANNOTATION_PLACES = [
-    ((dx * side, dy * up), "left" if side > 0 else "right", "bottom" if up > 0 else "top")
-    for dx, dy in ((4, 4), (4, 14), (12, 24))
-    for up in (1, -1)
-    for side in (1, -1)
-]
-
-
-def separate_annotations(fig: Figure, gap_px: float = 2.0) -> None:
-    """Move each annotation of ``fig`` placed at an offset from its point (``textcoords="offset
-    points"``) that overlaps another text or leaves its axes to the first place around its point
-    where it does neither; one that fits nowhere stays where it was drawn."""
-    from matplotlib.text import Annotation, Text
-
-    renderer = fig.canvas.get_renderer()
-    notes = [t for ax in fig.axes for t in ax.texts if isinstance(t, Annotation) and t.anncoords == "offset points"]
-    shown = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip() and t not in notes]
-    taken = [t.get_window_extent(renderer).padded(gap_px) for t in shown]
-    for note in notes:
-        if not (note.get_visible() and note.get_text().strip()):
-            continue
-        inside = note.axes.get_window_extent(renderer)
-        drawn = (note.xyann, note.get_horizontalalignment(), note.get_verticalalignment())
-        for offset, ha, va in [drawn, *_ANNOTATION_PLACES]:
-            note.xyann = offset
-            note.set_horizontalalignment(ha)
-            note.set_verticalalignment(va)
-            box = note.get_window_extent(renderer)
-            fits = inside.x0 <= box.x0 and box.x1 <= inside.x1 and inside.y0 <= box.y0 and box.y1 <= inside.y1
-            if fits and not any(box.overlaps(other) for other in taken):
-                break
-        else:
-            note.xyann = drawn[0]
-            note.set_horizontalalignment(drawn[1])
-            note.set_verticalalignment(drawn[2])
-        taken.append(note.get_window_extent(renderer).padded(gap_px))
-
-
-def save_figure(
-    fig: Figure, directory: str | os.PathLike, name: str, formats: Sequence[str] = ("png", "svg"), dpi: int = 100
-) -> dict[str, Path]:
-    """Write ``directory/name.{png,svg}`` atomically (temporary file + rename); returns the paths.
-
-    SVG text stays text (smaller files) and no creation date is embedded, so re-rendering the same
-    data gives the same files.
-    """
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {}
-    for fmt in formats:
-        metadata = {"Date": None} if fmt == "svg" else {"Software": None} if fmt == "png" else None
-
-        def save(tmp: Path, fmt: str = fmt, metadata: dict | None = metadata) -> None:
-            with mpl.rc_context({"svg.fonttype": "none", "svg.hashsalt": "headstats"}):
-                fig.savefig(tmp, format=fmt, dpi=dpi, metadata=metadata)
-
-        paths[fmt] = store.write_atomic(out / f"{name}.{fmt}", save)
-    return paths
 
 
 # --- accuracy vs % of heads zeroed ---------------------------------------------------------------
@@ -334,7 +134,7 @@ def accuracy_grid(
     model -> its exact identity, shown under the model in the panel title."""
     points = _check_points(points)
     models = _model_list(points, models)
-    scores = _ordered_scores(points.loc[points["score"] != BASELINE, "score"]) if scores is None else list(scores)
+    scores = ordered_scores(points.loc[points["score"] != BASELINE, "score"]) if scores is None else list(scores)
     groups = curve_groups(scores)
     cols = max(1, min(cols, len(models)))
     rows = math.ceil(len(models) / cols)
@@ -350,7 +150,7 @@ def accuracy_grid(
         handles, names = axes.flat[0].get_legend_handles_labels()
         sub.legend(handles, names, loc="outside right upper", fontsize=7, frameon=False)
         if len(groups) > 1:
-            kind = "normalised scores" if any(_is_normalised(s) for s in group) else "raw scores"
+            kind = "normalised scores" if any(is_normalised_score(s) for s in group) else "raw scores"
             sub.suptitle(f"{kind} (with random)", fontsize=10)
     if title:
         fig.suptitle(title)
@@ -373,9 +173,9 @@ def headline_curves(
             raise ValueError("headline curves need points with columns model, task, score, realised_pct, accuracy")
     models = list(dict.fromkeys(curves["model"].astype(str)))
     tasks = sorted(curves["task"].astype(str).unique())
-    have = _ordered_scores(curves["score"].astype(str))
+    have = ordered_scores(curves["score"].astype(str))
     shown = [s for s in (scores or have) if s in have]
-    shown = ([s for s in shown if _is_random(s)] + [s for s in shown if not _is_random(s)])[:MAX_CURVES]
+    shown = ([s for s in shown if is_random_score(s)] + [s for s in shown if not is_random_score(s)])[:MAX_CURVES]
     fig = Figure(figsize=(3.3 * len(tasks) + 2.6, 2.6 * len(models) + 0.3), layout="constrained")
     axes = fig.subplots(len(models), len(tasks), squeeze=False)
     for i, model in enumerate(models):
@@ -420,27 +220,18 @@ def within_one_point_dots(table: pd.DataFrame, reference: str, other: str, *, ti
 
 
 def top_curves(
-    points: pd.DataFrame,
-    curves: pd.DataFrame,
-    models: Sequence[str],
-    *,
-    k: int = 3,
-    by: str = "norm_auc",
-    labels: Mapping[str, str] | None = None,
+    points: pd.DataFrame, best: Mapping[str, Sequence[str]], *, labels: Mapping[str, str] | None = None
 ) -> Figure:
-    """Random plus each model's ``k`` best curves by ``by`` (the study's Figure 4), one panel per model
-    (``labels`` as in :func:`accuracy_grid`)."""
+    """Random plus each model's best curves (the study's Figure 4), one panel per model: ``best`` maps
+    each model drawn to its best score ids, best first, as :mod:`headstats.stats.ranking` ranks them
+    (``top_k(curves, k, by, exclude=("random",))``); ``labels`` as in :func:`accuracy_grid`."""
     points = _check_points(points)
-    models = _model_list(points, models)
-    ranks = ranking.rank_scores(curves, by)
+    models = _model_list(points, list(best))
     fig = Figure(figsize=(4.6 * len(models), 5.2), layout="constrained")
     axes = fig.subplots(1, len(models), squeeze=False)[0]
     for ax, model in zip(axes, models, strict=True):
-        if model not in ranks.index:
-            raise ValueError(f"no curve summaries for model {model!r}")
-        order = ranks.loc[model].dropna().astype(int).sort_values(kind="stable").index
-        best = [s for s in order if s != "random"][:k]
-        _draw_curves(ax, points, model, ["random", *best], linewidth=1.8, title=_panel_title(model, labels))
+        scores = ["random", *(s for s in best[model] if s != "random")]
+        _draw_curves(ax, points, model, scores, linewidth=1.8, title=_panel_title(model, labels))
         # Below the panel: inside it, the legend would hide the curves' low-accuracy end.
         ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
     return fig
@@ -538,7 +329,7 @@ def rank_heatmap(ranks: pd.DataFrame, *, title: str = "Rank of score functions (
 
 def area_intervals(intervals: pd.DataFrame, *, labels: Mapping[str, str] | None = None) -> Figure:
     """Each model's curve areas with their bootstrap intervals, best first, one panel per model
-    (``intervals``: :func:`headstats.stats.ranking.curve_intervals`); the reference curve's interval
+    (``intervals``: :func:`headstats.stats.curve_bootstrap.curve_intervals`); the reference curve's interval
     is shaded across the panel, so a score whose interval clears it beats chance."""
     if intervals.empty:
         raise ValueError("no curve areas to draw: curve_intervals returned no rows")
@@ -657,16 +448,14 @@ def ecdf(
     groups = [head + rest[i : i + room] for i in range(0, len(rest), room)] or [head]
     fig = Figure(figsize=(5.0 * len(ids), 3.8 * len(groups)), layout="constrained")
     axes = fig.subplots(len(groups), len(ids), squeeze=False)
-    levels = np.linspace(0.0, 1.0, quantiles)
-    looks = _model_looks(models)
+    looks = model_looks(models)
     rows = {m: _one_dataset(model_rows(scores, m), m, dataset) for m in models}
     names = dict(labels or {})
     for g, group in enumerate(groups):
         for ax, sid in zip(axes[g], ids, strict=True):
             for model in group:
                 ax.plot(
-                    np.quantile(_values(rows[model], model, sid), levels),
-                    levels,
+                    *describe.ecdf_points(_values(rows[model], model, sid), quantiles),
                     linewidth=1.5,
                     **looks[model],
                     label=names.get(model, model),
@@ -677,31 +466,6 @@ def ecdf(
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7)
     return fig
-
-
-# Colours for more models than tab10 holds: Okabe-Ito's without its yellow (too pale on white) and
-# with a brown, any two at least 20 CIEDE2000 apart; black is the reference's.
-_MANY_MODELS = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#8c564b")
-_MANY_STYLES = ("-", "--", ":", "-.")
-
-
-def _model_looks(models: Sequence[str]) -> dict[str, dict[str, object]]:
-    """One look per model, the same in every panel of a figure: tab10's colours for up to 10 models;
-    beyond, the first model (the reference) black and the others a colour of :data:`_MANY_MODELS`
-    and a line style, so that no two models look alike (a colour repeats only with another style)."""
-    if len(models) <= 10:
-        return {
-            m: {"color": mpl.colors.to_hex(mpl.colormaps["tab10"](i)), "linestyle": "-"} for i, m in enumerate(models)
-        }
-    if len(models) - 1 > len(_MANY_MODELS) * len(_MANY_STYLES):
-        raise ValueError(
-            f"{len(models)} models are more than one figure tells apart "
-            f"({1 + len(_MANY_MODELS) * len(_MANY_STYLES)}): draw them in several figures"
-        )
-    looks = {models[0]: {"color": "#000000", "linestyle": "-"}}
-    for i, model in enumerate(models[1:]):
-        looks[model] = {"color": _MANY_MODELS[i % len(_MANY_MODELS)], "linestyle": _MANY_STYLES[i // len(_MANY_MODELS)]}
-    return looks
 
 
 def layer_head_heatmap(
@@ -718,7 +482,7 @@ def layer_head_heatmap(
     rows = _one_dataset(model_rows(scores, model), model, dataset)
     for sid in ids:
         _values(rows, model, sid)
-    grids = rows.groupby(["layer", "head"], observed=True)[ids].mean()
+    grids = describe.head_means(rows, ids)
     n_layers, n_heads = grids.index.levshape
     if min(n_layers, n_heads) < MIN_HEATMAP:
         raise ValueError(

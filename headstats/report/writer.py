@@ -40,8 +40,8 @@ from matplotlib.figure import Figure
 
 from headstats.io import store
 from headstats.io.assets import ELSEWHERE, cache_dir, portable_name
-from headstats.report import plots
 from headstats.report import sections as report_sections
+from headstats.report.figure import CSS_PX_PER_PT, make_legible, save_figure
 from headstats.report.freshness import INPUTS_KEY, report_inputs
 from headstats.report.sections.context import ABSTRACT_WORDS, Context, Section, word_count
 from headstats.specs import ReportSpec
@@ -388,15 +388,15 @@ class ReportWriter:
     def _figure_blocks(self, fig: Figure, name: str, caption: str, css_class: str = "") -> tuple[str, str]:
         for fmt in ("png", "svg"):
             self.folder.path(f"figures/{name}.{fmt}")
-        plots.make_legible(fig, max_height_px=HEADLINE_HEIGHT_PX if css_class == "headline" else None)
-        paths = plots.save_figure(fig, self.out / "figures", name, dpi=self.dpi)
+        make_legible(fig, max_height_px=HEADLINE_HEIGHT_PX if css_class == "headline" else None)
+        paths = save_figure(fig, self.out / "figures", name, dpi=self.dpi)
         svg, png = paths["svg"].read_bytes(), paths["png"].read_bytes()
         kind, data = ("svg+xml", svg) if len(svg) <= SVG_RATIO * len(png) else ("png", png)
         caption = self._resolve(caption)
         # Shown at the SVG's own size (1 pt = 4/3 CSS px) whichever file is embedded, so that a PNG's dpi
         # does not change how large its text reads; the headline at most HEADLINE_HEIGHT_PX high.
         w_in, h_in = fig.get_size_inches()
-        width = 72 * w_in * plots.CSS_PX_PER_PT
+        width = 72 * w_in * CSS_PX_PER_PT
         if css_class == "headline":
             width = min(width, HEADLINE_HEIGHT_PX * w_in / h_in)
         block = _TEMPLATES.get_template("figure.html.j2").render(
@@ -588,7 +588,7 @@ def build_report(
                 f"{len(context.stray)} Parquet file(s) outside the results layout were ignored, e.g. "
                 f"`{context.stray[0].relative_to(results).as_posix()}`."
             )
-    for section in report_sections.SECTIONS if sections is None else sections:
+    for section in report_sections.SECTIONS.values() if sections is None else sections:
         section(writer, context)
     writer.inputs = report_inputs(results, spec.settings(), analysis, report=writer.out)
     return writer.write()

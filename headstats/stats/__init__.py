@@ -18,6 +18,8 @@
 - :mod:`~headstats.stats.overlap`: do two score functions select the same heads?
 - :mod:`~headstats.stats.inactive`: on what share of the texts does a score call each head inactive?
 - :mod:`~headstats.stats.ranking`: ranking score functions by their curves, across models;
+- :mod:`~headstats.stats.curve_bootstrap`: how sure a curve's area, rank and first drop are (every curve
+  of a model resampled together by question clusters), and its Holm-adjusted verdict against random;
 - :mod:`~headstats.stats.large`: W1 matrices and overlap read straight from a results folder too
   large for pandas (``*_from_dataset``), on the same kernels;
 - :mod:`~headstats.stats.describe`: descriptive tables, each score's quartiles and means per dataset,

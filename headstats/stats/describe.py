@@ -4,13 +4,15 @@ beside its distribution figures.
 - :func:`score_quartiles`: per dataset and model, sequences scored and each score's quartiles, pooled
   over (sequence, layer, head);
 - :func:`score_means`: per model, sequences, layers and heads, and each score's mean;
-- :func:`head_means`: each score's mean per (layer, head).
+- :func:`head_means`: each score's mean per (layer, head);
+- :func:`ecdf_points`: a distribution's empirical CDF as a fixed number of quantiles.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import pandas as pd
 
 
@@ -38,3 +40,11 @@ def score_means(rows: pd.DataFrame, score_ids: Sequence[str]) -> pd.DataFrame:
 def head_means(rows: pd.DataFrame, score_ids: Sequence[str]) -> pd.DataFrame:
     """Each score's mean per (layer, head) (the index) over the sequences of ``rows``."""
     return rows.groupby(["layer", "head"], observed=True)[list(score_ids)].mean()
+
+
+def ecdf_points(values: np.ndarray, quantiles: int = 512) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF of the finite ``values`` as ``quantiles`` points (x, level): their quantiles at
+    evenly spaced levels from 0 to 1, so a table of millions of rows draws as fast as a small one."""
+    values = np.asarray(values, dtype=np.float64)
+    levels = np.linspace(0.0, 1.0, quantiles)
+    return np.quantile(values[np.isfinite(values)], levels), levels

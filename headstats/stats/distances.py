@@ -440,6 +440,7 @@ def model_distance(
     unit = cluster_column(scores, cluster)
     pair = _prepare_pair(a, b, design, names, unit)
     depth_a, depth_b = _depth_masks(pair.a, depth_bins), _depth_masks(pair.b, depth_bins)
+    how = dict(n_boot=n_boot, n_perm=n_perm, n_split=n_split, confidence=confidence, floor_quantile=floor_quantile)
     rows = []
     total = len(sids) * len(depth_a)
     bar = tqdm(total=total, desc=f"W1 {model_a} vs {model_b}", unit="cmp", disable=not progress)
@@ -450,25 +451,17 @@ def model_distance(
             data = SequenceBlocks(
                 np.concatenate([va[ma], vb[mb]]), np.concatenate([pair.block_a[ma], pair.block_b[mb]]), pair.n_blocks
             )
-            row: dict[str, object] = {"model_a": model_a, "model_b": model_b, "score": sid, "depth": depth}
-            row.update(
-                _compare(
-                    data,
-                    pair,
-                    unit,
-                    interquartile_range(va[ma]),
-                    np.random.default_rng([seed, si, di]),
-                    n_boot=n_boot,
-                    n_perm=n_perm,
-                    n_split=n_split,
-                    confidence=confidence,
-                    floor_quantile=floor_quantile,
-                )
-            )
-            rows.append(row)
+            rng = np.random.default_rng([seed, si, di])
+            compared = _compare(data, pair, unit, interquartile_range(va[ma]), rng, **how)
+            rows.append({"model_a": model_a, "model_b": model_b, "score": sid, "depth": depth, **compared})
             bar.update()
     bar.close()
-    out = pd.DataFrame(rows)
+    return _as_family(pd.DataFrame(rows), n_perm)
+
+
+def _as_family(out: pd.DataFrame, n_perm: int) -> pd.DataFrame:
+    """The rows of one comparison as one Holm family: ``above_noise``, then ``p_holm`` and its floor
+    ``p_holm_min`` beside ``p_value``, and ``n_tests``, the tests of the family."""
     out["above_noise"] = out["w1"] > out["noise_floor"]
     out.insert(out.columns.get_loc("p_value") + 1, "p_holm", holm(out["p_value"]))
     tested = int(out["p_value"].notna().sum())

@@ -26,9 +26,7 @@ collected and reported).
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
+from headstats.registry import import_registering
 from headstats.studies.dryrun import dry_run
 from headstats.studies.registry import (
     STUDY_KINDS,
@@ -47,21 +45,15 @@ from headstats.studies.runner import plan_study, run_loaded, run_study
 MACHINERY = ("registry", "runner", "dryrun")  # the modules that run every kind and define none
 
 
-def import_kinds() -> None:
-    """Import every module of this package; each one not in :data:`MACHINERY` must register a kind."""
-    for module in pkgutil.iter_modules(__path__):
-        name = f"{__name__}.{module.name}"
-        importlib.import_module(name)
-        registering = {kind_module(kind) for kind in STUDY_KINDS.values()}
-        if module.name not in MACHINERY and name not in registering:
-            raise ImportError(
-                f"headstats/studies/{module.name}.py registers no study kind: end it with "
-                "register_kind(StudyKind(...)) (docs/developing.md#a-study-kind), or move what it holds out of "
-                "headstats/studies/"
-            )
-
-
-import_kinds()
+# Every module of this package but MACHINERY registers a kind; one that does not fails here, naming its file.
+import_registering(
+    __name__,
+    __path__,
+    STUDY_KINDS,
+    kind_module,
+    "register_kind(StudyKind(...)) (docs/developing.md#a-study-kind)",
+    machinery=MACHINERY,
+)
 
 __all__ = [
     "STUDY_KINDS",

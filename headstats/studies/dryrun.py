@@ -93,14 +93,10 @@ def dry_run_units(
             say("%s[%s] %s: not loaded", label, name, counted)
             rows += [row for u in live for row in _rows(u, None)]
             continue
-        timer = None
         if measure:
-            from headstats.io.models import bf16_cost_said, load_model
-
             say("%s[%s] loading (dry run)", label, name)
-            with bf16_cost_said() if any(u.bf16_said for u in live) else nullcontext():
-                model, tokenizer = load_model(needs[0].loads or name, **needs[0].load.kwargs())
-            device = str(next(model.parameters()).device)
+            model, tokenizer, device = _load_for_measuring(name, needs[0], bf16_said=any(u.bf16_said for u in live))
+            timer = None
         else:
             say("%s[%s] reading its configuration and tokenizer (no weights)", label, name)
             model, tokenizer, read[name] = read_model(name, needs[0])
@@ -131,6 +127,16 @@ def dry_run_units(
     )
 
 
+def _load_for_measuring(name: str, unit: Unit, *, bf16_said: bool) -> tuple[object, object, str]:
+    """(model, tokenizer, device) of ``name`` loaded with its weights, as ``unit`` loads it, for
+    ``--measure``; a bf16 cost the kind has said already is not warned about again."""
+    from headstats.io.models import bf16_cost_said, load_model
+
+    with bf16_cost_said() if bf16_said else nullcontext():
+        model, tokenizer = load_model(unit.loads or name, **unit.load.kwargs())
+    return model, tokenizer, str(next(model.parameters()).device)
+
+
 FILES_READ = (
     "from their files, without torch or transformers (shapes from config.json, tokens counted by the tokenizers "
     "library from tokenizer.json)"
@@ -156,7 +162,7 @@ def dry_run(study: Study, run: RunSpec | None = None, *, probe_sequences: int = 
     compute for ``study``, and for about how long, writing nothing."""
     from headstats.studies.registry import STUDY_KINDS, checked_run
 
-    kind = STUDY_KINDS.get(study.kind)
+    kind = STUDY_KINDS[study.kind]
     run = checked_run(kind, study, RunSpec.from_kwargs(options, base=run))
     return dry_run_units(
         kind,

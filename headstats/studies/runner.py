@@ -26,7 +26,7 @@ logger = logging.getLogger("headstats")
 
 def plan_study(study: Study, run: RunSpec | None = None, **options: object):
     """The units ``run`` (or its fields by name) would compute for ``study``."""
-    kind = STUDY_KINDS.get(study.kind)
+    kind = STUDY_KINDS[study.kind]
     run = checked_run(kind, study, RunSpec.from_kwargs(options, base=run))
     return kind.plan(study, run)
 
@@ -45,7 +45,7 @@ def run_loaded(
     launcher in ``resources``, or None."""
     from headstats.studies.dryrun import dry_run_units, written_folders
 
-    kind = STUDY_KINDS.get(study.kind)
+    kind = STUDY_KINDS[study.kind]
     run = checked_run(kind, study, run, grid)
     units = kind.plan(study, run)
     if run.dry_run:
@@ -143,7 +143,7 @@ def run_grid_jobs(
     """Each model with units left as one grid job (:func:`run_model_units`) under ``resources``' launcher
     (:mod:`headstats.jobs.grid`); the job writes only its model's folder of the results."""
     from headstats.io import store
-    from headstats.io.model_paths import model_slug
+    from headstats.io.identity import model_slug
     from headstats.jobs.grid import FunctionJob, run_grid
 
     for unit in units:

@@ -24,6 +24,7 @@ import numpy as np
 
 from headstats.io.tasks.data import DataRoot, data_root
 from headstats.names import canonical_name, check_name
+from headstats.registry import Registry
 
 # How ``limit`` selects documents or questions: a seeded random sample, stratified by subject where
 # there are subjects, or the first ones in source order.
@@ -104,26 +105,21 @@ class Task(abc.ABC):
         return f"<task {self.name}: {self.summary}>"
 
 
-TASKS: dict[str, Task] = {}
+TASKS: Registry[Task] = Registry("task")
 
 
 def register(task: Task) -> Task:
     """Add a task to the registry; its name becomes a partition folder (``task=<name>``), so it must
-    be a safe name (:func:`headstats.names.check_name`)."""
-    check_name(task.name, "task name")
-    if task.name in TASKS:
-        raise ValueError(f"task {task.name!r} is already registered")
-    TASKS[task.name] = task
-    return task
+    be a safe name (:func:`headstats.names.check_name`). A name registered already is refused."""
+    return TASKS.register(check_name(task.name, "task name"), task)
 
 
 def get_task(name: str) -> Task:
+    """The registered task ``name`` (``arc-easy`` spells ``arc_easy``); an unknown name is a
+    ``ValueError`` that lists the registered ones."""
     if isinstance(name, Task):
         return name
-    name = canonical_name(name, TASKS)
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}: choose from {', '.join(sorted(TASKS))}")
-    return TASKS[name]
+    return TASKS[canonical_name(name, TASKS)]
 
 
 def sample_order(strata: Sequence[Hashable | None], seed: int) -> list[int]:

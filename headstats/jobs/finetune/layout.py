@@ -75,7 +75,7 @@ def base_identity(base: str) -> str:
         return base
     path = Path(base).expanduser()
     if path.is_dir():
-        from headstats.io.model_paths import directory_fingerprint
+        from headstats.io.identity import directory_fingerprint
 
         return f"{path.name}:{directory_fingerprint(path)}"
     return base
@@ -85,7 +85,7 @@ def chain_dir(base: str, out: str | os.PathLike, recipe: Recipe) -> Path:
     """The directory of the chain ``recipe`` builds from ``base`` under ``out``: ``<base>-<hash>-seed-<N>``,
     or the directory an earlier version named by the hash of the recipe with its seed, where one exists
     (so a chain built then is found and resumed)."""
-    from headstats.io.model_paths import model_slug
+    from headstats.io.identity import model_slug
 
     identity, out = base_identity(base), Path(out).expanduser()
     earlier = out / f"{model_slug(base)}-{recipe.digest(identity)}"

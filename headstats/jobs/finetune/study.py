@@ -118,7 +118,7 @@ class SeedStudy:
 
 
 def _base_slug(design: FinetuneDesign, models: tuple[str, ...], path: Path) -> str:
-    from headstats.io.model_paths import model_slug
+    from headstats.io.identity import model_slug
 
     if design.base_model:
         return model_slug(design.base_model)

@@ -1,10 +1,14 @@
-"""The sections of a report, in the order they appear: :data:`SECTIONS`.
+"""The sections of a report, in the order they appear: :data:`SECTIONS`, a registry of lazy
+``"module:function"`` entries.
 
 A section is a function ``section(writer, context)`` (:data:`~.context.Section`): it reads the
 tables of :class:`~.context.Context` (score tables, intervention rows and their summaries, the
 models' identities, the options) and writes headings, text, tables and figures to the
 :class:`~.context.Writer`, or nothing when its inputs are absent. To add a statistic to reports,
-write one section function (in a module here) and add it to :data:`SECTIONS`. Whatever their order,
+write one section function (in a module here) and register it in :data:`SECTIONS` where it belongs
+in the page (``SECTIONS.register_lazy(name, "headstats.report.sections.module:function")``; user code
+may ``SECTIONS.register(name, function)``, which adds it last). An entry whose module defines no such
+function fails the report, naming the file (``tests/test_registry.py`` resolves every entry). Whatever their order,
 the page opens with the lead (:func:`~.answer.the_answer`: abstract, headline figure, main table),
 then the contents, the body, and the "Methods and caveats" appendix that sections write to with
 ``writer.appendix()`` and ``writer.note()``.
@@ -25,28 +29,30 @@ then the contents, the body, and the "Methods and caveats" appendix that section
 
 from __future__ import annotations
 
-from headstats.report.sections.answer import the_answer
-from headstats.report.sections.can_show import what_this_run_can_show
+from headstats.registry import Registry
 from headstats.report.sections.context import Context, Section, Writer
-from headstats.report.sections.contrast import format_contrast
-from headstats.report.sections.curves import add_curve_sections, interventions
-from headstats.report.sections.distances import between_models
-from headstats.report.sections.distributions import score_distributions
-from headstats.report.sections.overlap import score_overlap
-from headstats.report.sections.provenance import provenance, write_provenance
-from headstats.report.sections.stability import across_datasets
+from headstats.report.sections.curves import add_curve_sections
+from headstats.report.sections.provenance import write_provenance
 
-SECTIONS: list[Section] = [
-    the_answer,  # the lead: abstract, headline figure, main table (rendered first, before the contents)
-    what_this_run_can_show,  # per task: n, points per question, baseline vs chance, detectable drop
-    score_distributions,  # per dataset: means of every score, ECDFs, layer x head maps
-    score_overlap,  # do two scores select the same heads?
-    between_models,  # W1 distances with intervals, p-values and noise floors
-    format_contrast,  # the same models under another prompt format (ReportSpec.contrast)
-    across_datasets,  # rank stability and per-layer W1 of each model's heads
-    interventions,  # per task: points, curves, within 1 point, rankings
-    provenance,  # the provenance of every table used
-]
+SECTIONS: Registry[Section] = Registry("report section")
+# the lead: abstract, headline figure, main table (rendered first, before the contents)
+SECTIONS.register_lazy("the_answer", "headstats.report.sections.answer:the_answer")
+# per task: n, points per question, baseline vs chance, detectable drop
+SECTIONS.register_lazy("what_this_run_can_show", "headstats.report.sections.can_show:what_this_run_can_show")
+# per dataset: means of every score, ECDFs, layer x head maps
+SECTIONS.register_lazy("score_distributions", "headstats.report.sections.distributions:score_distributions")
+# do two scores select the same heads?
+SECTIONS.register_lazy("score_overlap", "headstats.report.sections.overlap:score_overlap")
+# W1 distances with intervals, p-values and noise floors
+SECTIONS.register_lazy("between_models", "headstats.report.sections.distances:between_models")
+# the same models under another prompt format (ReportSpec.contrast)
+SECTIONS.register_lazy("format_contrast", "headstats.report.sections.contrast:format_contrast")
+# rank stability and per-layer W1 of each model's heads
+SECTIONS.register_lazy("across_datasets", "headstats.report.sections.stability:across_datasets")
+# per task: points, curves, within 1 point, rankings
+SECTIONS.register_lazy("interventions", "headstats.report.sections.curves:interventions")
+# the provenance of every table used
+SECTIONS.register_lazy("provenance", "headstats.report.sections.provenance:provenance")
 
 __all__ = [
     "SECTIONS",

@@ -15,7 +15,7 @@ from headstats.engine.scores import score_ids as registered_score_ids
 from headstats.report import plots
 from headstats.report.sections.context import Context, Writer, fit_sentences, term
 from headstats.report.sections.curves import MAIN_TABLE_LEGEND, MAIN_TABLE_LINE, main_table
-from headstats.stats import coverage, describe, ranking
+from headstats.stats import coverage, curve_bootstrap, describe
 from headstats.stats.summary import BASELINE
 
 # The score the abstract reads when the run has it: the study's best score, named before any run, so
@@ -149,7 +149,7 @@ def intervention_abstract(context: Context) -> str:
         elif parts:
             sentences.append(f"`{model}`: " + ", ".join(parts) + ".")
     if intervals is not None and not intervals.empty and intervals["reference"].ne("").any():
-        verdicts = ranking.verdicts(intervals)
+        verdicts = curve_bootstrap.verdicts(intervals)
         counts = {
             kind: sum(len([s for s in str(v).split(", ") if s]) for v in verdicts[kind])
             for kind in ("better", "indistinguishable", "worse")

@@ -19,9 +19,9 @@ from matplotlib.figure import Figure
 
 from headstats.io import store
 from headstats.io.assets import local_path
-from headstats.io.model_paths import checkpoint_info
+from headstats.io.identity import checkpoint_info
 from headstats.specs import FINETUNE_STAGES, ReportSpec
-from headstats.stats import distances, multiple, ranking
+from headstats.stats import curve_bootstrap, distances, multiple
 from headstats.stats.summary import summarize_curves, summarize_interventions
 from headstats.stats.tables import score_columns
 
@@ -171,11 +171,11 @@ class Context:
     @cached_property
     def curve_intervals(self) -> pd.DataFrame | None:
         """Per curve: its ranking area (``options.rank_by``) and rank with cluster-bootstrap intervals
-        over ``options.n_boot`` resamples (:func:`headstats.stats.ranking.curve_intervals`)."""
+        over ``options.n_boot`` resamples (:func:`headstats.stats.curve_bootstrap.curve_intervals`)."""
         if self.curves is None or self.curves.empty:
             return None
         opt = self.options
-        return ranking.curve_intervals(
+        return curve_bootstrap.curve_intervals(
             self.interventions, by=opt.rank_by, metric=opt.metric, n_resamples=opt.n_boot, seed=opt.seed
         )
 

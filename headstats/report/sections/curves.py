@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import pandas as pd
 from tqdm.auto import tqdm
 
-from headstats.report import plots
+from headstats.report import figure, plots
 from headstats.report.sections.context import Context, Writer
-from headstats.stats import ranking
+from headstats.stats import curve_bootstrap, ranking
 from headstats.stats.paired import minimum_detectable_drop
 from headstats.stats.summary import BASELINE, certified_headline
 
@@ -98,7 +98,7 @@ def add_curve_sections(
     summaries (own results or the published ones: the same tables, the same figures).
     ``key_tables_at_root`` writes the within-1-point and rank tables as ``out/<name>.csv`` rather
     than under ``out/tables/``; ``labels`` titles each model's panel (e.g. its exact identity);
-    ``intervals``: the task's :func:`headstats.stats.ranking.curve_intervals` (only where the
+    ``intervals``: the task's :func:`headstats.stats.curve_bootstrap.curve_intervals` (only where the
     per-question answers are at hand, not for the published curves)."""
     models = list(dict.fromkeys(curves["model"]))
     csv_root = prefix if key_tables_at_root else None
@@ -157,7 +157,7 @@ def _curve_figures(
         "Every curve of every model against the realised % of (sequence, layer, head) triples zeroed (not the "
         "target p); dashed: baseline accuracy, dotted: baseline - 1 point; shaded: 95% intervals of each point's "
         "accuracy and, in grey, of the baseline (where the table has them). More than "
-        f"{plots.MAX_CURVES} curves are split into panels of raw and of normalised scores, `random` in each.",
+        f"{figure.MAX_CURVES} curves are split into panels of raw and of normalised scores, `random` in each.",
     )
     writer.figure(
         plots.accuracy_grid(points, models=models, labels=labels),
@@ -169,8 +169,9 @@ def _curve_figures(
     measured = points[(points["score"] != BASELINE) & (points["score"] != "random") & points["model"].isin(shown)]
     # With at most three curves per model besides random, the best three are all of them: the grid above.
     if shown and measured.groupby("model")["score"].nunique().max() > 3:
+        best = ranking.top_k(curves, 3, rank_by, exclude=("random",))
         writer.figure(
-            plots.top_curves(points, curves, shown, k=3, by=rank_by, labels=labels),
+            plots.top_curves(points, {model: best[model] for model in shown}, labels=labels),
             f"{prefix}top_curves",
             f"Random and the three best curves by `{rank_by}` of {', '.join(shown)}.",
         )
@@ -380,7 +381,7 @@ def _curve_intervals(writer: Writer, intervals: pd.DataFrame, prefix: str, label
         "marginal: the curves answer the same questions, so their paired differences (`vs_reference`) are "
         f"tighter than the overlap of two bars suggests ([how to read](#{how})).",
     )
-    cols = [c for c in ranking.CURVE_INTERVAL_COLUMNS if c not in _INTERVAL_COLUMNS_LEFT_TO_CSV]
+    cols = [c for c in curve_bootstrap.CURVE_INTERVAL_COLUMNS if c not in _INTERVAL_COLUMNS_LEFT_TO_CSV]
     writer.table(
         intervals[cols],
         f"{prefix}curve_intervals",
@@ -432,7 +433,8 @@ def _interval_row(intervals: pd.DataFrame | None, model: str, task: str, score: 
 
 
 def _first_interval(intervals: pd.DataFrame | None, model: str, task: str, score: str) -> str:
-    """`` [2.9, ≥ 28.0]``: the first-drop reading's 95% interval (:func:`headstats.stats.ranking.curve_intervals`)."""
+    """`` [2.9, ≥ 28.0]``: the first-drop reading's 95% interval
+    (:func:`headstats.stats.curve_bootstrap.curve_intervals`)."""
     r = _interval_row(intervals, model, task, score)
     if r is None or pd.isna(r["first_low"]):
         return ""
@@ -455,7 +457,7 @@ def main_table(points: pd.DataFrame, curves: pd.DataFrame, intervals: pd.DataFra
     """One row per (model, task): questions, baseline accuracy with its 95% interval, the minimum
     detectable drop of the task, and per score its within-1-point reading
     (:func:`headstats.stats.ranking.within_one_point_labels`), the reading's bootstrap interval when
-    ``intervals`` (:func:`headstats.stats.ranking.curve_intervals`) are given, and the certified
+    ``intervals`` (:func:`headstats.stats.curve_bootstrap.curve_intervals`) are given, and the certified
     value with its family-wise adjustment: ``≥ 28.0 [12.6, ≥ 28.0] | 12.3 (fw 4.0)``; a reading that
     lies outside the central half of its bootstrap distribution is shown as ``unstable (25.4; median
     13.1)``, never as a plain number."""
@@ -505,7 +507,7 @@ def _against_reference(writer: Writer, intervals: pd.DataFrame) -> None:
         if first["by"] == "grid_auc"
         else "the study's area over each curve's own range"
     )
-    tests = ranking.against_reference(intervals)
+    tests = curve_bootstrap.against_reference(intervals)
     floor = min(1.0, len(tests) * 2 / (int(first["n_resamples"]) + 1))
     writer.heading(f"Scores against `{ref}`")
     writer.text(
@@ -517,7 +519,7 @@ def _against_reference(writer: Writer, intervals: pd.DataFrame) -> None:
         f"these resamples allow is {floor:.3g}. `best`: the score that ranks first in at least 95% of the "
         "resamples, else the contenders with their share of firsts. The thresholds are taken as run."
     )
-    writer.table(ranking.verdicts(intervals), "against_random")
+    writer.table(curve_bootstrap.verdicts(intervals), "against_random")
     writer.table(
         tests,
         "against_random_tests",

@@ -7,11 +7,12 @@ import argparse
 import sys
 
 from headstats.cli.options import add_spec, examples, spec_from_args
+from headstats.cli.registry import Command, Subparsers, register_command
 from headstats.specs import FinetuneSpec
 
 
-def add_command(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+def add(sub: Subparsers) -> None:
+    parser = sub.add_parser(
         "finetune",
         help="train a fine-tuning chain (SFT -> DPO -> GRPO) from a base model with TRL",
         description=(
@@ -29,10 +30,10 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     add_spec(parser, FinetuneSpec)
-    parser.set_defaults(func=_main)
+    parser.set_defaults(func=run)
 
 
-def _main(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     spec = spec_from_args(args, FinetuneSpec)
     if spec.print_recipe:
         from headstats.jobs.finetune import chain_dir, recipe_of
@@ -48,3 +49,6 @@ def _main(args: argparse.Namespace) -> int:
     for ckpt in chain.checkpoints:
         print(f"  {ckpt.name:<12} {ckpt.path}")
     return 0
+
+
+register_command(Command("finetune", add, position=90))

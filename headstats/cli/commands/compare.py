@@ -7,11 +7,12 @@ from __future__ import annotations
 import argparse
 
 from headstats.cli.options import add_spec, examples, spec_from_args
+from headstats.cli.registry import Command, Subparsers, register_command
 from headstats.specs import CompareSpec
 
 
-def add_command(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
+def add(sub: Subparsers) -> None:
+    parser = sub.add_parser(
         "compare",
         help="compare models with a reference on the same texts: how far, equivalent or not, how far each head moved",
         description=(
@@ -33,10 +34,10 @@ def add_command(subparsers: argparse._SubParsersAction) -> None:
         help="the reference, then the models compared with it (NAME@bfloat16: a model in another dtype)",
     )
     add_spec(parser, CompareSpec, required=("out",))
-    parser.set_defaults(func=_main)
+    parser.set_defaults(func=run)
 
 
-def _main(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if len(args.models) < 2:
         raise ValueError("headstats compare needs a reference and at least one other model: REFERENCE OTHER ...")
     spec = spec_from_args(args, CompareSpec, models=tuple(args.models))  # every option checked before loading
@@ -46,3 +47,6 @@ def _main(args: argparse.Namespace) -> int:
     print(answer, flush=True)
     print(f"report: {index}", flush=True)
     return 0
+
+
+register_command(Command("compare", add, position=80))

@@ -8,16 +8,17 @@ import argparse
 import json
 
 from headstats.cli.options import examples, spec_command, spec_from_args
+from headstats.cli.registry import Command, Subparsers, register_command
 from headstats.specs import InactiveSpec
 
 DEFAULT_SHARE = 0.1
 
 
-def add_command(subparsers: argparse._SubParsersAction) -> None:
+def add(sub: Subparsers) -> None:
     spec_command(
-        subparsers,
+        sub,
         "inactive",
-        _main,
+        run,
         InactiveSpec,
         help="which heads a score calls inactive in score tables, on what share of the texts (no model is loaded)",
         description=(
@@ -79,7 +80,7 @@ def _text(heads, top: int) -> str:
     return "\n".join(out).rstrip()
 
 
-def _main(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from headstats.stats.inactive import inactive_heads
 
     spec = spec_from_args(args, InactiveSpec)
@@ -92,3 +93,6 @@ def _main(args: argparse.Namespace) -> int:
     else:
         print(_text(heads, spec.top), flush=True)
     return 0
+
+
+register_command(Command("inactive", add, position=120))
