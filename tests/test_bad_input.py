@@ -25,8 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 import headstats
 from headstats.cli import main
 from headstats.engine.scores import SCORES, Score, register
-from headstats.io import models as models_module
-from headstats.io import store
+from headstats.io import model_paths, store
 from headstats.io.tasks import TASKS
 from headstats.io.tasks import base as task_base
 from headstats.jobs.analysis import load_analysis
@@ -136,7 +135,7 @@ def offline(env: Env, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         raise OSError("Name or service not known")
 
     monkeypatch.setattr(socket, "create_connection", unreachable)
-    monkeypatch.setattr(models_module, "_HUB", {})
+    monkeypatch.setattr(model_paths, "_HUB", {})
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # restored after the row
     for proxy in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(proxy, raising=False)

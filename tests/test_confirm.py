@@ -546,12 +546,11 @@ def test_paths_and_models_choose_what_runs_now_and_names_are_checked(capsys, tmp
     )
 
 
-def test_bf16_paths_on_a_cpu_without_bf16_units_warn_with_the_measured_cost(monkeypatch) -> None:
-    from headstats.io import models
+def test_bf16_paths_on_a_cpu_without_bf16_units_warn_with_the_measured_cost(monkeypatch, pretend_cpu) -> None:
     from headstats.jobs.confirm import ComputePath, slow_bf16_warning
 
     paths = [ComputePath(k, d) for k in ("explicit", "fused") for d in ("float32", "bfloat16")]
-    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
+    pretend_cpu("AVX2 EPYC", [])
     cost = (
         "where a bf16 pass takes about 6 times as long as a float32 one (SmolLM2-135M's fused HellaSwag baseline, "
         "12,000 sequences, on a 2-core AVX2 EPYC: 7.6 CPU-hours against 1.3, 4.9 h of wall time against 50 min; "
@@ -566,13 +565,13 @@ def test_bf16_paths_on_a_cpu_without_bf16_units_warn_with_the_measured_cost(monk
     )
     assert slow_bf16_warning([p for p in paths if p.dtype == "float32"], "cpu") is None  # fp32 only
     assert slow_bf16_warning(paths, "cuda:0") is None  # a GPU computes bf16 natively
-    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
+    pretend_cpu("Xeon", ["amx_bf16"])
     assert slow_bf16_warning(paths, "cpu") is None
 
 
 @pytest.mark.integration  # the run plans its paths' sweeps, resolving the embedded models' folders
 def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths_runs_them_last(
-    monkeypatch, tmp_path, caplog
+    monkeypatch, pretend_cpu, tmp_path, caplog
 ) -> None:
     from dataclasses import replace
 
@@ -602,13 +601,13 @@ def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths
     bf16 = [unit for unit in everything if "bfloat16" in unit[0]]
     pairs = [(path.name, spec.models[0]) for path, spec in confirm.expand(plan) if path.dtype == "bfloat16"]
 
-    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
+    pretend_cpu("Xeon", ["amx_bf16"])
     assert confirm.left_for_bf16_units(plan, RunSpec(device="cpu")) == {}
     run_paths(plan, RunSpec(device="cpu"))
     assert ran == everything  # bf16 units: the file's order, model by model
 
     ran.clear()
-    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
+    pretend_cpu("AVX2 EPYC", [])
     why = (
         "this CPU (AVX2 EPYC) has no bf16 matrix units (AVX512-BF16, AMX), where a bf16 pass takes about 6 times "
         "as long as a float32 one (SmolLM2-135M's fused HellaSwag baseline, 12,000 sequences, on a 2-core AVX2 "
@@ -671,17 +670,16 @@ def test_on_a_cpu_without_bf16_units_a_plain_run_leaves_the_bf16_paths_and_paths
 
 
 @pytest.mark.integration  # the run plans its paths' sweeps, resolving the embedded models' folders
-def test_a_path_other_bf16_kernels_began_is_left_while_every_other_runs(monkeypatch, tmp_path) -> None:
+def test_a_path_other_bf16_kernels_began_is_left_while_every_other_runs(monkeypatch, pretend_cpu, tmp_path) -> None:
     from dataclasses import replace
 
-    from headstats.io import models
     from headstats.jobs import confirm
     from headstats.jobs.checkpoint import MixedKernelsError
     from headstats.pipeline import run_confirmation
     from headstats.specs import RunSpec
     from headstats.studies import confirm as confirmation_kind
 
-    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
+    pretend_cpu("Xeon", ["amx_bf16"])
     plan = replace(confirm.load_confirmation("analyses/confirm.toml"), results=tmp_path / "results")
     ran: list[tuple[str, str]] = []
 
@@ -706,7 +704,9 @@ def test_a_path_other_bf16_kernels_began_is_left_while_every_other_runs(monkeypa
 
 
 @pytest.mark.integration  # the held-out questions are the bundled HellaSwag's
-def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_counts_it(monkeypatch, tmp_path) -> None:
+def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_counts_it(
+    monkeypatch, pretend_cpu, tmp_path
+) -> None:
     from dataclasses import replace
 
     import torch
@@ -719,7 +719,7 @@ def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_c
 
     plan = replace(confirm.load_confirmation("analyses/confirm.toml"), results=tmp_path / "results")
     assert confirm.refused_here(plan, RunSpec(device="cpu")) == {}  # nothing begun: nothing refused
-    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
+    pretend_cpu("Xeon", ["amx_bf16"])
     left = ("explicit-bfloat16", "smollm2-135m")
     monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {left: "its baseline ran on other kernels"})
     measured: list[tuple[str, str]] = []
@@ -743,7 +743,7 @@ def test_the_dry_run_names_what_this_machine_may_not_run_and_neither_loads_nor_c
 
     # On a CPU without bf16 units every bf16 pair is left out too, each with its reason and passes.
     measured.clear()
-    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
+    pretend_cpu("AVX2 EPYC", [])
     planned = dry_run(study, RunSpec(device="cpu", probe=True))
     slow = "this CPU (AVX2 EPYC) has no bf16 matrix units"
     assert [line.split(": ")[0] for line in planned.refused] == [
@@ -804,17 +804,18 @@ def test_what_is_left_to_run_and_where_it_may_run_comes_from_the_results_folders
 
 
 @pytest.mark.integration  # the run plans its paths' sweeps, resolving the embedded models' folders
-def test_a_confirmation_that_leaves_a_path_for_another_machine_still_reports_what_ran(monkeypatch, tmp_path) -> None:
+def test_a_confirmation_that_leaves_a_path_for_another_machine_still_reports_what_ran(
+    monkeypatch, pretend_cpu, tmp_path
+) -> None:
     from dataclasses import replace
 
     from headstats import pipeline
-    from headstats.io import models
     from headstats.jobs import confirm
     from headstats.report import confirm as report_confirm
     from headstats.studies import confirm as confirmation_kind
 
     written: list[str] = []
-    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
+    pretend_cpu("Xeon", ["amx_bf16"])
     monkeypatch.setattr(confirm, "refused_here", lambda plan, run: {("fused-float32", "gemma3-270m"): "a reason"})
     monkeypatch.setattr(confirmation_kind, "run_unit", lambda unit, session: None)
     monkeypatch.setattr(report_confirm, "write_confirmation", lambda plan, progress: written.append(plan.name))

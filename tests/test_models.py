@@ -16,7 +16,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 import headstats
 from headstats.engine.attention import UnsupportedModelError
-from headstats.io import models
+from headstats.io import model_paths, models
 from headstats.io.identity import directory_fingerprint, model_identity
 from headstats.io.models import ModelLoadError, ModelNotFoundError, load_model, resolve_dtype
 
@@ -55,11 +55,11 @@ def test_dtype_auto_keeps_the_checkpoints_dtype(bf16_dir: Path) -> None:
 
 
 def test_bf16_on_a_cpu_without_bf16_units_warns_with_the_way_out(
-    bf16_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    bf16_dir: Path, monkeypatch: pytest.MonkeyPatch, pretend_cpu, caplog: pytest.LogCaptureFixture
 ) -> None:
     """PyTorch emulates bf16 products on a CPU without AVX512-BF16 or AMX, about 6 times slower than
     fp32 per pass: loading a bf16 body there says so, with the measured cost, and what to pass instead."""
-    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
+    pretend_cpu("AVX2 EPYC", [])
     with caplog.at_level("WARNING", logger="headstats"):
         load_model(str(bf16_dir), dtype="bfloat16", device="cpu")
     assert [r.getMessage() for r in caplog.records] == [
@@ -74,19 +74,19 @@ def test_bf16_on_a_cpu_without_bf16_units_warns_with_the_way_out(
         with models.bf16_cost_said():  # a caller that said it in its own terms (a confirmation's bf16 path)
             load_model(str(bf16_dir), dtype="bfloat16", device="cpu")
         load_model(str(bf16_dir), dtype="float32", device="cpu")  # fp32: nothing to say
-        monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
+        pretend_cpu("Xeon", ["amx_bf16"])
         load_model(str(bf16_dir), dtype="bfloat16", device="cpu")  # bf16 units: the fast path
     assert caplog.records == []
     assert models.emulated_bf16("cuda") is None  # a GPU computes bf16 itself
 
 
-def test_dtype_fast_is_bf16_only_where_the_device_computes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dtype_fast_is_bf16_only_where_the_device_computes_it(monkeypatch: pytest.MonkeyPatch, pretend_cpu) -> None:
     """ "fast" picks bf16 on a GPU and on a CPU with bf16 matrix units, fp32 on a CPU that would emulate
     bf16 (about 6 times slower than fp32 there)."""
     cpu = torch.device("cpu")
-    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "AVX2 EPYC", "bf16_units": []})
+    pretend_cpu("AVX2 EPYC", [])
     assert resolve_dtype("fast", cpu) == torch.float32
-    monkeypatch.setattr(models, "machine_info", lambda device: {"cpu": "Xeon", "bf16_units": ["amx_bf16"]})
+    pretend_cpu("Xeon", ["amx_bf16"])
     assert resolve_dtype("fast", cpu) == torch.bfloat16
     assert resolve_dtype("fast", torch.device("cuda")) == torch.bfloat16
 
@@ -268,7 +268,7 @@ def test_errors_are_value_errors_so_the_cli_prints_one_line(monkeypatch: pytest.
     from huggingface_hub import constants
 
     # Where the Hub answers, a Hub id passes as is (offline, one not in the HF cache is refused at once).
-    monkeypatch.setattr(models, "_HUB", {"reachable": True})
+    monkeypatch.setattr(model_paths, "_HUB", {"reachable": True})
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     assert models.resolve_model_path("gpt2") == "gpt2"  # a Hub id without organisation
     assert models.resolve_model_path("EleutherAI/pythia-70m") == "EleutherAI/pythia-70m"

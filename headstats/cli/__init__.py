@@ -78,9 +78,18 @@ def configure_logging(quiet: bool = False, verbose: bool = False) -> None:
         logger.addHandler(_HANDLER)
     logger.setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
     if quiet:  # the bars transformers draws while loading weights too
-        from transformers.utils import logging as hf_logging
+        quiet_hub_bars()
 
-        hf_logging.disable_progress_bar()
+
+def quiet_hub_bars() -> None:
+    """No progress bars from transformers or the Hub. Without importing transformers (a dry run never
+    does): its bars start off once the Hub's are off when it is first imported."""
+    if "transformers.utils.logging" in sys.modules:
+        sys.modules["transformers.utils.logging"].disable_progress_bar()
+        return
+    from huggingface_hub.utils import disable_progress_bars
+
+    disable_progress_bars()
 
 
 # -q / -v: before the command name (headstats -q run ...) or after it (headstats run -q ...).

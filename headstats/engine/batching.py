@@ -8,6 +8,8 @@ from typing import Literal
 
 import torch
 
+from headstats.engine.cost import padded_tokens  # noqa: F401  (what a pass of these batches computes)
+
 PaddingSide = Literal["left", "right"]
 
 
@@ -64,12 +66,3 @@ def length_sorted_batches(
     for start in range(0, len(order), batch_size):
         chunk = order[start : start + batch_size]
         yield pad_batch([sequences[i] for i in chunk], chunk, padding_side=padding_side, pad_id=pad_id, device=device)
-
-
-def padded_tokens(lengths: Sequence[int], batch_size: int) -> int:
-    """Tokens computed, padding included, when sequences of these lengths run through
-    :func:`length_sorted_batches` (what a pass costs, rather than its real tokens)."""
-    ordered = sorted(lengths, reverse=True)
-    return sum(
-        ordered[start] * len(ordered[start : start + batch_size]) for start in range(0, len(ordered), batch_size)
-    )

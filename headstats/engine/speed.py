@@ -24,82 +24,15 @@ import inspect
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
 from transformers import Cache, PreTrainedModel
 from transformers.pytorch_utils import Conv1D
 
+from headstats.engine.cost import InferenceCost, LayerCost
 from headstats.engine.prefix import cache_argument
-
-
-@dataclass(frozen=True)
-class LayerCost:
-    """One attention layer: query heads it attends with, bytes its cache holds per token, its window."""
-
-    query_heads: int
-    kv_bytes_per_token: int
-    window: int | None  # sliding-window layers see at most this many keys
-
-
-@dataclass(frozen=True)
-class InferenceCost:
-    """Per-token cost of a model (see :func:`inference_cost`)."""
-
-    projection_flops: float  # 2 x multiply-adds of every linear layer, lm_head included
-    weight_bytes: int  # bytes of every linear layer's weights and biases (what a decode step reads)
-    head_dim: int
-    layers: tuple[LayerCost, ...]
-    head_flops: float = 0.0  # 2 x multiply-adds of lm_head alone (part of projection_flops)
-
-    @property
-    def query_heads(self) -> int:
-        return sum(layer.query_heads for layer in self.layers)
-
-    @staticmethod
-    def _span(context: int, window: int | None) -> int:
-        return context if window is None else min(context, window)
-
-    def attention_flops(self, context: int) -> float:
-        """QK^T and AV of one query token over ``context`` tokens, all layers."""
-        return sum(4.0 * layer.query_heads * self.head_dim * self._span(context, layer.window) for layer in self.layers)
-
-    def flops(self, context: int) -> float:
-        """FLOPs of one token (a decode step) at ``context`` tokens."""
-        return self.projection_flops + self.attention_flops(context)
-
-    def prefill_flops(self, length: int) -> float:
-        """FLOPs of a prefill of ``length`` tokens (token t attends over min(t, window) tokens)."""
-        total = length * self.projection_flops
-        for layer in self.layers:
-            w = length if layer.window is None else min(layer.window, length)
-            spans = w * (w + 1) / 2 + (length - w) * w  # sum over t = 1..length of min(t, w)
-            total += 4.0 * layer.query_heads * self.head_dim * spans
-        return total
-
-    def body_prefill_flops(self, length: int) -> float:
-        """:meth:`prefill_flops` without lm_head: what a pass that reads the logits of a few positions
-        only (an evaluation) or none (a collection) computes for every token."""
-        return self.prefill_flops(length) - length * self.head_flops
-
-    def pass_flops(self, lengths: Sequence[int], batch_size: int) -> float:
-        """FLOPs of the model body over sequences of ``lengths`` run as a pass runs them: in length-sorted
-        batches of ``batch_size`` (:func:`headstats.engine.batching.length_sorted_batches`), each row
-        padded to its batch's longest sequence."""
-        ordered = sorted(lengths, reverse=True)
-        return sum(
-            len(ordered[start : start + batch_size]) * self.body_prefill_flops(ordered[start])
-            for start in range(0, len(ordered), batch_size)
-        )
-
-    def kv_bytes(self, context: int, batch: int = 1) -> int:
-        """Bytes of the KV cache of ``batch`` sequences of ``context`` tokens."""
-        return batch * sum(layer.kv_bytes_per_token * self._span(context, layer.window) for layer in self.layers)
-
-    def decode_bytes(self, context: int, batch: int = 1) -> float:
-        """Bytes one decode step of ``batch`` sequences reads: the weights once, each sequence's cache."""
-        return self.weight_bytes + self.kv_bytes(context, batch)
 
 
 def _head_dim(model: PreTrainedModel) -> int:

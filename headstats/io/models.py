@@ -1,19 +1,18 @@
-"""Loading models with headstats' attention selected, and checking they can be scored."""
+"""Loading models with headstats' attention selected, and checking they can be scored.
+
+Finding a model (:func:`resolve_model_path`, :func:`hub_reachable`, the errors) needs neither torch
+nor transformers and lives in :mod:`headstats.io.model_paths`, re-exported here, where loading code has
+always found it; what a model is called in results is :mod:`headstats.io.identity`'s."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import pickle
-import platform
-import re
-import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from urllib.parse import urlparse
 
 import torch
 from safetensors import SafetensorError
@@ -29,22 +28,19 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from headstats.engine.attention import ATTN_IMPLEMENTATION, UnsupportedModelError, check_supported, register_attention
 from headstats.engine.prune import CONFIG_KEY, pruned_class
-from headstats.io import assets
-from headstats.io.machine import usable_cores
+from headstats.io import machine
+from headstats.io.dtypes import dtype_name
+from headstats.io.machine import BF16_EMULATED_COST, emulated_bf16
+from headstats.io.model_paths import (  # noqa: F401  (finding a model: callers find it here too)
+    ModelLoadError,
+    ModelNotFoundError,
+    hub_reachable,
+    is_local,
+    not_found_message,
+    resolve_model_path,
+)
 
 logger = logging.getLogger("headstats")
-
-
-class ModelNotFoundError(ValueError):
-    pass
-
-
-class ModelLoadError(ValueError):
-    """A model that was found but cannot be loaded (a broken config, tokenizer or weights file)."""
-
-
-# A Hub repository id: "name" or "org/name" (letters, digits, '-', '_', '.'; no leading '.' or '-').
-_HUB_ID = re.compile(r"^(?![.-])[\w.-]{1,96}(/(?![.-])[\w.-]{1,96})?$")
 
 
 def default_device() -> torch.device:
@@ -57,20 +53,8 @@ def machine_info(device: torch.device | str) -> dict[str, object]:
     use, torch's thread count, the vector instructions torch dispatches to (``cpu_capability``) and,
     on CUDA, the GPU."""
     device = torch.device(device)
-    cpu = platform.processor() or platform.machine()
-    flags: set[str] = set()
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text()
-        names = re.findall(r"^model name\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
-        cpu = names[0].strip() if names else cpu
-        first = re.search(r"^flags\s*:\s*(.+)$", cpuinfo, re.MULTILINE)
-        flags = set(first.group(1).split()) if first else set()
-    except OSError:
-        pass
     info: dict[str, object] = {
-        "cpu": cpu,
-        "bf16_units": [f for f in ("avx512_bf16", "amx_bf16") if f in flags],
-        "cores": usable_cores(),
+        **machine.cpu_record(),
         "torch_threads": torch.get_num_threads(),
         "device": str(device),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
@@ -78,14 +62,6 @@ def machine_info(device: torch.device | str) -> dict[str, object]:
     if device.type == "cuda":
         info["gpu"] = torch.cuda.get_device_name(device)
     return info
-
-
-BF16_EMULATED_COST = (
-    "a bf16 pass takes about 6 times as long as a float32 one (SmolLM2-135M's fused HellaSwag baseline, 12,000 "
-    "sequences, on a 2-core AVX2 EPYC: 7.6 CPU-hours against 1.3, 4.9 h of wall time against 50 min; one "
-    "2048x576 by 576x1536 product: 64 times)"
-)
-"""What emulated bf16 costs, as measured (README.md, "Machines differ"; reports/confirm's run time)."""
 
 
 _BF16_COST_SAID: ContextVar[bool] = ContextVar("headstats_bf16_cost_said", default=False)
@@ -103,15 +79,6 @@ def bf16_cost_said() -> Iterator[None]:
         _BF16_COST_SAID.reset(token)
 
 
-def emulated_bf16(device: torch.device | str) -> str | None:
-    """The CPU's name when ``device`` is a CPU without bf16 matrix units (AVX512-BF16 or AMX), where
-    PyTorch emulates bf16 products (:data:`BF16_EMULATED_COST`); None on a GPU or on a CPU that has them."""
-    if torch.device(device).type != "cpu":
-        return None
-    info = machine_info("cpu")
-    return None if info["bf16_units"] else str(info["cpu"])
-
-
 def resolve_dtype(
     dtype: str | torch.dtype | None, device: torch.device, config: PretrainedConfig | None = None
 ) -> torch.dtype:
@@ -126,84 +93,12 @@ def resolve_dtype(
     bf16 products, about 6 times slower than fp32: :data:`BF16_EMULATED_COST`)."""
     if isinstance(dtype, torch.dtype):
         return dtype
-    if dtype == "fast":
-        native = device.type == "cuda" or (device.type == "cpu" and emulated_bf16(device) is None)
-        return torch.bfloat16 if native else torch.float32
     if dtype == "auto" and config is not None:
         saved = getattr(config.get_text_config(), "dtype", None) or getattr(config, "dtype", None)
         if isinstance(saved, str):
             saved = getattr(torch, saved, None)
         return saved if isinstance(saved, torch.dtype) else torch.float32
-    if dtype is None or dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    names = {
-        "float32": torch.float32,
-        "fp32": torch.float32,
-        "bfloat16": torch.bfloat16,
-        "bf16": torch.bfloat16,
-        "float16": torch.float16,
-        "fp16": torch.float16,
-    }
-    if dtype not in names:
-        raise ValueError(f"unknown dtype {dtype!r}: choose from auto, fast, {', '.join(names)}")
-    return names[dtype]
-
-
-def resolve_model_path(name_or_path: str) -> str:
-    """An embedded name, a local directory, or a Hub id (``org/name`` or ``name``, as ``gpt2``),
-    returned as is for transformers."""
-    if name_or_path in assets.EMBEDDED_MODELS:
-        return str(assets.embedded_model(name_or_path))
-    path = Path(name_or_path).expanduser()
-    if path.exists():
-        if not (path / "config.json").is_file():
-            raise ModelNotFoundError(
-                f"model directory {str(path)!r} has no config.json: give a directory written by save_pretrained"
-            )
-        return str(path)
-    if not _HUB_ID.match(name_or_path):
-        raise ModelNotFoundError(_not_found(name_or_path))
-    if not _in_hf_cache(name_or_path) and not hub_reachable():
-        raise ModelNotFoundError(
-            f"{_not_found(name_or_path)}; it is not in the local Hugging Face cache and the Hub is not reachable "
-            "from this machine"
-        )
-    return name_or_path
-
-
-_HUB: dict[str, bool] = {}
-
-
-def hub_reachable(timeout: float = 3.0) -> bool:
-    """Whether the Hugging Face Hub can be reached, asked once per process (one TCP connection with a
-    short timeout) instead of letting every download retry for half a minute. False under
-    ``HF_HUB_OFFLINE``; when it is not reachable, offline mode is switched on, so that models in the
-    local cache load from it at once. Behind a proxy (``HTTPS_PROXY``) the proxy decides: True."""
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE:
-        return False
-    if "reachable" not in _HUB:
-        if any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-            _HUB["reachable"] = True
-        else:
-            url = urlparse(constants.ENDPOINT)
-            try:
-                socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout).close()
-                _HUB["reachable"] = True
-            except OSError:
-                _HUB["reachable"] = False
-                constants.HF_HUB_OFFLINE = True
-    return _HUB["reachable"]
-
-
-def _in_hf_cache(repo_id: str) -> bool:
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
-    except ValueError:  # not a valid repository id
-        return False
+    return getattr(torch, dtype_name(dtype, device.type, native_bf16=lambda: emulated_bf16(device) is None))
 
 
 def _check_shards(name: str, path: Path) -> None:
@@ -222,17 +117,6 @@ def _check_shards(name: str, path: Path) -> None:
                 f"{name}: weight shard(s) {', '.join(missing)} listed in {index.name} are missing from {path}; copy "
                 "them there, or save the model again with save_pretrained"
             )
-
-
-def is_local(path: str) -> bool:
-    return Path(path).expanduser().is_dir()
-
-
-def _not_found(name: str) -> str:
-    return (
-        f"model {name!r} not found: give a local directory, a Hub id (org/name or name, from your HF cache or the "
-        f"Hub), or one of: {', '.join(assets.EMBEDDED_MODELS)}"
-    )
 
 
 def load_model(
@@ -286,7 +170,9 @@ def load_model(
             path, config=config, dtype=torch_dtype, attn_implementation=ATTN_IMPLEMENTATION, **placement, **hub
         )
     except OSError as err:
-        raise ModelNotFoundError(f"{_not_found(name_or_path)} ({err.__class__.__name__}: {_first_line(err)})") from err
+        raise ModelNotFoundError(
+            f"{not_found_message(name_or_path)} ({err.__class__.__name__}: {_first_line(err)})"
+        ) from err
     except pickle.UnpicklingError as err:
         raise ModelLoadError(
             f"{name_or_path}: a weights file holds a pickle that is not plain tensors, which torch refuses to load "
@@ -301,21 +187,27 @@ def load_model(
     check_supported(model)
     if device_map is None:
         model.to(target)
-        cpu = emulated_bf16(target) if model.dtype == torch.bfloat16 and not _BF16_COST_SAID.get() else None
-        if cpu:
-            logger.warning(
-                "%s runs in bfloat16 on a CPU without bf16 matrix units (%s: no AVX512-BF16 or AMX), where %s; "
-                "pass --dtype float32 (dtype='float32') unless bf16's own numbers are wanted",
-                name_or_path,
-                cpu,
-                BF16_EMULATED_COST,
-            )
+        _warn_emulated_bf16(name_or_path, model, target)
     model.eval()
     model.headstats_name = name_or_path
     model.headstats_revision = revision
     model.headstats_commit = None if is_local(path) else _resolved_commit(path, hub)
     logger.debug("%s loaded from %s: %s on %s", name_or_path, path, model.dtype, next(model.parameters()).device)
     return model, tokenizer
+
+
+def _warn_emulated_bf16(name: str, model: PreTrainedModel, device: torch.device) -> None:
+    """Warn that a bf16 model on a CPU without bf16 matrix units runs emulated (:data:`BF16_EMULATED_COST`),
+    unless the caller has said so itself (:func:`bf16_cost_said`)."""
+    cpu = emulated_bf16(device) if model.dtype == torch.bfloat16 and not _BF16_COST_SAID.get() else None
+    if cpu:
+        logger.warning(
+            "%s runs in bfloat16 on a CPU without bf16 matrix units (%s: no AVX512-BF16 or AMX), where %s; "
+            "pass --dtype float32 (dtype='float32') unless bf16's own numbers are wanted",
+            name,
+            cpu,
+            BF16_EMULATED_COST,
+        )
 
 
 def load_skeleton(
@@ -398,7 +290,7 @@ def _load_config(name: str, path: str, hub: dict) -> PretrainedConfig:
     try:
         return AutoConfig.from_pretrained(path, **hub)
     except OSError as err:
-        raise ModelNotFoundError(f"{_not_found(name)} ({err.__class__.__name__}: {_first_line(err)})") from err
+        raise ModelNotFoundError(f"{not_found_message(name)} ({err.__class__.__name__}: {_first_line(err)})") from err
     except ValueError as err:  # an unknown model_type, or custom code that needs trust_remote_code
         raise ModelLoadError(f"{name}: config.json cannot be read by transformers ({_first_line(err)})") from err
 
@@ -453,7 +345,7 @@ def _load_tokenizer(name: str, path: str, hub: dict) -> PreTrainedTokenizerBase:
     try:
         return AutoTokenizer.from_pretrained(path, **hub)
     except OSError as err:
-        raise ModelNotFoundError(f"{_not_found(name)} ({err.__class__.__name__}: {_first_line(err)})") from err
+        raise ModelNotFoundError(f"{not_found_message(name)} ({err.__class__.__name__}: {_first_line(err)})") from err
     except ValueError as err:  # transformers' "needs sentencepiece ..." when no tokenizer file is there
         raise ModelLoadError(
             f"{name}: no usable tokenizer next to the model (tokenizer.json / tokenizer_config.json); save it "

@@ -4,11 +4,13 @@ that the CLI, analysis TOML files and Python calls all build.
 The jobs:
 
 - :mod:`~headstats.jobs.collect`: collection, model x dataset -> a Parquet score table, streamed and resumable;
+  :mod:`~headstats.jobs.collect_plan`: what a collection scores and its resume key, planned without torch;
 - :mod:`~headstats.jobs.sweep`: ``headstats ablate``, a task's accuracy under head zeroing at each
   (score, target) point; :mod:`~headstats.jobs.sweep_plan`: a sweep's plan (its points, its resume key,
   what its results folder already holds);
 - :mod:`~headstats.jobs.evaluate`: log-likelihood multiple-choice evaluation, one row per question,
-  batched, intervention-aware;
+  batched, intervention-aware; :mod:`~headstats.jobs.sequences`: the token sequences it reads, planned
+  from the tokenizer and configuration alone;
 - :mod:`~headstats.jobs.analysis`: declarative analyses (``analyses/NAME.toml``): a file read and
   checked, and the sweep points it plans;
 - :mod:`~headstats.jobs.confirm`: pre-registered confirmatory runs: the file and its paths' sweeps;
@@ -18,7 +20,8 @@ The jobs:
 - :mod:`~headstats.jobs.prune`: ``headstats prune``, a static head set chosen by a score's mean over a
   calibration set, removed, optionally certified, saved;
 - :mod:`~headstats.jobs.frontier`: the pruning frontier, each model pruned at each share by each score,
-  with its held-out accuracy and its speed against the unpruned model;
+  with its held-out accuracy and its speed against the unpruned model; :mod:`~headstats.jobs.frontier_plan`:
+  a frontier file's plan and what its results folder holds, read without torch;
 - :mod:`~headstats.jobs.adaptive`: heads skipped per prompt, measured: per-prompt, static, random and
   oracle selections at equal share against the full model on the same items;
 - :mod:`~headstats.jobs.timing`: paired, interleaved timing rounds that run until the speed-up is resolved;
@@ -32,7 +35,8 @@ What they share:
   before a run adds to them;
 - :mod:`~headstats.jobs.registration`: pre-registration, one mechanism for every study kind whose
   verdicts follow a rule stated before the data;
-- :mod:`~headstats.jobs.dryrun`: the measurements of ``headstats run --dry-run``: one unit counted and timed;
+- :mod:`~headstats.jobs.dryrun`: what ``headstats run --dry-run`` reports (each unit's row, the summary);
+  :mod:`~headstats.jobs.dryrun_units`: one unit counted and timed;
 - :mod:`~headstats.jobs.grid`: grids of independent jobs on this machine or on a SLURM cluster,
   through submitit.
 """

@@ -180,7 +180,7 @@ def check_models(spec: CompareSpec) -> list[Path]:
     one itself (:func:`~headstats.jobs.compare_identity.check_identities`), every dataset readable and no
     two models sharing a table name. Returns the models' folders."""
     from headstats.io.identity import model_slug
-    from headstats.io.models import resolve_model_path
+    from headstats.io.model_paths import resolve_model_path
     from headstats.io.tasks import collection_source
 
     names = all_models(spec)

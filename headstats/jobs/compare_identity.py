@@ -142,7 +142,7 @@ def check_table(
     another dtype than the comparison asks of it, or scores collected with other settings (``what``:
     compared, or format-change, whose prompt format is the yardstick's own)."""
     from headstats.io.identity import recorded_model
-    from headstats.jobs.collect import recorded_changes
+    from headstats.jobs.collect_plan import recorded_changes
 
     fix = "give another results folder, or move that table away and collect it again"
     held = record.get("model")

@@ -52,7 +52,7 @@ from headstats.jobs.analysis import (
 from headstats.jobs.registration import Registered
 from headstats.jobs.registration import amendments as registration_amendments
 from headstats.jobs.registration import register as register_keys
-from headstats.options import SpecError, narrow
+from headstats.options import SpecError, check_device, narrow
 from headstats.specs import (
     STAGES,
     AblateSection,
@@ -315,11 +315,9 @@ class PathsLeftError(RuntimeError):
 
 def _emulating_cpu(device: str | None) -> str | None:
     """The CPU's name when the paths load on a CPU without bf16 matrix units; None otherwise."""
-    import torch
+    from headstats.io.machine import emulated_bf16
 
-    from headstats.io.models import emulated_bf16
-
-    return emulated_bf16(device or ("cuda" if torch.cuda.is_available() else "cpu"))  # None: as load_model places it
+    return emulated_bf16(device or check_device(None))  # None: as load_model places it
 
 
 def slow_bf16_warning(paths: Sequence[ComputePath], device: str | None) -> str | None:
@@ -331,7 +329,7 @@ def slow_bf16_warning(paths: Sequence[ComputePath], device: str | None) -> str |
     cpu = _emulating_cpu(device) if slow else None
     if not cpu:
         return None
-    from headstats.io.models import BF16_EMULATED_COST
+    from headstats.io.machine import BF16_EMULATED_COST
 
     after = "; they run after the fp32 paths" if any(p.dtype != "bfloat16" for p in paths) else ""
     return (
@@ -347,7 +345,7 @@ def left_for_bf16_units(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[t
     saves tie the path to these kernels (:func:`refused_here`); naming the path with ``--paths`` runs it
     here anyway. Empty elsewhere."""
     from headstats.io.identity import model_slug
-    from headstats.io.models import BF16_EMULATED_COST
+    from headstats.io.machine import BF16_EMULATED_COST
 
     run = run or RunSpec()
     if run.only_paths:
@@ -379,11 +377,7 @@ def refused_here(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[tuple[st
     (:func:`headstats.jobs.sweep.refused_here`, from the results folders alone); the pairs this machine
     may run are absent. The machine is the one each path would load on (``--device``, else a GPU
     where there is one)."""
-    import torch
-
     from headstats.io.machine import REDUCED_PRECISION
-    from headstats.io.models import machine_info
-    from headstats.jobs.sweep import refused_here as sweep_refused
     from headstats.jobs.sweep_plan import plan_sweep
 
     run = run or RunSpec()
@@ -392,12 +386,18 @@ def refused_here(plan: ConfirmPlan, run: RunSpec | None = None) -> dict[tuple[st
         if path.dtype not in REDUCED_PRECISION:
             continue
         load = merged_load(spec, path_run(run))
-        here = machine_info(load.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        here = None  # this machine's record, read once a sweep has passes left to compare it with
         for model in spec.models:
             for ablation in spec.ablate:
                 sweep = plan_sweep(
                     model, str(ablation.task), out=spec.results, spec=narrow(ablation, SweepSpec), load=load
                 )
+                if not sweep.pending():
+                    continue  # every pass ran: nothing left for another machine
+                from headstats.io.models import machine_info
+                from headstats.jobs.sweep import refused_here as sweep_refused
+
+                here = here or machine_info(load.device or check_device(None))
                 why = sweep_refused(sweep, path.dtype, here)
                 if why is not None:
                     out[(path.name, model)] = why

@@ -43,26 +43,20 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from headstats.engine.batching import Batch, PaddingSide
 from headstats.engine.prefix import PrefixMismatch, PrefixRunner, SharedPrefix, continue_inputs
 from headstats.engine.probe import ForwardRecord, Probe
-from headstats.io.tasks import PromptFormat, PromptRenderer, Question, TaskSlice, load_task, resolve_format
+from headstats.io.tasks import PromptFormat, PromptRenderer, Question, TaskSlice, load_task
 from headstats.jobs.checkpoint import DoneBatch, PassCheckpoint, advance_restored
+from headstats.jobs.sequences import (  # noqa: F401  (planning lives there; callers find it here too)
+    ScoringSequence,
+    format_for_model,
+    model_max_length,
+    model_name,
+    model_sequences,
+    plan_sequences,
+)
 
 # One question's answer under one intervention: the columns every per-question table shares.
 ANSWER_COLUMNS = ("correct", "correct_norm", "gold_loglik", "pred", "n_choices", "n_zeroed")
 RESULT_COLUMNS = ("task", "subject", "question_id", *ANSWER_COLUMNS)
-
-
-@dataclass
-class ScoringSequence:
-    """One input the model reads: the last ``n_read`` positions predict each choice's targets."""
-
-    question: int  # index into the evaluated questions
-    choices: list[int]
-    targets: list[list[int]]  # per choice, the n_read tokens predicted at the last n_read positions
-    input_ids: list[int]
-
-    @property
-    def n_read(self) -> int:
-        return len(self.targets[0])
 
 
 @dataclass
@@ -82,64 +76,6 @@ class QuestionLogliks:
     def pred_norm(self) -> int:
         lengths = np.array([float(len(t)) for t in self.question.choice_texts])
         return int(np.argmax(self.logliks / lengths))
-
-
-def model_max_length(model: PreTrainedModel) -> int | None:
-    """The longest input the model's positions allow (lm-eval reads the same config fields)."""
-    config = model.config.get_text_config()
-    for attr in ("n_positions", "max_position_embeddings", "n_ctx"):
-        value = getattr(config, attr, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
-
-
-def plan_sequences(
-    renderer: PromptRenderer,
-    questions: Sequence[Question],
-    *,
-    one_pass_per_question: bool = True,
-    max_length: int | None = None,
-) -> list[ScoringSequence]:
-    """Token sequences for ``questions``: one per question where every choice shares the context and
-    all but the last continuation token (lm-eval's grouping of one-token continuations), else one per
-    (question, choice). Inputs longer than ``max_length`` keep their last ``max_length`` tokens."""
-    planned: list[ScoringSequence] = []
-    for qi, question in enumerate(questions):
-        pairs = renderer.requests(question)
-        shared = {tuple(ctx + cont[:-1]) for ctx, cont in pairs}
-        same_length = len({len(cont) for _, cont in pairs}) == 1
-        if one_pass_per_question and len(shared) == 1 and same_length:
-            ctx, cont = pairs[0]
-            groups = [(list(range(len(pairs))), ctx + cont[:-1])]
-        else:
-            groups = [([i], ctx + cont[:-1]) for i, (ctx, cont) in enumerate(pairs)]
-        for choices, input_ids in groups:
-            targets = [pairs[i][1] for i in choices]
-            if max_length is not None and len(input_ids) > max_length:
-                if len(targets[0]) > max_length:
-                    raise ValueError(
-                        f"{question.task} question {question.question_id}: the continuation ({len(targets[0])} tokens) "
-                        f"is longer than the model's {max_length} positions"
-                    )
-                input_ids = input_ids[-max_length:]
-            planned.append(ScoringSequence(qi, choices, targets, input_ids))
-    return planned
-
-
-def model_sequences(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    questions: Sequence[Question],
-    prompt_format: str | PromptFormat = "tokenizer",
-    *,
-    one_pass_per_question: bool = True,
-) -> list[ScoringSequence]:
-    """:func:`plan_sequences` for ``model``: its prompt format and its longest input."""
-    renderer = PromptRenderer(format_for_model(prompt_format, model, tokenizer), tokenizer)
-    return plan_sequences(
-        renderer, questions, one_pass_per_question=one_pass_per_question, max_length=model_max_length(model)
-    )
 
 
 def _keeps_2d_positions(model: PreTrainedModel) -> bool:
@@ -390,18 +326,6 @@ def _zero_counts(record: ForwardRecord | None, rows: int) -> np.ndarray:
     if mask is None:
         return np.zeros(rows)
     return mask.reshape(mask.shape[0], -1).sum(-1).cpu().numpy().astype(np.float64)
-
-
-def model_name(model: PreTrainedModel) -> str:
-    return str(getattr(model, "headstats_name", None) or model.config.name_or_path or "")
-
-
-def format_for_model(
-    prompt_format: str | PromptFormat, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
-) -> PromptFormat:
-    """The prompt format resolved for this model (``paper`` depends on its name and family)."""
-    model_type = str(model.config.get_text_config().model_type)
-    return resolve_format(prompt_format, tokenizer, model_name=model_name(model), model_type=model_type)
 
 
 def evaluate(

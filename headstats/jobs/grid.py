@@ -178,7 +178,7 @@ def collect_job(model: str, dataset: str, out: str | os.PathLike, spec: CollectS
     """The job that scores ``dataset`` with ``model`` into ``out/model=<slug>/dataset=<name>/``, with
     the model name and the dataset checked here, before anything is submitted."""
     from headstats.io.identity import model_slug
-    from headstats.io.models import resolve_model_path
+    from headstats.io.model_paths import resolve_model_path
     from headstats.io.tasks import collection_source
 
     resolve_model_path(model)  # a typo in a model name fails now, not in every job

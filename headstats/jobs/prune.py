@@ -41,8 +41,9 @@ from headstats.engine.prune import CONFIG_KEY, count_parameters, geometry, layer
 from headstats.io import store
 from headstats.io.assets import portable_name
 from headstats.io.store import write_json_atomic
+from headstats.jobs.frontier_plan import task_options
 from headstats.options import narrow
-from headstats.specs import DEFAULT_PRUNE_SHARES, UNITS, FrontierSpec, LoadOptions, PruneSpec, Sampling
+from headstats.specs import DEFAULT_PRUNE_SHARES, UNITS, FrontierSpec, LoadOptions, PruneSpec
 from headstats.specs import Calibration as CalibrationOptions
 from headstats.stats.paired import drop_bound
 
@@ -228,13 +229,6 @@ class Certification:
     def certified_share(self) -> float | None:
         certified = [p["share"] for p in self.points if p["certified"]]
         return max(certified) if certified else None
-
-
-def task_options(spec: PruneSpec | FrontierSpec) -> dict:
-    """How a prune's certification and a frontier draw a task's questions: the keyword arguments of
-    :func:`headstats.io.tasks.load_task`, the spec's :class:`~headstats.specs.Sampling` (which selects
-    them) among them."""
-    return {"sampling": narrow(spec, Sampling), "seed": spec.seed, "data_dir": spec.data_dir}
 
 
 def certify(

@@ -292,7 +292,7 @@ class Runner:
 
     def _announce(self, todo: list[Point]) -> None:
         """What the sweep will run, where it writes, and for about how long (recorded speeds)."""
-        from headstats.jobs.dryrun import PassTimer
+        from headstats.jobs.dryrun_units import PassTimer
 
         saved = saved_thresholds(self.plan)
         passes = sum(1 for p in todo if p.is_baseline or not self.plan.reuses_baseline(p, saved.get(p.score)))

@@ -23,11 +23,10 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
-import torch
-from transformers import PreTrainedModel
 
 from headstats.engine import scores as S
 from headstats.io import store
@@ -37,6 +36,9 @@ from headstats.specs import Calibration as CalibrationOptions
 from headstats.specs import LoadOptions, Sampling, SweepSpec
 from headstats.stats.summary import BASELINE
 from headstats.stats.thresholds import pooled_scores, thresholds_for_fractions
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 # Options that name a sweep's points rather than how each is computed: one file per (score, target).
 SWEEP_AXES = ("scores", "targets")
@@ -235,13 +237,14 @@ def load_sweep_task(task: str, spec: SweepSpec):
 def model_of(model: str | PreTrainedModel, load: LoadOptions) -> tuple[str, str, str]:
     """(name, dtype, device kind) of a loaded model, or of one given by name as ``load`` will load it
     (a missing model or an unusable device fails here, before any work)."""
+    from headstats.io.dtypes import dtype_name
     from headstats.io.identity import model_identity, model_location
-    from headstats.io.models import resolve_dtype, resolve_model_path
+    from headstats.io.model_paths import resolve_model_path
 
     if isinstance(model, str):
         resolve_model_path(model)
         device = check_device(load.device)
-        return model, str(resolve_dtype(load.dtype, torch.device(device))).removeprefix("torch."), device
+        return model, dtype_name(load.dtype, device), device
     param = next(model.parameters())
     return (
         model_location(model) or model_identity(model)["model"],
@@ -451,9 +454,9 @@ def saved_thresholds(plan: SweepPlan) -> dict[str, dict[float, float]]:
 
 def prefix_free(sequences: Sequence) -> bool:
     """Whether no two of the evaluator's planned ``sequences`` share a prefix that prefix reuse would
-    run once (:func:`headstats.engine.prefix.shared_prefix_groups`): then a pass that tried reuse
+    run once (:func:`headstats.engine.prefix_groups.shared_prefix_groups`): then a pass that tried reuse
     ran whole sequences anyway."""
-    from headstats.engine.prefix import shared_prefix_groups
+    from headstats.engine.prefix_groups import shared_prefix_groups
 
     groups, _ = shared_prefix_groups([s.input_ids for s in sequences], keep=[s.n_read for s in sequences])
     return not groups

@@ -26,7 +26,13 @@ from matplotlib.figure import Figure
 
 from headstats.io.assets import portable_name
 from headstats.io.machine import describe_machine
-from headstats.jobs.frontier import Frontier, check_recorded_settings, pruned_points, read_record, recorded_settings
+from headstats.jobs.frontier_plan import (
+    Frontier,
+    check_recorded_settings,
+    pruned_points,
+    read_record,
+    recorded_settings,
+)
 from headstats.report.figure import score_style
 from headstats.report.freshness import report_inputs
 from headstats.report.sections.context import ABSTRACT_WORDS, term, word_count

@@ -19,7 +19,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.io.assets import portable_name
-from headstats.jobs.frontier import Frontier, check_recorded_settings, pruned_points
+from headstats.jobs.frontier_plan import Frontier, check_recorded_settings, pruned_points
 from headstats.report.figure import score_style
 from headstats.report.frontier import (
     LEGEND,

@@ -86,16 +86,14 @@ class LoadOptions(Spec):
     )
 
     def check(self) -> None:
-        import torch
-
-        from headstats.io.models import resolve_dtype
+        from headstats.io.dtypes import check_dtype
 
         try:
-            kind = check_device(self.device)
+            check_device(self.device)
         except ValueError as err:
             raise SpecError("device", str(err)) from None
         try:
-            resolve_dtype(self.dtype, torch.device(kind))
+            check_dtype(self.dtype)
         except ValueError as err:
             raise SpecError("dtype", str(err)) from None
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from headstats.io import store
 from headstats.jobs.analysis import AnalysisSpec, load_analysis, merged_load, planned_points
-from headstats.jobs.dryrun import SWEEP_NOTE, PassTimer, WorkUnit, count_sweep, measure_collection, measure_sweep
+from headstats.jobs.dryrun import SWEEP_NOTE, WorkUnit
+from headstats.jobs.dryrun_units import PassTimer, count_sweep, measure_collection, measure_sweep
 from headstats.options import narrow
 from headstats.specs import Resources, RunSpec, SweepSpec
 from headstats.studies.registry import Session, Study, StudyKind, Unit, not_found_here, register_kind

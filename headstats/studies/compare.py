@@ -30,7 +30,8 @@ from headstats.jobs.compare import (
     results_root,
 )
 from headstats.jobs.compare_identity import split_dtype
-from headstats.jobs.dryrun import PassTimer, WorkUnit, measure_collection
+from headstats.jobs.dryrun import WorkUnit
+from headstats.jobs.dryrun_units import PassTimer, measure_collection
 from headstats.jobs.finetune.records import record_chains
 from headstats.options import narrow
 from headstats.specs import AnalysisHeader, CollectSpec, CompareSpec, LoadOptions, RunSpec
@@ -107,7 +108,7 @@ def begin(study: Study, run: RunSpec) -> None:
 
 def run(unit: Unit, session: Session) -> None:
     """One collection, then the fine-tuning chain its model belongs to recorded."""
-    from headstats.io.models import resolve_model_path
+    from headstats.io.model_paths import resolve_model_path
 
     spec, planned = unit.work
     model, tokenizer = session.model(unit)

@@ -2,12 +2,15 @@
 
 The kind plans its units (:class:`~headstats.studies.registry.Unit`) from the results folder alone.
 A model whose units are all done, or need no model, is not read: its rows are the counts. Otherwise
-its tokenizer and shapes are (:func:`headstats.io.models.load_skeleton`: no weights) and the kind
-counts each of its units and times it at the recorded speed of the closest pass
-(:class:`~headstats.jobs.dryrun.PassTimer`); with ``measure`` the model loads once instead and each unit
-is timed on a probe of its own sequences (:mod:`headstats.jobs.dryrun`). Either way the estimate is
-the work left over a rate. A unit whose model folder is not written yet, or which a run here leaves
-for another machine, is named below the table instead. Nothing is written.
+its configuration and tokenizer are read from its files, without torch or transformers
+(:func:`headstats.io.model_files.read_model_files`; where the files do not describe it fully, its
+tokenizer and shapes come from transformers instead, :func:`headstats.io.models.load_skeleton`: no
+weights either way), and the kind counts each of its units and times it at the recorded speed of the
+closest pass (:class:`~headstats.jobs.dryrun_units.PassTimer`); with ``measure`` the model loads once
+instead and each unit is timed on a probe of its own sequences (:mod:`headstats.jobs.dryrun_units`).
+Either way the estimate is the work left over a rate, and the summary says how each model was read.
+A unit whose model folder is not written yet, or which a run here leaves for another machine, is
+named below the table instead. Nothing is written.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from contextlib import nullcontext
 from dataclasses import replace
 from itertools import groupby
 
-from headstats.jobs.dryrun import DryRun, PassTimer, WorkUnit, announce, machine_load
+from headstats.jobs.dryrun import DryRun, WorkUnit, machine_load
+from headstats.jobs.dryrun_units import PassTimer, announce
 from headstats.specs import RunSpec
 from headstats.studies.registry import Study, StudyKind, Unit
 
@@ -58,8 +62,6 @@ def dry_run_units(
     ``measure``, each such model loaded once and its units timed on probes of ``probe_sequences`` items.
     ``writes``: the folders a real run writes, as the summary names them. ``quiet``: no log line per
     model (the estimate a real run gives at its start)."""
-    from headstats.io.models import bf16_cost_said, load_model, load_skeleton
-
     say = logger.debug if quiet else logger.info
 
     load_at_start = machine_load()  # before this run's own work adds to it
@@ -67,6 +69,7 @@ def dry_run_units(
     absent: list[str] = []
     refused: list[str] = []
     missing: list[str] = []
+    read: dict[str, str] = {}
     device = "this machine (no model loaded)"
     for (label, name), group in groupby(units, key=lambda u: (u.label, u.model)):
         group = list(group)
@@ -90,16 +93,16 @@ def dry_run_units(
             say("%s[%s] %s: not loaded", label, name, counted)
             rows += [row for u in live for row in _rows(u, None)]
             continue
-        timer = None
         if measure:
             say("%s[%s] loading (dry run)", label, name)
-            with bf16_cost_said() if any(u.bf16_said for u in live) else nullcontext():
-                model, tokenizer = load_model(needs[0].loads or name, **needs[0].load.kwargs())
-            device = str(next(model.parameters()).device)
+            model, tokenizer, device = _load_for_measuring(name, needs[0], bf16_said=any(u.bf16_said for u in live))
+            timer = None
         else:
             say("%s[%s] reading its configuration and tokenizer (no weights)", label, name)
-            model, tokenizer = load_skeleton(needs[0].loads or name, **needs[0].load.kwargs())
-            timer = PassTimer.for_skeleton(model, name)
+            model, tokenizer, read[name] = read_model(name, needs[0])
+            timer = (
+                PassTimer.for_files(model, name) if read[name] == FILES_READ else PassTimer.for_skeleton(model, name)
+            )
             device = model.headstats_device
         rng = random.Random(0)
         for step, unit in enumerate(live, 1):
@@ -120,7 +123,38 @@ def dry_run_units(
         missing=missing,
         load_at_start=load_at_start,
         writes=writes,
+        read=read,
     )
+
+
+def _load_for_measuring(name: str, unit: Unit, *, bf16_said: bool) -> tuple[object, object, str]:
+    """(model, tokenizer, device) of ``name`` loaded with its weights, as ``unit`` loads it, for
+    ``--measure``; a bf16 cost the kind has said already is not warned about again."""
+    from headstats.io.models import bf16_cost_said, load_model
+
+    with bf16_cost_said() if bf16_said else nullcontext():
+        model, tokenizer = load_model(unit.loads or name, **unit.load.kwargs())
+    return model, tokenizer, str(next(model.parameters()).device)
+
+
+FILES_READ = (
+    "from their files, without torch or transformers (shapes from config.json, tokens counted by the tokenizers "
+    "library from tokenizer.json)"
+)
+
+
+def read_model(name: str, unit: Unit) -> tuple[object, object, str]:
+    """(model, tokenizer, how they were read) of ``name`` as ``unit`` loads it: from its files
+    (:data:`FILES_READ`), or where they do not describe it fully, through transformers, saying why."""
+    from headstats.io.model_files import NeedsTransformers, read_model_files
+
+    try:
+        return (*read_model_files(unit.loads or name, **unit.load.kwargs()), FILES_READ)
+    except NeedsTransformers as why:
+        from headstats.io.models import load_skeleton
+
+        model, tokenizer = load_skeleton(unit.loads or name, **unit.load.kwargs())
+        return model, tokenizer, f"with transformers, as {why} (its tokenizer, and its shapes on the meta device)"
 
 
 def dry_run(study: Study, run: RunSpec | None = None, *, probe_sequences: int = 8, **options: object) -> DryRun:

@@ -18,8 +18,9 @@ from pathlib import Path
 
 from headstats.io import store
 from headstats.jobs.analysis import given_load
-from headstats.jobs.dryrun import FRONTIER_NOTE, PassTimer, WorkUnit, measure_task
-from headstats.jobs.frontier import (
+from headstats.jobs.dryrun import FRONTIER_NOTE, WorkUnit
+from headstats.jobs.dryrun_units import PassTimer, measure_task
+from headstats.jobs.frontier_plan import (
     Frontier,
     check_recorded_settings,
     chosen_models,
@@ -28,8 +29,6 @@ from headstats.jobs.frontier import (
     model_root,
     planned_points,
     retime_left,
-    retime_model,
-    run_frontier,
     task_options,
 )
 from headstats.options import narrow
@@ -130,6 +129,8 @@ def measure(unit: Unit, model, tokenizer, probe: int, rng, timer: PassTimer | No
 def run(unit: Unit, session: Session) -> None:
     """A model's points (after its calibration means; only those with ``--stages collect``), or its
     finished points timed again."""
+    from headstats.jobs.frontier import retime_model, run_frontier
+
     planned, _, calibrate_only = unit.work
     frontier = with_run(planned, session.run, progress=session.progress)
     if unit.stage == "time":

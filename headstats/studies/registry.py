@@ -5,7 +5,7 @@ A study file (``analyses/*.toml``) names its kind by the one table that only tha
 registers one :class:`StudyKind`: ``load(path) -> Study`` (every key checked before any work),
 ``plan(study, run) -> list[Unit]`` (what the run computes, from the one planner of that work),
 ``measure(unit, model, tokenizer, probe, rng, timer=None)`` (a unit counted and timed for the dry
-run: at recorded speeds with a ``timer`` and the model's skeleton, else on a few of its own
+run: at recorded speeds with a ``timer`` and the model as its files describe it, else on a few of its own
 sequences), ``run(unit, session)`` (one unit, resuming what of it is done) and ``report(study, run)``
 (rebuilt from the results alone). ``headstats run FILE`` looks the kind up once (:func:`kind_of`)
 and every command after that is the same for every kind (:mod:`headstats.studies.runner`: one loop
@@ -87,7 +87,7 @@ class Unit:
         return f"{self.label}{self.stage} {self.model} / {self.what}{left}"
 
 
-# (unit, model or its skeleton, tokenizer, probe items, rng, timer=PassTimer or None) -> its rows
+# (unit, model (loaded, or read from its files), tokenizer, probe items, rng, timer=PassTimer or None) -> its rows
 Measure = Callable[..., "WorkUnit | list[WorkUnit]"]
 
 
@@ -161,7 +161,7 @@ class StudyKind:
 
 def not_found_here(name: str) -> str | None:
     """Why the model ``name`` cannot be found on this machine (the error a load would raise), or None."""
-    from headstats.io.models import ModelNotFoundError, resolve_model_path
+    from headstats.io.model_paths import ModelNotFoundError, resolve_model_path
 
     try:
         resolve_model_path(name)

@@ -92,7 +92,7 @@ def announce_run(kind: StudyKind, study: Study, run: RunSpec, units: list[Unit])
 
 def stop_if_missing(unit: Unit) -> None:
     """Stop the run at a unit whose model cannot be found here, with the error its load would raise."""
-    from headstats.io.models import ModelNotFoundError
+    from headstats.io.model_paths import ModelNotFoundError
     from headstats.studies.registry import not_found_here
 
     why = unit.missing or (not_found_here(unit.loads or unit.model) if unit.absent else None)

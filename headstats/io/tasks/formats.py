@@ -114,7 +114,9 @@ def resolve_format(
     elif prompt_format not in PROMPT_FORMATS:
         raise ValueError(f"unknown prompt format {prompt_format!r}: choose from {', '.join(PROMPT_FORMATS)}")
     elif prompt_format == "paper":
-        is_gemma = "gemma" in f"{model_type} {original_model_name(model_name)} {type(tokenizer).__name__}".lower()
+        # a tokenizer read from its files names transformers' class (headstats.io.tokenizer_files)
+        kind = getattr(tokenizer, "class_name", None) or type(tokenizer).__name__
+        is_gemma = "gemma" in f"{model_type} {original_model_name(model_name)} {kind}".lower()
         # lm-eval 0.4.5 passed add_special_tokens=False, except for Gemma (add_bos_token forced on).
         fmt = PromptFormat("paper", paper_uses_chat(model_name), "bos" if is_gemma else "none", True)
     else:

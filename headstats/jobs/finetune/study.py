@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -32,7 +33,9 @@ from headstats.jobs.registration import amendments as registration_amendments
 from headstats.jobs.registration import register as register_keys
 from headstats.options import narrow
 from headstats.specs import CollectSection, CollectSpec, FinetuneDesign, ModelsSection
-from headstats.stats import seed_margin
+
+if TYPE_CHECKING:
+    from headstats.stats import seed_margin
 
 logger = logging.getLogger("headstats")
 
@@ -366,8 +369,8 @@ def texts_left(
     """(texts left, texts) of ``checkpoint``'s collection of ``dataset``: the collection planner's
     sample (:func:`~headstats.jobs.collect.collection_sample`, kept in ``samples`` per dataset when
     given) counted against its partition; no model loaded."""
-    from headstats.jobs.collect import collection_sample
-    from headstats.jobs.collect import texts_left as collection_left
+    from headstats.jobs.collect_plan import collection_sample
+    from headstats.jobs.collect_plan import texts_left as collection_left
 
     samples = {} if samples is None else samples
     if dataset not in samples:
@@ -397,7 +400,7 @@ def _table_checkpoint(study: SeedStudy, seed: int, partition: store.Partition) -
             f"{partition.path} records recipe {recipe}, the design's is {study.design.recipe_hash}: it is another "
             f"study's table; {_recollect(study, seed)}"
         )
-    from headstats.jobs.collect import recorded_changes
+    from headstats.jobs.collect_plan import recorded_changes
 
     changed = recorded_changes(partition.provenance or {}, study.collect, f"in {study.path.name}")
     if changed:
@@ -470,6 +473,8 @@ def seed_cells(
     seeds ``kept`` keeps at the stage (:func:`headstats.stats.seeds.seeds_kept`; every seed without
     it). ``tables``: :func:`seed_tables`' output when the caller has read it. Empty before the base
     is scored."""
+    from headstats.stats import seed_margin  # scipy: for the decision, not for loading or planning a study
+
     scores, checkpoints = tables if tables is not None else seed_tables(study, results)
     bases = checkpoints.loc[checkpoints["stage"] == BASE, "model"].astype(str).tolist()
     if not bases:
