@@ -23,7 +23,8 @@ interval should contain 1) and the pruned models in interleaved rounds
 ``--max-seconds`` pass. Each speed-up is printed beside its ceilings: the ratio of FLOPs (prefill)
 and of bytes a decode step reads, weights plus KV cache (decode), from
 :func:`headstats.engine.speed.inference_cost`, and the share of the ceiling's gain reached.
-Rows go to ``OUT/speed.csv`` as they are measured, every kept round's seconds to ``OUT/rounds.csv`` (a run stopped by ``--budget-seconds`` keeps them).
+Rows go to ``OUT/speed.csv`` as they are measured, every kept round's seconds to ``OUT/rounds.csv`` (a
+run stopped by ``--budget-seconds`` keeps them).
 """
 
 from __future__ import annotations

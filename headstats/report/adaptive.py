@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from headstats.io import store
-from headstats.jobs.adaptive import AdaptiveStudy, read_rows
+from headstats.jobs.adaptive_plan import AdaptiveStudy, read_rows
 from headstats.report.freshness import report_inputs
 from headstats.report.writer import ReportWriter
 from headstats.stats import adaptive as A

@@ -14,20 +14,10 @@ import logging
 import time
 from pathlib import Path
 
-from headstats.engine.pruned_model import geometry
 from headstats.io import store
-from headstats.jobs.adaptive import (
-    AdaptiveStudy,
-    Design,
-    calibration_means,
-    finished_items,
-    item_rows,
-    load_adaptive,
-    run_task,
-    static_sets,
-    task_items,
-)
-from headstats.jobs.dryrun import PassTimer, WorkUnit
+from headstats.jobs.adaptive_plan import AdaptiveStudy, finished_items, load_adaptive
+from headstats.jobs.dryrun import WorkUnit
+from headstats.jobs.dryrun_units import PassTimer
 from headstats.jobs.registration import register
 from headstats.options import SpecError, narrow
 from headstats.specs import LoadOptions, RunSpec
@@ -76,6 +66,9 @@ def plan(study: Study, run: RunSpec) -> list[Unit]:
 def measure(unit: Unit, model, tokenizer, probe: int, rng, timer: PassTimer | None = None) -> WorkUnit:
     """One item of the unit's task measured on the loaded model, its time times the items left; with a
     ``timer`` (no weights loaded) the unit stays untimed: no recorded speed covers this pass."""
+    from headstats.engine.pruned_model import geometry  # torch: only once a model is loaded
+    from headstats.jobs.adaptive import Design, calibration_means, item_rows, static_sets, task_items
+
     spec, task, limit = unit.work
     base = WorkUnit(unit.model, "ablate", task, limit, None, None, None, int(bool(unit.left)), 1, 1, None)
     if timer is not None or not unit.left:
@@ -113,6 +106,8 @@ def begin(study: Study, run: RunSpec) -> None:
 
 
 def run(unit: Unit, session: Session) -> None:
+    from headstats.jobs.adaptive import run_task  # torch: only when the study runs
+
     spec, task, limit = unit.work
     model, tokenizer = session.model(unit)
     started = time.perf_counter()
