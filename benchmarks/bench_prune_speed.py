@@ -23,7 +23,8 @@ interval should contain 1) and the pruned models in interleaved rounds
 ``--max-seconds`` pass. Each speed-up is printed beside its ceilings: the ratio of FLOPs (prefill)
 and of bytes a decode step reads, weights plus KV cache (decode), from
 :func:`headstats.engine.speed.inference_cost`, and the share of the ceiling's gain reached.
-Rows go to ``OUT/speed.csv`` as they are measured (a run stopped by ``--budget-seconds`` keeps them).
+Rows go to ``OUT/speed.csv`` as they are measured, every kept round's seconds to ``OUT/rounds.csv`` (a
+run stopped by ``--budget-seconds`` keeps them).
 """
 
 from __future__ import annotations
@@ -139,7 +140,7 @@ def main() -> None:
     info = machine(args.device)
     (args.out / "machine.json").write_text(json.dumps({**info, "args": {k: str(v) for k, v in vars(args).items()}}))
     print(json.dumps(info), flush=True)
-    rows, started = [], time.perf_counter()
+    rows, rounds, started = [], [], time.perf_counter()
     for name in args.models.split(","):
         if time.perf_counter() - started > args.budget_seconds:
             break
@@ -188,7 +189,13 @@ def main() -> None:
                     f"({row['ceiling_basis']}) reached {row['share_of_ceiling_gain']:.0%}",
                     flush=True,
                 )
+            for contestant, seconds in result.seconds.items():  # every kept round, so the intervals can be recomputed
+                rounds.extend(
+                    {"model": name, "setting": setting.name, "contestant": contestant, "round": i, "seconds": s}
+                    for i, s in enumerate(seconds)
+                )
             pd.DataFrame(rows).to_csv(args.out / "speed.csv", index=False)
+            pd.DataFrame(rounds).to_csv(args.out / "rounds.csv", index=False)
             del runs
         del models, model
         if args.device.startswith("cuda"):

@@ -78,6 +78,12 @@ def test_every_committed_study_file_plans_its_units_without_loading_a_model(
         collections = [u for u in units if u.stage == "collect"]
         assert len(collections) == (1 + len(design.seeds) * len(design.stage_ends)) * len(spec.datasets)
         assert all(u.load is None and 0 <= u.left <= u.total == design.texts for u in units if u.stage == "collect")
+    elif kind.name == "skipping":  # one unit per model and task, counted in items
+        adaptive = spec.adaptive
+        assert [(u.model, u.what, u.total) for u in here] == [
+            (m, t, n) for m in spec.model_names() for t, n in zip(adaptive.tasks, adaptive.limits, strict=True)
+        ]
+        assert all(0 <= u.left <= u.total and u.load is not None for u in here)
     else:
         from headstats.jobs.compare import all_models
 

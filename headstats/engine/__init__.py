@@ -18,5 +18,7 @@ surgery and speed of pruning.
 - :mod:`~headstats.engine.speed`: what a model costs per token, by arithmetic (:func:`inference_cost`,
   the roof of a speed-up) and by the clock (:func:`time_inference`, :func:`phase_timer`);
 - :mod:`~headstats.engine.cost`: what a pass costs by arithmetic, without torch: its padded tokens, and
-  a model's FLOPs per token (:class:`InferenceCost`), from its configuration for the layouts it knows.
+  a model's FLOPs per token (:class:`InferenceCost`), from its configuration for the layouts it knows;
+- :mod:`~headstats.engine.skip`: heads skipped per prompt: scored on the prompt in its own pass, the
+  most inactive share not computed for the continuation (:func:`skipping`, :func:`generate_skipping`).
 """

@@ -183,8 +183,9 @@ class Probe:
 
         ``keys`` (one int per row) identify the sequences: the random score's draws depend on them, so
         a sequence gets the same draws in any batch; by default rows are numbered in call order.
-        ``kwargs`` go to the model call (e.g. ``logits_to_keep``); ``body=True`` calls the base model
-        without its LM head (all that scoring needs).
+        ``kwargs`` go to the model call (e.g. ``logits_to_keep``; ``use_cache=True`` keeps the pass's KV
+        cache in the output); ``body=True`` calls the base model without its LM head (all that scoring
+        needs).
 
         ``prefix`` (the :class:`PrefixStats` of :meth:`forward_prefix`) runs the sequences' remaining
         tokens only: ``inputs`` then carry the prefix's key/value cache and a 2-D mask over prefix
@@ -201,8 +202,11 @@ class Probe:
         self._keys = None if keys is None else torch.as_tensor(keys, dtype=torch.long)
         self._mode, self._prefix = ("suffix", prefix) if prefix is not None else ("whole", None)
         self.last = None
+        # use_cache=True on a whole pass (no past keys) keeps its KV cache: the scores are still the
+        # whole sequence's, and a continuation can run from the cache (headstats.engine.skip).
+        use_cache = bool(kwargs.pop("use_cache", False)) or prefix is not None
         try:
-            output = module(**inputs, use_cache=prefix is not None, **kwargs)
+            output = module(**inputs, use_cache=use_cache, **kwargs)
         finally:
             self._keys, self._mode, self._prefix = None, "whole", None
         if self.last is None:

@@ -22,6 +22,9 @@ The jobs:
 - :mod:`~headstats.jobs.frontier`: the pruning frontier, each model pruned at each share by each score,
   with its held-out accuracy and its speed against the unpruned model; :mod:`~headstats.jobs.frontier_plan`:
   a frontier file's plan and what its results folder holds, read without torch;
+- :mod:`~headstats.jobs.adaptive`: heads skipped per prompt, measured: per-prompt, static, random and
+  oracle selections at equal share against the full model on the same items; :mod:`~headstats.jobs.adaptive_plan`:
+  its file and measured rows, read without torch;
 - :mod:`~headstats.jobs.timing`: paired, interleaved timing rounds that run until the speed-up is resolved;
 - :mod:`~headstats.jobs.finetune`: a fine-tuning chain, SFT -> DPO -> GRPO with TRL;
   :mod:`~headstats.jobs.finetune_data`: its training material, cut into train and held-out parts.

@@ -25,6 +25,7 @@ The reports of the other study kinds, each built from its results alone:
   on every computation path and the verdict;
 - :mod:`~headstats.report.frontier`: the pruning frontier; :mod:`~headstats.report.frontier_paired`:
   the same when speed is timed in paired rounds (``timing = "paired"``);
+- :mod:`~headstats.report.adaptive`: a skipping study (heads skipped per prompt), its answer first;
 - :mod:`~headstats.report.finetuning`: a fine-tuning seed study, its sentence per stage end first;
   :mod:`~headstats.report.seed_distance`: the words and the figure of its distance rule;
 - :mod:`~headstats.report.registered`: what a report of a pre-registered study says first about its

@@ -19,7 +19,8 @@ Every name is importable from here (``from headstats.specs import SweepSpec``); 
   report, paper, list, compare, inactive, the lm-eval model's zeroing);
 - :mod:`~headstats.specs.studies`: the sections of study files and ``headstats run``'s options;
 - :mod:`~headstats.specs.pruning`: ``headstats prune`` and a pruning frontier's ``[prune]``;
-- :mod:`~headstats.specs.finetuning`: ``headstats finetune``'s chain and a fine-tuning study's design.
+- :mod:`~headstats.specs.finetuning`: ``headstats finetune``'s chain and a fine-tuning study's design;
+- :mod:`~headstats.specs.skipping`: a skipping study's ``[adaptive]`` (heads skipped per prompt).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ from headstats.specs.groups import (
 )
 from headstats.specs.pruning import RANKING_CALIBRATION, FrontierSpec, PruneSpec
 from headstats.specs.resources import Resources, SubmititParameters
+from headstats.specs.skipping import AdaptiveSpec
 from headstats.specs.studies import (
     AblateSection,
     AnalysisHeader,
@@ -146,6 +148,7 @@ __all__ = [
     "ZEROING",
     "AblateSection",
     "AccuracyMetric",
+    "AdaptiveSpec",
     "AnalysisHeader",
     "Batching",
     "Calibration",

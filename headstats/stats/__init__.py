@@ -35,6 +35,8 @@
 - :mod:`~headstats.stats.compare`: a reference model against other models on the same texts: how far,
   against what margin, equivalent or not, and which heads moved;
 - :mod:`~headstats.stats.frontier`: a pruning frontier's drops and bounds, speed-ups and certified shares;
+- :mod:`~headstats.stats.adaptive`: heads skipped per prompt: each selection's paired cost, its bounds,
+  the certified shares, per-prompt against static;
 - :mod:`~headstats.stats.speed`: the speed-up of one model over another from paired, interleaved
   timing rounds;
 - :mod:`~headstats.stats.learning`: did a fine-tuning stage learn? Paired changes of its held-out metrics;

@@ -8,6 +8,7 @@ confirmation       ``[confirm]``     ablate, report                         each
 frontier           ``[prune]``       collect, ablate, time, report          frontier points, timings
 comparison         ``[compare]``     collect, report                        collections
 fine-tuning        ``[design]``      train, collect, report                 training steps, texts
+skipping           ``[adaptive]``    ablate, report                         items of each task
 =================  ================  =====================================  ==============================
 
 :mod:`headstats.studies.registry` holds the registry (:data:`STUDY_KINDS`, :func:`register_kind`) and
@@ -20,8 +21,8 @@ kind and is not one of :data:`MACHINERY` fails the import, naming its file.
 
 The kinds' modules: :mod:`~headstats.studies.analysis` (analysis), :mod:`~headstats.studies.confirm`
 (confirmation), :mod:`~headstats.studies.frontier` (frontier), :mod:`~headstats.studies.compare`
-(comparison) and :mod:`~headstats.studies.finetuning` (fine-tuning: a seed study, its chains trained,
-collected and reported).
+(comparison), :mod:`~headstats.studies.finetuning` (fine-tuning: a seed study, its chains trained,
+collected and reported) and :mod:`~headstats.studies.adaptive` (skipping: heads skipped per prompt).
 """
 
 from __future__ import annotations

@@ -142,6 +142,18 @@ def partial_file(partition: Path, name: str) -> Path:
     return partition / f"{PARTIAL_PREFIX}{Path(name).stem}.npz"
 
 
+def adaptive_folder(results: str | os.PathLike, model: str, task: str) -> Path:
+    """Where a per-prompt skipping study keeps one model's rows on one task (headstats.jobs.adaptive)."""
+    check_name(model, "model name")
+    check_name(task, "task name")
+    return Path(results) / model / task
+
+
+def adaptive_chunk(folder: Path, start: int) -> Path:
+    """The file of the items ``start``, ``start + 1``, ... of a per-prompt skipping study's folder."""
+    return folder / f"items-{start:06d}.csv"
+
+
 def data_files(partition: Path) -> list[Path]:
     """The finished Parquet files of one partition (hidden temporaries and records excluded)."""
     return sorted(p for p in partition.glob("*.parquet") if not p.name.startswith((".", "_")))

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -90,6 +91,14 @@ def partial_sequences(path: Path) -> int:
             return int(data["rows"].shape[0]) if "rows" in data.files else 0
     except NPZ_ERRORS:
         return 0
+
+
+def read_adaptive_chunks(folder: Path) -> pd.DataFrame:
+    """Every finished chunk of a per-prompt skipping study's folder (:func:`adaptive_chunk`), in order."""
+    parts = sorted(Path(folder).glob("items-*.csv"))
+    if not parts:
+        return pd.DataFrame()
+    return pd.concat([pd.read_csv(p) for p in parts], ignore_index=True)
 
 
 def read_json(path: Path, fix: str) -> object:

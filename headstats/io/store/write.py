@@ -21,6 +21,7 @@ from importlib import metadata as _metadata
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -163,6 +164,11 @@ def write_json_atomic(data: object, path: Path) -> Path:
     """Write ``data`` as indented JSON (keys sorted, other objects as strings) to ``path``, atomically."""
     text = json.dumps(data, indent=2, sort_keys=True, default=str)
     return write_atomic(path, lambda tmp: tmp.write_text(text))
+
+
+def write_csv_atomic(frame: pd.DataFrame, path: Path) -> Path:
+    """Write ``frame`` as CSV (no index) to ``path``, atomically."""
+    return write_atomic(path, lambda tmp: frame.to_csv(tmp, index=False))
 
 
 def write_arrays_atomic(arrays: Mapping[str, np.ndarray], path: Path) -> Path:
