@@ -105,7 +105,8 @@ def answer(table: pd.DataFrame, certified: pd.DataFrame, versus: pd.DataFrame, s
         lines.append(
             f"Skipping makes decode x{decode['speedup'].min():.2f} to x{decode['speedup'].max():.2f} as fast as the "
             f"dense model (prompt and continuation, decision included: x{whole['speedup'].min():.2f} to "
-            f"x{whole['speedup'].max():.2f})."
+            f"x{whole['speedup'].max():.2f}); {(decode['low'] > 1).sum()} of {len(decode)} decode intervals lie "
+            "above 1."
         )
     return "\n\n".join(lines)
 
