@@ -188,7 +188,7 @@ def compose(
             if value is None:
                 types_[name] = types_[name] | None
         for name, names in (choices or {}).items():
-            inherited[name] = _with_meta(inherited[name], choices=tuple(names))
+            inherited[name] = _with_meta(inherited[name], choices=names if callable(names) else tuple(names))
         for name, text in (helps or {}).items():
             inherited[name] = _with_meta(inherited[name], help=text)
         for name, flag in (flags or {}).items():

@@ -845,6 +845,7 @@ REPORT_STUDIES: dict[str, Callable[[Path], Path]] = {
     ),
     "comparison": _comparison,
     "fine-tuning": _seed_study,
+    "skipping": lambda t: _copy_study(t, "adaptive_embedded", "results/adaptive-embedded"),
 }  # fmt: skip
 
 

@@ -43,7 +43,7 @@ def test_specs_are_flat_compositions_of_groups_without_default_tables() -> None:
         assert cls.__bases__ == (options.Spec,), (cls.__name__, cls.__bases__)
         for table in ("DEFAULTS", "CHOICES", "FLAGS"):
             assert not hasattr(cls, table), (cls.__name__, table)
-    assert len(specs.PruneSpec.GROUPS) == 13 and specs.PruneSpec.__mro__ == (specs.PruneSpec, options.Spec, object)
+    assert len(specs.PruneSpec.GROUPS) == 14 and specs.PruneSpec.__mro__ == (specs.PruneSpec, options.Spec, object)
 
 
 def test_none_means_none_and_is_never_replaced_by_a_default() -> None:

@@ -18,6 +18,7 @@ from headstats.specs.values import (
     RESOURCES,
     STATISTICS,
     SUMMARY_FORMATS,
+    UNITS,
     WHAT_TO_RUN,
     ZEROING,
     check_calibration_source,
@@ -404,3 +405,25 @@ class Datasets(Spec):
         flag="--dataset",
         metavar="NAMES",
     )
+
+
+@dataclass(frozen=True)
+class Unit(Spec):
+    """Whether heads are taken one by one or in whole KV groups."""
+
+    GROUP: ClassVar[str | None] = ZEROING
+
+    unit: str = option(
+        "head",
+        "what is removed: head (query heads) or kv-group (whole KV groups, ranked by the mean of their query heads' "
+        "calibration means, so the KV cache shrinks); the share counts query heads either way",
+        choices=UNITS,
+        noun="unit",
+    )
+
+
+@dataclass(frozen=True)
+class Tasks(Spec):
+    """The tasks a study measures its heads on, held out from what chose them."""
+
+    tasks: tuple[str, ...] = option(("piqa", "arc_easy"), "held-out tasks", choices=task_names, noun="task")

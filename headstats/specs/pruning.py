@@ -19,7 +19,9 @@ from headstats.specs.groups import (
     Scoring,
     Seed,
     Shares,
+    Tasks,
     Truncation,
+    Unit,
 )
 from headstats.specs.values import DEFAULT_SWEEP_SCORES, SAVE_DTYPES, UNITS, ZEROING, task_names
 
@@ -41,6 +43,7 @@ RANKING_CALIBRATION = {"calibration": "wikipedia", "calibration_limit": 64}
     Shares,
     MaxDrop,
     Output,
+    Unit,
     defaults={"scores": ("ahon_ln",), **RANKING_CALIBRATION},
     flags={"scores": "--score", "shares": "--share"},  # one of each (the plural flags still work)
     helps={
@@ -66,13 +69,6 @@ class PruneSpec(Spec):
         "failure)",
         choices=task_names,
         noun="task",
-    )
-    unit: str = option(
-        "head",
-        "what is removed: head (query heads) or kv-group (whole KV groups, ranked by the mean of their query heads' "
-        "calibration means, so the KV cache shrinks); the share counts query heads either way",
-        choices=UNITS,
-        noun="unit",
     )
     save_dtype: str | None = option(
         None, "dtype of the saved weights (default: the dtype the model ran in)", choices=SAVE_DTYPES, noun="dtype"
@@ -102,6 +98,7 @@ class PruneSpec(Spec):
     Truncation,
     Shares,
     MaxDrop,
+    Tasks,
     defaults={"scores": DEFAULT_SWEEP_SCORES, **RANKING_CALIBRATION, "shares": (0.0, 0.1, 0.2, 0.3)},
 )
 class FrontierSpec(Spec):
@@ -111,7 +108,6 @@ class FrontierSpec(Spec):
 
     WHAT: ClassVar[str] = "frontier"
 
-    tasks: tuple[str, ...] = option(("piqa", "arc_easy"), "held-out tasks", choices=task_names, noun="task")
     speed_batches: tuple[int, ...] = option((1, 8), "batch sizes of the speed measurement", minimum=1)
     prompt_length: int = option(128, "prompt tokens of the speed measurement", minimum=1)
     new_tokens: int = option(32, "decoded tokens of the speed measurement", minimum=1)
