@@ -29,8 +29,6 @@ import argparse
 import copy
 import json
 import os
-import platform
-import subprocess
 import time
 from pathlib import Path
 
@@ -41,6 +39,7 @@ import headstats
 from headstats.engine.prune import prune_heads
 from headstats.engine.pruned_model import geometry
 from headstats.engine.skip import score_prompt, select_heads, skipping
+from headstats.io.machine import cpu_record
 from headstats.jobs.timing import paired_rounds
 from headstats.stats.speed import paired_speedup
 
@@ -49,14 +48,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # scored pass, the choice and the cut), and the continuation's tokens alone.
 PHASES = (("prefill+decode", lambda t: t[0] + t[1]), ("prefill", lambda t: t[0]), ("decode", lambda t: t[1]))
 STATIC = ROOT / "results" / "adaptive-embedded" / "{model}" / "wikipedia" / "calibration.json"
-
-
-def cpu_name() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
 
 
 def static_heads(model_name: str, model, share: float) -> list[tuple[int, int]]:
@@ -134,7 +125,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     machine = {
-        "cpu": cpu_name(),
+        "cpu": cpu_record()["cpu"],
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__,

@@ -66,7 +66,7 @@ def test_blockwise_log_normalisers_give_log_softmax_and_leave_the_logits_alone(d
     logits[0, 7] = 1e4  # one dominant entry: no overflow
     logits[1] += 3000.0  # large logits: the subtraction order keeps fp32 log-softmax precision
     before = logits.clone()
-    peak, log_sum = ev._log_normalisers(logits)
+    peak, log_sum = ev.log_normalisers(logits)
     assert peak.dtype == log_sum.dtype == torch.float32 and peak.shape == log_sum.shape == (logits.shape[0],)
     exact = torch.log_softmax(logits.double(), dim=-1)
     torch.testing.assert_close((peak + log_sum).double(), torch.logsumexp(logits.double(), dim=-1), rtol=1e-6, atol=0)

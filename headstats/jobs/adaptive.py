@@ -40,6 +40,7 @@ from headstats.io import store
 from headstats.io.tasks import load_task
 from headstats.io.tasks.collection import collection_source
 from headstats.io.tasks.formats import PromptRenderer, resolve_format
+from headstats.jobs.evaluate import log_normalisers
 
 logger = logging.getLogger("headstats")
 
@@ -180,10 +181,14 @@ def continuation_logprobs(
         batch_cache.batch_repeat_interleave(n)
         with ablate_heads(model, mask=part_masks):
             logits = model(input_ids=ids, attention_mask=attention, cache=batch_cache, use_cache=True).logits
-        logp = torch.log_softmax(logits.float(), dim=-1)
         for r, c in enumerate(part):
-            later = logp[r, : len(c) - 1].gather(-1, torch.tensor(c[1:]).unsqueeze(-1)).sum() if len(c) > 1 else 0.0
-            out.append(float(first[c[0]]) + float(later))
+            later = 0.0
+            if len(c) > 1:  # no log-softmax table: each row's normaliser, as the evaluator reads answers
+                row = logits[r, : len(c) - 1]
+                peak, log_sum = log_normalisers(row)
+                picked = row.gather(1, torch.tensor(c[1:]).unsqueeze(-1)).squeeze(1).float()
+                later = float(((picked - peak) - log_sum).double().sum())
+            out.append(float(first[c[0]]) + later)
     return torch.tensor(out, dtype=torch.float64)
 
 

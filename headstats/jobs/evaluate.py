@@ -123,7 +123,7 @@ def position_logprobs(
 LSE_BLOCK = 8  # rows per fp32 block on a CPU: a few MB even for a 262k-entry vocabulary
 
 
-def _log_normalisers(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def log_normalisers(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's largest logit and fp32 log-sum-exp of the logits minus it, for (N, V) logits: the
     log-probability of entry t is ``(rows[:, t] - peak) - log_sum``, subtracted in that order as
     log-softmax does (adding peak and log_sum first would round to the precision of large logits).
@@ -289,7 +289,7 @@ def _batch_logliks(
     out = []
     for r, s in enumerate(rows):
         row = logits[r, n_read - s.n_read :]  # (n_read, V): only this row's real positions
-        peak, log_sum = _log_normalisers(row)  # fp32, as the log-softmax of the row
+        peak, log_sum = log_normalisers(row)  # fp32, as the log-softmax of the row
         values = np.empty(len(s.choices), dtype=np.float64)
         for j, target in enumerate(s.targets):
             index = torch.as_tensor(target, device=row.device)[:, None]

@@ -22,7 +22,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from headstats.stats.paired import drop_bound, questions_to_certify
+from headstats.stats.paired import drop_bound, paired_bootstrap, questions_to_certify
 
 SELECTIONS = ("per-prompt", "static", "random", "oracle")
 FULL = "full"
@@ -70,8 +70,8 @@ def cell_row(both: pd.DataFrame, metric: str, family: int, margin: float, n_resa
         full, sel = both["full"].to_numpy(bool), both["selected"].to_numpy(bool)
         bound = drop_bound(full, sel, CONFIDENCE, clusters)
         upper_fw = drop_bound(full, sel, level, clusters).upper * 100
-        means = cluster_means((full.astype(float) - sel.astype(float)) * 100, clusters, n_resamples, seed)
-        low, high = np.quantile(means, [0.025, 0.975])
+        shift = paired_bootstrap(full, sel, n_resamples=n_resamples, seed=seed, clusters=clusters)  # sel - full
+        low, high = -100 * shift.high, -100 * shift.low
         drop, upper = bound.drop * 100, bound.upper * 100
         needed = questions_to_certify(bound.lost, bound.gained, bound.n, margin)
         extra = {
